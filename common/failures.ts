@@ -1,0 +1,38 @@
+// The failure types that workflows must tell apart, in one place: activities throw
+// ApplicationFailures with these `type`s, and retry policies list the non-retryable
+// ones by name. Safe to import from workflows.
+
+export const FailureType = {
+  /** No node has room for the request now; not an error, the replica waits. */
+  NoCapacity: 'NoCapacity',
+  /** The engine process exited (while loading, or later). */
+  EngineExited: 'EngineExited',
+  /** The engine did not become healthy within the profile's startup timeout. */
+  StartupTimeout: 'StartupTimeout',
+  UnknownModel: 'UnknownModel',
+  UnknownProfile: 'UnknownProfile',
+  UnknownGpuClass: 'UnknownGpuClass',
+  /** A StartShard or other input that can never succeed as given. */
+  InvalidSpec: 'InvalidSpec',
+  /** The same shard id was started before with a different spec. */
+  SpecConflict: 'SpecConflict',
+  /** The agent's state dir cannot be written: nothing can be started safely. */
+  StateDirUnwritable: 'StateDirUnwritable',
+  /** No free port in the agent's engine port range. */
+  NoFreePort: 'NoFreePort',
+  InvalidInput: 'InvalidInput',
+  ShardNotFound: 'ShardNotFound',
+} as const;
+
+export type FailureType = (typeof FailureType)[keyof typeof FailureType];
+
+/** Failures that retrying the same activity can never fix. */
+export const NON_RETRYABLE_AGENT_FAILURES: FailureType[] = [
+  FailureType.InvalidSpec,
+  FailureType.SpecConflict,
+  FailureType.StateDirUnwritable,
+  FailureType.NoFreePort,
+  FailureType.EngineExited,
+  FailureType.StartupTimeout,
+  FailureType.ShardNotFound,
+];

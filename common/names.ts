@@ -1,0 +1,63 @@
+// The names every part of llmgw relies on (DESIGN.md, "Names everybody can rely on"):
+// task queues, workflow ids, search attributes, ports. Safe to import from workflows.
+
+export const CONTROL_TASK_QUEUE = 'llmgw';
+
+export function agentTaskQueue(nodeId: string): string {
+  return `agent/${nodeId}`;
+}
+
+export const WorkflowType = {
+  deployModel: 'deployModel',
+  replica: 'replica',
+  node: 'node',
+  reconcileNode: 'reconcileNode',
+} as const;
+
+export function deploymentWorkflowId(name: string): string {
+  return `deployment/${name}`;
+}
+
+export function replicaWorkflowId(deployment: string, seq: number): string {
+  return `replica/${deployment}/${seq}`;
+}
+
+export function nodeWorkflowId(nodeId: string): string {
+  return `node/${nodeId}`;
+}
+
+/** Parses `replica/<deployment>/<seq>`; undefined for anything else. */
+export function parseReplicaWorkflowId(id: string): { deployment: string; seq: number } | undefined {
+  const match = /^replica\/(.+)\/(\d+)$/.exec(id);
+  if (!match || match[1] === undefined || match[2] === undefined) return undefined;
+  return { deployment: match[1], seq: Number(match[2]) };
+}
+
+/** The six search attributes, with the types the dev server and clusters register. */
+export const SEARCH_ATTRIBUTES = {
+  LlmgwDeployment: 'Keyword',
+  LlmgwModel: 'Keyword',
+  LlmgwState: 'Keyword',
+  LlmgwNodes: 'KeywordList',
+  LlmgwGpuClass: 'Keyword',
+  LlmgwFreeGpus: 'Int',
+} as const;
+
+export type SearchAttributeName = keyof typeof SEARCH_ATTRIBUTES;
+
+/** Environment markers on every engine process the agent starts. */
+export const ENGINE_MARKER_ENV = {
+  nodeId: 'LLMGW_NODE_ID',
+  shardId: 'LLMGW_SHARD_ID',
+  replicaId: 'LLMGW_REPLICA_ID',
+} as const;
+
+export const DEFAULT_PORTS = {
+  temporal: 7233,
+  webUi: 8233,
+  router: 8080,
+  agentAdmin: 7401,
+  enginesFrom: 18000,
+} as const;
+
+export const DEFAULT_AGENT_ADMIN_ADDR = `127.0.0.1:${DEFAULT_PORTS.agentAdmin}`;
