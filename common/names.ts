@@ -61,3 +61,19 @@ export const DEFAULT_PORTS = {
 } as const;
 
 export const DEFAULT_AGENT_ADMIN_ADDR = `127.0.0.1:${DEFAULT_PORTS.agentAdmin}`;
+
+/**
+ * A shard id names one start of one rank of one replica. It is also the file name of
+ * the shard's spec and log in the agent's state dir, so it has no slashes:
+ * `replica/demo/3`, rank 0, attempt 2 → `demo.3.r0.a2`.
+ */
+export function shardId(replicaId: string, rank: number, attempt: number): string {
+  const parsed = parseReplicaWorkflowId(replicaId);
+  const base = parsed ? `${parsed.deployment}.${parsed.seq}` : replicaId.replace(/[^A-Za-z0-9._-]/g, '_');
+  return `${base}.r${rank}.a${attempt}`;
+}
+
+/** True when a shard id is safe to use as a file name in the state dir. */
+export function isSafeShardId(id: string): boolean {
+  return /^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$/.test(id);
+}

@@ -1,2 +1,39 @@
-// Placeholder global setup; replaced by the real dev-server harness.
-export default async function setup(): Promise<void> {}
+// vitest global setup: one real Temporal dev server (the pinned CLI, built once per
+// machine) for the whole run, on free ports, in memory; or the server TEMPORAL_ADDRESS
+// names. LLMGW_SKIP_TEMPORAL=1 skips it for runs of pure unit tests.
+import type { TestProject } from 'vitest/node' with { 'resolution-mode': 'import' };
+import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import { ensureTemporalCli } from '../../temporal/cli-binary.js';
+import { findFreePort } from '../../common/ports.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    temporalAddress: string;
+    temporalBin: string;
+  }
+}
+
+let server: DevServer | undefined;
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  if (process.env.LLMGW_SKIP_TEMPORAL === '1') {
+    project.provide('temporalAddress', '');
+    project.provide('temporalBin', '');
+    return async () => undefined;
+  }
+  const temporalBin = await ensureTemporalCli((line) => console.log(line));
+  project.provide('temporalBin', temporalBin);
+  if (process.env.TEMPORAL_ADDRESS) {
+    project.provide('temporalAddress', process.env.TEMPORAL_ADDRESS);
+    return async () => undefined;
+  }
+  const port = await findFreePort();
+  const started = Date.now();
+  server = await startDevServer({ temporalBin, port, headless: true, inMemory: true, logFile: `.llmgw/test/temporal-${port}.log` });
+  console.log(`test harness: Temporal dev server on ${server.address} (pid ${server.pid}) ready in ${Date.now() - started} ms`);
+  process.env.TEMPORAL_ADDRESS = server.address;
+  project.provide('temporalAddress', server.address);
+  return async () => {
+    await server?.stop();
+  };
+}

@@ -1,0 +1,67 @@
+// The command lines for a vLLM shard: `vllm serve` on one node, or a Ray cluster with
+// `vllm serve --distributed-executor-backend ray` on rank 0 across several. Agent side; pure.
+import { engineEnv } from './env.js';
+import { invalidSpec, leaderHttpPort, type ShardPlan } from './plan.js';
+import { rayLeaderLaunch, rayWorkerLaunch } from './ray.js';
+import type { EngineContext, EngineLaunch } from './types.js';
+
+// vLLM's OpenAI server answers 200 here once the engine is up, and stops answering if the
+// engine loop dies.
+const HEALTH_PATH = '/health';
+
+function serveArgv(plan: ShardPlan, ctx: EngineContext): string[] {
+  const { profile } = plan;
+  return [
+    ...(ctx.vllmCommand ?? ['vllm']),
+    'serve',
+    profile.modelSource,
+    '--served-model-name',
+    profile.servedName,
+    '--host',
+    ctx.advertiseAddress,
+    '--port',
+    String(leaderHttpPort(plan)),
+    '--tensor-parallel-size',
+    String(plan.tensorParallel),
+    '--pipeline-parallel-size',
+    String(plan.pipelineParallel),
+  ];
+}
+
+export function vllmLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch {
+  const env = engineEnv(plan.spec, ctx);
+  // The profile's args come last so that a catalog entry can override any flag we set:
+  // vLLM's parser keeps the last value given.
+  const extra = plan.profile.args;
+
+  if (plan.nnodes === 1) {
+    return {
+      processes: [{ role: 'engine', argv: [...serveArgv(plan, ctx), ...extra], env, blocking: true }],
+      servesHttp: true,
+      healthPath: HEALTH_PATH,
+    };
+  }
+
+  switch (plan.launcher) {
+    case 'native':
+      // Without Ray, ranks > 0 would have to run vLLM's own headless workers, which this
+      // agent does not launch; starting rank 0 alone would wait forever for its peers.
+      throw invalidSpec(
+        plan.spec,
+        `profile ${plan.profile.name} runs vLLM on ${plan.nnodes} nodes, which needs the Ray launcher`,
+      );
+    case 'ray':
+      if (plan.rank > 0) return rayWorkerLaunch(plan, ctx, env, HEALTH_PATH);
+      return rayLeaderLaunch(
+        plan,
+        ctx,
+        env,
+        [...serveArgv(plan, ctx), '--distributed-executor-backend', 'ray', ...extra],
+        HEALTH_PATH,
+      );
+    default: {
+      const unknown: never = plan.launcher;
+      throw invalidSpec(plan.spec, `unknown launcher ${String(unknown)}`);
+    }
+  }
+}

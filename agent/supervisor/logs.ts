@@ -1,0 +1,65 @@
+// Per-shard engine log files. Agent side. The engine writes straight into its file: a pipe
+// through the agent would break when the agent dies, and take the engine down with it.
+import { appendFileSync, closeSync, copyFileSync, fstatSync, openSync, readSync, statSync, truncateSync } from 'node:fs';
+
+const TAIL_WINDOW_BYTES = 64 * 1024;
+
+/** An O_APPEND descriptor for the child's stdout and stderr; the caller closes its copy after spawn. */
+export function openLogForChild(file: string): number {
+  return openSync(file, 'a', 0o644);
+}
+
+export function appendLogLine(file: string, line: string): void {
+  appendFileSync(file, `${line}\n`);
+}
+
+/**
+ * Bounds the log by copy-truncate: the file is copied to `<file>.1` and truncated in place.
+ * The engine keeps its O_APPEND descriptor, so its next write lands at the new end, where a
+ * rename would leave it writing into the old file for ever. Returns true when it truncated.
+ */
+export function enforceLogLimit(file: string, maxBytes: number): boolean {
+  let size: number;
+  try {
+    size = statSync(file).size;
+  } catch {
+    return false;
+  }
+  if (size <= maxBytes) return false;
+  copyFileSync(file, `${file}.1`);
+  truncateSync(file, 0);
+  return true;
+}
+
+/** The last `n` lines, reading at most the last 64 KiB; [] when the file is missing. */
+export function tailLines(file: string, n: number): string[] {
+  if (n <= 0) return [];
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch {
+    return [];
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const start = Math.max(0, size - TAIL_WINDOW_BYTES);
+    const buf = Buffer.alloc(size - start);
+    let read = 0;
+    while (read < buf.length) {
+      const got = readSync(fd, buf, read, buf.length - read, start + read);
+      if (got === 0) break;
+      read += got;
+    }
+    const lines = buf.subarray(0, read).toString('utf8').split('\n');
+    // A window that starts mid-file starts mid-line: that fragment is not a line.
+    if (start > 0) lines.shift();
+    if (lines.at(-1) === '') lines.pop();
+    return lines.slice(-n);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function adoptionLine(nodeId: string, pid: number, at: Date): string {
+  return `--- llmgw agent ${nodeId} adopted this engine (pid ${pid}) at ${at.toISOString()}; earlier output is above and was not streamed ---`;
+}

@@ -1,0 +1,153 @@
+// Linux /proc readers and process-group signalling for the agent's supervisor. Agent side:
+// the supervisor's only way to see engines it did not start itself (adopted, or left behind).
+import { readdirSync, readFileSync } from 'node:fs';
+
+export interface ProcStat {
+  pid: number;
+  /** One letter: R, S, D, Z, T, … (field 3). */
+  state: string;
+  ppid: number;
+  /** The process group id (field 5). */
+  pgrp: number;
+  /** Clock ticks after boot at which the process started (field 22), as a decimal string. */
+  startTicks: string;
+}
+
+/**
+ * Parses /proc/<pid>/stat. The command name (field 2) is in parentheses and may itself
+ * contain spaces and parentheses, so the fixed fields are read after the LAST ')'.
+ */
+export function parseStat(pid: number, text: string): ProcStat | undefined {
+  const close = text.lastIndexOf(')');
+  if (close < 0) return undefined;
+  // Fields from 3 on; field N is rest[N - 3].
+  const rest = text.slice(close + 1).trim().split(/\s+/);
+  const state = rest[0];
+  const ppid = Number(rest[1]);
+  const pgrp = Number(rest[2]);
+  const startTicks = rest[19];
+  if (state === undefined || startTicks === undefined || !/^\d+$/.test(startTicks)) return undefined;
+  if (!Number.isInteger(ppid) || !Number.isInteger(pgrp)) return undefined;
+  return { pid, state, ppid, pgrp, startTicks };
+}
+
+export function readStat(pid: number): ProcStat | undefined {
+  try {
+    return parseStat(pid, readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+export function readStartTicks(pid: number): string | undefined {
+  return readStat(pid)?.startTicks;
+}
+
+/** The environment the process was started with; undefined when gone or not ours to read. */
+export function readEnviron(pid: number): Record<string, string> | undefined {
+  let raw: string;
+  try {
+    raw = readFileSync(`/proc/${pid}/environ`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  const env: Record<string, string> = {};
+  for (const entry of raw.split('\0')) {
+    const eq = entry.indexOf('=');
+    if (eq <= 0) continue;
+    env[entry.slice(0, eq)] = entry.slice(eq + 1);
+  }
+  return env;
+}
+
+/** The argument vector, for telling an operator what was killed; undefined when unreadable. */
+export function readCmdline(pid: number): string[] | undefined {
+  try {
+    const raw = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    const argv = raw.split('\0');
+    if (argv.at(-1) === '') argv.pop();
+    return argv;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every process (thread-group leader) on the host now. */
+export function listPids(): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (/^\d+$/.test(name)) pids.push(Number(name));
+  }
+  return pids;
+}
+
+function isLive(stat: ProcStat | undefined): stat is ProcStat {
+  // A zombie has exited and holds nothing but its exit status: it is dead to us.
+  return stat !== undefined && stat.state !== 'Z' && stat.state !== 'X';
+}
+
+/**
+ * True when `pid` is alive and is the very process that started at `startTicks`: a pid
+ * the kernel has handed to some other program since is never mistaken for our engine.
+ */
+export function isSameProcess(pid: number, startTicks: string): boolean {
+  if (startTicks === '') return false;
+  const stat = readStat(pid);
+  return isLive(stat) && stat.startTicks === startTicks;
+}
+
+export function isAlive(pid: number): boolean {
+  return isLive(readStat(pid));
+}
+
+/** The live (non-zombie) members of a process group. */
+export function groupMembers(pgid: number): ProcStat[] {
+  const members: ProcStat[] = [];
+  for (const pid of listPids()) {
+    const stat = readStat(pid);
+    if (isLive(stat) && stat.pgrp === pgid) members.push(stat);
+  }
+  return members;
+}
+
+export function processGroupAlive(pgid: number): boolean {
+  return groupMembers(pgid).length > 0;
+}
+
+function isEsrch(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as NodeJS.ErrnoException).code === 'ESRCH';
+}
+
+/** Signals every process in the group; a group that is already gone is not an error. */
+export function signalGroup(pgid: number, signal: NodeJS.Signals): void {
+  // pgid 0 or 1 would signal our own group or everything we may signal: never what we mean.
+  if (!Number.isInteger(pgid) || pgid <= 1) throw new Error(`refusing to signal process group ${pgid}`);
+  try {
+    process.kill(-pgid, signal);
+  } catch (err) {
+    if (!isEsrch(err)) throw err;
+  }
+}
+
+/** Signals one process; one that is already gone is not an error. */
+export function signalPid(pid: number, signal: NodeJS.Signals): void {
+  if (!Number.isInteger(pid) || pid <= 1) throw new Error(`refusing to signal pid ${pid}`);
+  try {
+    process.kill(pid, signal);
+  } catch (err) {
+    if (!isEsrch(err)) throw err;
+  }
+}
+
+/** Our own pid and every ancestor's: processes the supervisor must never judge or signal. */
+export function selfAndAncestors(): Set<number> {
+  const pids = new Set<number>();
+  let pid = process.pid;
+  while (pid > 1 && !pids.has(pid)) {
+    pids.add(pid);
+    const stat = readStat(pid);
+    if (!stat) break;
+    pid = stat.ppid;
+  }
+  return pids;
+}

@@ -1,0 +1,131 @@
+// Questions the control plane asks of a parsed catalog (which model, which profile) and the
+// one conversion from a catalog profile to the EngineProfile message agents receive.
+import { create } from '@bufbuild/protobuf';
+import { FailureType } from '../common/failures.js';
+import { Engine, EngineProfileSchema, Launcher, type EngineProfile } from '../proto/gen/llmgw/v1/shard_pb.js';
+import type { Catalog, CatalogModel, CatalogProfile, EngineName, LauncherName } from './schema.js';
+
+export function findModel(catalog: Catalog, name: string): CatalogModel | undefined {
+  return catalog.models.find((model) => model.name === name);
+}
+
+export interface ProfileRequest {
+  profile?: string | undefined;
+  gpuClass?: string | undefined;
+}
+
+export type ProfileChoice =
+  | { ok: true; model: CatalogModel; profile: CatalogProfile }
+  | {
+      ok: false;
+      /** The ApplicationFailure type a workflow or activity should raise for this. */
+      failureType: typeof FailureType.UnknownModel | typeof FailureType.UnknownProfile | typeof FailureType.UnknownGpuClass | typeof FailureType.InvalidInput;
+      message: string;
+    };
+
+/**
+ * The profile to run `model` with: the named one, else the first for `gpuClass`, else the
+ * model's first profile. Every refusal names the valid choices, because the caller is
+ * usually a person at a CLI or in the Temporal UI.
+ */
+export function chooseProfile(catalog: Catalog, model: string, request: ProfileRequest = {}): ProfileChoice {
+  const found = findModel(catalog, model);
+  if (!found) {
+    return {
+      ok: false,
+      failureType: FailureType.UnknownModel,
+      message: `unknown model "${model}"; valid models: ${catalog.models.map((m) => m.name).join(', ')}`,
+    };
+  }
+  const profileNames = found.profiles.map((p) => p.name).join(', ');
+  const gpuClasses = [...new Set(found.profiles.map((p) => p.gpuClass))].join(', ');
+
+  if (request.profile !== undefined) {
+    const profile = found.profiles.find((p) => p.name === request.profile);
+    if (!profile) {
+      return {
+        ok: false,
+        failureType: FailureType.UnknownProfile,
+        message: `unknown profile "${request.profile}" for model ${found.name}; valid profiles: ${profileNames}`,
+      };
+    }
+    if (request.gpuClass !== undefined && profile.gpuClass !== request.gpuClass) {
+      const matching = found.profiles.filter((p) => p.gpuClass === request.gpuClass).map((p) => p.name);
+      return {
+        ok: false,
+        failureType: FailureType.InvalidInput,
+        message:
+          `profile ${profile.name} of model ${found.name} runs on ${profile.gpuClass}, not ${request.gpuClass}` +
+          (matching.length > 0 ? `; profiles for ${request.gpuClass}: ${matching.join(', ')}` : `; GPU classes: ${gpuClasses}`),
+      };
+    }
+    return { ok: true, model: found, profile };
+  }
+
+  if (request.gpuClass !== undefined) {
+    const profile = found.profiles.find((p) => p.gpuClass === request.gpuClass);
+    if (!profile) {
+      return {
+        ok: false,
+        failureType: FailureType.UnknownGpuClass,
+        message: `model ${found.name} has no profile for GPU class "${request.gpuClass}"; valid GPU classes: ${gpuClasses}`,
+      };
+    }
+    return { ok: true, model: found, profile };
+  }
+
+  const [first] = found.profiles;
+  if (!first) {
+    // The schema requires a profile; this guards a catalog built by hand in code.
+    return { ok: false, failureType: FailureType.UnknownProfile, message: `model ${found.name} has no profiles` };
+  }
+  return { ok: true, model: found, profile: first };
+}
+
+export function profileToEngineProfile(model: CatalogModel, profile: CatalogProfile): EngineProfile {
+  return create(EngineProfileSchema, {
+    name: profile.name,
+    engine: engineToProto(profile.engine),
+    model: model.name,
+    modelSource: model.source,
+    servedName: model.servedName ?? model.name,
+    gpuClass: profile.gpuClass,
+    tensorParallel: profile.tensorParallel,
+    pipelineParallel: profile.pipelineParallel,
+    gpusPerNode: profile.gpusPerNode,
+    nodes: profile.nodes,
+    launcher: launcherToProto(profile.launcher),
+    args: [...profile.args],
+    env: { ...profile.env },
+    startupTimeoutSeconds: profile.startupTimeoutSeconds,
+    minGpuMemoryMib: profile.minGpuMemoryMib ?? 0,
+  });
+}
+
+function engineToProto(engine: EngineName): Engine {
+  switch (engine) {
+    case 'vllm':
+      return Engine.VLLM;
+    case 'sglang':
+      return Engine.SGLANG;
+    case 'fake':
+      return Engine.FAKE;
+    default:
+      return unreachable(engine);
+  }
+}
+
+function launcherToProto(launcher: LauncherName): Launcher {
+  switch (launcher) {
+    case 'native':
+      return Launcher.NATIVE;
+    case 'ray':
+      return Launcher.RAY;
+    default:
+      return unreachable(launcher);
+  }
+}
+
+function unreachable(value: never): never {
+  throw new Error(`unhandled value ${String(value)}`);
+}

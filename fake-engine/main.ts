@@ -1,0 +1,108 @@
+// `llmgw fake-engine …`: the fake engine as a process. Parses a vLLM-style argv, starts the
+// server, applies the fault injections that need a process (crash, fail to start, lose the
+// leader) and shuts down cleanly on SIGTERM. Engine side; the agent spawns it.
+import { FakeEngineArgsError, parseFakeEngineArgs, type FakeEngineOptions } from './options.js';
+import { startFakeEngine, type FakeEngine } from './server.js';
+
+/** Exit codes the agent and tests can tell apart. */
+export const FakeEngineExit = {
+  ok: 0,
+  /** Bad arguments, as argparse (and so vLLM) exits; or --fail-start. */
+  cannotStart: 2,
+  /** --crash-after fired. */
+  crashed: 3,
+  /** A worker rank lost (or never reached) its leader. */
+  leaderLost: 4,
+} as const;
+
+export type FakeEngineExitCode = (typeof FakeEngineExit)[keyof typeof FakeEngineExit];
+
+/** What the engine needs from its process; tests pass a recording one. */
+export interface FakeEngineProcess {
+  stdout(line: string): void;
+  stderr(line: string): void;
+  exit(code: number): void;
+  env: NodeJS.ProcessEnv;
+  onSignal(signal: 'SIGTERM' | 'SIGINT', handler: () => void): void;
+}
+
+export const nodeProcess: FakeEngineProcess = {
+  stdout: (line) => process.stdout.write(`${line}\n`),
+  stderr: (line) => process.stderr.write(`${line}\n`),
+  exit: (code) => process.exit(code),
+  env: process.env,
+  onSignal: (signal, handler) => process.once(signal, handler),
+};
+
+const SHUTDOWN_GRACE_MS = 2000;
+
+/**
+ * Runs the fake engine until a signal or an injected fault ends it (through `proc.exit`).
+ * Resolves once the engine is serving, or once it has decided not to start.
+ */
+export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = nodeProcess): Promise<void> {
+  let opts: FakeEngineOptions;
+  try {
+    opts = parseFakeEngineArgs(argv);
+  } catch (err) {
+    if (!(err instanceof FakeEngineArgsError)) throw err;
+    proc.stderr(`fake-engine: ${err.message}`);
+    return proc.exit(FakeEngineExit.cannotStart);
+  }
+
+  proc.stdout(`fake-engine: pid ${process.pid} CUDA_VISIBLE_DEVICES=${proc.env.CUDA_VISIBLE_DEVICES ?? '(unset)'}`);
+  if (opts.failStart) {
+    proc.stderr(`fake-engine: failed to load model ${opts.model} (--fail-start)`);
+    return proc.exit(FakeEngineExit.cannotStart);
+  }
+
+  // A fault (crash, lost leader) ends a real process at once; with a recording process a
+  // later signal must still close the engine, so the two are tracked apart.
+  let faulted = false;
+  let shuttingDown = false;
+  let engine: FakeEngine;
+  try {
+    engine = await startFakeEngine(opts, {
+      log: proc.stdout,
+      onLeaderLost: (reason) => {
+        if (faulted || shuttingDown) return;
+        faulted = true;
+        proc.stderr(`fake-engine: exiting, ${reason}`);
+        proc.exit(FakeEngineExit.leaderLost);
+      },
+    });
+  } catch (err) {
+    proc.stderr(`fake-engine: cannot start: ${(err as Error).message}`);
+    return proc.exit(FakeEngineExit.cannotStart);
+  }
+
+  let crashTimer: NodeJS.Timeout | undefined;
+  if (opts.crashAfterS !== undefined) {
+    const after = opts.crashAfterS;
+    crashTimer = setTimeout(() => {
+      if (faulted || shuttingDown) return;
+      faulted = true;
+      proc.stderr(`fake-engine: crashing after ${after}s (--crash-after)`);
+      proc.exit(FakeEngineExit.crashed);
+    }, after * 1000);
+  }
+
+  const shutdown = (signal: string) => () => {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    if (crashTimer) clearTimeout(crashTimer);
+    proc.stdout(`fake-engine: ${signal}, finishing in-flight requests`);
+    void engine.close(SHUTDOWN_GRACE_MS).then(
+      () => {
+        proc.stdout('fake-engine: stopped');
+        proc.exit(FakeEngineExit.ok);
+      },
+      (err: unknown) => {
+        proc.stderr(`fake-engine: error while stopping: ${(err as Error).message}`);
+        proc.exit(FakeEngineExit.ok);
+      },
+    );
+  };
+  proc.onSignal('SIGTERM', shutdown('SIGTERM'));
+  proc.onSignal('SIGINT', shutdown('SIGINT'));
+}

@@ -1,0 +1,90 @@
+// The fake engine's load accounting and its Prometheus page, under vLLM's metric names so a
+// router or dashboard that reads vLLM reads the fake engine unchanged. Engine side.
+// Written by hand: a handful of numbers do not need prom-client's registry on the hot path.
+
+export class EngineMetrics {
+  running = 0;
+  waiting = 0;
+  requestSuccess = 0;
+  promptTokens = 0;
+  generationTokens = 0;
+  private readonly label: string;
+
+  constructor(
+    servedModelName: string,
+    private readonly maxConcurrency: number,
+  ) {
+    this.label = `{model_name=${JSON.stringify(servedModelName)}}`;
+  }
+
+  render(): string {
+    const l = this.label;
+    const usage = this.running / this.maxConcurrency;
+    return (
+      '# HELP vllm:num_requests_running Number of requests currently running.\n' +
+      '# TYPE vllm:num_requests_running gauge\n' +
+      `vllm:num_requests_running${l} ${this.running}\n` +
+      '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n' +
+      '# TYPE vllm:num_requests_waiting gauge\n' +
+      `vllm:num_requests_waiting${l} ${this.waiting}\n` +
+      '# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n' +
+      '# TYPE vllm:kv_cache_usage_perc gauge\n' +
+      `vllm:kv_cache_usage_perc${l} ${usage}\n` +
+      '# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n' +
+      '# TYPE vllm:gpu_cache_usage_perc gauge\n' +
+      `vllm:gpu_cache_usage_perc${l} ${usage}\n` +
+      '# HELP vllm:request_success_total Count of successfully processed requests.\n' +
+      '# TYPE vllm:request_success_total counter\n' +
+      `vllm:request_success_total${l} ${this.requestSuccess}\n` +
+      '# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n' +
+      '# TYPE vllm:prompt_tokens_total counter\n' +
+      `vllm:prompt_tokens_total${l} ${this.promptTokens}\n` +
+      '# HELP vllm:generation_tokens_total Number of generation tokens processed.\n' +
+      '# TYPE vllm:generation_tokens_total counter\n' +
+      `vllm:generation_tokens_total${l} ${this.generationTokens}\n`
+    );
+  }
+}
+
+/**
+ * At most `limit` requests run at once; the rest wait in arrival order, as in vLLM's
+ * scheduler. Acquiring a free slot is synchronous so the common case allocates nothing.
+ */
+export class Slots {
+  private readonly queue: Array<() => void> = [];
+
+  constructor(
+    private readonly limit: number,
+    private readonly metrics: EngineMetrics,
+  ) {}
+
+  tryAcquire(): boolean {
+    if (this.metrics.running >= this.limit || this.queue.length > 0) return false;
+    this.metrics.running++;
+    return true;
+  }
+
+  /** Calls `start` once a slot is this waiter's; the returned function gives up waiting. */
+  wait(start: () => void): () => void {
+    this.queue.push(start);
+    this.metrics.waiting++;
+    return () => {
+      const i = this.queue.indexOf(start);
+      if (i >= 0) {
+        this.queue.splice(i, 1);
+        this.metrics.waiting--;
+      }
+    };
+  }
+
+  release(): void {
+    const next = this.queue.shift();
+    if (next === undefined) {
+      this.metrics.running--;
+      return;
+    }
+    // The slot passes straight to the next waiter: running stays the same.
+    this.metrics.waiting--;
+    next();
+  }
+}

@@ -1,0 +1,230 @@
+// The fake engine's command line: turns a vLLM-style argv into typed options. Engine side:
+// the agent hands the fake engine the same argv it would hand vLLM, so flags we do not know
+// are accepted and skipped rather than rejected.
+import { z } from 'zod';
+
+export interface LeaderAddress {
+  host: string;
+  port: number;
+}
+
+export interface FakeEngineOptions {
+  host: string;
+  /** HTTP port; 0 asks the OS for one (in-process use). Undefined only for workers without HTTP. */
+  port: number | undefined;
+  model: string;
+  /** Names clients may use; the first is the one reported in metrics and /v1/models order. */
+  servedModelNames: [string, ...string[]];
+  loadTimeS: number;
+  /** 0 means as fast as possible, with no timers at all. */
+  tokensPerSecond: number;
+  maxConcurrency: number;
+  embeddingDim: number;
+  maxModelLen: number;
+  crashAfterS: number | undefined;
+  unhealthyAfterS: number | undefined;
+  hang: boolean;
+  failStart: boolean;
+  nnodes: number;
+  nodeRank: number;
+  /** Rank 0 listens here for workers; workers connect here. Required when nnodes > 1. */
+  leader: LeaderAddress | undefined;
+}
+
+export class FakeEngineArgsError extends Error {
+  override name = 'FakeEngineArgsError';
+}
+
+const DEFAULTS = {
+  host: '127.0.0.1',
+  model: 'fake-model',
+  loadTimeS: 0,
+  tokensPerSecond: 0,
+  maxConcurrency: 256,
+  embeddingDim: 16,
+  maxModelLen: 32768,
+  nnodes: 1,
+  nodeRank: 0,
+} as const;
+
+// Flags whose value we use. Two SGLang spellings mean exactly what ours do, so they are
+// honoured too; every other foreign flag (`--tp`, `--tensor-parallel-size`, …) is skipped.
+const VALUE_FLAGS = {
+  '--host': 'host',
+  '--port': 'port',
+  '--model': 'model',
+  '--model-path': 'model',
+  '--load-time': 'loadTime',
+  '--tokens-per-second': 'tokensPerSecond',
+  '--max-concurrency': 'maxConcurrency',
+  '--embedding-dim': 'embeddingDim',
+  '--max-model-len': 'maxModelLen',
+  '--crash-after': 'crashAfter',
+  '--unhealthy-after': 'unhealthyAfter',
+  '--nnodes': 'nnodes',
+  '--node-rank': 'nodeRank',
+  '--leader': 'leader',
+  '--dist-init-addr': 'leader',
+} as const;
+
+type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
+
+const BOOLEAN_FLAGS = { '--hang': 'hang', '--fail-start': 'failStart' } as const;
+
+const seconds = (flag: string) =>
+  z.coerce.number({ error: `${flag} must be a number of seconds` }).min(0, `${flag} must be >= 0`);
+const count = (flag: string, min: number) =>
+  z.coerce
+    .number({ error: `${flag} must be an integer` })
+    .int(`${flag} must be an integer`)
+    .min(min, `${flag} must be >= ${min}`);
+
+const RawOptions = z.object({
+  host: z.string().min(1, '--host must not be empty').optional(),
+  port: count('--port', 0).max(65535, '--port must be <= 65535').optional(),
+  model: z.string().min(1, '--model must not be empty').optional(),
+  loadTime: seconds('--load-time').optional(),
+  tokensPerSecond: z.coerce
+    .number({ error: '--tokens-per-second must be a number' })
+    .min(0, '--tokens-per-second must be >= 0')
+    .optional(),
+  maxConcurrency: count('--max-concurrency', 1).optional(),
+  embeddingDim: count('--embedding-dim', 1).max(65536, '--embedding-dim must be <= 65536').optional(),
+  maxModelLen: count('--max-model-len', 1).optional(),
+  crashAfter: seconds('--crash-after').optional(),
+  unhealthyAfter: seconds('--unhealthy-after').optional(),
+  nnodes: count('--nnodes', 1).optional(),
+  nodeRank: count('--node-rank', 0).optional(),
+  leader: z.string().optional(),
+});
+
+/**
+ * Parses the fake engine's argv (without the program name). Accepts `--flag value` and
+ * `--flag=value`, an optional leading `serve <model>` as vLLM takes it, and skips unknown
+ * flags (with the following argument as their value unless it looks like a flag).
+ * Throws FakeEngineArgsError naming the offending flag.
+ */
+export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
+  const raw: Partial<Record<ValueKey, string>> = {};
+  const served: string[] = [];
+  const positionals: string[] = [];
+  let hang = false;
+  let failStart = false;
+
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (!arg.startsWith('-') || arg === '-') {
+      positionals.push(arg);
+      continue;
+    }
+    const eq = arg.indexOf('=');
+    const flag = eq > 0 ? arg.slice(0, eq) : arg;
+    const inline = eq > 0 ? arg.slice(eq + 1) : undefined;
+    const next = argv[i + 1];
+    const nextIsValue = next !== undefined && !next.startsWith('--');
+
+    if (flag in BOOLEAN_FLAGS) {
+      if (inline !== undefined) throw new FakeEngineArgsError(`${flag} takes no value`);
+      if (BOOLEAN_FLAGS[flag as keyof typeof BOOLEAN_FLAGS] === 'hang') hang = true;
+      else failStart = true;
+      continue;
+    }
+    if (flag === '--served-model-name') {
+      // vLLM takes several names after one flag (nargs='+').
+      if (inline !== undefined) served.push(inline);
+      else {
+        while (argv[i + 1] !== undefined && !(argv[i + 1] as string).startsWith('--')) served.push(argv[++i] as string);
+      }
+      if (served.length === 0) throw new FakeEngineArgsError('--served-model-name needs a value');
+      continue;
+    }
+    if (flag in VALUE_FLAGS) {
+      const key = VALUE_FLAGS[flag as keyof typeof VALUE_FLAGS];
+      let value = inline;
+      if (value === undefined) {
+        if (next === undefined || next.startsWith('--')) throw new FakeEngineArgsError(`${flag} needs a value`);
+        value = next;
+        i++;
+      }
+      raw[key] = value;
+      continue;
+    }
+    // A flag vLLM or SGLang would take: skip it, and its value if it has one.
+    if (inline === undefined && nextIsValue) i++;
+  }
+
+  if (positionals[0] === 'serve') positionals.shift();
+  if (positionals.length > 1) {
+    throw new FakeEngineArgsError(`unexpected arguments: ${positionals.slice(1).join(' ')}`);
+  }
+  if (positionals[0] !== undefined && raw.model === undefined) raw.model = positionals[0];
+
+  const parsed = RawOptions.safeParse(raw);
+  if (!parsed.success) {
+    throw new FakeEngineArgsError(parsed.error.issues.map((issue) => issue.message).join('; '));
+  }
+  const o = parsed.data;
+  const nnodes = o.nnodes ?? DEFAULTS.nnodes;
+  const nodeRank = o.nodeRank ?? DEFAULTS.nodeRank;
+  if (nodeRank >= nnodes) throw new FakeEngineArgsError(`--node-rank ${nodeRank} must be below --nnodes ${nnodes}`);
+  if (nodeRank === 0 && o.port === undefined) throw new FakeEngineArgsError('--port is required (rank 0 serves HTTP)');
+  const leader = o.leader === undefined ? undefined : parseLeader(o.leader);
+  if (nnodes > 1 && leader === undefined) throw new FakeEngineArgsError('--leader HOST:PORT is required when --nnodes > 1');
+
+  const model = o.model ?? DEFAULTS.model;
+  const [first = model, ...rest] = served;
+  return {
+    host: o.host ?? DEFAULTS.host,
+    port: o.port,
+    model,
+    servedModelNames: [first, ...rest],
+    loadTimeS: o.loadTime ?? DEFAULTS.loadTimeS,
+    tokensPerSecond: o.tokensPerSecond ?? DEFAULTS.tokensPerSecond,
+    maxConcurrency: o.maxConcurrency ?? DEFAULTS.maxConcurrency,
+    embeddingDim: o.embeddingDim ?? DEFAULTS.embeddingDim,
+    maxModelLen: o.maxModelLen ?? DEFAULTS.maxModelLen,
+    crashAfterS: o.crashAfter,
+    unhealthyAfterS: o.unhealthyAfter,
+    hang,
+    failStart,
+    nnodes,
+    nodeRank,
+    leader,
+  };
+}
+
+/** Options for in-process use: everything defaulted except what the caller sets. */
+export function fakeEngineOptions(overrides: Partial<FakeEngineOptions> = {}): FakeEngineOptions {
+  const model = overrides.model ?? DEFAULTS.model;
+  return {
+    host: DEFAULTS.host,
+    port: 0,
+    model,
+    servedModelNames: [model],
+    loadTimeS: DEFAULTS.loadTimeS,
+    tokensPerSecond: DEFAULTS.tokensPerSecond,
+    maxConcurrency: DEFAULTS.maxConcurrency,
+    embeddingDim: DEFAULTS.embeddingDim,
+    maxModelLen: DEFAULTS.maxModelLen,
+    crashAfterS: undefined,
+    unhealthyAfterS: undefined,
+    hang: false,
+    failStart: false,
+    nnodes: DEFAULTS.nnodes,
+    nodeRank: DEFAULTS.nodeRank,
+    leader: undefined,
+    ...overrides,
+  };
+}
+
+/** `host:port`, `[v6]:port`, or SGLang's `tcp://host:port`. */
+export function parseLeader(value: string): LeaderAddress {
+  const stripped = value.replace(/^tcp:\/\//, '');
+  const match = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(stripped);
+  const port = match ? Number(match[3]) : NaN;
+  const host = match ? (match[1] ?? match[2]) : undefined;
+  if (host === undefined || !Number.isInteger(port) || port > 65535) {
+    throw new FakeEngineArgsError(`--leader must be HOST:PORT, got "${value}"`);
+  }
+  return { host, port };
+}

@@ -1,0 +1,407 @@
+// The fake engine's HTTP server and lifecycle: loading, health, multi-node membership and the
+// vLLM OpenAI-compatible routes. Engine side. Usable in-process (tests, benchmarks) through
+// startFakeEngine; main.ts wraps it into the `llmgw fake-engine` process.
+import http from 'node:http';
+import { randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { serveCompletion, type CompletionContext, type CompletionKind } from './completion.js';
+import { EngineMetrics, Slots } from './metrics.js';
+import type { FakeEngineOptions } from './options.js';
+import { joinLeader, listenForWorkers, type RendezvousLeader, type RendezvousWorker } from './rendezvous.js';
+import { ChatRequest, CompletionRequest, EmbeddingRequest, describeIssues, sendError } from './requests.js';
+import { HASH_START, countWords, embeddingVector, hashNumber, hashString } from './text.js';
+
+/**
+ * `loading`: not loaded yet, or (multi-node) not every worker has joined: /health 503.
+ * `ready`: /health 200. `group-broken`: a worker left after the group formed: 503 for good.
+ * `unhealthy`: --unhealthy-after passed: /health 500 (inference still answers).
+ */
+export type EngineState = 'loading' | 'ready' | 'group-broken' | 'unhealthy';
+
+export interface FakeEngineHooks {
+  /** Lines for the shard log (listening, loaded, membership). Silent by default. */
+  log?: (line: string) => void;
+  /** A worker lost its leader or never reached it; the process should exit. */
+  onLeaderLost?: (reason: string) => void;
+}
+
+export interface FakeEngine {
+  /** The HTTP port; 0 when this node serves no HTTP (a worker started without --port). */
+  port: number;
+  /** Rank 0 of a multi-node engine: where workers connect. */
+  rendezvousPort: number | undefined;
+  state(): EngineState;
+  /** Stops accepting, lets in-flight requests finish for up to `graceMs`, then cuts the rest. */
+  close(graceMs?: number): Promise<void>;
+}
+
+const MAX_BODY_BYTES = 16 * 1024 * 1024;
+const DEFAULT_MAX_TOKENS = 16;
+const WORKER_JOIN_SLACK_S = 60;
+
+export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngineHooks = {}): Promise<FakeEngine> {
+  const log = hooks.log ?? (() => {});
+  const isWorker = opts.nodeRank > 0;
+  if (!isWorker && opts.port === undefined) throw new Error('rank 0 needs an HTTP port');
+  if (opts.nnodes > 1 && opts.leader === undefined) throw new Error('a multi-node engine needs a leader address');
+
+  const primaryName = opts.servedModelNames[0];
+  const metrics = new EngineMetrics(primaryName, opts.maxConcurrency);
+  const ctx: CompletionContext = {
+    slots: new Slots(opts.maxConcurrency, metrics),
+    metrics,
+    intervalMs: opts.tokensPerSecond > 0 ? 1000 / opts.tokensPerSecond : 0,
+  };
+  const modelJson = new Map(opts.servedModelNames.map((name) => [name, JSON.stringify(name)]));
+  const modelSeed = hashString(HASH_START, opts.model);
+  const idPrefix = randomBytes(6).toString('hex');
+  let requestCount = 0;
+  const nextId = (prefix: string) => `${prefix}-${idPrefix}${(++requestCount).toString(16)}`;
+
+  let loaded = false;
+  let unhealthy = false;
+  let closing = false;
+  let announcedReady = false;
+  let leader: RendezvousLeader | undefined;
+  let worker: RendezvousWorker | undefined;
+  let inFlight = 0;
+  let onIdle: (() => void) | undefined;
+  const timers: NodeJS.Timeout[] = [];
+
+  const groupWhole = () => (leader ? leader.complete() && !leader.broken() : true) && (worker ? worker.joined() : true);
+  const canServe = () => loaded && !closing && groupWhole();
+  const state = (): EngineState => {
+    if (unhealthy) return 'unhealthy';
+    if (leader?.broken()) return 'group-broken';
+    return loaded && groupWhole() ? 'ready' : 'loading';
+  };
+  const announce = () => {
+    if (announcedReady || !loaded || !groupWhole()) return;
+    announcedReady = true;
+    log(
+      isWorker
+        ? `fake-engine: rank ${opts.nodeRank} loaded and joined`
+        : `fake-engine: loaded ${opts.model}; serving as ${opts.servedModelNames.join(', ')}`,
+    );
+  };
+
+  const modelsBody = JSON.stringify({
+    object: 'list',
+    data: opts.servedModelNames.map((id) => ({
+      id,
+      object: 'model',
+      created: Math.floor(Date.now() / 1000),
+      owned_by: 'llmgw-fake',
+      root: opts.model,
+      parent: null,
+      max_model_len: opts.maxModelLen,
+    })),
+  });
+
+  // Shared by every inference response, so counting in-flight requests allocates nothing.
+  const onResponseClosed = () => {
+    inFlight--;
+    if (inFlight === 0) onIdle?.();
+  };
+
+  /** The served name a request may use, or an error already sent. */
+  const resolveModel = (res: ServerResponse, model: string | null | undefined): string | undefined => {
+    if (model === undefined || model === null) return primaryName;
+    if (modelJson.has(model)) return model;
+    sendError(res, 'NotFoundError', `The model \`${model}\` does not exist.`);
+    return undefined;
+  };
+
+  const planCompletion = (
+    res: ServerResponse,
+    kind: CompletionKind,
+    model: string,
+    seed: number,
+    promptTokens: number,
+    body: ChatRequest | CompletionRequest,
+    maxTokens: number | null | undefined,
+  ) => {
+    const tokens = maxTokens ?? DEFAULT_MAX_TOKENS;
+    if (promptTokens + tokens > opts.maxModelLen) {
+      return sendError(
+        res,
+        'BadRequestError',
+        `This model's maximum context length is ${opts.maxModelLen} tokens. However, you requested ${promptTokens + tokens} tokens (${promptTokens} in the messages, ${tokens} in the completion). Please reduce the length of the messages or completion.`,
+      );
+    }
+    serveCompletion(ctx, res, {
+      kind,
+      id: nextId(kind === 'chat' ? 'chatcmpl' : 'cmpl'),
+      modelJson: modelJson.get(model) ?? JSON.stringify(model),
+      seed: body.seed === undefined || body.seed === null ? seed : hashNumber(seed, body.seed),
+      tokens,
+      promptTokens,
+      stream: body.stream === true,
+      includeUsage: body.stream_options?.include_usage === true,
+    });
+  };
+
+  const chat = (res: ServerResponse, raw: unknown) => {
+    const parsed = ChatRequest.safeParse(raw);
+    if (!parsed.success) return sendError(res, 'BadRequestError', describeIssues(parsed.error));
+    const body = parsed.data;
+    const model = resolveModel(res, body.model);
+    if (model === undefined) return;
+    let seed = modelSeed;
+    let promptTokens = 0;
+    for (const message of body.messages) {
+      seed = hashString(seed, message.role);
+      const content = message.content;
+      if (typeof content === 'string') {
+        seed = hashString(seed, content);
+        promptTokens += countWords(content);
+      } else if (content) {
+        for (const part of content) {
+          if (part.text === undefined) continue;
+          seed = hashString(seed, part.text);
+          promptTokens += countWords(part.text);
+        }
+      }
+    }
+    planCompletion(res, 'chat', model, seed, Math.max(1, promptTokens), body, body.max_completion_tokens ?? body.max_tokens);
+  };
+
+  const completions = (res: ServerResponse, raw: unknown) => {
+    const parsed = CompletionRequest.safeParse(raw);
+    if (!parsed.success) return sendError(res, 'BadRequestError', describeIssues(parsed.error));
+    const body = parsed.data;
+    const model = resolveModel(res, body.model);
+    if (model === undefined) return;
+    const prompt = singlePrompt(body.prompt);
+    if (prompt === undefined) return sendError(res, 'BadRequestError', 'prompt: the fake engine takes one prompt per request');
+    const seed = hashString(modelSeed, prompt.text);
+    planCompletion(res, 'text', model, seed, Math.max(1, prompt.tokens), body, body.max_tokens);
+  };
+
+  const embeddings = (res: ServerResponse, raw: unknown) => {
+    const parsed = EmbeddingRequest.safeParse(raw);
+    if (!parsed.success) return sendError(res, 'BadRequestError', describeIssues(parsed.error));
+    const body = parsed.data;
+    const model = resolveModel(res, body.model);
+    if (model === undefined) return;
+    const inputs = embeddingInputs(body.input);
+    const dim = body.dimensions ?? opts.embeddingDim;
+    const base64 = body.encoding_format === 'base64';
+    let promptTokens = 0;
+    const data = inputs.map((input, index) => {
+      promptTokens += input.tokens;
+      const vector = embeddingVector(hashString(modelSeed, input.text), dim);
+      const embedding = base64
+        ? Buffer.from(vector.buffer, vector.byteOffset, vector.byteLength).toString('base64')
+        : Array.from(vector);
+      return { object: 'embedding', index, embedding };
+    });
+    const out = JSON.stringify({
+      id: nextId('embd'),
+      object: 'list',
+      created: Math.floor(Date.now() / 1000),
+      model,
+      data,
+      usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
+    });
+    metrics.requestSuccess++;
+    metrics.promptTokens += promptTokens;
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+    res.end(out);
+  };
+
+  const inference = (req: IncomingMessage, res: ServerResponse, route: (res: ServerResponse, body: unknown) => void) => {
+    if (req.method !== 'POST') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
+    if (opts.hang) {
+      // The fault being simulated: the connection is accepted and the request never answered.
+      req.resume();
+      return;
+    }
+    inFlight++;
+    res.on('close', onResponseClosed);
+    readBody(req, (body) => {
+      if (body === TOO_LARGE) return sendError(res, 'PayloadTooLargeError', `request body over ${MAX_BODY_BYTES} bytes`);
+      if (!canServe()) {
+        return sendError(res, 'ServiceUnavailableError', closing ? 'The engine is shutting down.' : `The engine is not ready (${state()}).`);
+      }
+      let json: unknown;
+      try {
+        json = JSON.parse(body);
+      } catch (err) {
+        return sendError(res, 'BadRequestError', `Invalid JSON body: ${(err as Error).message}`);
+      }
+      route(res, json);
+    });
+  };
+
+  const handle = (req: IncomingMessage, res: ServerResponse) => {
+    req.on('error', ignore);
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    if (path === '/health') {
+      if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
+      res.writeHead(healthStatus(state()), { 'content-length': 0 });
+      return res.end();
+    }
+    if (isWorker) return sendError(res, 'NotFoundError', 'A worker rank serves only /health.');
+    switch (path) {
+      case '/v1/chat/completions':
+        return inference(req, res, chat);
+      case '/v1/completions':
+        return inference(req, res, completions);
+      case '/v1/embeddings':
+        return inference(req, res, embeddings);
+      case '/v1/models':
+        if (req.method !== 'GET') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
+        if (!canServe()) return sendError(res, 'ServiceUnavailableError', `The engine is not ready (${state()}).`);
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(modelsBody) });
+        return res.end(modelsBody);
+      case '/metrics': {
+        if (req.method !== 'GET') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
+        const text = metrics.render();
+        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+        return res.end(text);
+      }
+      default:
+        return sendError(res, 'NotFoundError', `No route for ${req.method ?? 'GET'} ${path}`);
+    }
+  };
+
+  // Membership first, so a worker that joins while rank 0 is still binding HTTP is counted.
+  if (!isWorker && opts.nnodes > 1 && opts.leader) {
+    leader = await listenForWorkers(opts.leader, opts.nnodes, { log, changed: announce });
+  }
+
+  let server: http.Server | undefined;
+  let port = 0;
+  if (opts.port !== undefined) {
+    const s = http.createServer({ noDelay: true, keepAliveTimeout: 65_000 }, handle);
+    server = s;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        s.once('error', reject);
+        s.listen(opts.port, opts.host, () => {
+          s.off('error', reject);
+          resolve();
+        });
+      });
+    } catch (err) {
+      await leader?.close();
+      throw err;
+    }
+    const bound = s.address();
+    port = typeof bound === 'object' && bound !== null ? bound.port : (opts.port ?? 0);
+    log(`fake-engine: listening on http://${opts.host}:${port} (rank ${opts.nodeRank} of ${opts.nnodes}, model ${opts.model})`);
+  }
+
+  if (isWorker && opts.leader) {
+    const deadline = Date.now() + (opts.loadTimeS + WORKER_JOIN_SLACK_S) * 1000;
+    worker = joinLeader(opts.leader, opts.nodeRank, deadline, {
+      log,
+      onJoined: announce,
+      onLost: (reason) => {
+        if (hooks.onLeaderLost) hooks.onLeaderLost(reason);
+        else log(`fake-engine: ${reason}`);
+      },
+    });
+  }
+
+  const markLoaded = () => {
+    loaded = true;
+    announce();
+  };
+  if (opts.loadTimeS > 0) timers.push(setTimeout(markLoaded, opts.loadTimeS * 1000));
+  else markLoaded();
+  if (opts.unhealthyAfterS !== undefined) {
+    timers.push(
+      setTimeout(() => {
+        unhealthy = true;
+        log('fake-engine: reporting unhealthy from now on (--unhealthy-after)');
+      }, opts.unhealthyAfterS * 1000),
+    );
+  }
+
+  let closed: Promise<void> | undefined;
+  const close = (graceMs = 2000): Promise<void> => {
+    closed ??= (async () => {
+      closing = true;
+      for (const t of timers) clearTimeout(t);
+      worker?.close();
+      if (server) {
+        const s = server;
+        const stopped = new Promise<void>((resolve) => s.close(() => resolve()));
+        if (inFlight > 0) {
+          await new Promise<void>((resolve) => {
+            const grace = setTimeout(resolve, graceMs);
+            onIdle = () => {
+              clearTimeout(grace);
+              resolve();
+            };
+          });
+        }
+        // What is left is idle keep-alive connections and, with --hang, requests we never answer.
+        s.closeAllConnections();
+        await stopped;
+      }
+      await leader?.close();
+    })();
+    return closed;
+  };
+
+  return { port, rendezvousPort: leader?.port, state, close };
+}
+
+function healthStatus(state: EngineState): number {
+  switch (state) {
+    case 'ready':
+      return 200;
+    case 'loading':
+    case 'group-broken':
+      return 503;
+    case 'unhealthy':
+      return 500;
+  }
+}
+
+function ignore(): void {}
+
+const TOO_LARGE = Symbol('too large');
+
+function readBody(req: IncomingMessage, then: (body: string | typeof TOO_LARGE) => void): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  req.on('data', (chunk: Buffer) => {
+    size += chunk.length;
+    if (size <= MAX_BODY_BYTES) chunks.push(chunk);
+  });
+  req.on('end', () => {
+    if (size > MAX_BODY_BYTES) return then(TOO_LARGE);
+    then(chunks.length === 1 ? (chunks[0] as Buffer).toString('utf8') : Buffer.concat(chunks).toString('utf8'));
+  });
+}
+
+interface PromptInput {
+  text: string;
+  tokens: number;
+}
+
+/** One prompt from any of the shapes OpenAI allows, or undefined for a batch. */
+function singlePrompt(prompt: CompletionRequest['prompt']): PromptInput | undefined {
+  if (typeof prompt === 'string') return { text: prompt, tokens: countWords(prompt) };
+  if (prompt.length === 0) return { text: '', tokens: 0 };
+  const first = prompt[0];
+  if (typeof first === 'number') return { text: prompt.join(','), tokens: prompt.length };
+  if (prompt.length > 1) return undefined;
+  if (typeof first === 'string') return { text: first, tokens: countWords(first) };
+  return first === undefined ? undefined : { text: first.join(','), tokens: first.length };
+}
+
+function embeddingInputs(input: EmbeddingRequest['input']): PromptInput[] {
+  if (typeof input === 'string') return [{ text: input, tokens: countWords(input) }];
+  if (input.length === 0) return [];
+  if (typeof input[0] === 'number') return [{ text: input.join(','), tokens: input.length }];
+  return (input as Array<string | number[]>).map((item) =>
+    typeof item === 'string' ? { text: item, tokens: countWords(item) } : { text: item.join(','), tokens: item.length },
+  );
+}

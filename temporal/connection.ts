@@ -1,0 +1,44 @@
+// One way to reach Temporal for every llmgw process: the standard TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE, TLS and API-key settings (and the Temporal CLI's config file),
+// read through @temporalio/envconfig, with our payload converter on every client.
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
+import { loadClientConnectConfig } from '@temporalio/envconfig';
+import type { DataConverter } from '@temporalio/common';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+
+export function temporalConfig(): { address: string; namespace: string; connectionOptions: ReturnType<typeof loadClientConnectConfig>['connectionOptions'] } {
+  const config = loadClientConnectConfig();
+  const address = config.connectionOptions.address ?? '127.0.0.1:7233';
+  return { address, namespace: config.namespace ?? 'default', connectionOptions: { ...config.connectionOptions, address } };
+}
+
+/** The data converter every Client and Worker uses: our payload converter, loaded by path. */
+export function llmgwDataConverter(): DataConverter {
+  return { payloadConverterPath: payloadConverterModulePath() };
+}
+
+/**
+ * The compiled converter module. Workers load it with require() and bundle it into the
+ * workflow sandbox, so it must be JavaScript: code running from TypeScript sources
+ * (tests) uses the copy that `npm run build` wrote to dist/.
+ */
+export function payloadConverterModulePath(): string {
+  const candidates = [join(__dirname, '../common/payload-converter.js'), join(__dirname, '../dist/common/payload-converter.js')];
+  const found = candidates.find((candidate) => existsSync(candidate));
+  if (!found) throw new Error(`the compiled payload converter is missing (looked at ${candidates.join(', ')}): run \`npm run build\``);
+  return found;
+}
+
+export async function connectClient(): Promise<Client> {
+  const { connectionOptions, namespace } = temporalConfig();
+  const connection = await Connection.connect(connectionOptions);
+  return new Client({ connection, namespace, dataConverter: llmgwDataConverter() });
+}
+
+export async function connectWorkerConnection(): Promise<{ connection: NativeConnection; namespace: string }> {
+  const { connectionOptions, namespace } = temporalConfig();
+  const connection = await NativeConnection.connect(connectionOptions);
+  return { connection, namespace };
+}

@@ -1,0 +1,147 @@
+// Starts `temporal server start-dev` with llmgw's search attributes, its data in a file
+// under the project's state folder (or in memory), and waits until the frontend answers.
+// Used by `llmgw temporal start-dev`, `llmgw up` and the test harness.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, openSync, closeSync, readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { Connection } from '@temporalio/client';
+import { devServerSearchAttributeFlags } from './search-attributes.js';
+import { ensureTemporalCli } from './cli-binary.js';
+import { findFreePort, isPortFree } from '../common/ports.js';
+import { DEFAULT_PORTS } from '../common/names.js';
+
+export interface DevServerOptions {
+  port?: number;
+  uiPort?: number;
+  /** No Web UI (tests). */
+  headless?: boolean;
+  /** SQLite file; ignored with inMemory. Default: <stateDir>/temporal/dev.db */
+  dbFile?: string;
+  inMemory?: boolean;
+  ip?: string;
+  stateDir?: string;
+  logFile?: string;
+  temporalBin?: string;
+  /** How long to wait for the frontend. */
+  readyTimeoutMs?: number;
+}
+
+export interface DevServer {
+  address: string;
+  uiUrl: string | undefined;
+  pid: number;
+  dbFile: string | undefined;
+  logFile: string;
+  /** Resolves when the server process has exited. */
+  exited: Promise<number | null>;
+  stop(): Promise<void>;
+}
+
+export function defaultStateDir(): string {
+  return resolve(process.env.LLMGW_STATE_DIR ?? '.llmgw');
+}
+
+export async function startDevServer(options: DevServerOptions = {}): Promise<DevServer> {
+  const temporalBin = options.temporalBin ?? (await ensureTemporalCli());
+  const ip = options.ip ?? '127.0.0.1';
+  const port = options.port ?? DEFAULT_PORTS.temporal;
+  if (!(await isPortFree(port, ip))) {
+    throw new Error(`port ${port} on ${ip} is taken: is a Temporal server already running? Use it with TEMPORAL_ADDRESS=${ip}:${port}, or choose another --port.`);
+  }
+  const stateDir = options.stateDir ?? defaultStateDir();
+  const dbFile = options.inMemory ? undefined : resolve(options.dbFile ?? `${stateDir}/temporal/dev.db`);
+  const logFile = resolve(options.logFile ?? `${stateDir}/temporal/dev-server.log`);
+  mkdirSync(dirname(logFile), { recursive: true });
+  if (dbFile) mkdirSync(dirname(dbFile), { recursive: true });
+
+  const args = ['server', 'start-dev', '--ip', ip, '--port', String(port), '--log-level', 'warn', ...devServerSearchAttributeFlags()];
+  // Every port start-dev opens is chosen here, so that several servers (tests, clones)
+  // can share a machine without colliding on the defaults.
+  args.push('--http-port', String(await findFreePort(ip)), '--metrics-port', String(await findFreePort(ip)));
+  let uiUrl: string | undefined;
+  if (options.headless) {
+    args.push('--headless');
+  } else {
+    const uiPort = options.uiPort ?? DEFAULT_PORTS.webUi;
+    args.push('--ui-port', String(uiPort));
+    uiUrl = `http://${ip === '0.0.0.0' ? '127.0.0.1' : ip}:${uiPort}`;
+  }
+  if (dbFile) args.push('--db-filename', dbFile);
+  // Search attributes are written by workflows at every state change; the dev server's
+  // default visibility is fine, but make new attributes usable at once.
+  args.push('--dynamic-config-value', 'system.forceSearchAttributesCacheRefreshOnRead=true');
+
+  const logFd = openSync(logFile, 'a');
+  let child: ChildProcess;
+  try {
+    child = spawn(temporalBin, args, { stdio: ['ignore', logFd, logFd], detached: true });
+  } finally {
+    closeSync(logFd);
+  }
+  const pid = child.pid;
+  if (pid === undefined) throw new Error(`could not start ${temporalBin}`);
+  const exited = new Promise<number | null>((resolveExit) => child.once('exit', (code) => resolveExit(code)));
+  let hasExited = false;
+  void exited.then(() => (hasExited = true));
+
+  const address = `${ip === '0.0.0.0' ? '127.0.0.1' : ip}:${port}`;
+  const deadline = Date.now() + (options.readyTimeoutMs ?? 60_000);
+  for (;;) {
+    if (hasExited) throw new Error(`temporal server start-dev exited before it answered; its log (${logFile}) ends:\n${tail(logFile, 20)}`);
+    if (await frontendAnswers(address)) break;
+    if (Date.now() > deadline) {
+      killGroup(pid, 'SIGKILL');
+      throw new Error(`temporal server start-dev did not answer on ${address} within ${options.readyTimeoutMs ?? 60_000} ms; log: ${logFile}`);
+    }
+    await sleep(200);
+  }
+
+  return {
+    address,
+    uiUrl,
+    pid,
+    dbFile,
+    logFile,
+    exited,
+    async stop() {
+      if (hasExited) return;
+      killGroup(pid, 'SIGTERM');
+      const timer = setTimeout(() => killGroup(pid, 'SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+export async function frontendAnswers(address: string): Promise<boolean> {
+  let connection: Connection | undefined;
+  try {
+    connection = await Connection.connect({ address, connectTimeout: 1_000 });
+    await connection.workflowService.getSystemInfo({});
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await connection?.close().catch(() => undefined);
+  }
+}
+
+function killGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // Already gone.
+  }
+}
+
+function tail(file: string, lines: number): string {
+  try {
+    return readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,28 @@
+// Recording and loading workflow histories for the replay test. Tests call
+// recordHistory after a run; with LLMGW_RECORD_HISTORIES=1 the history is written to
+// test/histories/<name>.json and committed, so later workflow changes are replayed against it.
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { inject } from 'vitest';
+
+export const HISTORIES_DIR = resolve(__dirname, '../histories');
+
+/** Saves a workflow's history as the Temporal CLI prints it (the format the Web UI downloads). */
+export function recordHistory(workflowId: string, name: string): void {
+  if (process.env.LLMGW_RECORD_HISTORIES !== '1') return;
+  const json = execFileSync(inject('temporalBin'), ['workflow', 'show', '--workflow-id', workflowId, '--output', 'json', '--address', inject('temporalAddress')], {
+    encoding: 'utf8',
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  mkdirSync(HISTORIES_DIR, { recursive: true });
+  writeFileSync(join(HISTORIES_DIR, `${name}.json`), json);
+}
+
+/** Histories as the CLI wrote them; the worker's replayer parses the JSON itself. */
+export function loadHistories(): { workflowId: string; history: unknown }[] {
+  return readdirSync(HISTORIES_DIR)
+    .filter((file) => file.endsWith('.json'))
+    .sort()
+    .map((file) => ({ workflowId: file.replace(/\.json$/, ''), history: JSON.parse(readFileSync(join(HISTORIES_DIR, file), 'utf8')) as unknown }));
+}
