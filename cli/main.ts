@@ -68,6 +68,43 @@ program
     await runFakeEngine(args);
   });
 
+program
+  .command('agent')
+  .description('run the agent of one GPU host (or a simulated one): discovery, engine supervisor, node-local task queue agent/<nodeId>')
+  .option('--node-id <id>', 'this host\'s node id (default: hostname)')
+  .option('--state-dir <dir>', 'where shard specs and logs live (default .llmgw/agents/<nodeId>)')
+  .option('--gpus <real|FILE>', 'real: nvidia-smi and sysfs; FILE: a simulated inventory (YAML/JSON, or builtin:h100x8, builtin:a100x8, builtin:l40sx4)', 'real')
+  .option('--sysfs-root <dir>', 'root of the sysfs tree to read', '/')
+  .option('--advertise-addr <ip>', 'the address engines are reached at', '127.0.0.1')
+  .option('--admin-addr <host:port>', 'admin gRPC API (Describe, TailLogs, health)', '127.0.0.1:7401')
+  .option('--labels <k=v,...>', 'node labels (fabric=ib-a, pool=...)')
+  .option('--managed-gpus <list>', 'GPU indices this agent may hand out, e.g. 0,1,2,3 (default: all)')
+  .option('--port-range <from-to>', 'engine HTTP ports', '18000-18999')
+  .option('--presence-heartbeat-seconds <s>', 'heartbeat timeout of the presence activity', '10')
+  .option('--lost-grace-seconds <s>', 'NotReady for this long → Lost (GPUs released, replicas re-placed)', '60')
+  .action(async (opts: Record<string, unknown>) => {
+    const { runAgent } = await import('../agent/main.js');
+    await runAgent(opts);
+  });
+
+program
+  .command('worker')
+  .description('run the control worker (task queue llmgw): the workflows and the control activities')
+  .option('--catalog <file>', 'catalog YAML (or LLMGW_CATALOG); edits are picked up without a restart', process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml')
+  .action(async (opts: { catalog: string }) => {
+    const { runControlWorker } = await import('../workers/control-worker.js');
+    await runControlWorker({ catalogFile: opts.catalog });
+  });
+
+program
+  .command('nodes')
+  .description('the GPU hosts: state, GPUs free/total, problems')
+  .option('--json', 'machine-readable output')
+  .action(async (opts: { json?: boolean }) => {
+    const { nodesCommand } = await import('./commands/nodes.js');
+    await nodesCommand(opts);
+  });
+
 program.addOption(new Option('--json', 'machine-readable output where supported').hideHelp());
 
 export async function main(argv: string[]): Promise<void> {

@@ -1,2 +1,4 @@
 // Every workflow the tests run or replay: the production workflows plus test-only ones.
+export * from '../../workflows/index.js';
 export * from './roundtrip.js';
+export * from './agent-calls.js';

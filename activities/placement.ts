@@ -1,0 +1,162 @@
+// Placement: choose hosts for a replica and reserve GPUs on them through each node
+// workflow's `reserve` Update (the single writer of that host's GPUs).
+//
+// Policy:
+//  1. Fit first: nodes of the profile's GPU class that are Ready, not avoided (a node
+//     where this replica just failed), with enough free healthy GPUs; the node itself
+//     checks health, memory, NVLink and NUMA when it picks the GPUs.
+//  2. Spread: a node that already runs replicas of this deployment comes after one that
+//     runs none (one host failure should not take a deployment down).
+//  3. Otherwise pack: the node with the fewest free GPUs that still fit, so that large
+//     holes stay free for large replicas.
+//  4. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
+//     nothing: a partial reservation is released before the next fabric is tried.
+// Candidates come from search attributes (LlmgwGpuClass, LlmgwState, LlmgwFreeGpus), which
+// can lag a moment behind; a rejected reserve just means "next candidate", as in
+// optimistic shared-state schedulers.
+import type { Client } from '@temporalio/client';
+import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
+import type { ReserveResult } from '../common/node-types.js';
+import type { ShardPlacement } from '../common/replica-types.js';
+import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
+
+export interface PlaceRequest {
+  replicaId: string;
+  deployment: string;
+  nodes: number;
+  gpusPerNode: number;
+  gpuClass: string;
+  minFreeMemoryMib: number;
+  avoidNodes: string[];
+  /** Placement number of this replica: part of the shard ids, so a re-placement is a new reservation. */
+  attempt: number;
+  pool?: string;
+}
+
+export type PlaceResult = { ok: true; shards: ShardPlacement[] } | { ok: false; reason: string };
+
+interface Candidate {
+  nodeId: string;
+  free: number;
+  siblings: number;
+}
+
+export function createPlacementActivities(client: Client) {
+  const reserveOn = (nodeId: string, request: PlaceRequest, rank: number): Promise<ReserveResult> =>
+    client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
+      args: [
+        {
+          shardId: makeShardId(request.replicaId, rank, request.attempt),
+          replicaId: request.replicaId,
+          count: request.gpusPerNode,
+          gpuClass: request.gpuClass,
+          minFreeMemoryMib: request.minFreeMemoryMib,
+          wakeWorkflowId: request.replicaId,
+        },
+      ],
+    });
+
+  const placement = (nodeId: string, rank: number, request: PlaceRequest, result: Extract<ReserveResult, { ok: true }>): ShardPlacement => ({
+    rank,
+    nodeId,
+    shardId: makeShardId(request.replicaId, rank, request.attempt),
+    gpuIndices: result.gpuIndices,
+    hcas: result.hcas,
+    managementAddress: result.managementAddress,
+    httpPort: 0,
+    pid: 0,
+  });
+
+  return {
+    async placeReplica(request: PlaceRequest): Promise<PlaceResult> {
+      const candidates = await listCandidates(client, request);
+      if (!candidates.length) {
+        const avoided = request.avoidNodes.length ? ` (avoiding ${request.avoidNodes.join(', ')} after failures there)` : '';
+        return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${avoided}` };
+      }
+      const reasons: string[] = [];
+      if (request.nodes <= 1) {
+        for (const candidate of candidates) {
+          const result = await reserveOn(candidate.nodeId, request, 0);
+          if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
+          reasons.push(result.reason);
+        }
+        return { ok: false, reason: summarise(reasons) };
+      }
+      return placeGang(client, request, candidates, reserveOn, placement);
+    },
+
+    async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {
+      return client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(releaseUpdate, { args: [{ shardId: request.shardId }] });
+    },
+  };
+}
+
+async function listCandidates(client: Client, request: PlaceRequest): Promise<Candidate[]> {
+  const siblings = new Map<string, number>();
+  for await (const replica of client.workflow.list({ query: `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = '${request.deployment}'` })) {
+    if (replica.workflowId === request.replicaId) continue;
+    const nodes = replica.searchAttributes?.LlmgwNodes;
+    for (const node of Array.isArray(nodes) ? nodes : []) if (typeof node === 'string') siblings.set(node, (siblings.get(node) ?? 0) + 1);
+  }
+  const candidates: Candidate[] = [];
+  const query = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = '${request.gpuClass}' AND LlmgwState = 'Ready'`;
+  for await (const execution of client.workflow.list({ query })) {
+    const nodeId = execution.workflowId.replace(/^node\//, '');
+    if (request.avoidNodes.includes(nodeId)) continue;
+    const freeValue = execution.searchAttributes?.LlmgwFreeGpus;
+    const free = Array.isArray(freeValue) && typeof freeValue[0] === 'number' ? freeValue[0] : 0;
+    candidates.push({ nodeId, free, siblings: siblings.get(nodeId) ?? 0 });
+  }
+  const fits = (c: Candidate): number => (c.free >= request.gpusPerNode ? 0 : 1);
+  // Nodes that (by the slightly stale attributes) cannot fit still come last rather than
+  // not at all: the reserve is the truth.
+  return candidates.sort((a, b) => fits(a) - fits(b) || a.siblings - b.siblings || a.free - b.free || a.nodeId.localeCompare(b.nodeId));
+}
+
+type Reserve = (nodeId: string, request: PlaceRequest, rank: number) => Promise<ReserveResult>;
+type MakePlacement = (nodeId: string, rank: number, request: PlaceRequest, result: Extract<ReserveResult, { ok: true }>) => ShardPlacement;
+
+async function placeGang(client: Client, request: PlaceRequest, candidates: Candidate[], reserveOn: Reserve, makePlacement: MakePlacement): Promise<PlaceResult> {
+  const byFabric = new Map<string, { nodeId: string; rate: number; free: number; siblings: number }[]>();
+  for (const candidate of candidates) {
+    const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery);
+    const inv = view.inventory;
+    if (!inv) continue;
+    if (request.pool && inv.labels.pool !== request.pool) continue;
+    const fabric = inv.fabrics[0];
+    if (!fabric) continue;
+    const list = byFabric.get(fabric.fabric) ?? [];
+    list.push({ nodeId: candidate.nodeId, rate: fabric.rateGbps, free: view.freeGpus.length, siblings: candidate.siblings });
+    byFabric.set(fabric.fabric, list);
+  }
+  if (!byFabric.size) return { ok: false, reason: `a ${request.nodes}-node replica needs hosts on an InfiniBand fabric${request.pool ? ` in pool ${request.pool}` : ''}; none is Ready` };
+  const fabrics = [...byFabric.entries()].sort((a, b) => Math.max(...b[1].map((n) => n.rate)) - Math.max(...a[1].map((n) => n.rate)));
+  const reasons: string[] = [];
+  for (const [fabric, hosts] of fabrics) {
+    const roomy = hosts.filter((host) => host.free >= request.gpusPerNode).sort((a, b) => b.rate - a.rate || a.siblings - b.siblings || a.nodeId.localeCompare(b.nodeId));
+    if (roomy.length < request.nodes) {
+      reasons.push(`fabric ${fabric}: ${roomy.length} of ${hosts.length} hosts have ${request.gpusPerNode} free GPUs, ${request.nodes} needed`);
+      continue;
+    }
+    const placed: ShardPlacement[] = [];
+    for (const host of roomy) {
+      if (placed.length === request.nodes) break;
+      const result = await reserveOn(host.nodeId, request, placed.length);
+      if (result.ok) placed.push(makePlacement(host.nodeId, placed.length, request, result));
+      else reasons.push(result.reason);
+    }
+    if (placed.length === request.nodes) return { ok: true, shards: placed };
+    // All or nothing: give back what this fabric granted before trying the next.
+    for (const shard of placed) {
+      await client.workflow.getHandle(nodeWorkflowId(shard.nodeId)).executeUpdate(releaseUpdate, { args: [{ shardId: shard.shardId }] });
+    }
+    reasons.push(`fabric ${fabric}: only ${placed.length} of ${request.nodes} hosts could reserve`);
+  }
+  return { ok: false, reason: `not split across fabrics: ${summarise(reasons)}` };
+}
+
+function summarise(reasons: string[]): string {
+  const unique = [...new Set(reasons)];
+  return unique.length > 4 ? `${unique.slice(0, 4).join('; ')}; and ${unique.length - 4} more` : unique.join('; ');
+}

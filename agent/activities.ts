@@ -1,0 +1,66 @@
+// The node-local activities an agent serves on `agent/<nodeId>`: thin wrappers that put
+// the supervisor behind Temporal (heartbeats, cancellation, non-retryable failures).
+import { Context } from '@temporalio/activity';
+import { create } from '@bufbuild/protobuf';
+import type { KillProcesses, KillProcessesResult, Register } from '../proto/gen/llmgw/v1/register_pb.js';
+import { KillProcessesResultSchema } from '../proto/gen/llmgw/v1/register_pb.js';
+import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult, WaitHealthy } from '../proto/gen/llmgw/v1/shard_pb.js';
+import type { AgentActivities, PresenceInput } from './activity-types.js';
+import type { Supervisor } from './supervisor/supervisor.js';
+
+export interface AgentActivityDeps {
+  supervisor: Supervisor;
+  describe(): Promise<Register>;
+  /** Called when a presence activity starts: the control plane is (again) talking to us. */
+  onPresenceStarted(): void;
+  presenceSummary(): Record<string, unknown>;
+}
+
+export function createAgentActivities(deps: AgentActivityDeps): AgentActivities {
+  return {
+    async startShard(spec: StartShard): Promise<RunningShard> {
+      return deps.supervisor.start(spec);
+    },
+
+    async stopShard(request: StopShard): Promise<StopShardResult> {
+      const heartbeat = setInterval(() => Context.current().heartbeat({ stopping: request.shardId }), 1_000);
+      try {
+        return await deps.supervisor.stop(request);
+      } finally {
+        clearInterval(heartbeat);
+      }
+    },
+
+    async waitHealthy(request: WaitHealthy): Promise<ShardStatus> {
+      const context = Context.current();
+      return deps.supervisor.waitHealthy(request.shardId, request.timeoutSeconds, {
+        signal: context.cancellationSignal,
+        heartbeat: (details) => context.heartbeat(details),
+      });
+    },
+
+    async presence(input: PresenceInput): Promise<void> {
+      const context = Context.current();
+      deps.onPresenceStarted();
+      // Heartbeat several times per timeout so one late beat does not look like death.
+      const everyMs = Math.max(500, (input.heartbeatSeconds * 1000) / 4);
+      context.heartbeat(deps.presenceSummary());
+      const timer = setInterval(() => context.heartbeat(deps.presenceSummary()), everyMs);
+      try {
+        await context.cancelled;
+      } catch {
+        // Cancelled by the node workflow (continue-as-new) or the worker shutting down.
+      } finally {
+        clearInterval(timer);
+      }
+    },
+
+    async describe(): Promise<Register> {
+      return deps.describe();
+    },
+
+    async killProcesses(request: KillProcesses): Promise<KillProcessesResult> {
+      return create(KillProcessesResultSchema, await deps.supervisor.kill(request.pids, request.reason));
+    },
+  };
+}

@@ -1,0 +1,23 @@
+// The node-local activities an agent serves on its task queue `agent/<nodeId>`, as a
+// type that workflows import (type only) to call them.
+import type { KillProcesses, KillProcessesResult, Register } from '../proto/gen/llmgw/v1/register_pb.js';
+import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult, WaitHealthy } from '../proto/gen/llmgw/v1/shard_pb.js';
+
+export interface PresenceInput {
+  nodeId: string;
+  heartbeatSeconds: number;
+}
+
+export interface AgentActivities {
+  /** Writes the spec, spawns the engine (idempotent by shard id), returns at once. */
+  startShard(spec: StartShard): Promise<RunningShard>;
+  /** SIGTERM, grace, SIGKILL; removes the spec once the whole process group is gone. */
+  stopShard(request: StopShard): Promise<StopShardResult>;
+  /** Heartbeats until the shard is Ready; fails with EngineExited or StartupTimeout. */
+  waitHealthy(request: WaitHealthy): Promise<ShardStatus>;
+  /** Heartbeats for as long as the agent lives; the node workflow's liveness signal. */
+  presence(input: PresenceInput): Promise<void>;
+  /** A fresh report of the host: inventory, health, running shards. */
+  describe(): Promise<Register>;
+  killProcesses(request: KillProcesses): Promise<KillProcessesResult>;
+}

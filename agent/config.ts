@@ -1,0 +1,71 @@
+// The agent's settings, from `llmgw agent` flags, validated in one place so that a bad
+// flag stops the agent with a message naming it rather than half-starting it.
+import { hostname } from 'node:os';
+import { resolve } from 'node:path';
+import { z } from 'zod';
+import { DEFAULT_AGENT_ADMIN_ADDR, DEFAULT_PORTS } from '../common/names.js';
+
+const PortRange = z
+  .string()
+  .regex(/^\d+-\d+$/, 'expected FROM-TO, e.g. 18000-18999')
+  .transform((text) => {
+    const [from, to] = text.split('-').map(Number) as [number, number];
+    return { from, to };
+  })
+  .refine((range) => range.from >= 1024 && range.to <= 65535 && range.from <= range.to, 'ports must be within 1024-65535 and FROM ≤ TO');
+
+const Labels = z
+  .string()
+  .transform((text, ctx) => {
+    const labels: Record<string, string> = {};
+    for (const pair of text.split(',').filter(Boolean)) {
+      const [key, ...rest] = pair.split('=');
+      if (!key || !rest.length || !/^[A-Za-z0-9._/-]+$/.test(key)) {
+        ctx.addIssue({ code: 'custom', message: `bad label ${JSON.stringify(pair)}: expected key=value` });
+        return z.NEVER;
+      }
+      labels[key] = rest.join('=');
+    }
+    return labels;
+  });
+
+const GpuList = z
+  .string()
+  .regex(/^\d+(,\d+)*$/, 'expected GPU indices like 0,1,2,3')
+  .transform((text) => text.split(',').map(Number));
+
+export const AgentFlags = z.object({
+  nodeId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'node ids are letters, digits, ".", "_" and "-"').default(() => hostname()),
+  stateDir: z.string().min(1).optional(),
+  gpus: z.string().default('real'),
+  sysfsRoot: z.string().default('/'),
+  advertiseAddr: z.string().default('127.0.0.1'),
+  adminAddr: z.string().default(DEFAULT_AGENT_ADMIN_ADDR),
+  labels: Labels.default({}),
+  managedGpus: GpuList.optional(),
+  portRange: PortRange.default({ from: DEFAULT_PORTS.enginesFrom, to: DEFAULT_PORTS.enginesFrom + 999 }),
+  presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(300).default(10),
+  lostGraceSeconds: z.coerce.number().int().min(1).default(60),
+  maxTemperatureC: z.coerce.number().default(85),
+});
+
+export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };
+
+export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
+  const parsed = AgentFlags.safeParse(flags);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((issue) => `--${kebab(String(issue.path[0] ?? ''))}: ${issue.message}`);
+    throw new Error(`bad agent settings:\n  ${problems.join('\n  ')}`);
+  }
+  const value = parsed.data;
+  return {
+    ...value,
+    stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
+    // Engines of the `fake` kind are this same program; spawn it with the same Node.
+    fakeEngineCommand: [process.execPath, resolve(__dirname, '../../bin/llmgw.js'), 'fake-engine'],
+  };
+}
+
+function kebab(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+}

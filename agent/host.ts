@@ -1,0 +1,17 @@
+// What this agent knows about its host: real discovery through nvidia-smi and sysfs,
+// or a simulated inventory file (same fields, topology included) on hosts without GPUs.
+import { discoverRealHost } from './discovery/discover.js';
+import { loadSimulatedInventory } from './discovery/simulated.js';
+import type { DiscoveredHost } from './discovery/inventory.js';
+import type { AgentConfig } from './config.js';
+
+export async function discoverHost(config: AgentConfig): Promise<DiscoveredHost> {
+  if (config.gpus === 'real') {
+    return discoverRealHost({ sysfsRoot: config.sysfsRoot, fabricLabel: config.labels.fabric, maxTemperatureC: config.maxTemperatureC });
+  }
+  return loadSimulatedInventory(config.gpus, { nodeId: config.nodeId, fabricLabel: config.labels.fabric, maxTemperatureC: config.maxTemperatureC });
+}
+
+export function gpuSource(config: AgentConfig): string {
+  return config.gpus === 'real' ? 'nvidia-smi' : `simulated:${config.gpus}`;
+}

@@ -1,0 +1,162 @@
+// `llmgw agent`: the only llmgw process that touches a GPU host. Discovers the host,
+// takes over (or kills) what a previous agent left running, serves the node-local
+// activities on `agent/<nodeId>`, registers with node/<nodeId>, and keeps engines
+// running across its own restarts and across Temporal outages.
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import type { UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
+import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
+import { llmgwDataConverter, temporalConfig } from '../temporal/connection.js';
+import { registerSignal } from '../workflows/definitions.js';
+import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
+import { parseAgentFlags, type AgentConfig } from './config.js';
+import { discoverHost } from './host.js';
+import { buildRegister } from './register.js';
+import { createAgentActivities } from './activities.js';
+import { createTransitionNotifier } from './notifier.js';
+import { startAdminServer } from './admin/server.js';
+import { createSupervisor } from './supervisor/supervisor.js';
+import { checkStateDirWritable, logPath } from './supervisor/spec-store.js';
+import { tailLines } from './supervisor/logs.js';
+
+export async function runAgent(flags: Record<string, unknown>): Promise<void> {
+  const config = parseAgentFlags(flags);
+  const log = (line: string): void => console.log(`${new Date().toISOString()} agent ${config.nodeId}: ${line}`);
+  // An agent that cannot write specs cannot start engines safely, nor identify them after
+  // a restart: refuse to run rather than half-work.
+  checkStateDirWritable(config.stateDir);
+
+  let host = await discoverHost(config);
+  log(`host: ${host.gpus.length}× ${host.gpuClass || 'no GPU'}${host.problems.length ? `; problems: ${host.problems.join('; ')}` : ''}`);
+
+  let client: Client | undefined;
+  const notifier = createTransitionNotifier(() => client, log);
+  const supervisor = createSupervisor({
+    nodeId: config.nodeId,
+    stateDir: config.stateDir,
+    portRange: config.portRange,
+    advertiseAddress: config.advertiseAddr,
+    engineContext: { fakeEngineCommand: config.fakeEngineCommand },
+    onTransition: (status) => notifier.send(status),
+    log,
+    // On real GPUs, a compute process on a GPU we manage that no spec describes holds
+    // memory placement would hand out again: the supervisor kills it.
+    extraUnidentified:
+      config.gpus === 'real'
+        ? async () => {
+            const managed = config.managedGpus ?? host.gpus.map((gpu) => gpu.index);
+            const fresh = await discoverHost(config);
+            return fresh.computeProcesses
+              .filter((process) => process.gpuIndices.some((index) => managed.includes(index)))
+              .map((process) => ({ pid: process.pid, gpuIndices: process.gpuIndices, reason: `compute process on managed GPU(s) ${process.gpuIndices.join(',')} (${process.usedMemoryMib} MiB)` }));
+          }
+        : undefined,
+  });
+  // Before anything can start a new engine: adopt what is ours, kill what nobody can describe.
+  const recovered = await supervisor.recover();
+  const unidentified: UnidentifiedProcess[] = [...recovered.unidentified];
+  log(`recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.length} unidentified killed`);
+
+  const admin = await startAdminServer(config.adminAddr, {
+    describe: () => describe(),
+    logFile: (shardId) => logPath(config.stateDir, shardId),
+    tailLines,
+  });
+  const adminAddress = `${config.adminAddr.replace(/:\d+$/, '')}:${admin.port}`;
+  log(`admin API on ${adminAddress}`);
+
+  const describe = async () => {
+    if (config.gpus === 'real') host = await discoverHost(config);
+    return buildRegister(config, host, supervisor.list(), unidentified, adminAddress);
+  };
+
+  const { connectionOptions, namespace } = temporalConfig();
+  const nodeInput = { nodeId: config.nodeId, presenceHeartbeatSeconds: config.presenceHeartbeatSeconds, lostGraceSeconds: config.lostGraceSeconds };
+  const register = async (): Promise<void> => {
+    if (!client) return;
+    const report = await describe();
+    await client.workflow.signalWithStart<typeof nodeWorkflow, [typeof report]>('node', {
+      workflowId: nodeWorkflowId(config.nodeId),
+      taskQueue: CONTROL_TASK_QUEUE,
+      args: [nodeInput],
+      signal: registerSignal,
+      signalArgs: [report],
+    });
+    log(`registered with ${nodeWorkflowId(config.nodeId)} (${report.runningShards.length} shards)`);
+  };
+  const registerSoon = (): void => {
+    register().catch((error: unknown) => log(`registration failed (will retry): ${error instanceof Error ? error.message : String(error)}`));
+  };
+
+  // Temporal may be down when the agent starts: engines keep running and the agent keeps
+  // trying, because nothing about the host depends on the control plane being up.
+  let connection: NativeConnection | undefined;
+  for (let attempt = 1; !connection; attempt++) {
+    try {
+      connection = await NativeConnection.connect(connectionOptions);
+      const clientConnection = await Connection.connect(connectionOptions);
+      client = new Client({ connection: clientConnection, namespace, dataConverter: llmgwDataConverter() });
+    } catch (error) {
+      connection = undefined;
+      log(`cannot reach Temporal at ${connectionOptions.address} (attempt ${attempt}): ${error instanceof Error ? error.message : String(error)}; retrying`);
+      await new Promise((r) => setTimeout(r, Math.min(10_000, 1_000 * attempt)));
+    }
+  }
+
+  // If the node workflow is gone (Temporal lost its data) no presence activity comes:
+  // the watchdog below registers again, which starts it anew.
+  let lastPresence = Date.now();
+  const activities = createAgentActivities({
+    supervisor,
+    describe,
+    onPresenceStarted: registerSoon,
+    presenceSummary: () => {
+      lastPresence = Date.now();
+      return { shards: supervisor.list().length, gpus: host.gpus.length, unhealthyGpus: host.gpus.filter((gpu) => gpu.health?.problems.length).map((gpu) => gpu.index) };
+    },
+  });
+  const worker = await Worker.create({
+    connection,
+    namespace,
+    taskQueue: agentTaskQueue(config.nodeId),
+    activities,
+    dataConverter: llmgwDataConverter(),
+    // Presence runs for as long as the agent lives; leave room for engine starts besides.
+    maxConcurrentActivityTaskExecutions: 200,
+    shutdownGraceTime: '5 seconds',
+  });
+
+  registerSoon();
+  const watchdog = setInterval(() => {
+    if (Date.now() - lastPresence > config.presenceHeartbeatSeconds * 2000) {
+      lastPresence = Date.now();
+      registerSoon();
+    }
+  }, 1_000);
+
+  const stop = (signal: string): void => {
+    log(`${signal}: shutting down (engines keep running; a restarted agent adopts them)`);
+    clearInterval(watchdog);
+    worker.shutdown();
+    // With Temporal unreachable the worker would wait for ever to report its last
+    // activities; nothing on the host needs that, so leave after a bounded wait.
+    setTimeout(() => {
+      log('Temporal did not confirm the shutdown in 15 s; exiting anyway');
+      process.exit(0);
+    }, 15_000).unref();
+  };
+  process.once('SIGINT', () => stop('SIGINT'));
+  process.once('SIGTERM', () => stop('SIGTERM'));
+
+  log(`serving ${agentTaskQueue(config.nodeId)}; state dir ${config.stateDir}; engine ports ${config.portRange.from}-${config.portRange.to}`);
+  try {
+    await worker.run();
+  } finally {
+    notifier.close();
+    supervisor.close();
+    await admin.close();
+    await connection.close();
+  }
+}
+
+export type { AgentConfig };

@@ -1,0 +1,99 @@
+// The node workflow's domain: one host's inventory, health and GPU allocations, as
+// plain JSON (no Map/Set/class) so that it crosses continue-as-new and shows in the UI.
+// Safe to import from workflows.
+
+export type NodePhase = 'Registering' | 'Ready' | 'NotReady' | 'Lost';
+
+export interface GpuInfo {
+  index: number;
+  uuid: string;
+  name: string;
+  memoryTotalMib: number;
+  memoryUsedMib: number;
+  numaNode: number;
+  /** Indices of the GPUs this one reaches over NVLink. */
+  nvlinkPeers: number[];
+  /** HCAs on the same PCIe switch (PIX/PXB). */
+  nearHcas: string[];
+  /** Why this GPU must not be allocated; empty when healthy. */
+  problems: string[];
+}
+
+export interface FabricInfo {
+  fabric: string;
+  hcas: string[];
+  rateGbps: number;
+}
+
+export interface NodeInventory {
+  nodeId: string;
+  hostname: string;
+  managementAddress: string;
+  adminAddress: string;
+  labels: Record<string, string>;
+  gpuClass: string;
+  gpus: GpuInfo[];
+  /** GPU indices this agent may hand out. */
+  managedGpus: number[];
+  fabrics: FabricInfo[];
+  problems: string[];
+  agentVersion: string;
+  gpuSource: string;
+  reportedAt: string;
+}
+
+export interface Allocation {
+  shardId: string;
+  replicaId: string;
+  gpuIndices: number[];
+  hcas: string[];
+  since: string;
+  /** 'reserve' (placement) or 'claim' (adoption of a running engine). */
+  via: 'reserve' | 'claim' | 'report';
+}
+
+export interface ReserveRequest {
+  shardId: string;
+  replicaId: string;
+  count: number;
+  gpuClass?: string;
+  minFreeMemoryMib?: number;
+  /** A workflow to signal (capacityChanged) when this node frees GPUs after a rejection. */
+  wakeWorkflowId?: string;
+}
+
+export type ReserveResult =
+  | { ok: true; nodeId: string; gpuIndices: number[]; hcas: string[]; managementAddress: string }
+  | { ok: false; nodeId: string; reason: string };
+
+export interface ReleaseRequest {
+  shardId: string;
+}
+
+export interface ClaimRequest {
+  shardId: string;
+  replicaId: string;
+  gpuIndices: number[];
+}
+
+export type ClaimResult = { ok: true } | { ok: false; reason: string };
+
+export interface NodeView {
+  nodeId: string;
+  phase: NodePhase;
+  cordoned: boolean;
+  reason: string;
+  inventory: NodeInventory | undefined;
+  allocations: Allocation[];
+  freeGpus: number[];
+  lastRegisteredAt: string | undefined;
+  notReadySince: string | undefined;
+  registrations: number;
+}
+
+/** What the node workflow tells a replica about the host under it. */
+export interface NodeStatusSignal {
+  nodeId: string;
+  phase: NodePhase;
+  reason: string;
+}

@@ -1,0 +1,73 @@
+// The one place where a replica's ProfileSnapshot (domain, plain JSON) becomes the
+// wire's EngineProfile and StartShard. Safe to import from workflows.
+import { create } from '@bufbuild/protobuf';
+import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type EngineProfile, type StartShard } from '../proto/gen/llmgw/v1/shard_pb.js';
+import type { ProfileSnapshot, ShardPlacement } from './replica-types.js';
+
+function engineToWire(engine: ProfileSnapshot['engine']): Engine {
+  switch (engine) {
+    case 'vllm':
+      return Engine.VLLM;
+    case 'sglang':
+      return Engine.SGLANG;
+    case 'fake':
+      return Engine.FAKE;
+  }
+}
+
+function launcherToWire(launcher: ProfileSnapshot['launcher']): Launcher {
+  switch (launcher) {
+    case 'native':
+      return Launcher.NATIVE;
+    case 'ray':
+      return Launcher.RAY;
+  }
+}
+
+export function engineProfileFromSnapshot(snapshot: ProfileSnapshot): EngineProfile {
+  return create(EngineProfileSchema, {
+    name: snapshot.profile,
+    engine: engineToWire(snapshot.engine),
+    modelSource: snapshot.modelSource,
+    servedName: snapshot.servedName,
+    gpuClass: snapshot.gpuClass,
+    tensorParallel: snapshot.tensorParallel,
+    pipelineParallel: snapshot.pipelineParallel,
+    gpusPerNode: snapshot.gpusPerNode,
+    nodes: snapshot.nodes,
+    args: snapshot.args,
+    env: snapshot.env,
+    startupTimeoutSeconds: snapshot.startupTimeoutSeconds,
+    minGpuMemoryMib: snapshot.minGpuMemoryMib,
+    launcher: launcherToWire(snapshot.launcher),
+    model: snapshot.model,
+  });
+}
+
+export interface StartShardContext {
+  replicaId: string;
+  deployment: string;
+  snapshot: ProfileSnapshot;
+  shards: ShardPlacement[];
+  leaderPort: number;
+}
+
+export function startShardFor(shard: ShardPlacement, context: StartShardContext): StartShard {
+  const leader = context.shards.find((s) => s.rank === 0) ?? shard;
+  return create(StartShardSchema, {
+    replicaId: context.replicaId,
+    shardId: shard.shardId,
+    deployment: context.deployment,
+    rank: shard.rank,
+    nnodes: context.shards.length,
+    leaderAddress: context.shards.length > 1 ? leader.managementAddress : '',
+    leaderPort: context.shards.length > 1 ? context.leaderPort : 0,
+    gpuIndices: shard.gpuIndices,
+    hcas: shard.hcas,
+    httpPort: 0,
+    profile: engineProfileFromSnapshot(context.snapshot),
+    startupTimeoutSeconds: context.snapshot.startupTimeoutSeconds,
+    nodeId: shard.nodeId,
+    notifyWorkflowId: context.replicaId,
+  });
+}

@@ -1,0 +1,106 @@
+// Real llmgw processes for end-to-end tests: `llmgw agent`, `llmgw worker`, and the
+// engines they start. Every process a test starts is ended by pid or process group.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
+import { temporalAddress } from './temporal.js';
+
+const LLMGW_BIN = join(__dirname, '../../bin/llmgw.js');
+const running = new Set<LlmgwProcess>();
+
+export interface LlmgwProcess {
+  pid: number;
+  child: ChildProcess;
+  output(): string;
+  waitForOutput(pattern: RegExp, timeoutMs?: number): Promise<string>;
+  exited: Promise<number | null>;
+  /** SIGTERM, then SIGKILL after the grace. */
+  stop(graceMs?: number): Promise<void>;
+  kill9(): Promise<void>;
+}
+
+export function spawnLlmgw(args: string[], env: Record<string, string> = {}): LlmgwProcess {
+  const child = spawn(process.execPath, [LLMGW_BIN, ...args], {
+    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  let text = '';
+  child.stdout?.on('data', (chunk: Buffer) => (text += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (text += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  let done = false;
+  void exited.then(() => (done = true));
+  const proc: LlmgwProcess = {
+    pid: child.pid!,
+    child,
+    output: () => text,
+    async waitForOutput(pattern, timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        const match = pattern.exec(text);
+        if (match) return match[0];
+        if (done) break;
+        await sleep(100);
+      }
+      throw new Error(`llmgw ${args[0]} did not print ${pattern} within ${timeoutMs} ms; output:\n${text.slice(-3000)}`);
+    },
+    exited,
+    async stop(graceMs = 20_000) {
+      if (done) return;
+      signalGroup(child.pid!, 'SIGTERM');
+      const timer = setTimeout(() => signalGroup(child.pid!, 'SIGKILL'), graceMs);
+      await exited;
+      clearTimeout(timer);
+      running.delete(proc);
+    },
+    async kill9() {
+      if (done) return;
+      signalGroup(child.pid!, 'SIGKILL');
+      await exited;
+      running.delete(proc);
+    },
+  };
+  running.add(proc);
+  return proc;
+}
+
+export async function stopAll(): Promise<void> {
+  await Promise.all([...running].map((proc) => proc.stop(5_000)));
+}
+
+/** Engine processes (any role) that carry one of these node ids in LLMGW_NODE_ID. */
+export function enginesOf(nodeIds: string[]): { pid: number; env: Record<string, string> }[] {
+  const found: { pid: number; env: Record<string, string> }[] = [];
+  for (const pid of listPids()) {
+    const env = readEnviron(pid);
+    if (env?.LLMGW_NODE_ID && nodeIds.includes(env.LLMGW_NODE_ID)) found.push({ pid, env });
+  }
+  return found;
+}
+
+/** Ends every engine of these nodes (their own process groups). */
+export async function killEnginesOf(nodeIds: string[]): Promise<void> {
+  for (const { pid } of enginesOf(nodeIds)) signalGroup(pid, 'SIGKILL');
+  const deadline = Date.now() + 5_000;
+  while (enginesOf(nodeIds).length && Date.now() < deadline) await sleep(100);
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export async function eventually<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000, intervalMs = 250): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await probe();
+      if (value !== undefined && value !== false) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    await sleep(intervalMs);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
+}

@@ -1,0 +1,30 @@
+// Signals, Updates and Queries of llmgw's workflows, in one module that the workflows,
+// the agent, the CLI and the tests all import.
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
+import type { ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
+import type { ClaimRequest, ClaimResult, NodeStatusSignal, NodeView, ReleaseRequest, ReserveRequest, ReserveResult } from '../common/node-types.js';
+
+// node/<nodeId>
+export const registerSignal = defineSignal<[Register]>('register');
+export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');
+export const releaseUpdate = defineUpdate<boolean, [ReleaseRequest]>('release');
+export const claimUpdate = defineUpdate<ClaimResult, [ClaimRequest]>('claim');
+export const cordonUpdate = defineUpdate<NodeView, [{ reason?: string }]>('cordon');
+export const uncordonUpdate = defineUpdate<NodeView, []>('uncordon');
+export const describeNodeQuery = defineQuery<NodeView>('describe');
+
+// replica/<deployment>/<seq>: what agents and node workflows tell a replica.
+export const shardTransitionSignal = defineSignal<[ShardStatus]>('shardTransition');
+export const nodeStatusSignal = defineSignal<[NodeStatusSignal]>('nodeStatus');
+export const capacityChangedSignal = defineSignal<[{ nodeId: string }]>('capacityChanged');
+
+// replica/<deployment>/<seq>: what its deployment asks of it, and what it tells back.
+export const stopReplicaSignal = defineSignal<[{ reason: string }]>('stop');
+export const replicaStatusQuery = defineQuery<import('../common/replica-types.js').ReplicaView>('status');
+
+// deployment/<name>
+export const replicaStatusSignal = defineSignal<[import('../common/replica-types.js').ReplicaView]>('replicaStatus');
+export const scaleUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, [number]>('scale');
+export const undeployUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, []>('undeploy');
+export const deploymentStatusQuery = defineQuery<import('../common/replica-types.js').DeploymentView>('status');

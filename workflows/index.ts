@@ -1,0 +1,2 @@
+// Every llmgw workflow, for the control worker's bundle and the replay test.
+export { node } from './node/workflow.js';
