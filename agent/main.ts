@@ -7,7 +7,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import type { UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
 import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
 import { llmgwDataConverter, temporalConfig } from '../temporal/connection.js';
-import { registerSignal } from '../workflows/definitions.js';
+import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
 import { discoverHost } from './host.js';
@@ -137,6 +137,11 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const stop = (signal: string): void => {
     log(`${signal}: shutting down (engines keep running; a restarted agent adopts them)`);
     clearInterval(watchdog);
+    // Say so, so the node is NotReady now rather than after a heartbeat timeout.
+    void client?.workflow
+      .getHandle(nodeWorkflowId(config.nodeId))
+      .signal(agentStoppingSignal, { reason: signal })
+      .catch(() => undefined);
     worker.shutdown();
     // With Temporal unreachable the worker would wait for ever to report its last
     // activities; nothing on the host needs that, so leave after a bounded wait.

@@ -105,6 +105,77 @@ program
     await nodesCommand(opts);
   });
 
+program
+  .command('deploy')
+  .argument('<model>', 'a model from the catalog')
+  .description('deploy a model (or change the replica count of an existing deployment)')
+  .option('--name <name>', 'deployment name (default: the model name)')
+  .option('--replicas <n>', 'how many replicas', '1')
+  .option('--profile <profile>', 'catalog profile (default: the first, or the first for --gpu-class)')
+  .option('--gpu-class <class>', 'pick the first profile for this GPU class')
+  .option('--wait', 'show each replica\'s progress and exit 0 when all are Ready, non-zero with the reason otherwise')
+  .option('--timeout <seconds>', 'how long --wait waits', '600')
+  .option('--json', 'machine-readable output')
+  .action(async (model: string, opts: import('./commands/deployments.js').DeployOptions) => {
+    const { deployCommand } = await import('./commands/deployments.js');
+    await deployCommand(model, opts);
+  });
+
+program
+  .command('status')
+  .argument('[name]', 'a deployment (default: all)')
+  .description('deployments and their replicas: state, nodes, GPUs, endpoint, last reason')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string | undefined, opts: { json?: boolean }) => {
+    const { statusCommand } = await import('./commands/deployments.js');
+    await statusCommand(name, opts);
+  });
+
+program
+  .command('scale')
+  .argument('<name>')
+  .argument('<replicas>')
+  .description('set the number of replicas of a deployment')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, replicas: string, opts: { json?: boolean }) => {
+    const { scaleCommand } = await import('./commands/deployments.js');
+    await scaleCommand(name, replicas, opts);
+  });
+
+program
+  .command('undeploy')
+  .argument('<name>')
+  .description('drain every replica of a deployment, stop its engines and free its GPUs')
+  .option('--no-wait', 'return once the drain has begun')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, opts: { wait: boolean; json?: boolean }) => {
+    const { undeployCommand } = await import('./commands/deployments.js');
+    await undeployCommand(name, opts);
+  });
+
+program
+  .command('logs')
+  .argument('<replica>', 'replica id: replica/NAME/SEQ or NAME/SEQ')
+  .description("a replica's engine log, through its agent's admin API")
+  .option('--rank <n>', 'which rank', '0')
+  .option('-n, --lines <n>', 'how many lines first', '100')
+  .option('-f, --follow', 'keep printing new lines')
+  .action(async (replica: string, opts: { lines: string; follow?: boolean; rank: string }) => {
+    const { logsCommand } = await import('./commands/deployments.js');
+    await logsCommand(replica, opts);
+  });
+
+program
+  .command('up')
+  .description('the local stack in one command: dev server, control worker, router, two simulated 8×H100 agents, and the demo deployment')
+  .option('--catalog <file>', 'catalog for the control worker', process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml')
+  .option('--router-port <port>', 'router port', '8080')
+  .option('--replicas <n>', 'demo replicas', '2')
+  .action(async (opts: { catalog: string; routerPort: string; replicas: string }) => {
+    const { upCommand } = await import('./commands/up.js');
+    await upCommand(opts);
+  });
+
 program.addOption(new Option('--json', 'machine-readable output where supported').hideHelp());
 
 export async function main(argv: string[]): Promise<void> {

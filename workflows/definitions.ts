@@ -7,6 +7,8 @@ import type { ClaimRequest, ClaimResult, NodeStatusSignal, NodeView, ReleaseRequ
 
 // node/<nodeId>
 export const registerSignal = defineSignal<[Register]>('register');
+/** The agent is shutting down on purpose: NotReady now rather than after a heartbeat timeout. */
+export const agentStoppingSignal = defineSignal<[{ reason: string }]>('agentStopping');
 export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');
 export const releaseUpdate = defineUpdate<boolean, [ReleaseRequest]>('release');
 export const claimUpdate = defineUpdate<ClaimResult, [ClaimRequest]>('claim');

@@ -1,2 +1,4 @@
 // Every llmgw workflow, for the control worker's bundle and the replay test.
 export { node } from './node/workflow.js';
+export { replica } from './replica/workflow.js';
+export { deployModel } from './deploy-model/workflow.js';

@@ -18,7 +18,7 @@ import { findFreePort } from '../../common/ports.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { readEnviron } from '../../agent/supervisor/proc.js';
 import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
-import { enginesOf, eventually, killEnginesOf, sleep, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import { enginesOf, eventually, killEnginesOf, sleep, spawnControlWorker, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
 import { fakeShardSpec } from '../helpers/shards.js';
 import type { AgentCall } from '../workflows/agent-calls.js';
 
@@ -65,11 +65,11 @@ async function health(port: number): Promise<number> {
 
 beforeAll(async () => {
   ({ client, close: closeClient } = await testClient());
-  const controlWorker = spawnLlmgw(['worker']);
+  const controlWorker = spawnControlWorker();
   testConnection = await NativeConnection.connect({ address: temporalAddress() });
   testWorker = await Worker.create({ connection: testConnection, taskQueue: testQueue, workflowsPath: join(__dirname, '../workflows/index.ts'), dataConverter: llmgwDataConverter() });
   testWorkerRun = testWorker.run();
-  await controlWorker.waitForOutput(/serving task queue llmgw/, 90_000);
+  await controlWorker;
 });
 
 afterAll(async () => {

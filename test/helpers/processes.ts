@@ -104,3 +104,44 @@ export async function eventually<T>(what: string, probe: () => Promise<T | undef
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
 }
+
+export const E2E_CATALOG = join(__dirname, '../fixtures/catalog-e2e.yaml');
+
+/** A real control worker (`llmgw worker`) with the e2e catalog, ready to serve. */
+export async function spawnControlWorker(env: Record<string, string> = {}): Promise<LlmgwProcess> {
+  const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
+  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
+  return worker;
+}
+
+/** Runs one `llmgw` command to completion (the CLI as a user runs it). */
+export async function runLlmgw(args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<{ code: number | null; output: string }> {
+  const proc = spawnLlmgw(args, env);
+  const timer = setTimeout(() => void proc.kill9(), timeoutMs);
+  const code = await proc.exited;
+  clearTimeout(timer);
+  running.delete(proc);
+  return { code, output: proc.output() };
+}
+
+/** Starts a simulated agent and waits for it to register. */
+export async function startSimAgent(nodeId: string, options: { inventory: string; stateDir?: string; range?: string; extra?: string[] }): Promise<{ proc: LlmgwProcess; stateDir: string }> {
+  const { mkdtempSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
+  const from = 30000 + Math.floor(Math.random() * 300) * 100;
+  const proc = spawnLlmgw([
+    'agent',
+    '--node-id', nodeId,
+    '--gpus', options.inventory,
+    '--state-dir', stateDir,
+    '--admin-addr', '127.0.0.1:0',
+    '--port-range', options.range ?? `${from}-${from + 99}`,
+    '--presence-heartbeat-seconds', '5',
+    ...(options.extra ?? []),
+  ]);
+  await proc.waitForOutput(/registered with node\//, 60_000);
+  return { proc, stateDir };
+}
+
+export const INVENTORIES = join(__dirname, '../fixtures/inventories');

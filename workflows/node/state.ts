@@ -19,6 +19,12 @@ export interface NodeState {
   registrations: number;
   /** Replica workflows to wake (capacityChanged) when GPUs are freed or the node registers. */
   waiters: string[];
+  /**
+   * Shards released recently. An agent's report can be taken just before a stop
+   * finishes; without this, that report would hand the released GPUs back to a
+   * shard that is going away.
+   */
+  released: string[];
 }
 
 export function initialNodeState(nodeId: string): NodeState {
@@ -33,6 +39,7 @@ export function initialNodeState(nodeId: string): NodeState {
     notReadySince: undefined,
     registrations: 0,
     waiters: [],
+    released: [],
   };
 }
 
@@ -62,6 +69,7 @@ export function applyRegister(state: NodeState, register: Register, now: string)
     if (!spec || !status) continue;
     if (status.state === ShardState.STOPPED || (status.state === ShardState.FAILED && status.exitCode !== undefined)) continue;
     if (state.allocations.some((allocation) => allocation.shardId === spec.shardId)) continue;
+    if (state.released.includes(spec.shardId)) continue;
     const taken = allocatedGpus(state);
     const overlap = spec.gpuIndices.filter((index) => taken.includes(index));
     if (overlap.length) {
@@ -80,6 +88,7 @@ export function applyRegister(state: NodeState, register: Register, now: string)
 }
 
 export function reserve(state: NodeState, request: ReserveRequest, now: string): ReserveResult {
+  state.released = state.released.filter((id) => id !== request.shardId);
   const existing = state.allocations.find((allocation) => allocation.shardId === request.shardId);
   if (existing) {
     return { ok: true, nodeId: state.nodeId, gpuIndices: [...existing.gpuIndices], hcas: [...existing.hcas], managementAddress: state.inventory?.managementAddress ?? '' };
@@ -105,6 +114,7 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
 export function release(state: NodeState, shardId: string): boolean {
   const before = state.allocations.length;
   state.allocations = state.allocations.filter((allocation) => allocation.shardId !== shardId);
+  if (!state.released.includes(shardId)) state.released = [...state.released.slice(-199), shardId];
   return state.allocations.length !== before;
 }
 

@@ -22,6 +22,7 @@ import { agentTaskQueue } from '../../common/names.js';
 import { SA } from '../../common/search-attributes.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import {
+  agentStoppingSignal,
   capacityChangedSignal,
   claimUpdate,
   cordonUpdate,
@@ -50,6 +51,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   const heartbeatSeconds = input.presenceHeartbeatSeconds ?? 10;
   const lostGraceMs = (input.lostGraceSeconds ?? 60) * 1000;
   const state: NodeState = input.carried ?? initialNodeState(input.nodeId);
+  state.released ??= [];
   let registerSeq = 0;
 
   const now = (): string => new Date().toISOString();
@@ -93,6 +95,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     wakeWaiters();
     if (!wasReady) tellReplicas();
   });
+  setHandler(agentStoppingSignal, ({ reason }) => markNotReady(`the agent is stopping: ${reason}`));
   setHandler(
     reserveUpdate,
     (request) => {

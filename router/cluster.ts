@@ -1,0 +1,129 @@
+// Several router processes behind one port (node:cluster), for throughput past one core: the
+// router does about twice an engine's HTTP work per request, so a single event loop saturates
+// before a fast engine does. Each worker is a whole router (its own route table, balancer
+// counts, ejections); the primary only forks, restarts and aggregates /metrics. Router side.
+import cluster, { type Worker } from 'node:cluster';
+import { AggregatorRegistry, type Registry } from 'prom-client';
+
+const METRICS_REQUEST = 'llmgw-router:metrics?';
+const METRICS_RESPONSE = 'llmgw-router:metrics';
+const METRICS_TIMEOUT_MS = 5000;
+/** A worker that dies this soon after starting is broken, not unlucky: stop restarting it. */
+const CRASH_LOOP_MS = 2000;
+
+type MetricsRequest = { type: typeof METRICS_REQUEST; id: number };
+type MetricsResponse = { type: typeof METRICS_RESPONSE; id: number; text: string; error?: string };
+
+function isMetricsRequest(m: unknown): m is MetricsRequest {
+  return typeof m === 'object' && m !== null && (m as { type?: unknown }).type === METRICS_REQUEST;
+}
+function isMetricsResponse(m: unknown): m is MetricsResponse {
+  return typeof m === 'object' && m !== null && (m as { type?: unknown }).type === METRICS_RESPONSE;
+}
+
+export interface RouterCluster {
+  port: number;
+  pids(): number[];
+  /** SIGTERM to every worker (each finishes its in-flight requests), resolved when all have exited. */
+  close(): Promise<void>;
+}
+
+/**
+ * In the primary: forks `workers` copies of this very program (they run the same code path and
+ * find themselves cluster workers) and resolves once all listen, with their shared port.
+ */
+export async function startRouterCluster(workers: number, log: (line: string) => void): Promise<RouterCluster> {
+  if (!cluster.isPrimary) throw new Error('startRouterCluster runs in the primary process');
+  const aggregator = new AggregatorRegistry();
+  let stopping = false;
+  const startedAt = new Map<Worker, number>();
+
+  cluster.on('message', (worker, message: unknown) => {
+    if (!isMetricsRequest(message)) return;
+    aggregator.clusterMetrics().then(
+      (text) => worker.send({ type: METRICS_RESPONSE, id: message.id, text } satisfies MetricsResponse),
+      (err: unknown) => worker.send({ type: METRICS_RESPONSE, id: message.id, text: '', error: (err as Error).message } satisfies MetricsResponse),
+    );
+  });
+
+  const fork = (): Worker => {
+    const worker = cluster.fork();
+    startedAt.set(worker, Date.now());
+    return worker;
+  };
+
+  let port = 0;
+  await new Promise<void>((resolve, reject) => {
+    let listening = 0;
+    const onListening = (_worker: Worker, address: { port: number }) => {
+      port = address.port;
+      if (++listening === workers) {
+        cluster.off('listening', onListening);
+        resolve();
+      }
+    };
+    cluster.on('listening', onListening);
+    cluster.on('exit', (worker, code, signal) => {
+      const lived = Date.now() - (startedAt.get(worker) ?? 0);
+      startedAt.delete(worker);
+      if (stopping) return;
+      if (listening < workers || lived < CRASH_LOOP_MS) {
+        stopping = true;
+        reject(new Error(`router worker ${worker.process.pid ?? '?'} exited (${signal ?? code}) ${Math.round(lived)} ms after starting`));
+        for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGTERM');
+        return;
+      }
+      log(`router: worker ${worker.process.pid ?? '?'} exited (${signal ?? code}); starting another`);
+      fork();
+    });
+    for (let i = 0; i < workers; i++) fork();
+  });
+
+  const live = () => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+  return {
+    port,
+    pids: () => live().flatMap((w) => (w.process.pid === undefined ? [] : [w.process.pid])),
+    close: async () => {
+      stopping = true;
+      const exits = live().map((w) => new Promise<void>((resolve) => (w.isDead() ? resolve() : w.once('exit', () => resolve()))));
+      for (const w of live()) w.process.kill('SIGTERM');
+      await Promise.all(exits);
+    },
+  };
+}
+
+/** True in a process forked by startRouterCluster. */
+export function isRouterWorker(): boolean {
+  return cluster.isWorker;
+}
+
+/**
+ * In a worker: offers `registry` to the primary's aggregation, and returns what /metrics should
+ * answer: every worker's metrics summed (a scrape lands on one worker, but must see them all).
+ */
+export function clusterMetricsSource(registry: Registry): () => Promise<string> {
+  AggregatorRegistry.setRegistries([registry]);
+  // Constructing one in a worker installs prom-client's answer to the primary's requests.
+  new AggregatorRegistry();
+  let next = 0;
+  const pending = new Map<number, { resolve(text: string): void; reject(err: Error): void; timer: NodeJS.Timeout }>();
+  process.on('message', (message: unknown) => {
+    if (!isMetricsResponse(message)) return;
+    const waiter = pending.get(message.id);
+    if (!waiter) return;
+    pending.delete(message.id);
+    clearTimeout(waiter.timer);
+    if (message.error !== undefined) waiter.reject(new Error(message.error));
+    else waiter.resolve(message.text);
+  });
+  return () =>
+    new Promise<string>((resolve, reject) => {
+      const id = next++;
+      const timer = setTimeout(() => {
+        pending.delete(id);
+        reject(new Error('the router primary did not answer for metrics'));
+      }, METRICS_TIMEOUT_MS);
+      pending.set(id, { resolve, reject, timer });
+      process.send?.({ type: METRICS_REQUEST, id } satisfies MetricsRequest);
+    });
+}

@@ -1,0 +1,89 @@
+// One replica endpoint as the router tracks it: its connection pool, the work this router has
+// in flight there, the engine's own load from its metrics, and whether it is ejected for
+// failing. Router side; the balancer reads it, the proxy and the scraper write it.
+import type { Pool } from 'undici';
+import type { Candidate } from './balancer.js';
+
+/** The load an engine reports on /metrics (vLLM or SGLang names). */
+export interface EngineLoad {
+  running: number;
+  waiting: number;
+  /** KV-cache (or token) usage, 0..1. */
+  kvUsage: number;
+}
+
+/** Consecutive failures that take an endpoint out of rotation. */
+export const EJECT_AFTER_FAILURES = 3;
+const EJECT_BASE_MS = 1000;
+const EJECT_MAX_MS = 30_000;
+/** A full KV cache means the engine is about to preempt: as bad as this many more requests. */
+const KV_WEIGHT = 4;
+
+export class Endpoint implements Candidate {
+  inflight = 0;
+  /** Requests the engine had beyond ours at the last scrape: other routers, direct clients. */
+  private foreign = 0;
+  private waiting = 0;
+  private kvUsage = 0;
+  private consecutiveFailures = 0;
+  /** Times ejected in a row without a success in between; doubles the ejection each time. */
+  private ejections = 0;
+  /** performance.now() until which the endpoint is out; 0 when in rotation. */
+  private ejectedUntil = 0;
+
+  constructor(
+    readonly url: string,
+    readonly pool: Pool,
+  ) {}
+
+  score(): number {
+    return this.inflight + this.foreign + this.waiting + KV_WEIGHT * this.kvUsage;
+  }
+
+  available(_now: number): boolean {
+    return this.ejectedUntil === 0;
+  }
+
+  get ejected(): boolean {
+    return this.ejectedUntil !== 0;
+  }
+
+  /** A request got an answer from this engine (any status but a 503 before the first byte). */
+  recordSuccess(): void {
+    this.consecutiveFailures = 0;
+    this.ejections = 0;
+    this.ejectedUntil = 0;
+  }
+
+  /** A connection error or 503 before the first byte. True when this failure ejected the endpoint. */
+  recordFailure(now: number): boolean {
+    this.consecutiveFailures++;
+    if (this.ejectedUntil !== 0 || this.consecutiveFailures < EJECT_AFTER_FAILURES) return false;
+    this.ejections++;
+    this.ejectedUntil = now + Math.min(EJECT_MAX_MS, EJECT_BASE_MS * 2 ** (this.ejections - 1));
+    return true;
+  }
+
+  /**
+   * The scraper reached the engine. An ejected endpoint comes back once its ejection time is
+   * over and a probe succeeds, on probation: one more failure ejects it again, for longer.
+   */
+  probeSucceeded(now: number, load: EngineLoad | undefined): void {
+    if (load) {
+      this.foreign = Math.max(0, load.running + load.waiting - this.inflight);
+      this.waiting = load.waiting;
+      this.kvUsage = load.kvUsage;
+    }
+    if (this.ejectedUntil !== 0 && now >= this.ejectedUntil) {
+      this.ejectedUntil = 0;
+      this.consecutiveFailures = EJECT_AFTER_FAILURES - 1;
+    }
+  }
+
+  /** The scraper could not reach the engine: its last load says nothing any more. */
+  probeFailed(): void {
+    this.foreign = 0;
+    this.waiting = 0;
+    this.kvUsage = 0;
+  }
+}

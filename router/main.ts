@@ -1,0 +1,130 @@
+// `llmgw router …`: the router as a process. Turns the command's flags and environment into
+// RouterOptions, learns routes from Temporal (or a static list), and shuts down cleanly on
+// SIGTERM/SIGINT, letting streams in flight finish for a while. Router side.
+import { z } from 'zod';
+import { DEFAULT_PORTS } from '../common/names.js';
+import { loadApiKeys } from './auth.js';
+import { clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
+import { parseAffinity, type AffinityMode } from './balancer.js';
+import { TemporalRouteSource } from './routes-temporal.js';
+import { StaticRouteSource, parseStaticRoutes, type RouteSource, type StaticRoute } from './routes.js';
+import { DEFAULT_BODY_LIMIT, startRouter, type Router } from './server.js';
+
+/** The flags of `llmgw router` as commander hands them over (strings, as typed). */
+export interface RouterFlags {
+  /** --port, default 8080. */
+  port?: string | number;
+  /** --host, default 0.0.0.0: clients reach the router from elsewhere. */
+  host?: string;
+  /** --api-keys-file: one key per line; LLMGW_API_KEYS adds more. */
+  apiKeysFile?: string;
+  /** --affinity `deployment:session|prefix,...`; defaults to LLMGW_ROUTER_AFFINITY. */
+  affinity?: string;
+  /** --static-routes `name=http://host:port,...`: serve these instead of asking Temporal. */
+  staticRoutes?: string;
+  /** --body-limit bytes, default 8 MiB. */
+  bodyLimit?: string | number;
+  /** --shutdown-grace seconds for in-flight requests on SIGTERM, default 30. */
+  shutdownGrace?: string | number;
+  /** --workers N router processes on the one port (node:cluster), default 1. */
+  workers?: string | number;
+}
+
+const Flags = z.object({
+  port: z.coerce.number().int().min(0).max(65535).default(DEFAULT_PORTS.router),
+  host: z.string().min(1).default('0.0.0.0'),
+  apiKeysFile: z.string().min(1).optional(),
+  affinity: z.string().optional(),
+  staticRoutes: z.string().optional(),
+  bodyLimit: z.coerce.number().int().min(1024).default(DEFAULT_BODY_LIMIT),
+  shutdownGrace: z.coerce.number().min(0).default(30),
+  workers: z.coerce.number().int().min(1).max(64).default(1),
+});
+
+export class RouterFlagsError extends Error {
+  override name = 'RouterFlagsError';
+}
+
+/** What runRouter started: one router, or the primary of several. */
+export interface RunningRouter {
+  port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the router and keeps it running until SIGTERM or SIGINT. Resolves once it is serving.
+ * With --workers N the primary forks N copies of this program, which come back here as workers.
+ */
+export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = process.env): Promise<RunningRouter> {
+  const parsed = Flags.safeParse(flags);
+  if (!parsed.success) {
+    throw new RouterFlagsError(parsed.error.issues.map((i) => `--${i.path.join('.').replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: ${i.message}`).join('; '));
+  }
+  const f = parsed.data;
+  const log = (line: string) => console.log(line);
+  let affinity: Map<string, AffinityMode>;
+  let staticRoutes: StaticRoute[] | undefined;
+  try {
+    affinity = parseAffinity(f.affinity ?? env.LLMGW_ROUTER_AFFINITY);
+    staticRoutes = f.staticRoutes ? parseStaticRoutes(f.staticRoutes) : undefined;
+  } catch (err) {
+    throw new RouterFlagsError((err as Error).message);
+  }
+  const apiKeys = loadApiKeys({ file: f.apiKeysFile, env });
+
+  if (f.workers > 1 && !isRouterWorker()) {
+    const routers = await startRouterCluster(f.workers, log);
+    log(`router: ${f.workers} workers listening on http://${f.host}:${routers.port} (pids ${routers.pids().join(', ')})`);
+    onStopSignal(log, f.shutdownGrace, () => routers.close());
+    return routers;
+  }
+  const worker = isRouterWorker();
+  const routerLog = worker ? (line: string) => log(`[worker ${process.pid}] ${line}`) : log;
+  let clusterMetrics: (() => Promise<string>) | undefined;
+  const source: RouteSource = staticRoutes ? new StaticRouteSource(staticRoutes) : new TemporalRouteSource({ log: routerLog });
+  const router: Router = await startRouter({
+    source,
+    port: f.port,
+    host: f.host,
+    apiKeys,
+    affinity,
+    bodyLimitBytes: f.bodyLimit,
+    processMetrics: true,
+    log: routerLog,
+    metricsText: worker ? () => (clusterMetrics as () => Promise<string>)() : undefined,
+  });
+  onStopSignal(routerLog, f.shutdownGrace, () => router.close(f.shutdownGrace * 1000));
+  if (worker) {
+    // The primary says where the routers listen; /metrics on any worker answers for all of them.
+    clusterMetrics = clusterMetricsSource(router.registry);
+    return router;
+  }
+  const health = router.health();
+  log(
+    `router: listening on http://${f.host}:${router.port} (routes from ${health.routes.source}, ${health.models} model(s) routable; ` +
+      `${apiKeys ? `${apiKeys.size} API key(s)` : 'no API keys: open to anyone who can reach it'}` +
+      `${affinity.size ? `; affinity ${[...affinity].map(([d, m]) => `${d}:${m}`).join(',')}` : ''})`,
+  );
+  return router;
+}
+
+function onStopSignal(log: (line: string) => void, graceS: number, close: () => Promise<void>): void {
+  let stopping = false;
+  const stop = (signal: string) => () => {
+    if (stopping) return;
+    stopping = true;
+    log(`router: ${signal}, finishing in-flight requests (up to ${graceS} s)`);
+    void close().then(
+      () => {
+        log('router: stopped');
+        process.exit(0);
+      },
+      (err: unknown) => {
+        console.error(`router: error while stopping: ${(err as Error).message}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', stop('SIGTERM'));
+  process.once('SIGINT', stop('SIGINT'));
+}

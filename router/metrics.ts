@@ -1,0 +1,148 @@
+// The router's Prometheus metrics (prom-client, one registry per router so that several routers
+// in one process do not collide): requests by model and status, latency and time to first
+// token, in-flight per replica, upstream errors, retries and ejections. Router side.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** What the in-flight gauge reads at scrape time, so the hot path only bumps a number. */
+export interface InflightView {
+  url: string;
+  inflight: number;
+  ejected: boolean;
+}
+
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900];
+const TTFT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+export class RouterMetrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'model' | 'status'>;
+  private readonly latency: Histogram<'model'>;
+  private readonly ttft: Histogram<'model'>;
+  private readonly upstreamErrors: Counter<'endpoint' | 'reason'>;
+  private readonly retries: Counter<'reason'>;
+  private readonly ejections: Counter<'endpoint'>;
+  readonly routeSourceUp: Gauge;
+
+  constructor(endpoints: () => Iterable<InflightView>, options: { processMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    this.requests = new Counter({
+      name: 'llmgw_router_requests_total',
+      help: 'Requests answered, by model and HTTP status (a stream cut by its engine counts as 502).',
+      labelNames: ['model', 'status'],
+      registers,
+    });
+    this.latency = new Histogram({
+      name: 'llmgw_router_request_duration_seconds',
+      help: 'Time from the whole request having reached the router to the last byte of its answer.',
+      labelNames: ['model'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.ttft = new Histogram({
+      name: 'llmgw_router_time_to_first_token_seconds',
+      help: "Streaming requests: time from the whole request having reached the router to the engine's first body bytes.",
+      labelNames: ['model'],
+      buckets: TTFT_BUCKETS,
+      registers,
+    });
+    this.upstreamErrors = new Counter({
+      name: 'llmgw_router_upstream_errors_total',
+      help: 'Failures talking to an engine, by endpoint and reason.',
+      labelNames: ['endpoint', 'reason'],
+      registers,
+    });
+    this.retries = new Counter({
+      name: 'llmgw_router_retries_total',
+      help: 'Requests sent again to another replica before their first byte, by the reason of the failure.',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.ejections = new Counter({
+      name: 'llmgw_router_ejections_total',
+      help: 'Times an endpoint was taken out of rotation for failing.',
+      labelNames: ['endpoint'],
+      registers,
+    });
+    new Gauge({
+      name: 'llmgw_router_inflight_requests',
+      help: 'Requests this router has in flight, by replica endpoint.',
+      labelNames: ['endpoint'],
+      registers,
+      collect() {
+        this.reset();
+        for (const e of endpoints()) this.set({ endpoint: e.url }, e.inflight);
+      },
+    });
+    new Gauge({
+      name: 'llmgw_router_endpoint_ejected',
+      help: '1 while an endpoint is out of rotation for failing.',
+      labelNames: ['endpoint'],
+      registers,
+      // With several router processes: out of rotation in any of them.
+      aggregator: 'max',
+      collect() {
+        this.reset();
+        for (const e of endpoints()) this.set({ endpoint: e.url }, e.ejected ? 1 : 0);
+      },
+    });
+    this.routeSourceUp = new Gauge({
+      name: 'llmgw_router_route_source_up',
+      help: '1 while the route source (Temporal) answers; 0 while the router serves its last table.',
+      registers,
+      aggregator: 'min',
+    });
+    if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llmgw_router_' });
+  }
+
+  forModel(model: string): ModelMetrics {
+    return new ModelMetrics(this.requests, this.latency.labels(model), this.ttft.labels(model), model);
+  }
+
+  upstreamError(endpoint: string, reason: string): void {
+    this.upstreamErrors.inc({ endpoint, reason });
+  }
+
+  retry(reason: string): void {
+    this.retries.inc({ reason });
+  }
+
+  ejected(endpoint: string): void {
+    this.ejections.inc({ endpoint });
+  }
+}
+
+type CounterChild = ReturnType<Counter<'model' | 'status'>['labels']>;
+type HistogramChild = ReturnType<Histogram<'model'>['labels']>;
+
+/** One model's children, looked up once, so recording a request hashes no label set. */
+export class ModelMetrics {
+  private readonly byStatus = new Map<number, CounterChild>();
+
+  constructor(
+    private readonly requests: Counter<'model' | 'status'>,
+    private readonly latency: HistogramChild,
+    private readonly ttft: HistogramChild,
+    private readonly model: string,
+  ) {}
+
+  record(status: number, seconds: number, ttftSeconds: number | undefined): void {
+    let child = this.byStatus.get(status);
+    if (child === undefined) {
+      child = this.requests.labels(this.model, String(status));
+      this.byStatus.set(status, child);
+    }
+    child.inc();
+    this.latency.observe(seconds);
+    if (ttftSeconds !== undefined) this.ttft.observe(ttftSeconds);
+  }
+
+  /** A request refused before it reached a replica: counted, not timed. */
+  refused(status: number): void {
+    let child = this.byStatus.get(status);
+    if (child === undefined) {
+      child = this.requests.labels(this.model, String(status));
+      this.byStatus.set(status, child);
+    }
+    child.inc();
+  }
+}

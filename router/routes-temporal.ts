@@ -1,0 +1,135 @@
+// Routes learned from Temporal: every running `replica` workflow's `route` memo and LlmgwState,
+// read from visibility. Router side; the replica workflow is the writer.
+//
+// Why polling visibility, and not signals or queries to each replica:
+// - One List call per poll covers every deployment (paged), so the cost is flat in the number
+//   of deployments and replicas, and nothing is asked of the workflows themselves: querying
+//   hundreds of replicas each poll would wake each one's worker, and pushing to routers would
+//   make every replica know about every router.
+// - The memo and search attributes are written in the same workflow task as the phase change,
+//   so they land together in one visibility record; the dev server and clusters with advanced
+//   visibility show them within a fraction of a second. A 500 ms poll then keeps "Ready is
+//   routable within 1 s" and "Draining gets nothing new within 1 s".
+// - Visibility is eventually consistent, and the router must survive Temporal being down, so a
+//   failed poll keeps the last table (RouteRefresher) rather than emptying it.
+import { Client, Connection } from '@temporalio/client';
+import { z } from 'zod';
+import { WorkflowType } from '../common/names.js';
+import type { ReplicaPhase } from '../common/replica-types.js';
+import { SA } from '../common/search-attributes.js';
+import { llmgwDataConverter, temporalConfig } from '../temporal/connection.js';
+import { isRoutable, type RouteEntry, type RouteSource } from './routes.js';
+
+const PHASES = ['Pending', 'Placing', 'Unschedulable', 'Starting', 'Loading', 'Ready', 'Unknown', 'Draining', 'Stopped', 'Failed'] as const satisfies readonly ReplicaPhase[];
+const Phase = z.enum(PHASES);
+
+/** The `route` memo a replica workflow publishes (common/replica-types.ts RouteMemo). */
+const RouteMemo = z.object({
+  deployment: z.string().min(1),
+  servedName: z.string().min(1),
+  endpoint: z.string(),
+  phase: Phase,
+  replicaId: z.string(),
+});
+
+export const REPLICA_ROUTES_QUERY = `WorkflowType = '${WorkflowType.replica}' AND ExecutionStatus = 'Running'`;
+const POLL_DEADLINE_MS = 3000;
+const CONNECT_TIMEOUT = '2 seconds';
+const PAGE_SIZE = 1000;
+
+/**
+ * connectClient()'s settings (TEMPORAL_ADDRESS, namespace, TLS, API key, our data converter)
+ * with a short connect timeout: during an outage every poll reconnects, and a blackholed
+ * address must not hold a poll for the default ten seconds.
+ */
+export async function connectRoutesClient(): Promise<Client> {
+  const { connectionOptions, namespace } = temporalConfig();
+  const connection = await Connection.connect({ ...connectionOptions, connectTimeout: CONNECT_TIMEOUT });
+  return new Client({ connection, namespace, dataConverter: llmgwDataConverter() });
+}
+
+export interface TemporalRouteSourceOptions {
+  /** Defaults to connectRoutesClient() (TEMPORAL_ADDRESS etc.). Called again after any failed poll. */
+  connect?: () => Promise<Client>;
+  /** For /health; defaults to the configured address and namespace. */
+  description?: string;
+  log?: (line: string) => void;
+}
+
+/**
+ * A RouteSource over Temporal visibility. Connecting is lazy and retried on every poll, so a
+ * router started while Temporal is down comes up (serving 404/503) and finds its routes later.
+ */
+export class TemporalRouteSource implements RouteSource {
+  readonly description: string;
+  private client: Client | undefined;
+  private connecting: Promise<Client> | undefined;
+  private readonly warned = new Set<string>();
+
+  constructor(private readonly options: TemporalRouteSourceOptions = {}) {
+    if (options.description) this.description = options.description;
+    else {
+      const { address, namespace } = temporalConfig();
+      this.description = `temporal ${address}/${namespace}`;
+    }
+  }
+
+  async fetch(): Promise<RouteEntry[]> {
+    const client = await this.ensureClient();
+    try {
+      return await client.connection.withDeadline(Date.now() + POLL_DEADLINE_MS, async () => {
+        const entries: RouteEntry[] = [];
+        for await (const execution of client.workflow.list({ query: REPLICA_ROUTES_QUERY, pageSize: PAGE_SIZE })) {
+          const entry = this.toEntry(execution.workflowId, execution.memo?.route, execution.typedSearchAttributes.get(SA.state));
+          if (entry) entries.push(entry);
+        }
+        return entries;
+      });
+    } catch (err) {
+      // A fresh connection on the next poll: gRPC's own reconnect backs off for up to two
+      // minutes, which would leave the router on a stale table long after Temporal is back.
+      if (this.client === client) this.client = undefined;
+      void client.connection.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    await client?.connection.close();
+  }
+
+  private async ensureClient(): Promise<Client> {
+    if (this.client) return this.client;
+    this.connecting ??= (this.options.connect ?? connectRoutesClient)().finally(() => {
+      this.connecting = undefined;
+    });
+    this.client = await this.connecting;
+    return this.client;
+  }
+
+  /**
+   * One replica's route, or undefined when its memo is missing (a replica that has not published
+   * yet) or malformed (said once per replica, not every poll).
+   */
+  private toEntry(workflowId: string, memo: unknown, state: string | undefined): RouteEntry | undefined {
+    if (memo === undefined) return undefined;
+    const parsed = RouteMemo.safeParse(memo);
+    if (!parsed.success) {
+      if (!this.warned.has(workflowId)) {
+        this.warned.add(workflowId);
+        const issue = parsed.error.issues[0];
+        this.options.log?.(`router: ignoring ${workflowId}: route memo ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid'}`);
+      }
+      return undefined;
+    }
+    const route = parsed.data;
+    // Both are written in the same workflow task, so they should agree; if they ever do not,
+    // the one that says "not routable" wins, because sending a request to a draining replica
+    // is worse than waiting one more poll for a ready one.
+    const saPhase = Phase.safeParse(state);
+    const phase: ReplicaPhase = saPhase.success && !isRoutable(saPhase.data) ? saPhase.data : route.phase;
+    return { deployment: route.deployment, servedName: route.servedName, endpoint: route.endpoint.replace(/\/$/, ''), phase, replicaId: route.replicaId || workflowId };
+  }
+}

@@ -1,0 +1,66 @@
+// The router's connections to engines: one undici Pool per replica endpoint, kept alive a
+// little less than the engines keep idle connections (uvicorn closes them after 5 s), with a
+// connect timeout but no headers or body timeout, because a long generation must never be cut.
+// Also names the ways talking to an engine fails. Router side.
+import { Pool } from 'undici';
+
+export interface UpstreamOptions {
+  /** How long a connection attempt may take before the request goes to another replica. */
+  connectTimeoutMs: number;
+  /** Idle keep-alive; below the engines' own 5 s so that we, not they, close idle sockets. */
+  keepAliveMs: number;
+}
+
+export const DEFAULT_UPSTREAM: UpstreamOptions = { connectTimeoutMs: 3000, keepAliveMs: 4000 };
+
+export function createUpstreamPool(url: string, options: UpstreamOptions): Pool {
+  return new Pool(url, {
+    // No cap: a request queued inside the router is hidden from the engine's scheduler and its
+    // metrics; the engine's own queue is the one that should hold it.
+    connections: null,
+    pipelining: 1,
+    connect: { timeout: options.connectTimeoutMs, noDelay: true },
+    keepAliveTimeout: options.keepAliveMs,
+    keepAliveMaxTimeout: options.keepAliveMs,
+    // A non-streaming answer sends its headers only when the whole generation is done.
+    headersTimeout: 0,
+    bodyTimeout: 0,
+  });
+}
+
+export type UpstreamFailure =
+  | 'connect_refused'
+  | 'connect_timeout'
+  | 'connection_reset'
+  | 'status_503'
+  | 'mid_stream'
+  | 'endpoint_closed'
+  | 'other';
+
+/** The reason label for an error undici reported before any response byte. */
+export function classifyUpstreamError(err: unknown): UpstreamFailure {
+  const code = typeof err === 'object' && err !== null ? (err as { code?: unknown }).code : undefined;
+  switch (code) {
+    case 'ECONNREFUSED':
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return 'connect_refused';
+    case 'UND_ERR_CONNECT_TIMEOUT':
+    case 'ETIMEDOUT':
+      return 'connect_timeout';
+    case 'ECONNRESET':
+    case 'EPIPE':
+    case 'UND_ERR_SOCKET':
+      return 'connection_reset';
+    case 'UND_ERR_CLOSED':
+    case 'UND_ERR_DESTROYED':
+      return 'endpoint_closed';
+    default:
+      return 'other';
+  }
+}
+
+/** Headers the router sends engines: the client's own (its API key above all) stay with the router. */
+export const UPSTREAM_HEADERS: string[] = ['content-type', 'application/json'];

@@ -1,0 +1,255 @@
+// The `deployModel` workflow (deployment/<name>): the controller of one deployment. It
+// validates the request against the catalog, keeps the desired number of `replica`
+// children (ids never reused), replaces failed ones with backoff, scales, and drains
+// everything on undeploy.
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  allHandlersFinished,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  log,
+  ParentClosePolicy,
+  proxyActivities,
+  setCurrentDetails,
+  setHandler,
+  startChild,
+  upsertMemo,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { ControlActivities } from '../../activities/index.js';
+import { CONTROL_TASK_QUEUE, replicaWorkflowId } from '../../common/names.js';
+import { FailureType } from '../../common/failures.js';
+import { SA } from '../../common/search-attributes.js';
+import type { DeployModelInput, DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaInput, ReplicaView } from '../../common/replica-types.js';
+import { deploymentStatusQuery, replicaStatusSignal, scaleUpdate, stopReplicaSignal, undeployUpdate } from '../definitions.js';
+import { DEPLOYMENT_NAME, DeployModelInputSchema, describeIssues } from './input.js';
+import type { replica } from '../replica/workflow.js';
+
+const HISTORY_LIMIT = 5_000;
+const FAILURE_WINDOW_MS = 10 * 60_000;
+
+interface DeploymentState {
+  name: string;
+  model: string;
+  snapshot: ProfileSnapshot;
+  desired: number;
+  maxReplicas: number;
+  drainGraceSeconds: number;
+  nextSeq: number;
+  replicas: Record<string, ReplicaView & { stopping: boolean }>;
+  failureTimes: string[];
+  undeploying: boolean;
+  labels: Record<string, string>;
+}
+
+const control = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '1 minute',
+  retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile, FailureType.UnknownGpuClass, FailureType.InvalidInput] },
+});
+
+export async function deployModel(rawInput: DeployModelInput): Promise<DeploymentView> {
+  const parsed = DeployModelInputSchema.safeParse(rawInput);
+  if (!parsed.success) throw ApplicationFailure.nonRetryable(`invalid deployModel input: ${describeIssues(parsed.error)}`, FailureType.InvalidInput);
+  const input = parsed.data;
+  const idName = workflowInfo().workflowId.replace(/^deployment\//, '');
+  const name = input.name ?? idName;
+  if (!DEPLOYMENT_NAME.test(name)) throw ApplicationFailure.nonRetryable(`deployment name "${name}" is not valid: lowercase letters, digits, ".", "_" or "-"`, FailureType.InvalidInput);
+  if (workflowInfo().workflowId !== `deployment/${name}`) {
+    throw ApplicationFailure.nonRetryable(`a deployment named "${name}" must run as workflow id deployment/${name}, not ${workflowInfo().workflowId}`, FailureType.InvalidInput);
+  }
+
+  let state = input.carried as DeploymentState | undefined;
+  // The status query answers from the start, so a deployment that is still being
+  // checked against the catalog says so instead of "no such query".
+  setHandler(deploymentStatusQuery, (): DeploymentView => ({
+    name,
+    model: input.model,
+    profile: input.profile ?? '',
+    servedName: '',
+    phase: 'Validating',
+    desired: input.replicas,
+    ready: 0,
+    replicas: [],
+    reason: 'checking the request against the catalog and the fleet',
+  }));
+  if (!state) {
+    let resolved: Awaited<ReturnType<ControlActivities['resolveDeployment']>>;
+    try {
+      resolved = await control.resolveDeployment({ model: input.model, profile: input.profile, gpuClass: input.gpuClass });
+    } catch (error) {
+      // Name the problem and the valid choices, holding nothing.
+      const cause = error instanceof ActivityFailure ? error.cause : error;
+      if (cause instanceof ApplicationFailure) throw ApplicationFailure.nonRetryable(cause.message, cause.type);
+      throw error;
+    }
+    if (input.replicas > resolved.maxReplicas) {
+      throw ApplicationFailure.nonRetryable(`replicas ${input.replicas} is over the maximum of ${resolved.maxReplicas} (catalog defaults.maxReplicas)`, FailureType.InvalidInput);
+    }
+    state = {
+      name,
+      model: input.model,
+      snapshot: resolved.snapshot,
+      desired: input.replicas,
+      maxReplicas: resolved.maxReplicas,
+      drainGraceSeconds: resolved.drainGraceSeconds,
+      nextSeq: 1,
+      replicas: {},
+      failureTimes: [],
+      undeploying: false,
+      labels: input.labels ?? {},
+    };
+  }
+  const s: DeploymentState = state;
+  let dirty = true;
+
+  const active = (): (ReplicaView & { stopping: boolean })[] => Object.values(s.replicas).filter((r) => r.phase !== 'Stopped' && r.phase !== 'Failed');
+  const phase = (): DeploymentPhase => {
+    if (s.undeploying) return active().length ? 'Undeploying' : 'Undeployed';
+    const ready = active().filter((r) => r.phase === 'Ready' && !r.stopping).length;
+    if (ready === s.desired && active().length === s.desired) return 'Ready';
+    if (Object.values(s.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown')) return 'Degraded';
+    return 'Progressing';
+  };
+  const view = (): DeploymentView => ({
+    name: s.name,
+    model: s.model,
+    profile: s.snapshot.profile,
+    servedName: s.snapshot.servedName,
+    phase: phase(),
+    desired: s.desired,
+    ready: active().filter((r) => r.phase === 'Ready').length,
+    replicas: Object.values(s.replicas).sort((a, b) => a.seq - b.seq),
+    reason: reasonOf(s),
+  });
+
+  setHandler(replicaStatusSignal, (replicaView) => {
+    const previous = s.replicas[replicaView.replicaId];
+    if (!previous) return; // a replica of an older deployment with this name
+    s.replicas[replicaView.replicaId] = { ...replicaView, stopping: previous.stopping };
+    if (replicaView.phase === 'Failed' && previous.phase !== 'Failed') s.failureTimes.push(new Date().toISOString());
+    dirty = true;
+  });
+  setHandler(
+    scaleUpdate,
+    (replicas) => {
+      s.desired = replicas;
+      dirty = true;
+      return view();
+    },
+    {
+      validator: (replicas) => {
+        if (!Number.isInteger(replicas) || replicas < 0 || replicas > s.maxReplicas) throw new Error(`replicas must be a whole number from 0 to ${s.maxReplicas}, got ${replicas}`);
+        if (s.undeploying) throw new Error(`deployment ${s.name} is being undeployed`);
+      },
+    },
+  );
+  setHandler(undeployUpdate, () => {
+    s.undeploying = true;
+    s.desired = 0;
+    dirty = true;
+    return view();
+  });
+  setHandler(deploymentStatusQuery, view);
+
+  const publish = (): void => {
+    upsertSearchAttributes([
+      { key: SA.deployment, value: s.name },
+      { key: SA.model, value: s.model },
+      { key: SA.state, value: phase() },
+      { key: SA.gpuClass, value: s.snapshot.gpuClass },
+    ]);
+    upsertMemo({ deployment: { name: s.name, model: s.model, profile: s.snapshot.profile, desired: s.desired } });
+    setCurrentDetails(deploymentDetails(view()));
+  };
+
+  for (;;) {
+    dirty = false;
+    // Forget finished replicas once they are reported, keeping the last few failures visible.
+    const finished = Object.values(s.replicas).filter((r) => r.phase === 'Stopped' || r.phase === 'Failed');
+    for (const r of finished.slice(0, Math.max(0, finished.length - 5))) delete s.replicas[r.replicaId];
+    s.failureTimes = s.failureTimes.filter((t) => Date.now() - Date.parse(t) < FAILURE_WINDOW_MS);
+
+    const serving = active().filter((r) => !r.stopping);
+    let waitMs: number | undefined;
+    if (serving.length < s.desired) {
+      const delay = replacementDelayMs(s.failureTimes);
+      if (delay > 0) {
+        waitMs = delay;
+        log.info(`replacing failed replicas in ${Math.round(delay / 1000)} s (${s.failureTimes.length} failures in the last 10 min)`);
+      } else {
+        for (let i = serving.length; i < s.desired; i++) await startReplica(s);
+      }
+    } else if (serving.length > s.desired) {
+      // Drain the least useful first: not Ready before Ready, then the newest.
+      const victims = [...serving].sort((a, b) => Number(a.phase === 'Ready') - Number(b.phase === 'Ready') || b.seq - a.seq).slice(0, serving.length - s.desired);
+      for (const victim of victims) {
+        victim.stopping = true;
+        await getExternalWorkflowHandle(victim.replicaId)
+          .signal(stopReplicaSignal, { reason: s.undeploying ? 'undeploy' : `scaled to ${s.desired}` })
+          .catch(() => undefined);
+      }
+    }
+    publish();
+    if (s.undeploying && !active().length) break;
+    if (workflowInfo().continueAsNewSuggested || workflowInfo().historyLength > HISTORY_LIMIT) {
+      await condition(allHandlersFinished);
+      await continueAsNew<typeof deployModel>({ ...input, carried: s });
+    }
+    if (waitMs === undefined) await condition(() => dirty);
+    else await condition(() => dirty, waitMs);
+  }
+  await condition(allHandlersFinished);
+  return view();
+}
+
+async function startReplica(s: DeploymentState): Promise<void> {
+  const seq = s.nextSeq++;
+  const replicaId = replicaWorkflowId(s.name, seq);
+  const input: ReplicaInput = {
+    deployment: s.name,
+    seq,
+    profile: s.snapshot,
+    deploymentWorkflowId: workflowInfo().workflowId,
+    drainGraceSeconds: s.drainGraceSeconds,
+    labels: s.labels,
+  };
+  s.replicas[replicaId] = { replicaId, seq, phase: 'Pending', reason: 'starting', nodes: [], gpus: [], endpoint: '', shards: [], placements: 0, restarts: 0, since: new Date().toISOString(), stopping: false };
+  // Abandon, not terminate: killing a deployment workflow must never orphan running
+  // engines; replicas drain only when asked to.
+  await startChild<typeof replica>('replica', {
+    workflowId: replicaId,
+    taskQueue: CONTROL_TASK_QUEUE,
+    args: [input],
+    parentClosePolicy: ParentClosePolicy.ABANDON,
+    staticSummary: `${s.name} replica ${seq}: ${s.snapshot.model} (${s.snapshot.profile})`,
+  });
+}
+
+/** Failed replicas are replaced at once, then with growing delays if they keep failing. */
+function replacementDelayMs(failureTimes: string[]): number {
+  if (failureTimes.length < 2) return 0;
+  const last = Date.parse(failureTimes[failureTimes.length - 1]!);
+  const delay = Math.min(120_000, 5_000 * 2 ** (failureTimes.length - 2));
+  return Math.max(0, last + delay - Date.now());
+}
+
+function reasonOf(s: DeploymentState): string {
+  const stuck = Object.values(s.replicas).find((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown');
+  return stuck ? `${stuck.replicaId} ${stuck.phase}: ${stuck.reason}` : '';
+}
+
+function deploymentDetails(view: DeploymentView): string {
+  const lines = [
+    `**${view.name}** — **${view.phase}**: ${view.ready}/${view.desired} replicas Ready`,
+    '',
+    `${view.model} · profile ${view.profile} · served as \`${view.servedName}\``,
+    '',
+    '| replica | state | nodes | GPUs | endpoint | reason |',
+    '| --- | --- | --- | --- | --- | --- |',
+  ];
+  for (const r of view.replicas) lines.push(`| ${r.seq} | ${r.phase} | ${r.nodes.join(', ') || '—'} | ${r.gpus.join(' ') || '—'} | ${r.endpoint || '—'} | ${r.reason.replace(/\|/g, '/')} |`);
+  return lines.join('\n');
+}
