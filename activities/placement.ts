@@ -108,10 +108,29 @@ async function listCandidates(client: Client, request: PlaceRequest): Promise<Ca
     const free = Array.isArray(freeValue) && typeof freeValue[0] === 'number' ? freeValue[0] : 0;
     candidates.push({ nodeId, free, siblings: siblings.get(nodeId) ?? 0 });
   }
+  // Search attributes lag a moment behind reservations; for a fleet of modest size, ask
+  // the nodes themselves (a query each) what they hold, so that a replica placed a
+  // moment ago already counts for spreading and packing.
+  if (candidates.length <= 64) {
+    await Promise.all(
+      candidates.map(async (candidate) => {
+        const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery).catch(() => undefined);
+        if (!view) return;
+        candidate.free = view.freeGpus.length;
+        candidate.siblings = new Set(view.allocations.filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId).map((a) => a.replicaId)).size;
+      }),
+    );
+  }
   const fits = (c: Candidate): number => (c.free >= request.gpusPerNode ? 0 : 1);
+  // Replicas of one deployment are placed at the same time, before the attributes show
+  // each other: rotating the tie-break by the replica's sequence number sends them to
+  // different nodes even then.
+  const seq = Number(/\/(\d+)$/.exec(request.replicaId)?.[1] ?? 0);
+  const byId = [...candidates].sort((a, b) => a.nodeId.localeCompare(b.nodeId));
+  const rotation = (c: Candidate): number => (byId.indexOf(c) - seq + byId.length * 1000) % byId.length;
   // Nodes that (by the slightly stale attributes) cannot fit still come last rather than
   // not at all: the reserve is the truth.
-  return candidates.sort((a, b) => fits(a) - fits(b) || a.siblings - b.siblings || a.free - b.free || a.nodeId.localeCompare(b.nodeId));
+  return candidates.sort((a, b) => fits(a) - fits(b) || a.siblings - b.siblings || a.free - b.free || rotation(a) - rotation(b));
 }
 
 type Reserve = (nodeId: string, request: PlaceRequest, rank: number) => Promise<ReserveResult>;

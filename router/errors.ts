@@ -14,7 +14,8 @@ export type RouterErrorKind =
   | 'unknown_path'
   | 'method_not_allowed'
   | 'upstream_unavailable'
-  | 'upstream_failed';
+  | 'upstream_failed'
+  | 'internal';
 
 interface ErrorShape {
   status: number;
@@ -45,6 +46,8 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
       return { status: 503, type: 'service_unavailable_error', code: 'upstream_unavailable', param: null };
     case 'upstream_failed':
       return { status: 502, type: 'server_error', code: 'upstream_error', param: null };
+    case 'internal':
+      return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }
 }
 

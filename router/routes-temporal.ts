@@ -18,7 +18,7 @@ import { WorkflowType } from '../common/names.js';
 import type { ReplicaPhase } from '../common/replica-types.js';
 import { SA } from '../common/search-attributes.js';
 import { llmgwDataConverter, temporalConfig } from '../temporal/connection.js';
-import { isRoutable, type RouteEntry, type RouteSource } from './routes.js';
+import { isEndpointUrl, isRoutable, type RouteEntry, type RouteSource } from './routes.js';
 
 const PHASES = ['Pending', 'Placing', 'Unschedulable', 'Starting', 'Loading', 'Ready', 'Unknown', 'Draining', 'Stopped', 'Failed'] as const satisfies readonly ReplicaPhase[];
 const Phase = z.enum(PHASES);
@@ -125,6 +125,10 @@ export class TemporalRouteSource implements RouteSource {
       return undefined;
     }
     const route = parsed.data;
+    if (route.endpoint !== '' && !isEndpointUrl(route.endpoint.replace(/\/$/, '')) && !this.warned.has(workflowId)) {
+      this.warned.add(workflowId);
+      this.options.log?.(`router: ${workflowId} publishes an endpoint the router cannot use: "${route.endpoint}"`);
+    }
     // Both are written in the same workflow task, so they should agree; if they ever do not,
     // the one that says "not routable" wins, because sending a request to a draining replica
     // is worse than waiting one more poll for a ready one.

@@ -26,6 +26,16 @@ export function isRoutable(phase: ReplicaPhase): boolean {
   return ROUTABLE_PHASES.includes(phase);
 }
 
+/** An endpoint the router can open a pool to: http(s)://host:port with no path. */
+export function isEndpointUrl(endpoint: string): boolean {
+  try {
+    const url = new URL(endpoint);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && (url.pathname === '/' || url.pathname === '') && url.search === '';
+  } catch {
+    return false;
+  }
+}
+
 export interface StaticRoute {
   servedName: string;
   endpoint: string;
@@ -102,7 +112,8 @@ export function buildModelRoutes(entries: readonly RouteEntry[]): Map<string, Mo
       byName.set(entry.servedName, route);
     }
     if (!route.deployments.includes(entry.deployment)) route.deployments.push(entry.deployment);
-    if (entry.endpoint !== '' && isRoutable(entry.phase) && !route.endpoints.includes(entry.endpoint)) {
+    // A malformed endpoint keeps its replica out of rotation without holding up the rest.
+    if (entry.endpoint !== '' && isRoutable(entry.phase) && !route.endpoints.includes(entry.endpoint) && isEndpointUrl(entry.endpoint)) {
       route.endpoints.push(entry.endpoint);
     }
   }

@@ -95,7 +95,17 @@ function onBodyData(this: RouterRequest, chunk: Buffer): void {
 function onBodyEnd(this: RouterRequest): void {
   if (this.refused) return;
   const body = this.rest ? Buffer.concat(this.rest, this.size) : (this.first ?? Buffer.alloc(0));
-  (this.core as RouterCore).route(this, this.routerRes as ExchangeResponse, body);
+  const res = this.routerRes as ExchangeResponse;
+  try {
+    (this.core as RouterCore).route(this, res, body);
+  } catch (err) {
+    internalError(res, err);
+  }
+}
+
+/** A bug must cost one request, not the process and every stream it carries. */
+function internalError(res: ServerResponse, err: unknown): void {
+  sendError(res, 'internal', `internal router error: ${(err as Error).message}`);
 }
 
 class RouterCore {
@@ -162,7 +172,7 @@ class RouterCore {
             res.writeHead(200, { 'content-type': this.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
             res.end(text);
           },
-          (err: unknown) => sendError(res, 'upstream_failed', `metrics: ${(err as Error).message}`),
+          (err: unknown) => sendError(res, 'internal', `metrics: ${(err as Error).message}`),
         );
         return;
       default:
@@ -291,7 +301,13 @@ export async function startRouter(options: RouterOptions): Promise<Router> {
       requestTimeout: 300_000,
       headersTimeout: 60_000,
     },
-    (req, res) => core.handle(req, res),
+    (req, res) => {
+      try {
+        core.handle(req, res);
+      } catch (err) {
+        internalError(res, err);
+      }
+    },
   );
   server.on('clientError', (_err, socket) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');

@@ -199,6 +199,8 @@ describe('route table', () => {
       entry({ endpoint: 'http://c:1', phase: 'Draining', replicaId: 'replica/d/3' }),
       entry({ endpoint: 'http://u:1', phase: 'Unknown', replicaId: 'replica/d/4' }),
       entry({ deployment: 'other', servedName: 'o', endpoint: '', phase: 'Loading' }),
+      entry({ endpoint: 'http://::1:8000', replicaId: 'replica/d/5' }),
+      entry({ endpoint: 'http://e:1/v1', replicaId: 'replica/d/6' }),
     ]);
     expect(routes.get('m')?.endpoints).toEqual(['http://a:1', 'http://b:1', 'http://u:1']);
     expect(routes.get('d')).toBe(routes.get('m'));

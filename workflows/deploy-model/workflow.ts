@@ -46,7 +46,8 @@ interface DeploymentState {
 }
 
 const control = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '1 minute',
+  // Control activities are quick; a short timeout lets a killed worker's work move on fast.
+  startToCloseTimeout: '20 seconds',
   retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile, FailureType.UnknownGpuClass, FailureType.InvalidInput] },
 });
 

@@ -58,7 +58,8 @@ type Event = { kind: 'shard'; status: ShardStatus } | { kind: 'node'; status: No
 type Outcome = { kind: 'stop' } | { kind: 'restart'; reason: string } | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean };
 
 const control = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '1 minute',
+  // Control activities are quick; a short timeout lets a killed worker's work move on fast.
+  startToCloseTimeout: '20 seconds',
   retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile] },
 });
 
