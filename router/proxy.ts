@@ -108,14 +108,15 @@ export class Exchange implements Dispatcher.DispatchHandler {
     this.sse = type.startsWith('text/event-stream');
     const res = this.res;
     if (this.sse) {
-      res.writeHead(statusCode, ['content-type', type, 'cache-control', 'no-cache', 'x-accel-buffering', 'no']);
+      // x-llmgw-endpoint says which engine answered: what an operator asks first when one misbehaves.
+      res.writeHead(statusCode, ['content-type', type, 'cache-control', 'no-cache', 'x-accel-buffering', 'no', 'x-llmgw-endpoint', (this.endpoint as Endpoint).url]);
       // The first chunk usually arrives with the headers and carries them out in one write; if
       // it does not (a long prefill), the client still learns at once that its stream started.
       queueMicrotask(() => {
         if (!res.headersSent && !res.destroyed) res.flushHeaders();
       });
     } else {
-      const out = ['content-type', type];
+      const out = ['content-type', type, 'x-llmgw-endpoint', (this.endpoint as Endpoint).url];
       if (typeof contentLength === 'string') out.push('content-length', contentLength);
       // Engines do not compress by default; if one does, the client must be told how.
       const encoding = headers['content-encoding'];

@@ -11,7 +11,8 @@ import { ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure } from '@temporalio/common';
 import { create } from '@bufbuild/protobuf';
 import { Engine, StopShardSchema, WaitHealthySchema, type RunningShard, type ShardStatus, type StopShardResult } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { describeNodeQuery, reserveUpdate } from '../../workflows/definitions.js';
+import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../../workflows/definitions.js';
+import { recordHistory } from '../helpers/histories.js';
 import type { NodeView, ReserveResult } from '../../common/node-types.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { findFreePort } from '../../common/ports.js';
@@ -99,6 +100,17 @@ describe('agent and node workflow', () => {
     const view = await nodeView(nodeId);
     expect(view.phase).toBe('Ready');
     expect(view.freeGpus).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+
+  it('records a node workflow through registration, reserves, release and its agent dying (history replayed in CI)', async () => {
+    const nodeId = uniqueId('history');
+    const agent = await startAgent(nodeId);
+    const handle = client.workflow.getHandle(`node/${nodeId}`);
+    await handle.executeUpdate(reserveUpdate, { args: [{ shardId: 'h.1.r0.a1', replicaId: 'replica/h/1', count: 2 }] });
+    await handle.executeUpdate(releaseUpdate, { args: [{ shardId: 'h.1.r0.a1' }] });
+    await agent.proc.kill9();
+    await eventually('NotReady', async () => (await nodeView(nodeId)).phase === 'NotReady', 15_000);
+    recordHistory(`node/${nodeId}`, 'node-register-reserve-release-notready');
   });
 
   it('starts a fake engine with exactly its GPUs, waits for health after the load time, and starts nothing on a second identical startShard', async () => {

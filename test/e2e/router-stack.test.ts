@@ -1,0 +1,176 @@
+// The router in front of real replicas, under steady load from a client: scaling down
+// drains without a failed request, a killed engine costs only its in-flight requests,
+// and a 30-second Temporal outage costs nothing. Runs on a dev server of its own, since
+// it stops that server.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { request } from 'undici';
+import { Client, Connection } from '@temporalio/client';
+import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import { findFreePort } from '../../common/ports.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { deploymentStatusQuery } from '../../workflows/definitions.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import { E2E_CATALOG, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnLlmgw, stopAll } from '../helpers/processes.js';
+import { uniqueId } from '../helpers/temporal.js';
+
+let server: DevServer;
+let port: number;
+let dbFile: string;
+let routerUrl: string;
+let env: Record<string, string>;
+const nodeIds = [uniqueId('route-a'), uniqueId('route-b')];
+const name = uniqueId('route');
+
+interface Sample {
+  start: number;
+  end: number;
+  ok: boolean;
+  endpoint: string;
+  error: string;
+}
+
+function status(): Promise<DeploymentView> {
+  return Connection.connect({ address: `127.0.0.1:${port}` }).then(async (connection) => {
+    try {
+      return await new Client({ connection, dataConverter: llmgwDataConverter() }).workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+    } finally {
+      await connection.close();
+    }
+  });
+}
+
+/** Steady load: `concurrency` clients alternating plain and streamed chat requests. */
+function startLoad(concurrency = 4): { stop(): Promise<Sample[]> } {
+  const samples: Sample[] = [];
+  let running = true;
+  const one = async (stream: boolean): Promise<void> => {
+    const start = Date.now();
+    try {
+      const response = await request(`${routerUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'route', stream, max_tokens: stream ? 8 : 4, messages: [{ role: 'user', content: `hello ${start}` }] }),
+      });
+      const text = await response.body.text();
+      const ok = response.statusCode === 200 && (!stream || (text.includes('data: [DONE]') && !text.includes('"error"')));
+      samples.push({ start, end: Date.now(), ok, endpoint: String(response.headers['x-llmgw-endpoint'] ?? ''), error: ok ? '' : `${response.statusCode} ${text.slice(0, 200)}` });
+    } catch (error) {
+      samples.push({ start, end: Date.now(), ok: false, endpoint: '', error: String(error) });
+    }
+  };
+  const loops = Array.from({ length: concurrency }, async (_, i) => {
+    for (let n = 0; running; n++) await one((n + i) % 2 === 0);
+  });
+  return {
+    async stop() {
+      running = false;
+      await Promise.all(loops);
+      return samples;
+    },
+  };
+}
+
+beforeAll(async () => {
+  port = await findFreePort();
+  dbFile = join(mkdtempSync(join(tmpdir(), 'llmgw-router-stack-')), 'dev.db');
+  server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
+  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
+  const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
+  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
+  for (const nodeId of nodeIds) {
+    const from = 30000 + Math.floor(Math.random() * 300) * 100;
+    const agent = spawnLlmgw(['agent', '--node-id', nodeId, '--gpus', join(INVENTORIES, 'routex8.yaml'), '--state-dir', mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)), '--admin-addr', '127.0.0.1:0', '--port-range', `${from}-${from + 99}`, '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300'], env);
+    await agent.waitForOutput(/registered with node\//, 60_000);
+  }
+  const routerPort = await findFreePort();
+  const router = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
+  await router.waitForOutput(/listening|router/, 30_000);
+  routerUrl = `http://127.0.0.1:${routerPort}`;
+  const deployed = await runLlmgw(['deploy', 'route', '--name', name, '--replicas', '2', '--wait', '--timeout', '60'], env);
+  expect(deployed.code, deployed.output).toBe(0);
+  await eventually('both replicas routed', async () => {
+    const endpoints = new Set<string>();
+    for (let i = 0; i < 20; i++) {
+      const response = await request(`${routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] }) });
+      await response.body.text();
+      endpoints.add(String(response.headers['x-llmgw-endpoint'] ?? ''));
+    }
+    return endpoints.size === 2;
+  }, 20_000);
+});
+
+afterAll(async () => {
+  await stopAll();
+  await killEnginesOf(nodeIds);
+  await server?.stop();
+});
+
+describe('the router under load', () => {
+  it('scales 2 → 1 under steady load with zero failed requests, and sends nothing to the drained replica later than 1 s after it is Draining', async () => {
+    const load = startLoad();
+    await sleep(1_500);
+    const scaled = await runLlmgw(['scale', name, '1'], env);
+    expect(scaled.code, scaled.output).toBe(0);
+    const draining = await eventually('a replica Draining', async () => (await status()).replicas.find((r) => r.phase === 'Draining'), 10_000, 50);
+    const drainingAt = Date.now();
+    await eventually('drained replica stopped', async () => (await status()).replicas.some((r) => r.replicaId === draining.replicaId && r.phase === 'Stopped'), 20_000, 200);
+    await sleep(1_000);
+    const samples = await load.stop();
+    const failed = samples.filter((s) => !s.ok);
+    const late = samples.filter((s) => s.endpoint === draining.endpoint && s.start > drainingAt + 1_000);
+    const lastOnDrained = Math.max(...samples.filter((s) => s.endpoint === draining.endpoint).map((s) => s.start));
+    console.log(`scale 2→1 under load: ${samples.length} requests, ${failed.length} failed; last request to the drained replica started ${lastOnDrained - drainingAt} ms after it was seen Draining`);
+    expect(failed.map((s) => s.error)).toEqual([]);
+    expect(late).toEqual([]);
+    expect((await runLlmgw(['scale', name, '2'], env)).code).toBe(0);
+    await eventually('2 Ready', async () => (await status()).phase === 'Ready', 30_000);
+    await sleep(1_500);
+  });
+
+  it('fails only the requests in flight on an engine killed under load; from 2 s later nothing fails', async () => {
+    const load = startLoad();
+    await sleep(1_500);
+    const victim = (await status()).replicas.find((r) => r.phase === 'Ready')!;
+    process.kill(victim.shards[0]!.pid, 'SIGKILL');
+    const killedAt = Date.now();
+    await sleep(4_000);
+    const samples = await load.stop();
+    const failed = samples.filter((s) => !s.ok);
+    console.log(`engine killed under load: ${samples.length} requests, ${failed.length} failed (all started before the kill: ${failed.every((s) => s.start <= killedAt)})`);
+    expect(failed.every((s) => s.start <= killedAt)).toBe(true);
+    expect(samples.filter((s) => s.start >= killedAt + 2_000 && !s.ok)).toEqual([]);
+    await eventually('2 Ready again', async () => (await status()).phase === 'Ready', 30_000);
+  });
+
+  it('keeps serving through a 30 s Temporal outage, and routes a replica added after Temporal returns within 1 s of it being Ready', async () => {
+    const load = startLoad(2);
+    await sleep(1_000);
+    await server.stop();
+    await sleep(30_000);
+    const duringOutage = await load.stop();
+    const failed = duringOutage.filter((s) => !s.ok);
+    console.log(`30 s Temporal outage: ${duringOutage.length} requests, ${failed.length} failed`);
+    expect(failed.map((s) => s.error)).toEqual([]);
+    const health = await request(`${routerUrl}/health`);
+    expect(await health.body.text()).toMatch(/unreachable|degraded/i);
+
+    server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
+    const before = new Set((await eventually('status after restart', () => status(), 60_000)).replicas.map((r) => r.endpoint));
+    expect((await runLlmgw(['scale', name, '3'], env)).code).toBe(0);
+    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.endpoint)), 60_000, 50);
+    const readyAt = Date.now();
+    const load2 = startLoad(4);
+    await eventually('a request served by the new replica', async () => {
+      const response = await request(`${routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'y' }] }) });
+      await response.body.text();
+      return response.headers['x-llmgw-endpoint'] === added.endpoint;
+    }, 5_000, 20);
+    const routedAfter = Date.now() - readyAt;
+    await load2.stop();
+    console.log(`replica added after the outage: routed ${routedAfter} ms after it was seen Ready`);
+    expect(routedAfter).toBeLessThan(1_000);
+  });
+});
