@@ -6,7 +6,7 @@ import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
 import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
-import { llmgwDataConverter, temporalConfig } from '../temporal/connection.js';
+import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
 import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
@@ -94,7 +94,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   for (let attempt = 1; !connection; attempt++) {
     try {
       connection = await NativeConnection.connect(connectionOptions);
-      const clientConnection = await Connection.connect(connectionOptions);
+      const clientConnection = await Connection.connect({ ...connectionOptions, channelArgs: { ...QUICK_RECONNECT_CHANNEL_ARGS } });
       client = new Client({ connection: clientConnection, namespace, dataConverter: llmgwDataConverter() });
     } catch (error) {
       connection = undefined;

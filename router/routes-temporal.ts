@@ -17,7 +17,7 @@ import { z } from 'zod';
 import { WorkflowType } from '../common/names.js';
 import type { ReplicaPhase } from '../common/replica-types.js';
 import { SA } from '../common/search-attributes.js';
-import { llmgwDataConverter, temporalConfig } from '../temporal/connection.js';
+import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
 import { isEndpointUrl, isRoutable, type RouteEntry, type RouteSource } from './routes.js';
 
 const PHASES = ['Pending', 'Placing', 'Unschedulable', 'Starting', 'Loading', 'Ready', 'Unknown', 'Draining', 'Stopped', 'Failed'] as const satisfies readonly ReplicaPhase[];
@@ -44,7 +44,7 @@ const PAGE_SIZE = 1000;
  */
 export async function connectRoutesClient(): Promise<Client> {
   const { connectionOptions, namespace } = temporalConfig();
-  const connection = await Connection.connect({ ...connectionOptions, connectTimeout: CONNECT_TIMEOUT });
+  const connection = await Connection.connect({ ...connectionOptions, connectTimeout: CONNECT_TIMEOUT, channelArgs: { ...QUICK_RECONNECT_CHANNEL_ARGS } });
   return new Client({ connection, namespace, dataConverter: llmgwDataConverter() });
 }
 

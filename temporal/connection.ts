@@ -31,9 +31,21 @@ export function payloadConverterModulePath(): string {
   return found;
 }
 
+/**
+ * gRPC channel settings for clients that must notice quickly that Temporal is back
+ * (the router, the agent's signals): grpc-js otherwise backs off reconnects for up to
+ * two minutes, and shares that backed-off subchannel with every new connection to the
+ * same address, so even a fresh Connection would wait.
+ */
+export const QUICK_RECONNECT_CHANNEL_ARGS = {
+  'grpc.initial_reconnect_backoff_ms': 500,
+  'grpc.max_reconnect_backoff_ms': 2_000,
+  'grpc.use_local_subchannel_pool': 1,
+} as const;
+
 export async function connectClient(): Promise<Client> {
   const { connectionOptions, namespace } = temporalConfig();
-  const connection = await Connection.connect(connectionOptions);
+  const connection = await Connection.connect({ ...connectionOptions, channelArgs: { ...QUICK_RECONNECT_CHANNEL_ARGS } });
   return new Client({ connection, namespace, dataConverter: llmgwDataConverter() });
 }
 

@@ -14,7 +14,7 @@ describe('workflow replay', () => {
     const failures: string[] = [];
     for await (const result of Worker.runReplayHistories(
       { workflowsPath: join(__dirname, '../workflows/index.ts'), dataConverter: llmgwDataConverter(), replayName: 'llmgw-ci-replay' },
-      histories,
+      histories.map(({ workflowId, history }) => ({ workflowId, history })),
     )) {
       if (result.error) failures.push(`${result.workflowId}: ${result.error.message}`);
     }
@@ -22,7 +22,7 @@ describe('workflow replay', () => {
   });
 
   it('fails when a workflow changes the commands it issues', async () => {
-    const recorded = loadHistories().find((h) => h.workflowId === 'shardRoundTrip');
+    const recorded = loadHistories().find((h) => h.name === 'shardRoundTrip');
     expect(recorded).toBeDefined();
     // The same workflow type, changed to start a timer before its activity.
     const replay = Worker.runReplayHistory(

@@ -20,6 +20,7 @@ let server: DevServer;
 let port: number;
 let dbFile: string;
 let routerUrl: string;
+let routerProc: ReturnType<typeof spawnLlmgw>;
 let env: Record<string, string>;
 const nodeIds = [uniqueId('route-a'), uniqueId('route-b')];
 const name = uniqueId('route');
@@ -87,6 +88,7 @@ beforeAll(async () => {
   }
   const routerPort = await findFreePort();
   const router = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
+  routerProc = router;
   await router.waitForOutput(/listening|router/, 30_000);
   routerUrl = `http://127.0.0.1:${routerPort}`;
   const deployed = await runLlmgw(['deploy', 'route', '--name', name, '--replicas', '2', '--wait', '--timeout', '60'], env);
@@ -167,7 +169,12 @@ describe('the router under load', () => {
       const response = await request(`${routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'y' }] }) });
       await response.body.text();
       return response.headers['x-llmgw-endpoint'] === added.endpoint;
-    }, 5_000, 20);
+    }, 5_000, 20).catch(async (error: unknown) => {
+      console.log(`router output:\n${routerProc.output().slice(-3000)}`);
+      console.log(`health: ${await (await request(`${routerUrl}/health`)).body.text()}`);
+      console.log(`added: ${JSON.stringify(added)}`);
+      throw error;
+    });
     const routedAfter = Date.now() - readyAt;
     await load2.stop();
     console.log(`replica added after the outage: routed ${routedAfter} ms after it was seen Ready`);

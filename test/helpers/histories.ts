@@ -1,7 +1,7 @@
 // Recording and loading workflow histories for the replay test. Tests call
 // recordHistory after a run; with LLMGW_RECORD_HISTORIES=1 the history is written to
 // test/histories/<name>.json and committed, so later workflow changes are replayed against it.
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { inject } from 'vitest';
@@ -17,12 +17,19 @@ export function recordHistory(workflowId: string, name: string): void {
   });
   mkdirSync(HISTORIES_DIR, { recursive: true });
   writeFileSync(join(HISTORIES_DIR, `${name}.json`), json);
+  // Workflows read their own id (deployModel checks it), so replay must use the real one.
+  writeFileSync(join(HISTORIES_DIR, `${name}.workflow-id`), `${workflowId}\n`);
 }
 
 /** Histories as the CLI wrote them; the worker's replayer parses the JSON itself. */
-export function loadHistories(): { workflowId: string; history: unknown }[] {
+export function loadHistories(): { workflowId: string; name: string; history: unknown }[] {
   return readdirSync(HISTORIES_DIR)
     .filter((file) => file.endsWith('.json'))
     .sort()
-    .map((file) => ({ workflowId: file.replace(/\.json$/, ''), history: JSON.parse(readFileSync(join(HISTORIES_DIR, file), 'utf8')) as unknown }));
+    .map((file) => {
+      const name = file.replace(/\.json$/, '');
+      const idFile = join(HISTORIES_DIR, `${name}.workflow-id`);
+      const workflowId = existsSync(idFile) ? readFileSync(idFile, 'utf8').trim() : name;
+      return { workflowId, name, history: JSON.parse(readFileSync(join(HISTORIES_DIR, file), 'utf8')) as unknown };
+    });
 }
