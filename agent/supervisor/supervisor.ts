@@ -593,7 +593,10 @@ export class Supervisor {
       // the leader's health (rank 0) is what says the replica works.
       this.setState(shard, ShardState.READY, 'worker rank running; it joins the leader itself');
     }
-    if (this.watching(shard)) this.scheduleTick(shard, this.healthIntervalMs);
+    // While an engine loads, look more often: the moment it is healthy is the moment the
+    // replica becomes routable. Once Ready, the steady interval is enough.
+    const loading = shard.state !== ShardState.READY;
+    if (this.watching(shard)) this.scheduleTick(shard, loading ? Math.min(200, this.healthIntervalMs) : this.healthIntervalMs);
   }
 
   private healthUrl(shard: Shard): string {
