@@ -2,7 +2,7 @@
 // or a non-retryable failure that names the problem and the valid choices.
 import { ApplicationFailure, type Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
-import { chooseProfile } from '../catalog/lookup.js';
+import { chooseProfile, profileSnapshot } from '../catalog/lookup.js';
 import { FailureType } from '../common/failures.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
 
@@ -28,23 +28,7 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
         );
       }
       return {
-        snapshot: {
-          model: model.name,
-          modelSource: model.source,
-          servedName: model.servedName ?? model.name,
-          profile: profile.name,
-          engine: profile.engine,
-          launcher: profile.launcher,
-          gpuClass: profile.gpuClass,
-          tensorParallel: profile.tensorParallel,
-          pipelineParallel: profile.pipelineParallel,
-          gpusPerNode: profile.gpusPerNode,
-          nodes: profile.nodes,
-          args: [...profile.args],
-          env: { ...profile.env },
-          startupTimeoutSeconds: profile.startupTimeoutSeconds,
-          minGpuMemoryMib: profile.minGpuMemoryMib ?? 0,
-        },
+        snapshot: profileSnapshot(model, profile),
         maxReplicas: current.defaults?.maxReplicas ?? 256,
         drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5,
       };

@@ -1,9 +1,10 @@
-// Questions the control plane asks of a parsed catalog (which model, which profile) and the
-// one conversion from a catalog profile to the EngineProfile message agents receive.
-import { create } from '@bufbuild/protobuf';
+// Questions the control plane asks of a parsed catalog (which model, which profile) and
+// the snapshot of a profile that a deployment runs.
 import { FailureType } from '../common/failures.js';
-import { Engine, EngineProfileSchema, Launcher, type EngineProfile } from '../proto/gen/llmgw/v1/shard_pb.js';
-import type { Catalog, CatalogModel, CatalogProfile, EngineName, LauncherName } from './schema.js';
+import type { EngineProfile } from '../proto/gen/llmgw/v1/shard_pb.js';
+import { engineProfileFromSnapshot } from '../common/profile-conversion.js';
+import type { ProfileSnapshot } from '../common/replica-types.js';
+import type { Catalog, CatalogModel, CatalogProfile } from './schema.js';
 
 export function findModel(catalog: Catalog, name: string): CatalogModel | undefined {
   return catalog.models.find((model) => model.name === name);
@@ -82,50 +83,32 @@ export function chooseProfile(catalog: Catalog, model: string, request: ProfileR
   return { ok: true, model: found, profile: first };
 }
 
-export function profileToEngineProfile(model: CatalogModel, profile: CatalogProfile): EngineProfile {
-  return create(EngineProfileSchema, {
-    name: profile.name,
-    engine: engineToProto(profile.engine),
+/**
+ * What a replica runs, copied from the catalog at deploy time (plain JSON, so it travels in
+ * workflow inputs). The wire form agents receive is made from this snapshot in one place,
+ * common/profile-conversion.ts.
+ */
+export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): ProfileSnapshot {
+  return {
     model: model.name,
     modelSource: model.source,
     servedName: model.servedName ?? model.name,
+    profile: profile.name,
+    engine: profile.engine,
+    launcher: profile.launcher,
     gpuClass: profile.gpuClass,
     tensorParallel: profile.tensorParallel,
     pipelineParallel: profile.pipelineParallel,
     gpusPerNode: profile.gpusPerNode,
     nodes: profile.nodes,
-    launcher: launcherToProto(profile.launcher),
     args: [...profile.args],
     env: { ...profile.env },
     startupTimeoutSeconds: profile.startupTimeoutSeconds,
     minGpuMemoryMib: profile.minGpuMemoryMib ?? 0,
-  });
+  };
 }
 
-function engineToProto(engine: EngineName): Engine {
-  switch (engine) {
-    case 'vllm':
-      return Engine.VLLM;
-    case 'sglang':
-      return Engine.SGLANG;
-    case 'fake':
-      return Engine.FAKE;
-    default:
-      return unreachable(engine);
-  }
-}
-
-function launcherToProto(launcher: LauncherName): Launcher {
-  switch (launcher) {
-    case 'native':
-      return Launcher.NATIVE;
-    case 'ray':
-      return Launcher.RAY;
-    default:
-      return unreachable(launcher);
-  }
-}
-
-function unreachable(value: never): never {
-  throw new Error(`unhandled value ${String(value)}`);
+/** The EngineProfile message for a catalog profile (through its snapshot). */
+export function profileToEngineProfile(model: CatalogModel, profile: CatalogProfile): EngineProfile {
+  return engineProfileFromSnapshot(profileSnapshot(model, profile));
 }
