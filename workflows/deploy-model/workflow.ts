@@ -49,6 +49,7 @@ const control = proxyActivities<ControlActivities>({
   // Control activities are quick; a short timeout lets a killed worker's work move on fast.
   startToCloseTimeout: '20 seconds',
   retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile, FailureType.UnknownGpuClass, FailureType.InvalidInput] },
+  summary: 'resolveDeployment: check the request against the catalog and the fleet',
 });
 
 export async function deployModel(rawInput: DeployModelInput): Promise<DeploymentView> {

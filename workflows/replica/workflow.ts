@@ -57,11 +57,15 @@ export interface ReplicaState {
 type Event = { kind: 'shard'; status: ShardStatus } | { kind: 'node'; status: NodeStatusSignal };
 type Outcome = { kind: 'stop' } | { kind: 'restart'; reason: string } | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean };
 
-const control = proxyActivities<ControlActivities>({
-  // Control activities are quick; a short timeout lets a killed worker's work move on fast.
-  startToCloseTimeout: '20 seconds',
-  retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile] },
-});
+/** Control activities with a summary the Web UI shows beside each call. */
+function control(summary: string): ControlActivities {
+  return proxyActivities<ControlActivities>({
+    // Control activities are quick; a short timeout lets a killed worker's work move on fast.
+    startToCloseTimeout: '20 seconds',
+    retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile] },
+    summary,
+  });
+}
 
 function agent(nodeId: string, options: { summary: string; startToCloseSeconds?: number; heartbeatSeconds?: number }): AgentActivities {
   return proxyActivities<AgentActivities>({
@@ -136,7 +140,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
   const stopRequested = (): boolean => state.stopReason !== undefined;
 
   const releaseAll = async (): Promise<void> => {
-    for (const shard of state.shards) await control.releaseGpus({ nodeId: shard.nodeId, shardId: shard.shardId });
+    for (const shard of state.shards) await control(`release GPUs ${shard.gpuIndices.join(',')} on ${shard.nodeId}`).releaseGpus({ nodeId: shard.nodeId, shardId: shard.shardId });
   };
 
   const stopShards = async (reason: string, reachable: (nodeId: string) => boolean = () => true): Promise<void> => {
@@ -160,7 +164,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
       const avoiding = state.avoidNodes.length ? ` (avoiding ${state.avoidNodes.join(', ')} after failures there)` : '';
       void setPhase('Placing', `looking for ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}${avoiding}`);
       capacityChanged = false;
-      const result = await control.placeReplica({
+      const result = await control(`placeReplica: ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU(s)${avoiding}`).placeReplica({
         replicaId,
         deployment: input.deployment,
         nodes: profile.nodes,
