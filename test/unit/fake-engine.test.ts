@@ -43,7 +43,8 @@ async function metric(e: FakeEngine, name: string): Promise<number> {
 describe('fake engine: loading and health', () => {
   it('answers /health 503 and refuses inference until the load time has passed, then 200', async () => {
     const started = Date.now();
-    const engine = await start({ loadTimeS: 0.3 });
+    // Long enough that a busy machine still asks while the engine loads.
+    const engine = await start({ loadTimeS: 3 });
     expect(await health(engine)).toBe(503);
     const refused = await fetch(`${base(engine)}/v1/chat/completions`, {
       method: 'POST',
@@ -51,8 +52,8 @@ describe('fake engine: loading and health', () => {
     });
     expect(refused.status).toBe(503);
     expect(await refused.json()).toMatchObject({ object: 'error', code: 503 });
-    await waitFor(async () => (await health(engine)) === 200);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(250);
+    await waitFor(async () => (await health(engine)) === 200, 15_000);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2_900);
     expect(await (await fetch(`${base(engine)}/health`)).text()).toBe('');
   });
 });
@@ -103,12 +104,11 @@ describe('fake engine: OpenAI surface', () => {
     expect(text).toBe(whole.choices[0]?.message.content);
     expect(finish).toBe('length');
     expect(usage).toMatchObject({ completion_tokens: 10, total_tokens: (usage?.prompt_tokens ?? 0) + 10 });
-    // 10 tokens at 20/s: the first arrives around 50 ms, the last around 500 ms.
+    // 10 tokens at 20/s: the first arrives about 450 ms before the last. Only lower bounds
+    // are asserted: a slow machine stretches the stream, it never compresses it.
     const firstAt = arrivals[0] as number;
     const lastAt = arrivals[9] as number;
-    expect(firstAt).toBeLessThan(300);
     expect(lastAt - firstAt).toBeGreaterThan(300);
-    expect(lastAt).toBeLessThan(3000);
   });
 
   it('answers text completions, streamed and not, with the same text', async () => {

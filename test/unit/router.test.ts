@@ -125,8 +125,9 @@ describe('router: the OpenAI surface through the official client', () => {
     expect((arrivals.at(-1) as number) - (arrivals[0] as number)).toBeGreaterThan(400);
     const gaps = arrivals.slice(1).map((t, i) => t - (arrivals[i] as number));
     const median = [...gaps].sort((a, b) => a - b)[Math.floor(gaps.length / 2)] as number;
-    expect(median).toBeGreaterThan(35);
-    expect(median).toBeLessThan(70);
+    // Not buffered: the gaps keep the engine's 50 ms rhythm (lower bound only, so a slow
+    // machine cannot fail it; buffering would collapse the gaps towards zero).
+    expect(median).toBeGreaterThan(30);
   });
 });
 
