@@ -11,7 +11,8 @@ import { startDevServer } from '../temporal/dev-server.js';
 import { findFreePort } from '../common/ports.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
 import { deploymentStatusQuery } from '../workflows/definitions.js';
-import { listPids, readEnviron, signalGroup } from '../agent/supervisor/proc.js';
+import { signalGroup } from '../agent/supervisor/proc.js';
+import { killMarkedEngines } from '../agent/supervisor/markers.js';
 
 const BIN = join(__dirname, '../../bin/llmgw.js');
 const CATALOG = join(__dirname, '../../bench/catalog.yaml');
@@ -90,7 +91,7 @@ async function main(): Promise<void> {
   } finally {
     for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGTERM');
     await new Promise((r) => setTimeout(r, 3_000));
-    for (const pid of listPids()) if (nodeIds.includes(readEnviron(pid)?.LLMGW_NODE_ID ?? '')) signalGroup(pid, 'SIGKILL');
+    killMarkedEngines(nodeIds);
     for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGKILL');
     await server.stop();
   }

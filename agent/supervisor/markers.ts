@@ -2,7 +2,7 @@
 // Agent side: several agents can share one host, so an agent only ever judges processes
 // marked with its own node id; everything else on the machine is someone else's.
 import { ENGINE_MARKER_ENV } from '../../common/names.js';
-import { listPids, readEnviron, readStat, selfAndAncestors } from './proc.js';
+import { listPids, readEnviron, readStat, selfAndAncestors, signalGroup } from './proc.js';
 
 /**
  * Set on every process the supervisor spawns with an HTTP port, so that another agent on
@@ -49,6 +49,21 @@ export function scanMarked(nodeId: string): MarkedProcess[] {
 }
 
 /** Ports that engines started by any llmgw agent on this host were given (see PORT_MARKER_ENV). */
+/**
+ * Ends every engine that carries one of these node ids (SIGKILL to its process group).
+ * For tearing down simulated hosts (`llmgw up`, benchmarks); agents stop their own shards.
+ */
+export function killMarkedEngines(nodeIds: string[]): number {
+  let killed = 0;
+  for (const nodeId of nodeIds) {
+    for (const engine of scanMarked(nodeId)) {
+      signalGroup(engine.pgrp, 'SIGKILL');
+      killed++;
+    }
+  }
+  return killed;
+}
+
 export function portsMarkedOnHost(): Set<number> {
   const skip = selfAndAncestors();
   const ports = new Set<number>();

@@ -12,7 +12,8 @@ import { connectClient } from '../../temporal/connection.js';
 import { CONTROL_TASK_QUEUE, DEFAULT_PORTS, deploymentWorkflowId, nodeWorkflowId } from '../../common/names.js';
 import { deploymentStatusQuery, describeNodeQuery, releaseUpdate, scaleUpdate } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
-import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
+import { signalGroup } from '../../agent/supervisor/proc.js';
+import { killMarkedEngines } from '../../agent/supervisor/markers.js';
 
 const SIM_NODES = [
   { nodeId: 'sim-a', admin: '127.0.0.1:7401', ports: '18000-18499' },
@@ -131,11 +132,7 @@ async function releaseOrphanedAllocations(client: Client): Promise<void> {
 }
 
 function killSimEngines(): void {
-  const ids = SIM_NODES.map((node) => node.nodeId);
-  for (const pid of listPids()) {
-    const nodeId = readEnviron(pid)?.LLMGW_NODE_ID;
-    if (nodeId && ids.includes(nodeId)) signalGroup(pid, 'SIGKILL');
-  }
+  killMarkedEngines(SIM_NODES.map((node) => node.nodeId));
 }
 
 async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 120_000): Promise<T> {
