@@ -1,9 +1,10 @@
-// The control worker's activities: catalog lookups and placement. They run on task
+// The control worker's activities: catalog lookups, placement and reconciliation. They run on task
 // queue `llmgw` beside the workflows and reach Temporal through a Client.
 import type { Client } from '@temporalio/client';
 import { createCatalogSource } from '../catalog/watch.js';
 import { createCatalogActivities } from './catalog.js';
 import { createPlacementActivities } from './placement.js';
+import { createReconcileActivities } from './reconcile.js';
 
 export interface ControlActivityDeps {
   catalogFile: string;
@@ -16,6 +17,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
   return {
     ...createCatalogActivities(catalog, deps.client),
     ...createPlacementActivities(deps.client),
+    ...createReconcileActivities(catalog, deps.client),
   };
 }
 

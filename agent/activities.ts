@@ -11,6 +11,7 @@ import type { Supervisor } from './supervisor/supervisor.js';
 export interface AgentActivityDeps {
   supervisor: Supervisor;
   describe(): Promise<Register>;
+  survey(): Promise<Register>;
   /** Called when a presence activity starts: the control plane is (again) talking to us. */
   onPresenceStarted(): void;
   presenceSummary(): Record<string, unknown>;
@@ -57,6 +58,10 @@ export function createAgentActivities(deps: AgentActivityDeps): AgentActivities 
 
     async describe(): Promise<Register> {
       return deps.describe();
+    },
+
+    async survey(): Promise<Register> {
+      return deps.survey();
     },
 
     async killProcesses(request: KillProcesses): Promise<KillProcessesResult> {

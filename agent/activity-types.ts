@@ -19,5 +19,11 @@ export interface AgentActivities {
   presence(input: PresenceInput): Promise<void>;
   /** A fresh report of the host: inventory, health, running shards. */
   describe(): Promise<Register>;
+  /**
+   * Reconciliation's report: first kills every process the agent cannot identify (marked
+   * with this node but described by no spec; on real GPUs, any compute process on a managed
+   * GPU), then reports, naming what it killed since the last survey (recovery's kills too).
+   */
+  survey(): Promise<Register>;
   killProcesses(request: KillProcesses): Promise<KillProcessesResult>;
 }

@@ -55,6 +55,8 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   // Before anything can start a new engine: adopt what is ours, kill what nobody can describe.
   const recovered = await supervisor.recover();
   const unidentified: UnidentifiedProcess[] = [...recovered.unidentified];
+  // Kills not yet named in a survey: reconciliation's result lists each exactly once.
+  let unreportedKills: UnidentifiedProcess[] = [...recovered.unidentified];
   log(`recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.length} unidentified killed`);
 
   const admin = await startAdminServer(config.adminAddr, {
@@ -68,6 +70,13 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const describe = async () => {
     if (config.gpus === 'real') host = await discoverHost(config);
     return buildRegister(config, host, supervisor.list(), unidentified, adminAddress);
+  };
+  const survey = async () => {
+    if (config.gpus === 'real') host = await discoverHost(config);
+    const killed = await supervisor.findUnidentified();
+    const named = [...unreportedKills, ...killed];
+    unreportedKills = [];
+    return buildRegister(config, host, supervisor.list(), named, adminAddress);
   };
 
   const { connectionOptions, namespace } = temporalConfig();
@@ -109,6 +118,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const activities = createAgentActivities({
     supervisor,
     describe,
+    survey,
     onPresenceStarted: registerSoon,
     presenceSummary: () => {
       lastPresence = Date.now();

@@ -106,6 +106,16 @@ program
   });
 
 program
+  .command('reconcile')
+  .description('match what agents run against the catalog and the workflows now, and print every action (all nodes when none is named)')
+  .argument('[nodes...]', 'node ids')
+  .option('--json', 'machine-readable output')
+  .action(async (nodes: string[], opts: { json?: boolean }) => {
+    const { reconcileCommand } = await import('./commands/reconcile.js');
+    await reconcileCommand(nodes, opts);
+  });
+
+program
   .command('deploy')
   .argument('<model>', 'a model from the catalog')
   .description('deploy a model (or change the replica count of an existing deployment)')

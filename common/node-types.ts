@@ -97,3 +97,19 @@ export interface NodeStatusSignal {
   phase: NodePhase;
   reason: string;
 }
+
+export interface ReconcileAllocationsRequest {
+  /** Allocations of engines the agent reports running: the node must hold exactly these GPUs for them. */
+  claims: Allocation[];
+  /** Shards whose allocation goes. */
+  releases: string[];
+}
+
+export interface ReconcileAllocationsResult {
+  claimed: string[];
+  released: string[];
+  /** Claims that could not be honoured, each with why. */
+  conflicts: string[];
+  /** The node's allocations afterwards. */
+  allocations: Allocation[];
+}

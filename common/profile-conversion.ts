@@ -44,6 +44,41 @@ export function engineProfileFromSnapshot(snapshot: ProfileSnapshot): EngineProf
   });
 }
 
+function engineFromWire(engine: Engine): ProfileSnapshot['engine'] {
+  switch (engine) {
+    case Engine.SGLANG:
+      return 'sglang';
+    case Engine.FAKE:
+      return 'fake';
+    default:
+      return 'vllm';
+  }
+}
+
+/**
+ * The snapshot a running engine was started from, read back from its spec. Reconciliation
+ * rebuilds a lost replica with exactly what runs, not with what the catalog says today.
+ */
+export function snapshotFromEngineProfile(profile: EngineProfile): ProfileSnapshot {
+  return {
+    model: profile.model,
+    modelSource: profile.modelSource,
+    servedName: profile.servedName,
+    profile: profile.name,
+    engine: engineFromWire(profile.engine),
+    launcher: profile.launcher === Launcher.RAY ? 'ray' : 'native',
+    gpuClass: profile.gpuClass,
+    tensorParallel: profile.tensorParallel,
+    pipelineParallel: profile.pipelineParallel,
+    gpusPerNode: profile.gpusPerNode,
+    nodes: profile.nodes,
+    args: [...profile.args],
+    env: { ...profile.env },
+    startupTimeoutSeconds: profile.startupTimeoutSeconds,
+    minGpuMemoryMib: profile.minGpuMemoryMib,
+  };
+}
+
 export interface StartShardContext {
   replicaId: string;
   deployment: string;

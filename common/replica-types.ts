@@ -88,6 +88,8 @@ export interface DeployModelInput {
   replicas: number;
   gpuClass?: string;
   labels?: Record<string, string>;
+  /** Set when reconciliation rebuilds a deployment Temporal lost: desired = what was found. */
+  rebuilt?: { reason: string };
   carried?: unknown;
 }
 
@@ -103,4 +105,6 @@ export interface DeploymentView {
   ready: number;
   replicas: ReplicaView[];
   reason: string;
+  /** Why it was rebuilt, when reconciliation rebuilt it from running engines. */
+  rebuilt?: string;
 }

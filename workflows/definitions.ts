@@ -30,3 +30,12 @@ export const replicaStatusSignal = defineSignal<[import('../common/replica-types
 export const scaleUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, [number]>('scale');
 export const undeployUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, []>('undeploy');
 export const deploymentStatusQuery = defineQuery<import('../common/replica-types.js').DeploymentView>('status');
+
+// Reconciliation.
+/** The node's allocations made to match what its agent reports (reconcileNode). */
+export const reconcileAllocationsUpdate = defineUpdate<
+  import('../common/node-types.js').ReconcileAllocationsResult,
+  [import('../common/node-types.js').ReconcileAllocationsRequest]
+>('reconcileAllocations');
+/** A replica rebuilt by reconciliation joins its deployment (which may be rebuilt too). */
+export const adoptReplicaSignal = defineSignal<[{ replicaId: string; seq: number; reason: string }]>('adoptReplica');

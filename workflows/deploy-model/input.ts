@@ -12,6 +12,7 @@ export const DeployModelInputSchema = z
     replicas: z.number({ error: 'replicas must be a number' }).int('replicas must be a whole number').min(0, 'replicas must be ≥ 0'),
     gpuClass: z.string().min(1).optional(),
     labels: z.record(z.string(), z.string()).optional(),
+    rebuilt: z.object({ reason: z.string() }).strict().optional(),
     carried: z.unknown().optional(),
   })
   .strict();

@@ -24,7 +24,7 @@ import { CONTROL_TASK_QUEUE, replicaWorkflowId } from '../../common/names.js';
 import { FailureType } from '../../common/failures.js';
 import { SA } from '../../common/search-attributes.js';
 import type { DeployModelInput, DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaInput, ReplicaView } from '../../common/replica-types.js';
-import { deploymentStatusQuery, replicaStatusSignal, scaleUpdate, stopReplicaSignal, undeployUpdate } from '../definitions.js';
+import { adoptReplicaSignal, deploymentStatusQuery, replicaStatusSignal, scaleUpdate, stopReplicaSignal, undeployUpdate } from '../definitions.js';
 import { DEPLOYMENT_NAME, DeployModelInputSchema, describeIssues } from './input.js';
 import type { replica } from '../replica/workflow.js';
 
@@ -43,7 +43,17 @@ interface DeploymentState {
   failureTimes: string[];
   undeploying: boolean;
   labels: Record<string, string>;
+  /** Why reconciliation rebuilt this deployment from running engines, if it did. */
+  rebuilt?: string;
+  /** Set while the profile is no longer in the catalog: no new replica is started. */
+  catalogProblem?: string;
 }
+
+const catalog = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '20 seconds',
+  retry: { maximumAttempts: 5 },
+  summary: 'profileInCatalog: is the profile still in the catalog before starting a replica',
+});
 
 const control = proxyActivities<ControlActivities>({
   // Control activities are quick; a short timeout lets a killed worker's work move on fast.
@@ -102,6 +112,7 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
       failureTimes: [],
       undeploying: false,
       labels: input.labels ?? {},
+      ...(input.rebuilt ? { rebuilt: input.rebuilt.reason } : {}),
     };
   }
   const s: DeploymentState = state;
@@ -112,6 +123,7 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
     if (s.undeploying) return active().length ? 'Undeploying' : 'Undeployed';
     const ready = active().filter((r) => r.phase === 'Ready' && !r.stopping).length;
     if (ready === s.desired && active().length === s.desired) return 'Ready';
+    if (s.catalogProblem) return 'Degraded';
     if (Object.values(s.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown')) return 'Degraded';
     return 'Progressing';
   };
@@ -125,8 +137,21 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
     ready: active().filter((r) => r.phase === 'Ready').length,
     replicas: Object.values(s.replicas).sort((a, b) => a.seq - b.seq),
     reason: reasonOf(s),
+    ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}),
   });
 
+  // Set before replicaStatus: signals that arrived while the deployment was being resolved
+  // are delivered handler by handler, and a rebuilt replica must be known before it reports.
+  setHandler(adoptReplicaSignal, ({ replicaId, seq, reason }) => {
+    if (s.replicas[replicaId]) return;
+    log.info(`adopting ${replicaId}: ${reason}`);
+    s.replicas[replicaId] = { replicaId, seq, phase: 'Pending', reason: 'rebuilt by reconciliation; waiting for its first report', nodes: [], gpus: [], endpoint: '', shards: [], placements: 1, restarts: 0, since: new Date().toISOString(), stopping: false };
+    s.nextSeq = Math.max(s.nextSeq, seq + 1);
+    // A rebuilt deployment wants what was found running; a live one keeps its own count
+    // (and drains the extra replica if it has too many).
+    if (s.rebuilt && !s.undeploying) s.desired = Math.min(s.maxReplicas, Math.max(s.desired, active().length));
+    dirty = true;
+  });
   setHandler(replicaStatusSignal, (replicaView) => {
     const previous = s.replicas[replicaView.replicaId];
     if (!previous) return; // a replica of an older deployment with this name
@@ -163,7 +188,7 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
       { key: SA.state, value: phase() },
       { key: SA.gpuClass, value: s.snapshot.gpuClass },
     ]);
-    upsertMemo({ deployment: { name: s.name, model: s.model, profile: s.snapshot.profile, desired: s.desired } });
+    upsertMemo({ deployment: { name: s.name, model: s.model, profile: s.snapshot.profile, desired: s.desired, ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}) } });
     setCurrentDetails(deploymentDetails(view()));
   };
 
@@ -181,8 +206,10 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
       if (delay > 0) {
         waitMs = delay;
         log.info(`replacing failed replicas in ${Math.round(delay / 1000)} s (${s.failureTimes.length} failures in the last 10 min)`);
-      } else {
+      } else if (await profileStillInCatalog(s)) {
         for (let i = serving.length; i < s.desired; i++) await startReplica(s);
+      } else {
+        waitMs = 60_000;
       }
     } else if (serving.length > s.desired) {
       // Drain the least useful first: not Ready before Ready, then the newest.
@@ -230,6 +257,18 @@ async function startReplica(s: DeploymentState): Promise<void> {
   });
 }
 
+/**
+ * A replacement or scale-up runs the deployment's snapshot; if its profile has left the
+ * catalog since, starting it would bring back what the operator removed. The first
+ * replicas of a fresh deployment were checked by resolveDeployment a moment ago.
+ */
+async function profileStillInCatalog(s: DeploymentState): Promise<boolean> {
+  if (s.nextSeq === 1 && !s.rebuilt) return true;
+  const present = await catalog.profileInCatalog({ model: s.model, profile: s.snapshot.profile });
+  s.catalogProblem = present ? undefined : `profile ${s.snapshot.profile} of model ${s.model} is no longer in the catalog: no replica is started (put it back, or undeploy ${s.name})`;
+  return present;
+}
+
 /** Failed replicas are replaced at once, then with growing delays if they keep failing. */
 function replacementDelayMs(failureTimes: string[]): number {
   if (failureTimes.length < 2) return 0;
@@ -239,6 +278,7 @@ function replacementDelayMs(failureTimes: string[]): number {
 }
 
 function reasonOf(s: DeploymentState): string {
+  if (s.catalogProblem) return s.catalogProblem;
   const stuck = Object.values(s.replicas).find((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown');
   return stuck ? `${stuck.replicaId} ${stuck.phase}: ${stuck.reason}` : '';
 }
@@ -249,6 +289,8 @@ function deploymentDetails(view: DeploymentView): string {
     '',
     `${view.model} · profile ${view.profile} · served as \`${view.servedName}\``,
     '',
+    ...(view.reason ? [view.reason, ''] : []),
+    ...(view.rebuilt ? [`Rebuilt: ${view.rebuilt}`, ''] : []),
     '| replica | state | nodes | GPUs | endpoint | reason |',
     '| --- | --- | --- | --- | --- | --- |',
   ];

@@ -5,7 +5,18 @@ import type { Register } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { inventoryFromRegister } from '../../common/register-conversion.js';
 import { chooseGpus } from '../../common/placement/choose-gpus.js';
-import type { Allocation, ClaimRequest, ClaimResult, NodeInventory, NodePhase, NodeView, ReserveRequest, ReserveResult } from '../../common/node-types.js';
+import type {
+  Allocation,
+  ClaimRequest,
+  ClaimResult,
+  NodeInventory,
+  NodePhase,
+  NodeView,
+  ReconcileAllocationsRequest,
+  ReconcileAllocationsResult,
+  ReserveRequest,
+  ReserveResult,
+} from '../../common/node-types.js';
 
 export interface NodeState {
   nodeId: string;
@@ -128,6 +139,36 @@ export function claim(state: NodeState, request: ClaimRequest, now: string): Cla
   if (holders.length) return { ok: false, reason: `GPUs ${request.gpuIndices.join(',')} are held by ${holders.map((h) => h.shardId).join(', ')}` };
   state.allocations.push({ shardId: request.shardId, replicaId: request.replicaId, gpuIndices: [...request.gpuIndices], hcas: [], since: now, via: 'claim' });
   return { ok: true };
+}
+
+/**
+ * Makes the allocations match what reconciliation found: each reported engine holds
+ * exactly its GPUs, and shards nothing runs give theirs back. An engine really running on
+ * GPUs outranks a reservation nothing runs on yet: the reservation is dropped and named.
+ */
+export function reconcileAllocations(state: NodeState, request: ReconcileAllocationsRequest, now: string): ReconcileAllocationsResult {
+  const result: ReconcileAllocationsResult = { claimed: [], released: [], conflicts: [], allocations: [] };
+  for (const shardId of request.releases) if (release(state, shardId)) result.released.push(shardId);
+  const claimedIds = new Set(request.claims.map((c) => c.shardId));
+  for (const wanted of request.claims) {
+    const existing = state.allocations.find((a) => a.shardId === wanted.shardId);
+    if (existing && existing.gpuIndices.length === wanted.gpuIndices.length && existing.gpuIndices.every((i) => wanted.gpuIndices.includes(i))) continue;
+    const others = state.allocations.filter((a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)));
+    const running = others.filter((a) => claimedIds.has(a.shardId));
+    if (running.length) {
+      result.conflicts.push(`shard ${wanted.shardId} and ${running.map((a) => a.shardId).join(', ')} both report GPUs ${wanted.gpuIndices.join(',')}; left as it was`);
+      continue;
+    }
+    for (const other of others) {
+      result.conflicts.push(`GPUs ${other.gpuIndices.join(',')} were reserved for ${other.shardId}, but the engine of ${wanted.shardId} runs on them: the reservation was dropped`);
+    }
+    state.allocations = state.allocations.filter((a) => a.shardId !== wanted.shardId && !others.includes(a));
+    state.allocations.push({ ...wanted, gpuIndices: [...wanted.gpuIndices], hcas: [...wanted.hcas], since: now, via: 'claim' });
+    state.released = state.released.filter((id) => id !== wanted.shardId);
+    result.claimed.push(wanted.shardId);
+  }
+  result.allocations = state.allocations.map((a) => ({ ...a, gpuIndices: [...a.gpuIndices] }));
+  return result;
 }
 
 export function viewOf(state: NodeState): NodeView {

@@ -7,10 +7,13 @@ import {
   allHandlersFinished,
   CancellationScope,
   condition,
+  ChildWorkflowCancellationType,
   continueAsNew,
+  executeChild,
   getExternalWorkflowHandle,
   isCancellation,
   log,
+  ParentClosePolicy,
   proxyActivities,
   setCurrentDetails,
   setHandler,
@@ -18,6 +21,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { AgentActivities } from '../../agent/activity-types.js';
+import type { ControlActivities } from '../../activities/index.js';
 import { agentTaskQueue } from '../../common/names.js';
 import { SA } from '../../common/search-attributes.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
@@ -28,12 +32,14 @@ import {
   cordonUpdate,
   describeNodeQuery,
   nodeStatusSignal,
+  reconcileAllocationsUpdate,
   registerSignal,
   releaseUpdate,
   reserveUpdate,
   uncordonUpdate,
 } from '../definitions.js';
-import { applyRegister, claim, freeGpus, initialNodeState, nodeDetails, release, reserve, viewOf, type NodeState } from './state.js';
+import { applyRegister, claim, freeGpus, initialNodeState, nodeDetails, reconcileAllocations, release, reserve, viewOf, type NodeState } from './state.js';
+import type { reconcileNode } from '../reconcile/workflow.js';
 
 export interface NodeWorkflowInput {
   nodeId: string;
@@ -41,6 +47,8 @@ export interface NodeWorkflowInput {
   presenceHeartbeatSeconds?: number;
   /** NotReady for longer than this → Lost: replicas are told and the GPUs released. */
   lostGraceSeconds?: number;
+  /** The node's reconcile Schedule runs this often (0: no Schedule; reconcile on registration only). */
+  reconcileEverySeconds?: number;
   /** State carried over continue-as-new. */
   carried?: NodeState;
 }
@@ -53,6 +61,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   const state: NodeState = input.carried ?? initialNodeState(input.nodeId);
   state.released ??= [];
   let registerSeq = 0;
+  let reconcileWanted = false;
 
   const now = (): string => new Date().toISOString();
   const publish = (): void => {
@@ -91,6 +100,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     const notes = applyRegister(state, register, now());
     for (const note of notes) log.info(note, { nodeId: state.nodeId });
     registerSeq++;
+    reconcileWanted = true;
     publish();
     wakeWaiters();
     if (!wasReady) tellReplicas();
@@ -135,6 +145,15 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     publish();
     wakeWaiters();
     return viewOf(state);
+  });
+  setHandler(reconcileAllocationsUpdate, (request) => {
+    const result = reconcileAllocations(state, request, now());
+    if (result.claimed.length || result.released.length) {
+      publish();
+      if (result.released.length) wakeWaiters();
+    }
+    for (const conflict of result.conflicts) log.warn(conflict, { nodeId: state.nodeId });
+    return result;
   });
   setHandler(describeNodeQuery, () => viewOf(state));
 
@@ -182,9 +201,43 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     }
   };
 
+  // Every registration is reconciled: what the agent runs is matched against the catalog and
+  // the replica workflows, one run at a time (a registration during a run queues one more).
+  const { ensureReconcileSchedule } = proxyActivities<ControlActivities>({
+    startToCloseTimeout: '20 seconds',
+    retry: { maximumAttempts: 5 },
+    summary: `ensure the reconcile Schedule of ${state.nodeId}`,
+  });
+  const reconcileEverySeconds = input.reconcileEverySeconds ?? 180;
+  const runReconciles = async (): Promise<void> => {
+    let scheduled = false;
+    for (;;) {
+      await condition(() => reconcileWanted);
+      reconcileWanted = false;
+      if (!scheduled && reconcileEverySeconds > 0) {
+        scheduled = true;
+        await ensureReconcileSchedule({ nodeId: state.nodeId, everySeconds: reconcileEverySeconds }).catch((error: unknown) =>
+          log.warn(`could not create the reconcile Schedule: ${String(error)}`),
+        );
+      }
+      try {
+        await executeChild<typeof reconcileNode>('reconcileNode', {
+          workflowId: `reconcile/${state.nodeId}/registration-${state.registrations}`,
+          args: [{ nodeId: state.nodeId, trigger: `registration ${state.registrations}` }],
+          parentClosePolicy: ParentClosePolicy.ABANDON,
+          cancellationType: ChildWorkflowCancellationType.ABANDON,
+          staticSummary: `reconcile ${state.nodeId} after registration ${state.registrations}`,
+        });
+      } catch (error) {
+        if (isCancellation(error)) throw error;
+        log.warn(`reconcile after registration failed: ${String(error)}`, { nodeId: state.nodeId });
+      }
+    }
+  };
+
   publish();
   const scope = new CancellationScope();
-  const watchers = scope.run(() => Promise.all([watchPresence(), watchLost()]));
+  const watchers = scope.run(() => Promise.all([watchPresence(), watchLost(), runReconciles()]));
   watchers.catch(() => undefined);
   await condition(() => workflowInfo().continueAsNewSuggested || workflowInfo().historyLength > HISTORY_LIMIT);
   scope.cancel();

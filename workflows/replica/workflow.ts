@@ -89,7 +89,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     reason: 'waiting to be placed',
     since: new Date().toISOString(),
     shards: input.adopt ?? [],
-    placements: input.adopt?.length ? 1 : 0,
+    // Later placements get shard ids the adopted engines never had.
+    placements: Math.max(0, ...(input.adopt ?? []).map((s) => Number(/\.a(\d+)$/.exec(s.shardId)?.[1] ?? 1))),
     failedPlacements: 0,
     restartsHere: 0,
     restarts: 0,
@@ -219,7 +220,14 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
         return failureOutcome(error, shard.nodeId, `starting rank ${shard.rank} on ${shard.nodeId}`);
       }
     }
-    void setPhase('Loading', `waiting for ${endpointOf(state.shards)} to be healthy (startup timeout ${profile.startupTimeoutSeconds} s)`);
+    return awaitHealthy(`waiting for ${endpointOf(state.shards)} to be healthy (startup timeout ${profile.startupTimeoutSeconds} s)`);
+  };
+
+  // The leader's health decides; a worker rank that exits meanwhile fails the whole replica.
+  const awaitHealthy = async (why: string): Promise<Outcome | 'ready'> => {
+    const leader = state.shards.find((s) => s.rank === 0);
+    if (!leader) return { kind: 'replace', reason: 'no rank 0 among its shards', nodeId: state.shards[0]?.nodeId ?? '', agentGone: false };
+    void setPhase('Loading', why);
     const scope = new CancellationScope();
     const healthy = scope.run(() =>
       agent(leader.nodeId, { summary: `waitHealthy rank 0 on ${leader.nodeId}`, startToCloseSeconds: profile.startupTimeoutSeconds + 60, heartbeatSeconds: 30 }).waitHealthy(
@@ -272,7 +280,12 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
 
   const resumeReady = state.shards.length > 0 && (state.phase === 'Ready' || state.phase === 'Unknown');
   let outcome: Outcome | 'ready' = resumeReady ? 'ready' : { kind: 'restart', reason: '' };
-  if (input.adopt?.length && !input.carried) outcome = 'ready';
+  if (input.adopt?.length && !input.carried) {
+    // Rebuilt by reconciliation around engines that never stopped: check they serve, and
+    // restart them only if they do not.
+    const pids = state.shards.map((s) => `rank ${s.rank} pid ${s.pid} on ${s.nodeId}`).join(', ');
+    outcome = await awaitHealthy(`adopted running engines (${pids}); checking the leader's health`);
+  }
 
   while (!stopRequested()) {
     if (outcome !== 'ready') {

@@ -1,0 +1,165 @@
+// Reconciliation's control activities: what Temporal and the catalog know about the
+// shards an agent reports (inspectNode), rebuilding a replica and its deployment that
+// Temporal lost (rebuildReplica), making a node's allocations match the report
+// (reconcileAllocations), and the per-node Schedule that runs reconcileNode.
+import {
+  ScheduleAlreadyRunning,
+  ScheduleOverlapPolicy,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
+  type Client,
+} from '@temporalio/client';
+import type { CatalogSource } from '../catalog/watch.js';
+import { CONTROL_TASK_QUEUE, deploymentWorkflowId, nodeWorkflowId } from '../common/names.js';
+import type { NodeView, ReconcileAllocationsRequest, ReconcileAllocationsResult } from '../common/node-types.js';
+import type { DeployModelInput, ReplicaInput, ReplicaView } from '../common/replica-types.js';
+import type { ReconcileAction, ReconcileFacts, ReconcileNodeInput, ReplicaFacts, WorkflowPresence } from '../common/reconcile-types.js';
+import { adoptReplicaSignal, describeNodeQuery, reconcileAllocationsUpdate, replicaStatusQuery } from '../workflows/definitions.js';
+
+export interface InspectRequest {
+  nodeId: string;
+  /** Every replica id a reported shard or an allocation names. */
+  replicaIds: string[];
+  /** `${model}/${profile}` pairs the reported shards run. */
+  profiles: { model: string; profile: string }[];
+}
+
+export interface RebuildOutcome {
+  replicaStarted: boolean;
+  deploymentStarted: boolean;
+}
+
+/** The Schedule that reconciles one node every few minutes. */
+export function reconcileScheduleId(nodeId: string): string {
+  return `reconcile/${nodeId}`;
+}
+
+export function createReconcileActivities(catalog: CatalogSource, client: Client) {
+  const presence = async (workflowId: string): Promise<WorkflowPresence> => {
+    try {
+      const description = await client.workflow.getHandle(workflowId).describe();
+      return description.status.name === 'RUNNING' ? 'running' : 'closed';
+    } catch (error) {
+      if (error instanceof WorkflowNotFoundError) return 'missing';
+      throw error;
+    }
+  };
+
+  return {
+    /** What Temporal and the catalog say about the replicas a node's report names. */
+    async inspectNode(request: InspectRequest): Promise<ReconcileFacts> {
+      const node = await client.workflow
+        .getHandle(nodeWorkflowId(request.nodeId))
+        .query(describeNodeQuery)
+        .catch((error: unknown): NodeView | undefined => {
+          if (error instanceof WorkflowNotFoundError) return undefined;
+          throw error;
+        });
+      const replicaIds = new Set([...request.replicaIds, ...(node?.allocations ?? []).map((a) => a.replicaId)]);
+      const replicas: Record<string, ReplicaFacts> = {};
+      for (const replicaId of replicaIds) {
+        const replica = await presence(replicaId);
+        const deploymentName = /^replica\/(.+)\/\d+$/.exec(replicaId)?.[1];
+        const deployment = deploymentName ? await presence(deploymentWorkflowId(deploymentName)) : 'missing';
+        let view: ReplicaView | undefined;
+        if (replica === 'running') {
+          // A replica whose worker is down cannot answer; the plan then leaves its shards alone.
+          view = await client.workflow
+            .getHandle(replicaId)
+            .query(replicaStatusQuery)
+            .catch(() => undefined);
+        }
+        replicas[replicaId] = { replica, deployment, ...(view ? { view } : {}) };
+      }
+      const current = catalog.get();
+      const inCatalog: Record<string, boolean> = {};
+      for (const { model, profile } of request.profiles) {
+        inCatalog[`${model}/${profile}`] = Boolean(current.models.find((m) => m.name === model)?.profiles.some((p) => p.name === profile));
+      }
+      return { node, replicas, catalog: inCatalog, drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5, checkedAt: new Date().toISOString() };
+    },
+
+    /**
+     * Starts a lost replica in adopt mode under its old id, joined to its deployment, which
+     * is rebuilt (desired = what was found) when it is gone too. Signal-with-start makes two
+     * nodes rebuilding replicas of one deployment at once end with one deployment.
+     */
+    async rebuildReplica(request: { action: Extract<ReconcileAction, { kind: 'rebuild' }>; drainGraceSeconds: number }): Promise<RebuildOutcome> {
+      const { action } = request;
+      const deploymentId = deploymentWorkflowId(action.deployment);
+      const deploymentWasRunning = (await presence(deploymentId)) === 'running';
+      const deployInput: DeployModelInput = {
+        model: action.snapshot.model,
+        name: action.deployment,
+        profile: action.snapshot.profile,
+        replicas: 0,
+        ...(action.pool ? { labels: { pool: action.pool } } : {}),
+        rebuilt: { reason: `rebuilt by reconciliation from running engines: ${action.reason}` },
+      };
+      // The deployment first, so that it knows the replica before the replica reports to it.
+      await client.workflow.signalWithStart('deployModel', {
+        workflowId: deploymentId,
+        taskQueue: CONTROL_TASK_QUEUE,
+        args: [deployInput],
+        signal: adoptReplicaSignal,
+        signalArgs: [{ replicaId: action.replicaId, seq: action.seq, reason: action.reason }],
+        memo: { rebuilt: true },
+        staticSummary: `${action.deployment}: ${action.snapshot.model} (${action.snapshot.profile}), rebuilt from running engines`,
+      });
+      const input: ReplicaInput = {
+        deployment: action.deployment,
+        seq: action.seq,
+        profile: action.snapshot,
+        deploymentWorkflowId: deploymentId,
+        drainGraceSeconds: request.drainGraceSeconds,
+        ...(action.pool ? { labels: { pool: action.pool } } : {}),
+        adopt: action.shards,
+      };
+      let replicaStarted = true;
+      try {
+        await client.workflow.start('replica', {
+          workflowId: action.replicaId,
+          taskQueue: CONTROL_TASK_QUEUE,
+          args: [input],
+          memo: { rebuilt: true },
+          staticSummary: `${action.deployment} replica ${action.seq}: ${action.snapshot.model} (${action.snapshot.profile}), adopted running engines`,
+        });
+      } catch (error) {
+        // Another node's reconciliation (or a retry of this one) got there first.
+        if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
+        replicaStarted = false;
+      }
+      return { replicaStarted, deploymentStarted: !deploymentWasRunning };
+    },
+
+    async reconcileAllocations(request: { nodeId: string } & ReconcileAllocationsRequest): Promise<ReconcileAllocationsResult> {
+      return client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(reconcileAllocationsUpdate, {
+        args: [{ claims: request.claims, releases: request.releases }],
+      });
+    },
+
+    /** Creates the node's reconcile Schedule if it does not exist (idempotent). */
+    async ensureReconcileSchedule(request: { nodeId: string; everySeconds: number }): Promise<boolean> {
+      const input: ReconcileNodeInput = { nodeId: request.nodeId, trigger: 'schedule' };
+      try {
+        await client.schedule.create({
+          scheduleId: reconcileScheduleId(request.nodeId),
+          spec: { intervals: [{ every: `${request.everySeconds} seconds` }] },
+          action: {
+            type: 'startWorkflow',
+            workflowType: 'reconcileNode',
+            workflowId: `reconcile/${request.nodeId}/scheduled`,
+            taskQueue: CONTROL_TASK_QUEUE,
+            args: [input],
+          },
+          policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute' },
+          state: { note: `reconciles node ${request.nodeId} with what its agent reports` },
+        });
+        return true;
+      } catch (error) {
+        if (error instanceof ScheduleAlreadyRunning) return false;
+        throw error;
+      }
+    },
+  };
+}

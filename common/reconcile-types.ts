@@ -1,0 +1,83 @@
+// Reconciliation's domain: what the control plane knows about the shards an agent
+// reports, the actions that make the two agree, and the result an operator reads.
+// Plain JSON; safe to import from workflows.
+import type { Allocation, NodeView } from './node-types.js';
+import type { ProfileSnapshot, ReplicaView, ShardPlacement } from './replica-types.js';
+
+export interface ReconcileNodeInput {
+  nodeId: string;
+  /** Why this run: 'registration', 'schedule', 'cli', … (shown in the UI). */
+  trigger?: string;
+  /**
+   * A report to reconcile instead of asking the agent for a fresh one. Used to check that
+   * reconciling the same report twice acts only once.
+   */
+  report?: import('../proto/gen/llmgw/v1/register_pb.js').Register;
+}
+
+export type WorkflowPresence = 'running' | 'closed' | 'missing';
+
+/** What Temporal and the catalog say about one replica a report or an allocation names. */
+export interface ReplicaFacts {
+  replica: WorkflowPresence;
+  /** The running replica's own view (its shards); absent unless running and answering. */
+  view?: ReplicaView;
+  deployment: WorkflowPresence;
+}
+
+export interface ReconcileFacts {
+  node: NodeView | undefined;
+  replicas: Record<string, ReplicaFacts>;
+  /** `${model}/${profile}` → still in the catalog. */
+  catalog: Record<string, boolean>;
+  drainGraceSeconds: number;
+  /** When these facts were gathered (ISO); allocations younger than the grace are left alone. */
+  checkedAt: string;
+}
+
+export type ReconcileAction =
+  | { kind: 'adopt'; replicaId: string; shardId: string; gpuIndices: number[]; reason: string }
+  | {
+      kind: 'rebuild';
+      replicaId: string;
+      deployment: string;
+      seq: number;
+      snapshot: ProfileSnapshot;
+      shards: ShardPlacement[];
+      rebuildDeployment: boolean;
+      pool: string;
+      reason: string;
+    }
+  | { kind: 'stop'; replicaId: string; shardId: string; gpuIndices: number[]; pid: number; stopReplica: boolean; reason: string }
+  | { kind: 'release'; replicaId: string; shardId: string; gpuIndices: number[]; reason: string }
+  | { kind: 'kill'; pid: number; gpuIndices: number[]; command: string; reason: string };
+
+export interface ReconcilePlan {
+  actions: ReconcileAction[];
+  /** Allocations the node must hold after this run (reported, kept shards). */
+  claims: Allocation[];
+  /** Shards whose allocation goes (stopped or held by nothing). */
+  releases: string[];
+  /** Shards found as they should be: no action. */
+  unchanged: string[];
+}
+
+export type ActionOutcome = ReconcileAction & {
+  /** False when executing it found nothing to change (already stopped, already held, …). */
+  effective: boolean;
+  outcome: string;
+};
+
+export interface ReconcileResult {
+  nodeId: string;
+  trigger: string;
+  reportedAt: string;
+  /** Every action the plan named, with what executing it did. */
+  actions: ActionOutcome[];
+  /** Effective actions; 0 means the node and the control plane already agreed. */
+  changed: number;
+  unchanged: string[];
+  allocationsBefore: Allocation[];
+  allocationsAfter: Allocation[];
+  skipped?: string;
+}
