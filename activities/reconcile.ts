@@ -139,8 +139,8 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
     },
 
     /** Creates the node's reconcile Schedule if it does not exist (idempotent). */
-    async ensureReconcileSchedule(request: { nodeId: string; everySeconds: number }): Promise<boolean> {
-      const input: ReconcileNodeInput = { nodeId: request.nodeId, trigger: 'schedule' };
+    async ensureReconcileSchedule(request: { nodeId: string; everySeconds: number; dryRun: boolean }): Promise<boolean> {
+      const input: ReconcileNodeInput = { nodeId: request.nodeId, trigger: 'schedule', dryRun: request.dryRun };
       try {
         await client.schedule.create({
           scheduleId: reconcileScheduleId(request.nodeId),

@@ -20,7 +20,15 @@ export interface AgentActivityDeps {
 export function createAgentActivities(deps: AgentActivityDeps): AgentActivities {
   return {
     async startShard(spec: StartShard): Promise<RunningShard> {
-      return deps.supervisor.start(spec);
+      // Heartbeats, so that an agent that dies mid-start is noticed in one heartbeat timeout
+      // and the retry reaches the restarted agent (which finds the spec and starts once).
+      const context = Context.current();
+      const heartbeat = setInterval(() => context.heartbeat({ starting: spec.shardId }), 1_000);
+      try {
+        return await deps.supervisor.start(spec);
+      } finally {
+        clearInterval(heartbeat);
+      }
     },
 
     async stopShard(request: StopShard): Promise<StopShardResult> {

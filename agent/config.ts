@@ -47,6 +47,9 @@ export const AgentFlags = z.object({
   presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(300).default(10),
   lostGraceSeconds: z.coerce.number().int().min(1).default(60),
   maxTemperatureC: z.coerce.number().default(85),
+  /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
+  reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
+  reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
 });
 
 export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };

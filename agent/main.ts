@@ -31,7 +31,16 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
 
   let client: Client | undefined;
   const notifier = createTransitionNotifier(() => client, log);
+  // Startup-race tests end the agent with SIGKILL at a chosen point of a start: after the
+  // spec is written but before the spawn, or after the spawn but before startShard returns.
+  const crashAt = process.env.LLMGW_TEST_CRASH_AT;
+  const crash = (where: string) => (): void => {
+    log(`LLMGW_TEST_CRASH_AT=${where}: killing this agent with SIGKILL`);
+    process.kill(process.pid, 'SIGKILL');
+  };
   const supervisor = createSupervisor({
+    ...(crashAt === 'before-spawn' ? { beforeSpawn: crash(crashAt) } : {}),
+    ...(crashAt === 'after-spawn' ? { afterSpawn: crash(crashAt) } : {}),
     nodeId: config.nodeId,
     stateDir: config.stateDir,
     portRange: config.portRange,
@@ -80,7 +89,13 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   };
 
   const { connectionOptions, namespace } = temporalConfig();
-  const nodeInput = { nodeId: config.nodeId, presenceHeartbeatSeconds: config.presenceHeartbeatSeconds, lostGraceSeconds: config.lostGraceSeconds };
+  const nodeInput = {
+    nodeId: config.nodeId,
+    presenceHeartbeatSeconds: config.presenceHeartbeatSeconds,
+    lostGraceSeconds: config.lostGraceSeconds,
+    reconcileDryRun: config.reconcile === 'dry-run',
+    reconcileEverySeconds: config.reconcileEverySeconds,
+  };
   const register = async (): Promise<void> => {
     if (!client) return;
     const report = await describe();

@@ -8,6 +8,8 @@ export interface ReconcileNodeInput {
   nodeId: string;
   /** Why this run: 'registration', 'schedule', 'cli', … (shown in the UI). */
   trigger?: string;
+  /** Plan and show, change nothing (the agent's --reconcile dry-run). */
+  dryRun?: boolean;
   /**
    * A report to reconcile instead of asking the agent for a fresh one. Used to check that
    * reconciling the same report twice acts only once.
@@ -80,4 +82,5 @@ export interface ReconcileResult {
   allocationsBefore: Allocation[];
   allocationsAfter: Allocation[];
   skipped?: string;
+  dryRun?: boolean;
 }

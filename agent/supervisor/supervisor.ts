@@ -89,6 +89,8 @@ export interface SupervisorOptions {
   waitForRay?: (spec: StartShard, process: ProcessSpec, signal: AbortSignal) => Promise<void>;
   /** Test hook: runs just before each spawn, after the spec record has been written. */
   beforeSpawn?: (info: { shardId: string; recordFile: string; process: ProcessSpec }) => void | Promise<void>;
+  /** Test hook: runs after every process of a start is spawned, before start() returns. */
+  afterSpawn?: (info: { shardId: string }) => void | Promise<void>;
 }
 
 export interface RecoveryReport {
@@ -391,6 +393,7 @@ export class Supervisor {
         await this.spawnProcess(shard, p);
       }
       this.throwIfStartCut(shard);
+      await this.options.afterSpawn?.({ shardId: id });
     } catch (err) {
       if (!shard.exited && !shard.stopping) {
         this.markExited(shard, { message: `start failed: ${errorText(err)}` });

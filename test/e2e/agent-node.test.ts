@@ -40,7 +40,7 @@ async function startAgent(nodeId: string, options: { gpus?: string; stateDir?: s
   if (!nodeIds.includes(nodeId)) nodeIds.push(nodeId);
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
   const proc = spawnLlmgw(
-    ['agent', '--node-id', nodeId, '--gpus', options.gpus ?? 'builtin:h100x8', '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0', '--port-range', options.range ?? (await portRange()), '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300', ...(options.extra ?? [])],
+    ['agent', '--node-id', nodeId, '--gpus', options.gpus ?? 'builtin:h100x8', '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0', '--port-range', options.range ?? (await portRange()), '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300', '--reconcile', 'dry-run', ...(options.extra ?? [])],
     options.env,
   );
   await proc.waitForOutput(/registered with node\//, 60_000);

@@ -60,9 +60,9 @@ function nodeWith(allocations: { shard: RunningShard | { shardId: string; replic
   const state = initialNodeState(NODE);
   state.phase = 'Ready';
   state.allocations = allocations.map(({ shard, since }) =>
-    'spec' in shard
-      ? { shardId: shard.spec!.shardId, replicaId: shard.spec!.replicaId, gpuIndices: [...shard.spec!.gpuIndices], hcas: [], since: since ?? NOW, via: 'reserve' as const }
-      : { shardId: shard.shardId, replicaId: shard.replicaId, gpuIndices: shard.gpus, hcas: [], since: since ?? NOW, via: 'reserve' as const },
+    'gpus' in shard
+      ? { shardId: shard.shardId, replicaId: shard.replicaId, gpuIndices: shard.gpus, hcas: [], since: since ?? NOW, via: 'reserve' as const }
+      : { shardId: shard.spec!.shardId, replicaId: shard.spec!.replicaId, gpuIndices: [...shard.spec!.gpuIndices], hcas: [], since: since ?? NOW, via: 'reserve' as const },
   );
   return state;
 }

@@ -49,6 +49,8 @@ export interface NodeWorkflowInput {
   lostGraceSeconds?: number;
   /** The node's reconcile Schedule runs this often (0: no Schedule; reconcile on registration only). */
   reconcileEverySeconds?: number;
+  /** Reconciliation only shows what it would do. */
+  reconcileDryRun?: boolean;
   /** State carried over continue-as-new. */
   carried?: NodeState;
 }
@@ -216,14 +218,14 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
       reconcileWanted = false;
       if (!scheduled && reconcileEverySeconds > 0) {
         scheduled = true;
-        await ensureReconcileSchedule({ nodeId: state.nodeId, everySeconds: reconcileEverySeconds }).catch((error: unknown) =>
+        await ensureReconcileSchedule({ nodeId: state.nodeId, everySeconds: reconcileEverySeconds, dryRun: input.reconcileDryRun ?? false }).catch((error: unknown) =>
           log.warn(`could not create the reconcile Schedule: ${String(error)}`),
         );
       }
       try {
         await executeChild<typeof reconcileNode>('reconcileNode', {
           workflowId: `reconcile/${state.nodeId}/registration-${state.registrations}`,
-          args: [{ nodeId: state.nodeId, trigger: `registration ${state.registrations}` }],
+          args: [{ nodeId: state.nodeId, trigger: `registration ${state.registrations}`, dryRun: input.reconcileDryRun ?? false }],
           parentClosePolicy: ParentClosePolicy.ABANDON,
           cancellationType: ChildWorkflowCancellationType.ABANDON,
           staticSummary: `reconcile ${state.nodeId} after registration ${state.registrations}`,

@@ -42,7 +42,11 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
   show('asking the agent for a fresh report');
   let report: Register;
   try {
-    report = input.report ?? (await agent(nodeId, `survey ${nodeId}: running shards, and kill what nobody can describe`).survey());
+    report =
+      input.report ??
+      (input.dryRun
+        ? await agent(nodeId, `describe ${nodeId} (dry run: nothing is killed)`).describe()
+        : await agent(nodeId, `survey ${nodeId}: running shards, and kill what nobody can describe`).survey());
   } catch (error) {
     const cause = error instanceof ActivityFailure ? error.cause : error;
     result.skipped = cause instanceof TimeoutFailure ? `the agent of ${nodeId} did not answer (${cause.timeoutType}); nothing was changed` : `the agent's report failed: ${String(cause)}`;
@@ -61,6 +65,12 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
   result.unchanged = plan.unchanged;
   const outcomes = new Map<ReconcileAction, ActionOutcome>();
   const record = (action: ReconcileAction, effective: boolean, outcome: string): void => void outcomes.set(action, { ...action, effective, outcome });
+  if (input.dryRun) {
+    result.dryRun = true;
+    result.actions = plan.actions.map((action) => ({ ...action, effective: false, outcome: 'dry run: not carried out' }));
+    show(`dry run: ${plan.actions.length} action(s) planned, none carried out`);
+    return result;
+  }
   show(`carrying out ${plan.actions.length} action(s)`);
 
   // Processes nobody can describe: the agent killed them while taking the report.

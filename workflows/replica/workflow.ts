@@ -207,7 +207,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
       });
       try {
         const running = await startScope.run(() =>
-          agent(shard.nodeId, { summary: `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${gpuRange(shard.gpuIndices)}` }).startShard(
+          agent(shard.nodeId, { summary: `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${gpuRange(shard.gpuIndices)}`, heartbeatSeconds: 10 }).startShard(
             startShardFor(shard, { replicaId, deployment: input.deployment, snapshot: profile, shards: state.shards, leaderPort: leaderPortOf(leader) }),
           ),
         );

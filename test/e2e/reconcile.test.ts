@@ -1,0 +1,281 @@
+// Reconciliation end to end, with real agents, real engines, a real control worker and a
+// real router: Temporal losing everything, a profile removed from the catalog, an engine
+// nobody can describe, the same report reconciled twice, and agents killed in the middle
+// of a startShard. Runs on an in-memory dev server of its own, since it restarts it empty.
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { spawn } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import OpenAI from 'openai';
+import { Client, Connection } from '@temporalio/client';
+import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import { findFreePort } from '../../common/ports.js';
+import { CONTROL_TASK_QUEUE } from '../../common/names.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
+import { connectAdmin } from '../../agent/admin/client.js';
+import { signalGroup } from '../../agent/supervisor/proc.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import type { NodeView } from '../../common/node-types.js';
+import type { ReconcileResult } from '../../common/reconcile-types.js';
+import { E2E_CATALOG, enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import { uniqueId } from '../helpers/temporal.js';
+
+let server: DevServer;
+let port: number;
+let env: Record<string, string>;
+let catalogFile: string;
+let inventoryDir: string;
+let router: OpenAI;
+const nodeIds = [uniqueId('rec-a'), uniqueId('rec-b')];
+const raceNodes: string[] = [];
+const agents = new Map<string, { proc: LlmgwProcess; stateDir: string; range: string }>();
+
+async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
+  const connection = await Connection.connect({ address: `127.0.0.1:${port}` });
+  try {
+    return await body(new Client({ connection, dataConverter: llmgwDataConverter() }));
+  } finally {
+    await connection.close();
+  }
+}
+
+const status = (name: string): Promise<DeploymentView> => withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
+const nodeView = (nodeId: string): Promise<NodeView> => withClient((client) => client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery));
+
+/** The node's allocations as comparable strings: shard → GPUs. */
+async function allocations(nodeId: string): Promise<string[]> {
+  return (await nodeView(nodeId)).allocations.map((a) => `${a.shardId}:${[...a.gpuIndices].sort().join(',')}`).sort();
+}
+
+async function startAgent(nodeId: string, inventory: string, agentEnv: Record<string, string> = {}, wait = true): Promise<LlmgwProcess> {
+  const known = agents.get(nodeId);
+  const stateDir = known?.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
+  const from = 30000 + Math.floor(Math.random() * 300) * 100;
+  const range = known?.range ?? `${from}-${from + 99}`;
+  const proc = spawnLlmgw(
+    ['agent', '--node-id', nodeId, '--gpus', inventory, '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0', '--port-range', range, '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300'],
+    { ...env, ...agentEnv },
+  );
+  agents.set(nodeId, { proc, stateDir, range });
+  if (wait) await proc.waitForOutput(/registered with node\//, 60_000);
+  return proc;
+}
+
+async function reconcile(nodeId: string): Promise<ReconcileResult> {
+  const ran = await runLlmgw(['reconcile', nodeId, '--json'], env);
+  expect(ran.code, ran.output).toBe(0);
+  const results = JSON.parse(ran.output.slice(ran.output.indexOf('['))) as ReconcileResult[];
+  return results[0]!;
+}
+
+async function deploy(model: string, name: string, replicas: number, profile?: string): Promise<DeploymentView> {
+  const deployed = await runLlmgw(['deploy', model, '--name', name, '--replicas', String(replicas), ...(profile ? ['--profile', profile] : []), '--wait', '--timeout', '90'], env);
+  expect(deployed.code, deployed.output).toBe(0);
+  return status(name);
+}
+
+async function undeploy(name: string): Promise<void> {
+  const ran = await runLlmgw(['undeploy', name, '--wait'], env);
+  expect(ran.code, ran.output).toBe(0);
+}
+
+async function routed(name: string): Promise<boolean> {
+  const reply = await router.chat.completions.create({ model: name, max_tokens: 2, messages: [{ role: 'user', content: 'ping' }] });
+  return Boolean(reply.choices[0]?.message);
+}
+
+beforeAll(async () => {
+  port = await findFreePort();
+  server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, inMemory: true, logFile: `.llmgw/test/temporal-reconcile-${port}.log` });
+  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
+  // The worker reads a copy of the catalog that the tests edit; RACE is a GPU class only the
+  // startup-race agents have, so those deployments land there and nowhere else.
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-reconcile-'));
+  catalogFile = join(dir, 'catalog.yaml');
+  copyFileSync(E2E_CATALOG, catalogFile);
+  writeFileSync(
+    catalogFile,
+    `${readFileSync(catalogFile, 'utf8')}  - name: race
+    source: llmgw/fake-race
+    profiles:
+      - name: one-gpu
+        engine: fake
+        gpuClass: RACE
+        gpusPerNode: 1
+        args: ["--load-time", "0.5"]
+        startupTimeoutSeconds: 30
+`,
+  );
+  inventoryDir = dir;
+  writeFileSync(join(dir, 'racex8.yaml'), readFileSync(join(INVENTORIES, 'lifex8.yaml'), 'utf8').replace(/^gpuClass: LIFE$/m, 'gpuClass: RACE'));
+  const worker = spawnLlmgw(['worker', '--catalog', catalogFile], env);
+  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
+  for (const nodeId of nodeIds) await startAgent(nodeId, join(INVENTORIES, 'lifex8.yaml'));
+  const routerPort = await findFreePort();
+  const routerProc = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
+  await routerProc.waitForOutput(/listening|router/, 30_000);
+  router = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 });
+});
+
+afterAll(async () => {
+  await stopAll();
+  await killEnginesOf([...nodeIds, ...raceNodes]);
+  await server?.stop();
+});
+
+const first = uniqueId('rec-one');
+const second = uniqueId('rec-two');
+
+describe('reconciliation', () => {
+  it('rebuilds everything from the agents within 30 s when Temporal loses all its data: same engines, same GPUs, the router serves again', async () => {
+    await deploy('life', first, 2, 'one-gpu');
+    await deploy('life', second, 1, 'tp2');
+    await eventually('the router serves both', async () => (await routed(first)) && (await routed(second)), 20_000, 250);
+    // Every node has its reconcile Schedule.
+    await withClient(async (client) => {
+      for (const nodeId of nodeIds) expect((await client.schedule.getHandle(`reconcile/${nodeId}`).describe()).action.type).toBe('startWorkflow');
+    });
+    const pidsBefore = enginesOf(nodeIds).map((e) => e.pid).sort();
+    expect(pidsBefore).toHaveLength(3);
+    const allocationsBefore = Object.fromEntries(await Promise.all(nodeIds.map(async (id) => [id, await allocations(id)] as const)));
+
+    await server.stop();
+    server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, inMemory: true, logFile: `.llmgw/test/temporal-reconcile-${port}.log` });
+    const back = Date.now();
+
+    const rebuilt = await eventually(
+      'both deployments rebuilt and Ready, and routed',
+      async () => {
+        const views = await Promise.all([status(first), status(second)]);
+        if (!views.every((v) => v.phase === 'Ready')) return undefined;
+        return (await routed(first)) && (await routed(second)) ? views : undefined;
+      },
+      60_000,
+      250,
+    );
+    const recoverySeconds = (Date.now() - back) / 1000;
+    console.log(`rebuilt from the agents' reports ${recoverySeconds.toFixed(1)} s after the empty server came back`);
+    expect(recoverySeconds).toBeLessThanOrEqual(30);
+    expect(rebuilt.map((v) => [v.desired, v.ready])).toEqual([
+      [2, 2],
+      [1, 1],
+    ]);
+    expect(rebuilt[0]!.rebuilt).toMatch(/rebuilt by reconciliation/);
+    expect(enginesOf(nodeIds).map((e) => e.pid).sort()).toEqual(pidsBefore);
+    for (const nodeId of nodeIds) expect(await allocations(nodeId)).toEqual(allocationsBefore[nodeId]);
+
+    // A new deployment lands on GPUs nobody holds.
+    const held = new Set(Object.entries(allocationsBefore).flatMap(([id, list]) => list.flatMap((entry) => entry.split(':')[1]!.split(',').map((gpu) => `${id}:${gpu}`))));
+    const third = uniqueId('rec-three');
+    const view = await deploy('life', third, 2, 'one-gpu');
+    const taken = view.replicas.flatMap((r) => r.gpus.flatMap((g) => g.split(':')[1]!.split(',').map((gpu) => `${g.split(':')[0]}:${gpu}`)));
+    expect(taken).toHaveLength(2);
+    for (const gpu of taken) expect(held.has(gpu), `${gpu} was already held`).toBe(false);
+    await undeploy(third);
+  });
+
+  it('stops the engines of a profile removed from the catalog and frees their GPUs, leaving the others alone', async () => {
+    const keptPids = enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${first}/`)).map((e) => e.pid).sort();
+    const removed = (await status(second)).replicas.flatMap((r) => r.shards.map((s) => s.shardId));
+    expect(keptPids).toHaveLength(2);
+    writeFileSync(catalogFile, readFileSync(catalogFile, 'utf8').replace(/      - name: tp2\n(        .*\n)+?        startupTimeoutSeconds: 30\n/, ''));
+    expect(readFileSync(catalogFile, 'utf8')).not.toMatch(/name: tp2/);
+
+    const results = await Promise.all(nodeIds.map((id) => reconcile(id)));
+    const stops = results.flatMap((r) => r.actions.filter((a) => a.kind === 'stop'));
+    expect(stops.map((a) => ('shardId' in a ? a.shardId : ''))).toEqual(removed);
+    expect(stops[0]).toMatchObject({ effective: true, reason: 'model life profile tp2 is no longer in the catalog' });
+    expect(enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${second}/`))).toEqual([]);
+    for (const nodeId of nodeIds) expect((await allocations(nodeId)).filter((a) => removed.some((id) => a.startsWith(`${id}:`)))).toEqual([]);
+    // The deployment says why and starts nothing new; the other deployment did not notice.
+    const degraded = await eventually('the deployment says its profile left the catalog', async () => {
+      const view = await status(second);
+      return view.reason.includes('no longer in the catalog') ? view : undefined;
+    });
+    expect(degraded.phase).toBe('Degraded');
+    await sleep(3_000);
+    expect(enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${second}/`))).toEqual([]);
+    expect(enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${first}/`)).map((e) => e.pid).sort()).toEqual(keptPids);
+    expect((await status(first)).phase).toBe('Ready');
+    await undeploy(second);
+  });
+
+  it('kills an engine nobody can describe on a managed GPU, and the result and the agent log name it', async () => {
+    const nodeId = nodeIds[0]!;
+    const enginePort = await findFreePort();
+    const intruder = spawn(process.execPath, [join(__dirname, '../../bin/llmgw.js'), 'fake-engine', '--port', String(enginePort), '--model', 'intruder'], {
+      env: { PATH: process.env.PATH ?? '', LLMGW_NODE_ID: nodeId, LLMGW_SHARD_ID: 'intruder.1.r0.a1', LLMGW_REPLICA_ID: 'replica/intruder/1', CUDA_VISIBLE_DEVICES: '7' },
+      stdio: 'ignore',
+      detached: true,
+    });
+    try {
+      await eventually('the intruder runs', () => enginesOf([nodeId]).some((e) => e.pid === intruder.pid), 10_000);
+      const result = await reconcile(nodeId);
+      const kill = result.actions.find((a) => a.kind === 'kill');
+      expect(kill).toMatchObject({ kind: 'kill', pid: intruder.pid, gpuIndices: [7], effective: true, reason: 'no spec describes it' });
+      expect(enginesOf([nodeId]).some((e) => e.pid === intruder.pid)).toBe(false);
+      expect(agents.get(nodeId)!.proc.output()).toContain(`killed pid ${intruder.pid} (LLMGW_SHARD_ID=intruder.1.r0.a1): no spec describes it`);
+    } finally {
+      signalGroup(intruder.pid!, 'SIGKILL');
+    }
+  });
+
+  it('takes no action the second time it reconciles the same report', async () => {
+    // An operator terminates a deployment's workflows by hand: its engine runs on, described
+    // by a spec, wanted by nobody.
+    const orphan = uniqueId('rec-orphan');
+    const view = await deploy('life', orphan, 1, 'one-gpu');
+    const shard = view.replicas[0]!.shards[0]!;
+    await withClient(async (client) => {
+      await client.workflow.getHandle(`deployment/${orphan}`).terminate('test: lost intent');
+      await client.workflow.getHandle(`replica/${orphan}/1`).terminate('test: lost intent');
+    });
+    const admin = connectAdmin(/admin API on (\S+)/.exec(agents.get(shard.nodeId)!.proc.output())![1]!);
+    const report = (await admin.describe()).register!;
+    admin.close();
+    expect(report.runningShards.some((s) => s.spec?.shardId === shard.shardId)).toBe(true);
+
+    const run = (n: number): Promise<ReconcileResult> =>
+      withClient((client) =>
+        client.workflow.execute('reconcileNode', { workflowId: uniqueId(`reconcile/${shard.nodeId}/same-report-${n}`), taskQueue: CONTROL_TASK_QUEUE, args: [{ nodeId: shard.nodeId, trigger: 'test', report }] }),
+      );
+    const once = await run(1);
+    expect(once.actions.filter((a) => a.effective).map((a) => [a.kind, 'shardId' in a ? a.shardId : '', a.reason])).toEqual([['stop', shard.shardId, `its replica workflow replica/${orphan}/1 has closed`]]);
+    expect(once.changed).toBeGreaterThan(0);
+    expect(enginesOf([shard.nodeId]).some((e) => e.env.LLMGW_SHARD_ID === shard.shardId)).toBe(false);
+    expect((await allocations(shard.nodeId)).some((a) => a.startsWith(`${shard.shardId}:`))).toBe(false);
+
+    const twice = await run(2);
+    expect(twice.changed).toBe(0);
+    expect(twice.actions.map((a) => a.outcome)).toEqual(['already stopped']);
+    // And with fresh reports, level-triggered: nothing left to do on any node.
+    for (const nodeId of nodeIds) expect((await reconcile(nodeId)).changed).toBe(0);
+  });
+
+  for (const crashAt of ['before-spawn', 'after-spawn'] as const) {
+    it(`ends with exactly one engine when the agent is killed during startShard (${crashAt === 'before-spawn' ? 'spec written, engine not spawned' : 'engine spawned, activity not returned'})`, async () => {
+      const nodeId = uniqueId(`rec-race-${crashAt}`);
+      raceNodes.push(nodeId);
+      const inventory = join(inventoryDir, 'racex8.yaml');
+      const crashing = await startAgent(nodeId, inventory, { LLMGW_TEST_CRASH_AT: crashAt });
+      const name = uniqueId('rec-race');
+      const deploying = spawnLlmgw(['deploy', 'race', '--name', name, '--replicas', '1', '--wait', '--timeout', '120'], env);
+      await crashing.waitForOutput(new RegExp(`LLMGW_TEST_CRASH_AT=${crashAt}`), 60_000);
+      await crashing.exited;
+      const shardsAtCrash = enginesOf([nodeId]).length;
+      expect(shardsAtCrash).toBe(crashAt === 'before-spawn' ? 0 : 1);
+      await startAgent(nodeId, inventory);
+      expect(await deploying.exited, deploying.output()).toBe(0);
+      const engines = enginesOf([nodeId]);
+      expect(engines).toHaveLength(1);
+      await sleep(3_000);
+      expect(enginesOf([nodeId]).map((e) => e.pid)).toEqual(engines.map((e) => e.pid));
+      expect((await status(name)).ready).toBe(1);
+      await undeploy(name);
+      // Out of the way of the next race: a stopped agent's node takes no placements.
+      await agents.get(nodeId)!.proc.stop();
+    });
+  }
+});
