@@ -10,13 +10,15 @@
 //  3. Otherwise pack: the node with the fewest free GPUs that still fit, so that large
 //     holes stay free for large replicas.
 //  4. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
-//     nothing: a partial reservation is released before the next fabric is tried.
+//     nothing: a partial reservation is released before the next fabric is tried
+//     (common/placement/choose-hosts.ts ranks the hosts and holds that rule).
 // Candidates come from search attributes (LlmgwGpuClass, LlmgwState, LlmgwFreeGpus), which
 // can lag a moment behind; a rejected reserve just means "next candidate", as in
 // optimistic shared-state schedulers.
 import type { Client } from '@temporalio/client';
 import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
 import type { ReserveResult } from '../common/node-types.js';
+import { gangHostFromView, placeGangOnHosts, summariseReasons, type GangHost } from '../common/placement/choose-hosts.js';
 import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
 
@@ -81,7 +83,7 @@ export function createPlacementActivities(client: Client) {
           if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
           reasons.push(result.reason);
         }
-        return { ok: false, reason: summarise(reasons) };
+        return { ok: false, reason: summariseReasons(reasons) };
       }
       return placeGang(client, request, candidates, reserveOn, placement);
     },
@@ -137,45 +139,17 @@ type Reserve = (nodeId: string, request: PlaceRequest, rank: number) => Promise<
 type MakePlacement = (nodeId: string, rank: number, request: PlaceRequest, result: Extract<ReserveResult, { ok: true }>) => ShardPlacement;
 
 async function placeGang(client: Client, request: PlaceRequest, candidates: Candidate[], reserveOn: Reserve, makePlacement: MakePlacement): Promise<PlaceResult> {
-  const byFabric = new Map<string, { nodeId: string; rate: number; free: number; siblings: number }[]>();
+  const hosts: GangHost[] = [];
   for (const candidate of candidates) {
     const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery);
-    const inv = view.inventory;
-    if (!inv) continue;
-    if (request.pool && inv.labels.pool !== request.pool) continue;
-    const fabric = inv.fabrics[0];
-    if (!fabric) continue;
-    const list = byFabric.get(fabric.fabric) ?? [];
-    list.push({ nodeId: candidate.nodeId, rate: fabric.rateGbps, free: view.freeGpus.length, siblings: candidate.siblings });
-    byFabric.set(fabric.fabric, list);
+    const host = gangHostFromView(view, candidate.siblings, request.pool);
+    if (host) hosts.push(host);
   }
-  if (!byFabric.size) return { ok: false, reason: `a ${request.nodes}-node replica needs hosts on an InfiniBand fabric${request.pool ? ` in pool ${request.pool}` : ''}; none is Ready` };
-  const fabrics = [...byFabric.entries()].sort((a, b) => Math.max(...b[1].map((n) => n.rate)) - Math.max(...a[1].map((n) => n.rate)));
-  const reasons: string[] = [];
-  for (const [fabric, hosts] of fabrics) {
-    const roomy = hosts.filter((host) => host.free >= request.gpusPerNode).sort((a, b) => b.rate - a.rate || a.siblings - b.siblings || a.nodeId.localeCompare(b.nodeId));
-    if (roomy.length < request.nodes) {
-      reasons.push(`fabric ${fabric}: ${roomy.length} of ${hosts.length} hosts have ${request.gpusPerNode} free GPUs, ${request.nodes} needed`);
-      continue;
-    }
-    const placed: ShardPlacement[] = [];
-    for (const host of roomy) {
-      if (placed.length === request.nodes) break;
-      const result = await reserveOn(host.nodeId, request, placed.length);
-      if (result.ok) placed.push(makePlacement(host.nodeId, placed.length, request, result));
-      else reasons.push(result.reason);
-    }
-    if (placed.length === request.nodes) return { ok: true, shards: placed };
-    // All or nothing: give back what this fabric granted before trying the next.
-    for (const shard of placed) {
-      await client.workflow.getHandle(nodeWorkflowId(shard.nodeId)).executeUpdate(releaseUpdate, { args: [{ shardId: shard.shardId }] });
-    }
-    reasons.push(`fabric ${fabric}: only ${placed.length} of ${request.nodes} hosts could reserve`);
-  }
-  return { ok: false, reason: `not split across fabrics: ${summarise(reasons)}` };
-}
-
-function summarise(reasons: string[]): string {
-  const unique = [...new Set(reasons)];
-  return unique.length > 4 ? `${unique.slice(0, 4).join('; ')}; and ${unique.length - 4} more` : unique.join('; ');
+  const result = await placeGangOnHosts(hosts, request, {
+    reserve: (nodeId, rank) => reserveOn(nodeId, request, rank),
+    release: (nodeId, rank) =>
+      client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(releaseUpdate, { args: [{ shardId: makeShardId(request.replicaId, rank, request.attempt) }] }),
+  });
+  if (!result.ok) return result;
+  return { ok: true, shards: result.grants.map((grant) => makePlacement(grant.nodeId, grant.rank, request, grant.result)) };
 }

@@ -386,7 +386,7 @@ export class Supervisor {
 
     try {
       for (const p of launch.processes) {
-        if (p.waitForRayNodes !== undefined) await this.waitForRay(spec, p, shard.startAbort.signal);
+        if (p.waitForRayNodes !== undefined) await this.waitForRay(shard, p);
         this.throwIfStartCut(shard);
         await this.options.beforeSpawn?.({ shardId: id, recordFile: recordPath(this.options.stateDir, id), process: p });
         this.throwIfStartCut(shard);
@@ -418,9 +418,10 @@ export class Supervisor {
     }
   }
 
-  private async waitForRay(spec: StartShard, p: ProcessSpec, signal: AbortSignal): Promise<void> {
-    // TODO: the Ray wait (`ray status` until every node has joined) is the agent's, passed in
-    // as options.waitForRay; the supervisor only sequences it between the head and the engine.
+  private async waitForRay(shard: Shard, p: ProcessSpec): Promise<void> {
+    const spec = shard.spec;
+    // The Ray wait (`ray status` until every node has joined) is the agent's, passed in as
+    // options.waitForRay; the supervisor only sequences it between the head and the engine.
     if (!this.options.waitForRay) {
       throw ApplicationFailure.nonRetryable(
         `shard ${spec.shardId}: its ${p.role} must wait for ${p.waitForRayNodes} Ray node(s), but this agent was started without a Ray wait`,
@@ -428,7 +429,26 @@ export class Supervisor {
       );
     }
     this.log(`shard ${spec.shardId}: waiting for ${p.waitForRayNodes} Ray node(s) at ${p.rayAddress ?? '(unknown address)'} before starting the ${p.role}`);
-    await this.options.waitForRay(spec, p, signal);
+    // The Ray head started just before may die while the wait polls: end the wait then, and
+    // report the exit, rather than poll a cluster that is gone until the startup timeout.
+    const wait = new AbortController();
+    const onStop = (): void => wait.abort(shard.startAbort.signal.reason);
+    const onChange = (id: string): void => {
+      if (id === spec.shardId && shard.exited) wait.abort(new Error(shard.message));
+    };
+    shard.startAbort.signal.addEventListener('abort', onStop, { once: true });
+    this.changes.on('change', onChange);
+    try {
+      if (shard.startAbort.signal.aborted) onStop();
+      if (shard.exited) wait.abort(new Error(shard.message));
+      await this.options.waitForRay(spec, p, wait.signal);
+    } catch (err) {
+      this.throwIfStartCut(shard);
+      throw err;
+    } finally {
+      shard.startAbort.signal.removeEventListener('abort', onStop);
+      this.changes.off('change', onChange);
+    }
   }
 
   /** The port the agent gives the engine: the request's, or the first free one in its range. */

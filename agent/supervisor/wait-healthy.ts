@@ -6,7 +6,7 @@ import { ShardState, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.
 import { tailLines } from './logs.js';
 import { exitDetails, LOG_TAIL_LINES, type Shard } from './shard.js';
 
-const DEFAULT_STARTUP_TIMEOUT_S = 600;
+export const DEFAULT_STARTUP_TIMEOUT_S = 600;
 
 export interface WaitHealthyOptions {
   /** The activity's cancellation: rejects with its reason. */
