@@ -16,6 +16,7 @@ import { createAgentActivities } from './activities.js';
 import { createTransitionNotifier } from './notifier.js';
 import { startAdminServer } from './admin/server.js';
 import { createSupervisor } from './supervisor/supervisor.js';
+import { createRayWait } from './ray-wait.js';
 import { checkStateDirWritable, logPath } from './supervisor/spec-store.js';
 import { tailLines } from './supervisor/logs.js';
 
@@ -46,6 +47,8 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     portRange: config.portRange,
     advertiseAddress: config.advertiseAddr,
     engineContext: { fakeEngineCommand: config.fakeEngineCommand },
+    // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
+    waitForRay: createRayWait({ log }),
     onTransition: (status) => notifier.send(status),
     log,
     // On real GPUs, a compute process on a GPU we manage that no spec describes holds

@@ -96,6 +96,8 @@ export interface NodeStatusSignal {
   nodeId: string;
   phase: NodePhase;
   reason: string;
+  /** When the node entered this phase (its workflow's clock): a later signal may overtake an earlier one. */
+  at?: string;
 }
 
 export interface ReconcileAllocationsRequest {

@@ -254,7 +254,9 @@ class RouterCore {
       const prefix = promptPrefix(fields);
       if (prefix !== undefined) key = hashText(prefix);
     }
-    new Exchange(this.proxy, res, pool, req.url ?? req.apiPath, body, key, startedAt).start();
+    // Addressed by its deployment's name: the engine only knows its served name.
+    const upstreamBody = model === pool.servedName ? body : Buffer.from(JSON.stringify({ ...fields, model: pool.servedName }));
+    new Exchange(this.proxy, res, pool, req.url ?? req.apiPath, upstreamBody, key, startedAt).start();
   }
 
   health(): RouterHealth {

@@ -108,6 +108,13 @@ describe('router: the OpenAI surface through the official client', () => {
     expect(models.data.map((m) => m.id)).toEqual(['demo']);
   });
 
+  it('serves a model addressed by its deployment name under the name the engine knows', async () => {
+    const e = await engine();
+    const { openai } = await router([{ servedName: 'demo', deployment: 'demo-canary', endpoint: url(e) }]);
+    const reply = await openai.chat.completions.create({ model: 'demo-canary', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 });
+    expect(reply.model).toBe('demo');
+  });
+
   it('tells the client about an unknown model with the SDK\'s NotFoundError', async () => {
     const e = await engine();
     const { openai } = await router([{ servedName: 'demo', endpoint: url(e) }]);

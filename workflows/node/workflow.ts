@@ -81,7 +81,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     for (const id of waiters) void signalQuietly(id, capacityChangedSignal.name, { nodeId: state.nodeId });
   };
   const tellReplicas = (): void => {
-    const status: NodeStatusSignal = { nodeId: state.nodeId, phase: state.phase, reason: state.reason };
+    const status: NodeStatusSignal = { nodeId: state.nodeId, phase: state.phase, reason: state.reason, at: now() };
     for (const replicaId of new Set(state.allocations.map((allocation) => allocation.replicaId))) {
       void signalQuietly(replicaId, nodeStatusSignal.name, status);
     }

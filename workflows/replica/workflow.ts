@@ -98,6 +98,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     stopReason: undefined,
   };
   const events: Event[] = [];
+  /** The time of the newest nodeStatus seen per node. */
+  const nodeSeen: Record<string, string> = {};
   let capacityChanged = false;
 
   const view = (): ReplicaView => ({
@@ -198,9 +200,11 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     const leader = state.shards.find((s) => s.rank === 0)!;
     for (const shard of [...state.shards].sort((a, b) => a.rank - b.rank)) {
       void setPhase('Starting', `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${shard.gpuIndices.join(',')}`);
-      // A host whose agent is known to be gone does not get to run out a start timeout.
+      // A host whose agent is known to be gone for good (Lost) does not get to run out a start
+      // timeout. A NotReady one may be an agent restarting mid-start: the retried startShard
+      // reaches the new agent, which finds the spec and starts the engine exactly once.
       const startScope = new CancellationScope();
-      const nodeDown = (): boolean => events.some((e) => e.kind === 'node' && e.status.nodeId === shard.nodeId && e.status.phase !== 'Ready');
+      const nodeDown = (): boolean => events.some((e) => e.kind === 'node' && e.status.nodeId === shard.nodeId && e.status.phase === 'Lost');
       let startDone = false;
       void condition(() => nodeDown() || startDone).then(() => {
         if (!startDone) startScope.cancel();
@@ -244,6 +248,12 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     try {
       await healthy;
       outcome = 'ready';
+      // The leader's agent just answered: what it was said to be before (NotReady during an
+      // agent restart, say) is history.
+      for (let i = events.length - 1; i >= 0; i--) {
+        const e = events[i]!;
+        if (e.kind === 'node' && e.status.nodeId === leader.nodeId && e.status.phase === 'NotReady') events.splice(i, 1);
+      }
     } catch (error) {
       if (stopRequested()) return { kind: 'stop' };
       const workerExit = events.find((e): e is Extract<Event, { kind: 'shard' }> => e.kind === 'shard' && isExitOf(e.status, state.shards));
@@ -270,8 +280,11 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
         if (!shard || (event.status.pid && shard.pid && event.status.pid !== shard.pid)) continue; // an older process of this shard
         return { kind: 'restart', reason: `rank ${shard.rank} on ${shard.nodeId}: ${event.status.message || 'engine failed'}` };
       }
-      const { nodeId, phase, reason } = event.status;
+      const { nodeId, phase, reason, at } = event.status;
       if (!state.shards.some((s) => s.nodeId === nodeId)) continue;
+      // Signals from one node can arrive out of order: the newest word on a node wins.
+      if (at && (nodeSeen[nodeId] ?? '') > at) continue;
+      if (at) nodeSeen[nodeId] = at;
       if (phase === 'NotReady') void setPhase('Unknown', `agent on ${nodeId} unreachable (${reason}); the engine keeps its traffic while it answers`);
       else if (phase === 'Ready' && state.phase === 'Unknown') void setPhase('Ready', `agent on ${nodeId} is back`);
       else if (phase === 'Lost') return { kind: 'replace', reason: `node ${nodeId} lost: ${reason}`, nodeId, agentGone: true };
