@@ -1,0 +1,269 @@
+// Chaos, bounded: under steady load through the router, `kill -9` at random intervals of an
+// agent, the control worker, an engine and the dev server (restarted from its data file),
+// two of each in a seeded random order. Afterwards every deployment has its replicas
+// Ready, no engine runs that no Ready replica owns, no GPU is held twice, no deployment is
+// lost, and every request either succeeded or got a clean error. Prints the counts. Runs
+// on a dev server of its own, since it kills it.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import OpenAI from 'openai';
+import { Client, Connection } from '@temporalio/client';
+import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import { findFreePort } from '../../common/ports.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
+import { signalGroup } from '../../agent/supervisor/proc.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import type { NodeView } from '../../common/node-types.js';
+import { E2E_CATALOG, enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import { uniqueId } from '../helpers/temporal.js';
+
+type Kind = 'agent' | 'worker' | 'engine' | 'server';
+
+let server: DevServer;
+let port: number;
+let dbFile: string;
+let env: Record<string, string>;
+let worker: LlmgwProcess;
+let router: OpenAI;
+const nodeIds = [uniqueId('chaos-a'), uniqueId('chaos-b')];
+const agents = new Map<string, { proc: LlmgwProcess; stateDir: string; range: string }>();
+const deployments = [
+  { name: uniqueId('chaos-one'), profile: 'one-gpu', replicas: 2 },
+  { name: uniqueId('chaos-two'), profile: 'tp2', replicas: 1 },
+];
+
+/** A small seeded generator, so that a failing order can be replayed (LLMGW_CHAOS_SEED). */
+function random(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state * 1664525 + 1013904223) >>> 0;
+    return state / 2 ** 32;
+  };
+}
+
+async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
+  const connection = await Connection.connect({ address: `127.0.0.1:${port}`, connectTimeout: 2_000 });
+  try {
+    return await body(new Client({ connection, dataConverter: llmgwDataConverter() }));
+  } finally {
+    await connection.close();
+  }
+}
+
+const status = (name: string): Promise<DeploymentView> => withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
+
+async function allReady(): Promise<boolean> {
+  try {
+    const views = await Promise.all(deployments.map((d) => status(d.name)));
+    return views.every((v, i) => v.phase === 'Ready' && v.ready === deployments[i]!.replicas);
+  } catch {
+    return false;
+  }
+}
+
+function startServer(): Promise<DevServer> {
+  return startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-chaos-${port}.log` });
+}
+
+async function startAgent(nodeId: string): Promise<void> {
+  const known = agents.get(nodeId);
+  const stateDir = known?.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
+  const from = 30000 + Math.floor(Math.random() * 300) * 100;
+  const range = known?.range ?? `${from}-${from + 99}`;
+  const proc = spawnLlmgw(['agent', '--node-id', nodeId, '--gpus', join(INVENTORIES, 'lifex8.yaml'), '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0', '--port-range', range, '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300'], env);
+  agents.set(nodeId, { proc, stateDir, range });
+  // Not waiting for registration: after a kill the server may be the one that is down.
+  await proc.waitForOutput(/serving agent\//, 60_000);
+}
+
+async function startWorker(): Promise<void> {
+  worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
+  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
+}
+
+interface Load {
+  stop(): Promise<{ ok: number; clean: number; unclean: string[] }>;
+}
+
+/** Steady load: four clients alternating plain and streamed chat over both deployments. */
+function startLoad(): Load {
+  let running = true;
+  let ok = 0;
+  let clean = 0;
+  const unclean: string[] = [];
+  const one = async (n: number): Promise<void> => {
+    const model = deployments[n % deployments.length]!.name;
+    try {
+      if (n % 2 === 0) {
+        const reply = await router.chat.completions.create({ model, max_tokens: 4, messages: [{ role: 'user', content: `hello ${n}` }] });
+        if (reply.choices[0]?.message) ok++;
+        else unclean.push(`no message in ${JSON.stringify(reply).slice(0, 200)}`);
+      } else {
+        const stream = await router.chat.completions.create({ model, max_tokens: 8, stream: true, messages: [{ role: 'user', content: `hello ${n}` }] });
+        for await (const chunk of stream) void chunk;
+        ok++;
+      }
+    } catch (error) {
+      // Clean: the router answered with an OpenAI error (a status, or an error event in the
+      // stream). Unclean: a reset connection, a hang, anything the client cannot interpret.
+      if (error instanceof OpenAI.APIError && !(error instanceof OpenAI.APIConnectionError)) {
+        clean++;
+        await sleep(100);
+      } else unclean.push(String(error));
+    }
+  };
+  const loops = Array.from({ length: 4 }, async (_, i) => {
+    for (let n = i; running; n += 4) await one(n);
+  });
+  return {
+    async stop() {
+      running = false;
+      await Promise.all(loops);
+      return { ok, clean, unclean };
+    },
+  };
+}
+
+beforeAll(async () => {
+  port = await findFreePort();
+  dbFile = join(mkdtempSync(join(tmpdir(), 'llmgw-chaos-')), 'dev.db');
+  server = await startServer();
+  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
+  await startWorker();
+  for (const nodeId of nodeIds) await startAgent(nodeId);
+  const routerPort = await findFreePort();
+  const routerProc = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
+  await routerProc.waitForOutput(/listening/, 30_000);
+  router = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 });
+  for (const d of deployments) {
+    const deployed = await runLlmgw(['deploy', 'life', '--name', d.name, '--profile', d.profile, '--replicas', String(d.replicas), '--wait', '--timeout', '90'], env);
+    expect(deployed.code, deployed.output).toBe(0);
+  }
+  await eventually('the router serves both deployments', async () => {
+    for (const d of deployments) await router.chat.completions.create({ model: d.name, max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
+    return true;
+  }, 20_000);
+});
+
+afterAll(async () => {
+  await stopAll();
+  await killEnginesOf(nodeIds);
+  await server?.stop();
+});
+
+describe('chaos', () => {
+  it('recovers from kill -9 of agents, the control worker, engines and the dev server under load, losing nothing', async () => {
+    const seed = Number(process.env.LLMGW_CHAOS_SEED ?? Date.now() % 100_000);
+    const next = random(seed);
+    const kinds: Kind[] = ['agent', 'worker', 'engine', 'server', 'agent', 'worker', 'engine', 'server'];
+    for (let i = kinds.length - 1; i > 0; i--) {
+      const j = Math.floor(next() * (i + 1));
+      [kinds[i], kinds[j]] = [kinds[j]!, kinds[i]!];
+    }
+    console.log(`chaos seed ${seed} (LLMGW_CHAOS_SEED=${seed} replays it): ${kinds.join(', ')}`);
+
+    const load = startLoad();
+    const recoveries: { kind: Kind; what: string; seconds: number; disturbed: boolean }[] = [];
+    const started = Date.now();
+    for (const kind of kinds) {
+      await sleep(3_000 + next() * 7_000);
+      const at = Date.now();
+      let what = '';
+      switch (kind) {
+        case 'agent': {
+          const nodeId = nodeIds[Math.floor(next() * nodeIds.length)]!;
+          what = nodeId;
+          await agents.get(nodeId)!.proc.kill9();
+          await sleep(1_000 + next() * 3_000);
+          await startAgent(nodeId);
+          break;
+        }
+        case 'worker':
+          what = `pid ${worker.pid}`;
+          await worker.kill9();
+          await sleep(1_000 + next() * 3_000);
+          await startWorker();
+          break;
+        case 'engine': {
+          const engines = enginesOf(nodeIds);
+          const victim = engines[Math.floor(next() * engines.length)];
+          what = victim ? `pid ${victim.pid} (${victim.env.LLMGW_SHARD_ID})` : 'none running';
+          if (victim) signalGroup(victim.pid, 'SIGKILL');
+          break;
+        }
+        case 'server':
+          what = `pid ${server.pid}`;
+          signalGroup(server.pid, 'SIGKILL');
+          await server.exited;
+          await sleep(1_000 + next() * 3_000);
+          server = await startServer();
+          break;
+      }
+      // Each kill is followed by recovery before the next, so that the time is its own. A
+      // kill is noticed within a heartbeat timeout (5 s) or not at all (a worker holds no state).
+      let disturbed = false;
+      for (const deadline = Date.now() + 8_000; Date.now() < deadline && !disturbed; ) {
+        disturbed = !(await allReady());
+        if (!disturbed) await sleep(250);
+      }
+      await eventually(`recovery from kill -9 of the ${kind} (${what})`, allReady, 120_000, 500);
+      recoveries.push({ kind, what, seconds: (Date.now() - at) / 1000, disturbed });
+    }
+    // Ready and staying Ready.
+    await eventually('every deployment Ready for 5 s in a row', async () => {
+      for (let i = 0; i < 10; i++) {
+        if (!(await allReady())) return false;
+        await sleep(500);
+      }
+      return true;
+    }, 120_000, 500);
+    const { ok, clean, unclean } = await load.stop();
+    const chaosSeconds = (Date.now() - started) / 1000;
+
+    // Every deployment, every replica Ready.
+    const views = await Promise.all(deployments.map((d) => status(d.name)));
+    expect(views.map((v) => [v.phase, v.ready])).toEqual(deployments.map((d) => ['Ready', d.replicas]));
+    // Settle: the replicas' own views name every shard; allow a moment for stray stops.
+    const owned = new Set(views.flatMap((v) => v.replicas.filter((r) => r.phase === 'Ready').flatMap((r) => r.shards.map((s) => s.shardId))));
+    const orphans = await eventually(
+      'no engine that no Ready replica owns',
+      () => {
+        const strays = enginesOf(nodeIds).filter((e) => !owned.has(e.env.LLMGW_SHARD_ID ?? ''));
+        return strays.length === 0 ? strays : undefined;
+      },
+      30_000,
+      500,
+    ).catch(() => enginesOf(nodeIds).filter((e) => !owned.has(e.env.LLMGW_SHARD_ID ?? '')));
+    expect(orphans.map((e) => `${e.pid} ${e.env.LLMGW_SHARD_ID}`)).toEqual([]);
+    expect(enginesOf(nodeIds)).toHaveLength(owned.size);
+    // No GPU held twice, and every held GPU belongs to a shard that runs.
+    const nodes: NodeView[] = await withClient((client) => Promise.all(nodeIds.map((id) => client.workflow.getHandle(`node/${id}`).query(describeNodeQuery))));
+    for (const node of nodes) {
+      const gpus = node.allocations.flatMap((a) => a.gpuIndices);
+      expect(new Set(gpus).size, `${node.nodeId}: ${JSON.stringify(node.allocations)}`).toBe(gpus.length);
+      expect(node.allocations.map((a) => a.shardId).sort()).toEqual([...owned].filter((id) => views.some((v) => v.replicas.some((r) => r.shards.some((s) => s.shardId === id && s.nodeId === node.nodeId)))).sort());
+    }
+    // No deployment lost.
+    const running = await withClient(async (client) => {
+      const ids: string[] = [];
+      for await (const w of client.workflow.list({ query: `WorkflowType = 'deployModel' AND ExecutionStatus = 'Running'` })) ids.push(w.workflowId);
+      return ids.sort();
+    });
+    expect(running).toEqual(deployments.map((d) => `deployment/${d.name}`).sort());
+
+    const byKind = (kind: Kind) => recoveries.filter((r) => r.kind === kind).map((r) => `${r.seconds.toFixed(1)}${r.disturbed ? '' : '*'}`);
+    console.log(
+      [
+        `chaos: ${kinds.length} kills in ${chaosSeconds.toFixed(0)} s (seed ${seed})`,
+        ...(['agent', 'worker', 'engine', 'server'] as const).map((kind) => `  ${kind}: ${byKind(kind).length} kills, back to all Ready in ${byKind(kind).join(' s, ')} s (* restarted before anything noticed)`),
+        `  requests: ${ok} ok, ${clean} clean errors, ${unclean.length} unclean`,
+        ...recoveries.map((r) => `  ${r.kind} ${r.what}: ${r.seconds.toFixed(1)} s from the kill to every deployment Ready${r.disturbed ? '' : ' (never seen degraded)'}`),
+      ].join('\n'),
+    );
+    expect(unclean.slice(0, 5)).toEqual([]);
+    expect(ok).toBeGreaterThan(clean);
+  }, 900_000);
+});
