@@ -187,7 +187,7 @@ describe('reconciliation', () => {
     const keptPids = enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${first}/`)).map((e) => e.pid).sort();
     const removed = (await status(second)).replicas.flatMap((r) => r.shards.map((s) => s.shardId));
     expect(keptPids).toHaveLength(2);
-    writeFileSync(catalogFile, readFileSync(catalogFile, 'utf8').replace(/      - name: tp2\n(        .*\n)+?        startupTimeoutSeconds: 30\n/, ''));
+    writeFileSync(catalogFile, readFileSync(catalogFile, 'utf8').replace(/ {6}- name: tp2\n( {8}.*\n)+? {8}startupTimeoutSeconds: 30\n/, ''));
     expect(readFileSync(catalogFile, 'utf8')).not.toMatch(/name: tp2/);
 
     const results = await Promise.all(nodeIds.map((id) => reconcile(id)));
