@@ -21,6 +21,7 @@ import type { NodeView } from '../../common/node-types.js';
 import type { ReconcileResult } from '../../common/reconcile-types.js';
 import { E2E_CATALOG, enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
+import { recordHistory } from '../helpers/histories.js';
 
 let server: DevServer;
 let port: number;
@@ -172,6 +173,7 @@ describe('reconciliation', () => {
     expect(rebuilt[0]!.rebuilt).toMatch(/rebuilt by reconciliation/);
     expect(enginesOf(nodeIds).map((e) => e.pid).sort()).toEqual(pidsBefore);
     for (const nodeId of nodeIds) expect(await allocations(nodeId)).toEqual(allocationsBefore[nodeId]);
+    recordHistory(`replica/${first}/1`, 'replica-adopted-after-temporal-loss', `127.0.0.1:${port}`);
 
     // A new deployment lands on GPUs nobody holds.
     const held = new Set(Object.entries(allocationsBefore).flatMap(([id, list]) => list.flatMap((entry) => entry.split(':')[1]!.split(',').map((gpu) => `${id}:${gpu}`))));
@@ -244,11 +246,11 @@ describe('reconciliation', () => {
     admin.close();
     expect(report.runningShards.some((s) => s.spec?.shardId === shard.shardId)).toBe(true);
 
+    const ids = [1, 2].map((n) => uniqueId(`reconcile/${shard.nodeId}/same-report-${n}`));
     const run = (n: number): Promise<ReconcileResult> =>
-      withClient((client) =>
-        client.workflow.execute('reconcileNode', { workflowId: uniqueId(`reconcile/${shard.nodeId}/same-report-${n}`), taskQueue: CONTROL_TASK_QUEUE, args: [{ nodeId: shard.nodeId, trigger: 'test', report }] }),
-      );
+      withClient((client) => client.workflow.execute('reconcileNode', { workflowId: ids[n - 1]!, taskQueue: CONTROL_TASK_QUEUE, args: [{ nodeId: shard.nodeId, trigger: 'test', report }] }));
     const once = await run(1);
+    recordHistory(ids[0]!, 'reconcileNode-stop-and-release', `127.0.0.1:${port}`);
     expect(once.actions.filter((a) => a.effective).map((a) => [a.kind, 'shardId' in a ? a.shardId : '', a.reason])).toEqual([['stop', shard.shardId, `its replica workflow replica/${orphan}/1 has closed`]]);
     expect(once.changed).toBeGreaterThan(0);
     expect(enginesOf([shard.nodeId]).some((e) => e.env.LLMGW_SHARD_ID === shard.shardId)).toBe(false);

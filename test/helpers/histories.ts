@@ -9,9 +9,9 @@ import { inject } from 'vitest';
 export const HISTORIES_DIR = resolve(__dirname, '../histories');
 
 /** Saves a workflow's history as the Temporal CLI prints it (the format the Web UI downloads). */
-export function recordHistory(workflowId: string, name: string): void {
+export function recordHistory(workflowId: string, name: string, address: string = inject('temporalAddress')): void {
   if (process.env.LLMGW_RECORD_HISTORIES !== '1') return;
-  const json = execFileSync(inject('temporalBin'), ['workflow', 'show', '--workflow-id', workflowId, '--output', 'json', '--address', inject('temporalAddress')], {
+  const json = execFileSync(inject('temporalBin'), ['workflow', 'show', '--workflow-id', workflowId, '--output', 'json', '--address', address], {
     encoding: 'utf8',
     maxBuffer: 64 * 1024 * 1024,
   });
