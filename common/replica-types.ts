@@ -43,6 +43,8 @@ export interface ShardPlacement {
   managementAddress: string;
   httpPort: number;
   pid: number;
+  /** This rank as the replica last saw it: Starting, Ready (up, and for rank 0 serving). */
+  state?: string;
 }
 
 export interface ReplicaInput {

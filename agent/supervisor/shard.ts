@@ -72,6 +72,7 @@ export function shardStatus(shard: Shard, nodeId: string, advertiseAddress: stri
     message: shard.message,
     rank: shard.spec.rank,
     gpuIndices: [...shard.spec.gpuIndices],
+    leaderPort: shard.spec.rank === 0 && shard.spec.nnodes > 1 ? shard.spec.leaderPort : 0,
   });
   if (shard.exitCode !== undefined) status.exitCode = shard.exitCode;
   return status;

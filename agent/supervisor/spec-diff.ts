@@ -11,6 +11,11 @@ import { StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shar
 function normalisedPair(recorded: StartShard, recordedPort: number, requested: StartShard): [StartShard, StartShard] {
   const a = clone(StartShardSchema, recorded);
   a.httpPort = requested.httpPort === 0 ? 0 : a.httpPort || recordedPort;
+  // Likewise rank 0's leader port 0: the agent chose the rendezvous port (and its own address).
+  if (requested.rank === 0 && requested.leaderPort === 0) {
+    a.leaderPort = 0;
+    a.leaderAddress = requested.leaderAddress;
+  }
   return [a, requested];
 }
 

@@ -356,6 +356,11 @@ export class Supervisor {
 
     checkStateDirWritable(this.options.stateDir);
     const port = await this.choosePort(spec, existing);
+    if (spec.rank === 0 && spec.nnodes > 1 && spec.leaderPort === 0) {
+      // Rank 0's host chooses the rendezvous port; the replica hands it to the other ranks.
+      spec.leaderPort = await this.chooseRendezvousPort(spec, existing, port);
+      if (spec.leaderAddress === '') spec.leaderAddress = this.options.advertiseAddress;
+    }
     let launch: EngineLaunch;
     let shard: Shard;
     try {
@@ -382,6 +387,7 @@ export class Supervisor {
       this.shards.set(id, shard);
     } finally {
       this.reservedPorts.delete(port);
+      if (spec.rank === 0 && spec.nnodes > 1) this.reservedPorts.delete(spec.leaderPort);
     }
 
     try {
@@ -481,6 +487,36 @@ export class Supervisor {
       }
       this.reservedPorts.add(port);
       return port;
+    });
+  }
+
+  /** A second port of the agent's range for rank 0's rendezvous, kept across restarts when free. */
+  private async chooseRendezvousPort(spec: StartShard, existing: Shard | undefined, httpPort: number): Promise<number> {
+    return this.locks.run(PORT_LOCK, async () => {
+      const inUse = new Set<number>([...this.reservedPorts, httpPort, ...portsMarkedOnHost()]);
+      for (const s of this.shards.values()) {
+        if (s === existing) continue;
+        if (s.record.httpPort > 0) inUse.add(s.record.httpPort);
+        if (s.spec.leaderPort > 0 && s.spec.rank === 0) inUse.add(s.spec.leaderPort);
+      }
+      const previous = existing?.spec.leaderPort ?? 0;
+      const owner = `${this.nodeId}/${spec.shardId}/rendezvous`;
+      for (let tries = this.options.portRange.to - this.options.portRange.from + 1; tries > 0; tries--) {
+        const range = previous > 0 && !inUse.has(previous) ? { from: previous, to: previous } : this.options.portRange;
+        let port: number;
+        try {
+          port = await allocatePort(range, inUse, this.options.advertiseAddress, this.log);
+        } catch {
+          inUse.add(previous);
+          continue;
+        }
+        if (port === previous || claimPort(port, owner)) {
+          this.reservedPorts.add(port);
+          return port;
+        }
+        inUse.add(port);
+      }
+      throw ApplicationFailure.nonRetryable(`shard ${spec.shardId}: no free port in ${this.options.portRange.from}-${this.options.portRange.to} for the rendezvous of its ${spec.nnodes} ranks`, FailureType.NoFreePort);
     });
   }
 

@@ -213,7 +213,13 @@ function print(view: DeploymentView, json?: boolean): void {
   if (view.reason) console.log(`  ${view.reason}`);
   if (!view.replicas.length) return;
   const table = new Table({ head: ['replica', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'], colWidths: [null, null, null, null, null, 60], wordWrap: true });
-  for (const r of view.replicas) table.push([r.replicaId, r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
+  for (const r of view.replicas) {
+    table.push([r.replicaId, r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
+    // A multi-node replica: one line per rank, so a rank that is not up shows as such.
+    if (r.shards.length > 1) {
+      for (const s of [...r.shards].sort((a, b) => a.rank - b.rank)) table.push([`  rank ${s.rank}`, s.state ?? '—', s.nodeId, `${s.gpuIndices.join(',')}${s.hcas.length ? ` (${s.hcas.join(',')})` : ''}`, s.pid ? `pid ${s.pid}` : '—', s.shardId]);
+    }
+  }
   console.log(table.toString());
 }
 

@@ -197,7 +197,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
   // Start every rank (rank 0 first), then wait for the leader to be healthy.
   const startAndWait = async (): Promise<Outcome | 'ready'> => {
     events.length = 0;
-    const leader = state.shards.find((s) => s.rank === 0)!;
+    // Rank 0 first: its agent chooses the rendezvous port, which the other ranks are given.
+    let leaderPort = 0;
     for (const shard of [...state.shards].sort((a, b) => a.rank - b.rank)) {
       void setPhase('Starting', `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${shard.gpuIndices.join(',')}`);
       // A host whose agent is known to be gone for good (Lost) does not get to run out a start
@@ -212,11 +213,13 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
       try {
         const running = await startScope.run(() =>
           agent(shard.nodeId, { summary: `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${gpuRange(shard.gpuIndices)}`, heartbeatSeconds: 10 }).startShard(
-            startShardFor(shard, { replicaId, deployment: input.deployment, snapshot: profile, shards: state.shards, leaderPort: leaderPortOf(leader) }),
+            startShardFor(shard, { replicaId, deployment: input.deployment, snapshot: profile, shards: state.shards, leaderPort: shard.rank === 0 ? 0 : leaderPort }),
           ),
         );
         shard.httpPort = running.status?.httpPort ?? 0;
         shard.pid = running.status?.pid ?? 0;
+        shard.state = 'Starting';
+        if (shard.rank === 0) leaderPort = running.status?.leaderPort ?? 0;
         startDone = true;
       } catch (error) {
         startDone = true;
@@ -247,6 +250,17 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     void watchOthers();
     try {
       await healthy;
+      leader.state = 'Ready';
+      // The leader serves only once its group formed; each other rank is Ready once its
+      // process is up (and, being in the group, joined).
+      for (const shard of state.shards.filter((s) => s.rank !== 0)) {
+        await scope.run(() =>
+          agent(shard.nodeId, { summary: `waitHealthy rank ${shard.rank} on ${shard.nodeId}`, startToCloseSeconds: 120, heartbeatSeconds: 30 }).waitHealthy(
+            create(WaitHealthySchema, { shardId: shard.shardId, timeoutSeconds: 60 }),
+          ),
+        );
+        shard.state = 'Ready';
+      }
       outcome = 'ready';
       // The leader's agent just answered: what it was said to be before (NotReady during an
       // agent restart, say) is history.
@@ -386,11 +400,6 @@ function isExitOf(status: ShardStatus, shards: ShardPlacement[]): boolean {
 function endpointOf(shards: ShardPlacement[]): string {
   const leader = shards.find((s) => s.rank === 0);
   return leader && leader.httpPort ? `http://${leader.managementAddress || '127.0.0.1'}:${leader.httpPort}` : '';
-}
-
-/** The leader's rendezvous port for multi-node engines: next to its HTTP port's range. */
-function leaderPortOf(leader: ShardPlacement): number {
-  return leader.httpPort ? leader.httpPort + 1 : 0;
 }
 
 function gpuRange(indices: number[]): string {
