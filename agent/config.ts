@@ -48,6 +48,8 @@ export const AgentFlags = z.object({
   lostGraceSeconds: z.coerce.number().int().min(1).default(60),
   maxTemperatureC: z.coerce.number().default(85),
   /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
+  /** The `ray` program (Ray launcher profiles): a path, or a name on PATH. */
+  rayCommand: z.string().min(1, '--ray-command must not be empty').default('ray'),
   reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
   reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
 });

@@ -46,9 +46,9 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     stateDir: config.stateDir,
     portRange: config.portRange,
     advertiseAddress: config.advertiseAddr,
-    engineContext: { fakeEngineCommand: config.fakeEngineCommand },
+    engineContext: { fakeEngineCommand: config.fakeEngineCommand, rayCommand: [config.rayCommand] },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
-    waitForRay: createRayWait({ log }),
+    waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
     onTransition: (status) => notifier.send(status),
     log,
     // On real GPUs, a compute process on a GPU we manage that no spec describes holds

@@ -390,9 +390,13 @@ export class Supervisor {
       if (spec.rank === 0 && spec.nnodes > 1) this.reservedPorts.delete(spec.leaderPort);
     }
 
+    // What must wait for a Ray cluster (rank 0's engine) starts in the background: the other
+    // ranks, whose Ray workers complete the cluster, are started only once this start returns.
+    const waitAt = launch.processes.findIndex((p) => p.waitForRayNodes !== undefined);
+    const now = waitAt < 0 ? launch.processes : launch.processes.slice(0, waitAt);
+    const later = waitAt < 0 ? [] : launch.processes.slice(waitAt);
     try {
-      for (const p of launch.processes) {
-        if (p.waitForRayNodes !== undefined) await this.waitForRay(shard, p);
+      for (const p of now) {
         this.throwIfStartCut(shard);
         await this.options.beforeSpawn?.({ shardId: id, recordFile: recordPath(this.options.stateDir, id), process: p });
         this.throwIfStartCut(shard);
@@ -407,12 +411,44 @@ export class Supervisor {
       throw err;
     }
 
-    shard.state = launch.servesHttp ? ShardState.LOADING : ShardState.STARTING;
+    shard.state = later.length === 0 && launch.servesHttp ? ShardState.LOADING : ShardState.STARTING;
     shard.runningSince = Date.now();
-    this.log(`started shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}${port ? ` on port ${port}` : ''}`);
+    if (later.length) shard.message = `waiting for ${later[0]!.waitForRayNodes} Ray node(s) before starting the ${later.map((p) => p.role).join(', ')}`;
+    this.log(`started shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}${port ? ` on port ${port}` : ''}${later.length ? `; ${shard.message}` : ''}`);
     this.emitChange(id);
     this.watch(shard);
+    if (later.length) void this.startAfterRay(shard, later, launch.servesHttp);
     return this.running(shard);
+  }
+
+  /**
+   * The rest of a Ray launch: waits for the cluster, then spawns under the shard's lock, so
+   * that a stop either comes first (and nothing is spawned) or after (and ends it too).
+   * A failure ends the shard as exited, which waitHealthy and the replica see.
+   */
+  private async startAfterRay(shard: Shard, processes: ProcessSpec[], servesHttp: boolean): Promise<void> {
+    const id = shard.spec.shardId;
+    try {
+      for (const p of processes) {
+        if (p.waitForRayNodes !== undefined) await this.waitForRay(shard, p);
+        await this.locks.run(id, async () => {
+          this.throwIfStartCut(shard);
+          if (shard.stopping || this.shards.get(id) !== shard) throw new Error('the shard was stopped');
+          await this.options.beforeSpawn?.({ shardId: id, recordFile: recordPath(this.options.stateDir, id), process: p });
+          await this.spawnProcess(shard, p);
+        });
+      }
+      if (shard.exited || shard.stopping) return;
+      shard.message = '';
+      if (servesHttp && shard.state === ShardState.STARTING) shard.state = ShardState.LOADING;
+      this.log(`started the ${processes.map((p) => p.role).join(', ')} of shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}`);
+      this.emitChange(id);
+    } catch (err) {
+      if (shard.exited || shard.stopping || this.shards.get(id) !== shard) return;
+      this.markExited(shard, { message: `start failed: ${errorText(err)}` });
+      this.log(`shard ${id}: ${shard.message}`);
+      this.transitioned(shard);
+    }
   }
 
   private throwIfStartCut(shard: Shard): void {

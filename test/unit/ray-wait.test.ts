@@ -233,7 +233,11 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
     fakeRay(['status-one-node.txt']);
     process.env.LLMGW_FAKE_RAY_START = 'exit';
     const sup = supervisorWithRay('ray-head-dies');
-    const err = await failure(sup.start(rank0(600)));
+    const spec = rank0(600);
+    // start() returns once the head is spawned (rank 1 is started next, completing the
+    // cluster); the head's death then fails the shard at once.
+    await sup.start(spec);
+    const err = await failure(sup.waitHealthy(spec.shardId, 600));
     expect(err.type).toBe(FailureType.EngineExited);
     expect(err.message).toMatch(/ray-head \(pid \d+\) exited/);
     expect(existsSync(process.env.LLMGW_FAKE_RAY_CALLS!) && readFileSync(process.env.LLMGW_FAKE_RAY_CALLS!, 'utf8')).not.toContain('engine');

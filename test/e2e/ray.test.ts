@@ -1,0 +1,92 @@
+// A real two-node Ray cluster, on two agents of this machine: a 2-rank replica whose profile
+// uses the Ray launcher, with the fake engine standing in for `vllm serve`. Rank 0's agent
+// starts the Ray head on the port it chose, rank 1's joins it, and the engine starts only
+// once `ray status` shows both nodes; stopping the replica stops Ray on both. Needs Ray:
+// CI installs it into .llmgw/ray-venv (see .ci/run); elsewhere the test says how and skips.
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deploymentStatusQuery } from '../../workflows/definitions.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import { parseRayStatusNodeCount } from '../../agent/engines/ray.js';
+import { enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import { testClient, uniqueId } from '../helpers/temporal.js';
+
+function findRay(): string | undefined {
+  const candidates = [process.env.LLMGW_RAY_COMMAND, resolve(__dirname, '../../.llmgw/ray-venv/bin/ray')].filter((c): c is string => Boolean(c));
+  for (const candidate of candidates) if (existsSync(candidate)) return candidate;
+  try {
+    return execFileSync('sh', ['-c', 'command -v ray'], { encoding: 'utf8' }).trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const ray = findRay();
+if (!ray && process.env.CI === 'true') throw new Error('CI installs Ray for this test (.ci/run), but no ray program was found');
+if (!ray) console.warn('ray test skipped: no ray program (python3 -m venv .llmgw/ray-venv && .llmgw/ray-venv/bin/pip install ray, or LLMGW_RAY_COMMAND=/path/to/ray)');
+
+const nodeIds = [uniqueId('ray-a'), uniqueId('ray-b')];
+const agents: LlmgwProcess[] = [];
+const name = uniqueId('raygang');
+let client: Awaited<ReturnType<typeof testClient>>;
+
+const status = (): Promise<DeploymentView> => client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+
+function rayStatus(address: string): string {
+  try {
+    return execFileSync(ray!, ['status', '--address', address], { encoding: 'utf8', timeout: 60_000 });
+  } catch (error) {
+    return String((error as { stdout?: string }).stdout ?? error);
+  }
+}
+
+beforeAll(async () => {
+  if (!ray) return;
+  client = await testClient();
+  await spawnControlWorker();
+  for (const nodeId of nodeIds) {
+    const started = await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'ray-ib-a.yaml'), extra: ['--ray-command', ray] });
+    agents.push(started.proc);
+  }
+});
+
+afterAll(async () => {
+  if (!ray) return;
+  await runLlmgw(['undeploy', name]).catch(() => undefined);
+  await stopAll();
+  await killEnginesOf(nodeIds);
+  await client?.close();
+});
+
+describe.skipIf(!ray)('Ray launcher', () => {
+  it('forms a real two-node Ray cluster before rank 0’s engine starts, serves, and stops Ray on both hosts with the replica', async () => {
+    const deployed = await runLlmgw(['deploy', 'raygang', '--name', name, '--replicas', '1', '--wait', '--timeout', '240'], {}, 300_000);
+    expect(deployed.code, deployed.output).toBe(0);
+    const view = await status();
+    const replica = view.replicas.find((r) => r.phase === 'Ready')!;
+    const [rank0, rank1] = [...replica.shards].sort((a, b) => a.rank - b.rank);
+    expect(rank0!.nodeId).not.toBe(rank1!.nodeId);
+
+    // The order, from the agents' own logs: rank 1's Ray worker was started, the head saw
+    // both nodes, and only then was the engine started.
+    const leaderAgent = agents[nodeIds.indexOf(rank0!.nodeId)]!.output();
+    const joined = leaderAgent.search(/all 2 Ray nodes joined at /);
+    const engineStarted = leaderAgent.indexOf(`started the engine of shard ${rank0!.shardId}`);
+    expect(joined, leaderAgent.slice(-3000)).toBeGreaterThan(0);
+    expect(engineStarted).toBeGreaterThan(joined);
+    const address = /all 2 Ray nodes joined at (\S+)/.exec(leaderAgent)![1]!;
+    console.log(`ray: ${/all 2 Ray nodes joined at .*/.exec(leaderAgent)![0]}`);
+    expect(parseRayStatusNodeCount(rayStatus(address))).toBe(2);
+
+    // Ray runs on both hosts (the head and its raylet on one, a raylet on the other).
+    for (const nodeId of nodeIds) expect(enginesOf([nodeId]).length).toBeGreaterThan(0);
+
+    const undeployed = await runLlmgw(['undeploy', name]);
+    expect(undeployed.code, undeployed.output).toBe(0);
+    await eventually('no Ray process left on either host', () => enginesOf(nodeIds).length === 0, 60_000, 500).catch(() => {
+      throw new Error(`still running: ${enginesOf(nodeIds).map((e) => `${e.pid} ${e.env.LLMGW_SHARD_ID}`).join(', ')}`);
+    });
+  }, 400_000);
+});
