@@ -1,5 +1,6 @@
 // What this agent knows about its host: real discovery through nvidia-smi and sysfs,
 // or a simulated inventory file (same fields, topology included) on hosts without GPUs.
+import { networkInterfaces } from 'node:os';
 import { discoverRealHost } from './discovery/discover.js';
 import { loadSimulatedInventory } from './discovery/simulated.js';
 import type { DiscoveredHost } from './discovery/inventory.js';
@@ -14,4 +15,12 @@ export async function discoverHost(config: AgentConfig): Promise<DiscoveredHost>
 
 export function gpuSource(config: AgentConfig): string {
   return config.gpus === 'real' ? 'nvidia-smi' : `simulated:${config.gpus}`;
+}
+
+/** The network interface that carries `address` (e.g. 10.0.0.5 → ens3, 127.0.0.1 → lo), if any. */
+export function interfaceOf(address: string, interfaces = networkInterfaces()): string | undefined {
+  for (const [name, addresses] of Object.entries(interfaces)) {
+    if (addresses?.some((a) => a.address === address)) return name;
+  }
+  return undefined;
 }

@@ -10,7 +10,7 @@ import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from
 import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
-import { discoverHost } from './host.js';
+import { discoverHost, interfaceOf } from './host.js';
 import { buildRegister } from './register.js';
 import { createAgentActivities } from './activities.js';
 import { createTransitionNotifier } from './notifier.js';
@@ -46,7 +46,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     stateDir: config.stateDir,
     portRange: config.portRange,
     advertiseAddress: config.advertiseAddr,
-    engineContext: { fakeEngineCommand: config.fakeEngineCommand, rayCommand: [config.rayCommand] },
+    engineContext: { fakeEngineCommand: config.fakeEngineCommand, rayCommand: [config.rayCommand], managementInterface: interfaceOf(config.advertiseAddr) },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
     onTransition: (status) => notifier.send(status),

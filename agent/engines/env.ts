@@ -19,11 +19,12 @@ export function engineEnv(spec: StartShard, ctx: EngineContext): Record<string, 
   // expose all of them, including those other shards hold.
   env.CUDA_VISIBLE_DEVICES = spec.gpuIndices.join(',');
   if (spec.hcas.length > 0) env.NCCL_IB_HCA = spec.hcas.join(',');
-  if (spec.managementInterface !== '') {
+  const managementInterface = spec.managementInterface || ctx.managementInterface || '';
+  if (managementInterface !== '') {
     // Bootstrap and Gloo traffic must take the interface the ranks can reach each other on,
     // not whichever one NCCL or Gloo happens to pick first.
-    env.NCCL_SOCKET_IFNAME = spec.managementInterface;
-    env.GLOO_SOCKET_IFNAME = spec.managementInterface;
+    env.NCCL_SOCKET_IFNAME = managementInterface;
+    env.GLOO_SOCKET_IFNAME = managementInterface;
   }
   // vLLM (and the Ray workers it places, which inherit the raylet's environment) would
   // otherwise guess the host's address, and guesses wrong on multi-homed GPU hosts.

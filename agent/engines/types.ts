@@ -64,4 +64,6 @@ export interface EngineContext {
   pythonCommand?: string[];
   /** Default ['ray']. */
   rayCommand?: string[];
+  /** The host's interface that carries advertiseAddress: NCCL/Gloo bootstrap when the spec names none. */
+  managementInterface?: string;
 }

@@ -91,6 +91,9 @@ describe('multi-node replicas', () => {
     // Each rank runs with its leader's address and the port rank 0's agent chose.
     const worker = readEnviron(engineOf(ranks[1]!.shardId)!)!;
     expect(worker.NCCL_IB_HCA).toBe(ranks[1]!.hcas.join(','));
+    // Bootstrap traffic on the interface that carries the agent's address (loopback here).
+    expect(worker.NCCL_SOCKET_IFNAME).toBe('lo');
+    expect(worker.GLOO_SOCKET_IFNAME).toBe('lo');
     const shown = await runLlmgw(['status', name]);
     expect(shown.output).toMatch(/rank 0 .*Ready/s);
     expect(shown.output).toMatch(/rank 1/);

@@ -2,6 +2,7 @@
 // refuses: what a real vLLM / SGLang / Ray / fake engine process would be started with.
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { ApplicationFailure } from '@temporalio/common';
+import { interfaceOf } from '../../agent/host.js';
 import { describe, expect, it } from 'vitest';
 import { buildEngineLaunch, parseRayStatusNodeCount, rayStatusArgs, type EngineContext } from '../../agent/engines/index.js';
 import { FailureType } from '../../common/failures.js';
@@ -97,6 +98,15 @@ describe('vLLM command lines', () => {
         },
       ],
     });
+  });
+
+  it('takes the agent\'s own management interface when the spec names none, and finds it by address', () => {
+    const spec = shard({ engine: Engine.VLLM }, { gpuIndices: [0] });
+    const [engine] = buildEngineLaunch(spec, ctx({ managementInterface: 'ens3' })).processes;
+    expect(engine?.env).toMatchObject({ NCCL_SOCKET_IFNAME: 'ens3', GLOO_SOCKET_IFNAME: 'ens3' });
+    const interfaces = { lo: [{ address: '127.0.0.1' }], ens3: [{ address: '10.0.0.5' }] } as unknown as Parameters<typeof interfaceOf>[1];
+    expect(interfaceOf('10.0.0.5', interfaces)).toBe('ens3');
+    expect(interfaceOf('192.0.2.9', interfaces)).toBeUndefined();
   });
 
   it('gives a TP4 engine its four GPUs, its HCAs and the management interface', () => {
