@@ -165,7 +165,9 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
   const place = async (): Promise<boolean> => {
     for (let waits = 0; !stopRequested(); waits++) {
       const avoiding = state.avoidNodes.length ? ` (avoiding ${state.avoidNodes.join(', ')} after failures there)` : '';
-      void setPhase('Placing', `looking for ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}${avoiding}`);
+      // Once Unschedulable, it stays so while it retries: the UI and the router see one
+      // steady state with its reason, not a flicker between Placing and Unschedulable.
+      if (waits === 0) void setPhase('Placing', `looking for ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}${avoiding}`);
       capacityChanged = false;
       const result = await control(`placeReplica: ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU(s)${avoiding}`).placeReplica({
         replicaId,
