@@ -7,7 +7,7 @@ import { create } from '@bufbuild/protobuf';
 import { RegisterSchema, UnidentifiedProcessSchema, type Register } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { RunningShardSchema, ShardState, ShardStatusSchema, type RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { planReconcile } from '../../workflows/reconcile/plan.js';
-import { initialNodeState, reconcileAllocations, viewOf, type NodeState } from '../../workflows/node/state.js';
+import { initialNodeState, reconcileAllocations, release, viewOf, type NodeState } from '../../workflows/node/state.js';
 import type { ReconcileFacts, ReplicaFacts } from '../../common/reconcile-types.js';
 import type { ReplicaView, ShardPlacement } from '../../common/replica-types.js';
 import { fakeShardSpec } from '../helpers/shards.js';
@@ -199,6 +199,15 @@ describe('reconcileAllocations', () => {
     expect(result.claimed).toEqual(['real.1.r0.a1']);
     expect(result.conflicts[0]).toMatch(/reserved for placing\.1\.r0\.a1.*dropped/);
     expect(node.allocations.map((a) => a.shardId)).toEqual(['real.1.r0.a1']);
+  });
+
+  it('does not claim back a shard its replica released after the report was taken', () => {
+    const node = nodeWith([{ shard: { shardId: 'done.1.r0.a1', replicaId: 'replica/done/1', gpus: [2] } }]);
+    release(node, 'done.1.r0.a1');
+    const result = reconcileAllocations(node, { claims: [{ shardId: 'done.1.r0.a1', replicaId: 'replica/done/1', gpuIndices: [2], hcas: [], since: NOW, via: 'claim' }], releases: [] }, NOW);
+    expect(result.claimed).toEqual([]);
+    expect(result.conflicts[0]).toMatch(/released after the report/);
+    expect(node.allocations).toEqual([]);
   });
 
   it('never hands one GPU to two reported engines', () => {

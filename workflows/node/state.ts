@@ -151,6 +151,13 @@ export function reconcileAllocations(state: NodeState, request: ReconcileAllocat
   for (const shardId of request.releases) if (release(state, shardId)) result.released.push(shardId);
   const claimedIds = new Set(request.claims.map((c) => c.shardId));
   for (const wanted of request.claims) {
+    // Released after the report was taken (its replica stopped it meanwhile): claiming it
+    // back would hold GPUs that nothing will use. If its engine still ran, the next
+    // reconciliation stops it.
+    if (state.released.includes(wanted.shardId)) {
+      result.conflicts.push(`shard ${wanted.shardId} was released after the report was taken; not claimed again`);
+      continue;
+    }
     const existing = state.allocations.find((a) => a.shardId === wanted.shardId);
     if (existing && existing.gpuIndices.length === wanted.gpuIndices.length && existing.gpuIndices.every((i) => wanted.gpuIndices.includes(i))) continue;
     const others = state.allocations.filter((a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)));
@@ -164,7 +171,6 @@ export function reconcileAllocations(state: NodeState, request: ReconcileAllocat
     }
     state.allocations = state.allocations.filter((a) => a.shardId !== wanted.shardId && !others.includes(a));
     state.allocations.push({ ...wanted, gpuIndices: [...wanted.gpuIndices], hcas: [...wanted.hcas], since: now, via: 'claim' });
-    state.released = state.released.filter((id) => id !== wanted.shardId);
     result.claimed.push(wanted.shardId);
   }
   result.allocations = state.allocations.map((a) => ({ ...a, gpuIndices: [...a.gpuIndices] }));
