@@ -162,7 +162,7 @@ describe('the router under load', () => {
     server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
     const before = new Set((await eventually('status after restart', () => status(), 60_000)).replicas.map((r) => r.endpoint));
     expect((await runLlmgw(['scale', name, '3'], env)).code).toBe(0);
-    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.endpoint)), 60_000, 50);
+    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.endpoint)), 120_000, 50);
     const readyAt = Date.now();
     const load2 = startLoad(4);
     await eventually('a request served by the new replica', async () => {
