@@ -10,7 +10,7 @@ import {
   type Client,
 } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
-import { CONTROL_TASK_QUEUE, deploymentWorkflowId, nodeWorkflowId } from '../common/names.js';
+import { CONTROL_TASK_QUEUE, deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
 import type { NodeView, ReconcileAllocationsRequest, ReconcileAllocationsResult } from '../common/node-types.js';
 import type { DeployModelInput, ReplicaInput, ReplicaView } from '../common/replica-types.js';
 import type { ReconcileAction, ReconcileFacts, ReconcileNodeInput, ReplicaFacts, WorkflowPresence } from '../common/reconcile-types.js';
@@ -57,10 +57,13 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
         });
       const replicaIds = new Set([...request.replicaIds, ...(node?.allocations ?? []).map((a) => a.replicaId)]);
       const replicas: Record<string, ReplicaFacts> = {};
+      // Replicas of one deployment share its answer: ask once per deployment.
+      const deployments = new Map<string, Promise<WorkflowPresence>>();
       for (const replicaId of replicaIds) {
         const replica = await presence(replicaId);
-        const deploymentName = /^replica\/(.+)\/\d+$/.exec(replicaId)?.[1];
-        const deployment = deploymentName ? await presence(deploymentWorkflowId(deploymentName)) : 'missing';
+        const deploymentName = parseReplicaWorkflowId(replicaId)?.deployment;
+        if (deploymentName && !deployments.has(deploymentName)) deployments.set(deploymentName, presence(deploymentWorkflowId(deploymentName)));
+        const deployment = deploymentName ? await deployments.get(deploymentName)! : 'missing';
         let view: ReplicaView | undefined;
         if (replica === 'running') {
           // A replica whose worker is down cannot answer; the plan then leaves its shards alone.
