@@ -22,6 +22,7 @@ let dbFile: string;
 let routerUrl: string;
 let routerProc: ReturnType<typeof spawnLlmgw>;
 let env: Record<string, string>;
+const processes: Array<[string, ReturnType<typeof spawnLlmgw>]> = [];
 const nodeIds = [uniqueId('route-a'), uniqueId('route-b')];
 const name = uniqueId('route');
 
@@ -80,10 +81,12 @@ beforeAll(async () => {
   server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
   env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
   const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
+  processes.push(['worker', worker]);
   await worker.waitForOutput(/serving task queue llmgw/, 90_000);
   for (const nodeId of nodeIds) {
     const from = 30000 + Math.floor(Math.random() * 300) * 100;
     const agent = spawnLlmgw(['agent', '--node-id', nodeId, '--gpus', join(INVENTORIES, 'routex8.yaml'), '--state-dir', mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)), '--admin-addr', '127.0.0.1:0', '--port-range', `${from}-${from + 99}`, '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300'], env);
+    processes.push([`agent ${nodeId}`, agent]);
     await agent.waitForOutput(/registered with node\//, 60_000);
   }
   const routerPort = await findFreePort();
@@ -162,7 +165,13 @@ describe('the router under load', () => {
     server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
     const before = new Set((await eventually('status after restart', () => status(), 60_000)).replicas.map((r) => r.endpoint));
     expect((await runLlmgw(['scale', name, '3'], env)).code).toBe(0);
-    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.endpoint)), 120_000, 50);
+    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.endpoint)), 120_000, 50).catch(async (error: unknown) => {
+      // What an operator would look at: the deployment's view and every process's last words.
+      console.log(`deployment after the outage:\n${JSON.stringify(await status().catch((e: unknown) => String(e)), null, 2)}`);
+      console.log(`llmgw status:\n${(await runLlmgw(['status', name], env)).output}`);
+      for (const [label, proc] of processes) console.log(`${label} output:\n${proc.output().slice(-4000)}`);
+      throw error;
+    });
     const readyAt = Date.now();
     const load2 = startLoad(4);
     await eventually('a request served by the new replica', async () => {
