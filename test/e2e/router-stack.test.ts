@@ -163,9 +163,11 @@ describe('the router under load', () => {
     expect(await health.body.text()).toMatch(/unreachable|degraded/i);
 
     server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
-    const before = new Set((await eventually('status after restart', () => status(), 60_000)).replicas.map((r) => r.endpoint));
+    // Known by replica id, not endpoint: the agent may give the new engine the port a
+    // stopped replica of this deployment used (CI saw exactly that), and that is fine.
+    const before = new Set((await eventually('status after restart', () => status(), 60_000)).replicas.map((r) => r.replicaId));
     expect((await runLlmgw(['scale', name, '3'], env)).code).toBe(0);
-    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.endpoint)), 120_000, 50).catch(async (error: unknown) => {
+    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.replicaId)), 60_000, 50).catch(async (error: unknown) => {
       // What an operator would look at: the deployment's view and every process's last words.
       console.log(`deployment after the outage:\n${JSON.stringify(await status().catch((e: unknown) => String(e)), null, 2)}`);
       console.log(`llmgw status:\n${(await runLlmgw(['status', name], env)).output}`);
