@@ -1,5 +1,6 @@
 // Catalog activities: turn a deploy request into the profile snapshot a replica runs,
 // or a non-retryable failure that names the problem and the valid choices.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, type Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { chooseProfile, profileSnapshot } from '../catalog/lookup.js';
@@ -20,10 +21,17 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
       if (!choice.ok) throw ApplicationFailure.nonRetryable(choice.message, choice.failureType);
       const { model, profile } = choice;
       // A profile whose GPU class no host has would wait for ever as Unschedulable; say so now.
-      const classes = await gpuClassesInFleet(client);
-      if (!classes.includes(profile.gpuClass)) {
+      // A node whose agent has registered but whose workflow has not yet published its class
+      // (the control worker just started, say) is not evidence either way: wait for it briefly.
+      let fleet = await describeFleet(client);
+      for (const deadline = Date.now() + UNDESCRIBED_WAIT_MS; !fleet.classes.includes(profile.gpuClass) && fleet.undescribed > 0 && Date.now() < deadline; ) {
+        await sleep(500);
+        fleet = await describeFleet(client);
+      }
+      if (!fleet.classes.includes(profile.gpuClass)) {
+        const pending = fleet.undescribed > 0 ? `; ${fleet.undescribed} registered node(s) not yet described after ${UNDESCRIBED_WAIT_MS / 1000} s: is the control worker running?` : '';
         throw ApplicationFailure.nonRetryable(
-          `profile ${profile.name} of model ${model.name} needs ${profile.gpuClass} GPUs and no registered node has them (fleet: ${classes.join(', ') || 'no nodes registered'})`,
+          `profile ${profile.name} of model ${model.name} needs ${profile.gpuClass} GPUs and no registered node has them (fleet: ${fleet.classes.join(', ') || 'no nodes registered'}${pending})`,
           FailureType.UnknownGpuClass,
         );
       }
@@ -42,11 +50,17 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
   };
 }
 
-async function gpuClassesInFleet(client: Client): Promise<string[]> {
+/** How long resolveDeployment waits for registered nodes to publish their GPU class. */
+const UNDESCRIBED_WAIT_MS = 10_000;
+
+/** The GPU classes running node workflows publish, and how many have published none yet. */
+async function describeFleet(client: Client): Promise<{ classes: string[]; undescribed: number }> {
   const classes = new Set<string>();
+  let undescribed = 0;
   for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` })) {
     const value = execution.searchAttributes?.LlmgwGpuClass;
     if (Array.isArray(value) && typeof value[0] === 'string') classes.add(value[0]);
+    else undescribed++;
   }
-  return [...classes].sort();
+  return { classes: [...classes].sort(), undescribed };
 }
