@@ -47,11 +47,26 @@ export const AgentFlags = z.object({
   presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(300).default(10),
   lostGraceSeconds: z.coerce.number().int().min(1).default(60),
   maxTemperatureC: z.coerce.number().default(85),
-  /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
   /** The `ray` program (Ray launcher profiles): a path, or a name on PATH. */
   rayCommand: z.string().min(1, '--ray-command must not be empty').default('ray'),
+  /**
+   * Ports Ray's worker processes listen on. Ray's own default (10002-19999) covers the
+   * default engine range, so an engine could find its port taken by a Ray worker; this
+   * default ends below it, and a range that overlaps the engine ports is refused.
+   */
+  rayWorkerPorts: PortRange.default({ from: 10002, to: DEFAULT_PORTS.enginesFrom - 1 }),
+  /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
   reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
   reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
+}).superRefine((flags, ctx) => {
+  const { portRange: engines, rayWorkerPorts: ray } = flags;
+  if (ray.from <= engines.to && engines.from <= ray.to) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['rayWorkerPorts'],
+      message: `${ray.from}-${ray.to} overlaps the engine ports ${engines.from}-${engines.to} (--port-range): give Ray a range of its own`,
+    });
+  }
 });
 
 export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };

@@ -46,7 +46,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     stateDir: config.stateDir,
     portRange: config.portRange,
     advertiseAddress: config.advertiseAddr,
-    engineContext: { fakeEngineCommand: config.fakeEngineCommand, rayCommand: [config.rayCommand], managementInterface: interfaceOf(config.advertiseAddr) },
+    engineContext: { fakeEngineCommand: config.fakeEngineCommand, rayCommand: [config.rayCommand], rayWorkerPorts: config.rayWorkerPorts, managementInterface: interfaceOf(config.advertiseAddr) },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
     onTransition: (status) => notifier.send(status),

@@ -83,6 +83,7 @@ program
   .option('--presence-heartbeat-seconds <s>', 'heartbeat timeout of the presence activity', '10')
   .option('--lost-grace-seconds <s>', 'NotReady for this long → Lost (GPUs released, replicas re-placed)', '60')
   .option('--ray-command <path>', 'the ray program, for profiles with launcher ray', 'ray')
+  .option('--ray-worker-ports <from-to>', 'ports of Ray\'s worker processes; must not overlap --port-range', '10002-17999')
   .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
   .option('--reconcile-every-seconds <s>', 'how often the node\'s reconcile Schedule runs (0: only on registration)', '180')
   .action(async (opts: Record<string, unknown>) => {

@@ -9,6 +9,11 @@ function rayCommand(ctx: EngineContext): string[] {
   return ctx.rayCommand ?? DEFAULT_RAY_COMMAND;
 }
 
+/** Keeps Ray's workers off the agent's engine ports (Ray's default range covers them). */
+function workerPortArgs(ctx: EngineContext): string[] {
+  return ctx.rayWorkerPorts ? ['--min-worker-port', String(ctx.rayWorkerPorts.from), '--max-worker-port', String(ctx.rayWorkerPorts.to)] : [];
+}
+
 /**
  * Rank 0: the Ray head, then the engine, which waits until all `nnodes` nodes have joined.
  * `engineArgv` is the engine's full command, already carrying `--distributed-executor-backend ray`.
@@ -30,6 +35,7 @@ export function rayLeaderLaunch(
       String(plan.spec.leaderPort),
       '--node-ip-address',
       ctx.advertiseAddress,
+      ...workerPortArgs(ctx),
       '--block',
     ],
     env: { ...env },
@@ -62,6 +68,7 @@ export function rayWorkerLaunch(
       leaderAddress(plan),
       '--node-ip-address',
       ctx.advertiseAddress,
+      ...workerPortArgs(ctx),
       '--block',
     ],
     env: { ...env },

@@ -64,6 +64,8 @@ export interface EngineContext {
   pythonCommand?: string[];
   /** Default ['ray']. */
   rayCommand?: string[];
+  /** Ports for Ray's worker processes (`--min/max-worker-port`); Ray's default when absent. */
+  rayWorkerPorts?: { from: number; to: number };
   /** The host's interface that carries advertiseAddress: NCCL/Gloo bootstrap when the spec names none. */
   managementInterface?: string;
 }

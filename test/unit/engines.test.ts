@@ -4,6 +4,7 @@ import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { ApplicationFailure } from '@temporalio/common';
 import { interfaceOf } from '../../agent/host.js';
 import { describe, expect, it } from 'vitest';
+import { parseAgentFlags } from '../../agent/config.js';
 import { buildEngineLaunch, parseRayStatusNodeCount, rayStatusArgs, type EngineContext } from '../../agent/engines/index.js';
 import { FailureType } from '../../common/failures.js';
 import {
@@ -183,6 +184,21 @@ describe('vLLM command lines', () => {
         },
       },
     ]);
+  });
+
+  it('keeps Ray\'s workers on the agent\'s Ray port range, on the head and on every worker', () => {
+    const rayWorkerPorts = { from: 20000, to: 20999 };
+    const head = buildEngineLaunch(shard(rayProfile, twoNode(0, [0, 1, 2, 3, 4, 5, 6, 7])), ctx({ rayWorkerPorts })).processes[0];
+    const worker = buildEngineLaunch(shard(rayProfile, twoNode(1, [0, 1, 2, 3, 4, 5, 6, 7])), ctx({ advertiseAddress: '10.0.0.6', httpPort: 0, rayWorkerPorts })).processes[0];
+    for (const process of [head, worker]) {
+      expect(process?.argv.slice(-5)).toEqual(['--min-worker-port', '20000', '--max-worker-port', '20999', '--block']);
+    }
+  });
+
+  it('refuses a Ray worker port range that overlaps the engine ports, naming both flags', () => {
+    expect(() => parseAgentFlags({ portRange: '18000-18999', rayWorkerPorts: '10002-19999' })).toThrow(/--ray-worker-ports: 10002-19999 overlaps the engine ports 18000-18999 \(--port-range\)/);
+    expect(parseAgentFlags({}).rayWorkerPorts).toEqual({ from: 10002, to: 17999 });
+    expect(parseAgentFlags({ portRange: '30000-30099' }).rayWorkerPorts).toEqual({ from: 10002, to: 17999 });
   });
 
   it('refuses multi-node vLLM without Ray', () => {
