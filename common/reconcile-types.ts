@@ -50,7 +50,17 @@ export type ReconcileAction =
       pool: string;
       reason: string;
     }
-  | { kind: 'stop'; replicaId: string; shardId: string; gpuIndices: number[]; pid: number; stopReplica: boolean; reason: string }
+  | {
+      kind: 'stop';
+      replicaId: string;
+      shardId: string;
+      gpuIndices: number[];
+      pid: number;
+      stopReplica: boolean;
+      reason: string;
+      /** The deployment workflow to tell that this replica ended without telling it (terminated, timed out). */
+      tellDeployment?: string;
+    }
   | { kind: 'release'; replicaId: string; shardId: string; gpuIndices: number[]; reason: string }
   | { kind: 'kill'; pid: number; gpuIndices: number[]; command: string; reason: string };
 

@@ -37,5 +37,11 @@ export const reconcileAllocationsUpdate = defineUpdate<
   import('../common/node-types.js').ReconcileAllocationsResult,
   [import('../common/node-types.js').ReconcileAllocationsRequest]
 >('reconcileAllocations');
+/**
+ * A replica workflow closed without its final report (terminated, timed out): the
+ * deployment marks it Failed with the reason and replaces it. Sent by reconcileNode,
+ * which finds its engine still running and stops it.
+ */
+export const replicaClosedSignal = defineSignal<[{ replicaId: string; reason: string }]>('replicaClosed');
 /** A replica rebuilt by reconciliation joins its deployment (which may be rebuilt too). */
 export const adoptReplicaSignal = defineSignal<[{ replicaId: string; seq: number; reason: string }]>('adoptReplica');

@@ -130,6 +130,15 @@ describe('planReconcile', () => {
       ['stop', 'rank 0 of replica/moved/1 is served by shard moved.1.r0.a2'],
       ['stop', 'replica/stray/1 (Placing) does not expect it'],
     ]);
+    // Only the closed replica's deployment, still running and perhaps still counting it, is told.
+    expect(plan.actions.map((a) => (a.kind === 'stop' ? a.tellDeployment : undefined))).toEqual(['deployment/closed', undefined, undefined]);
+  });
+
+  it('tells no deployment about a closed replica when the deployment has ended too', () => {
+    const closed = running('gone', 1, [0]);
+    const plan = planReconcile(report([closed]), facts(nodeWith([]), { 'replica/gone/1': { replica: 'closed', deployment: 'closed' } }));
+    expect(plan.actions).toMatchObject([{ kind: 'stop', replicaId: 'replica/gone/1' }]);
+    expect(plan.actions[0]).not.toHaveProperty('tellDeployment');
   });
 
   it('does not rebuild around an engine that already exited', () => {

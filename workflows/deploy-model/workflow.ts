@@ -24,7 +24,7 @@ import { CONTROL_TASK_QUEUE, replicaWorkflowId } from '../../common/names.js';
 import { FailureType } from '../../common/failures.js';
 import { SA } from '../../common/search-attributes.js';
 import type { DeployModelInput, DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaInput, ReplicaView } from '../../common/replica-types.js';
-import { adoptReplicaSignal, deploymentStatusQuery, replicaStatusSignal, scaleUpdate, stopReplicaSignal, undeployUpdate } from '../definitions.js';
+import { adoptReplicaSignal, deploymentStatusQuery, replicaClosedSignal, replicaStatusSignal, scaleUpdate, stopReplicaSignal, undeployUpdate } from '../definitions.js';
 import { DEPLOYMENT_NAME, DeployModelInputSchema, describeIssues } from './input.js';
 import type { replica } from '../replica/workflow.js';
 
@@ -157,6 +157,15 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
     if (!previous) return; // a replica of an older deployment with this name
     s.replicas[replicaView.replicaId] = { ...replicaView, stopping: previous.stopping };
     if (replicaView.phase === 'Failed' && previous.phase !== 'Failed') s.failureTimes.push(new Date().toISOString());
+    dirty = true;
+  });
+  setHandler(replicaClosedSignal, ({ replicaId, reason }) => {
+    const previous = s.replicas[replicaId];
+    if (!previous || previous.phase === 'Stopped' || previous.phase === 'Failed') return;
+    log.warn(`${replicaId} ended without reporting: ${reason}`);
+    // Failed, to be seen and replaced, but not counted towards the crash-loop backoff: the
+    // workflow was ended from outside, its engine did not fail.
+    s.replicas[replicaId] = { ...previous, phase: 'Failed', reason, since: new Date().toISOString() };
     dirty = true;
   });
   setHandler(

@@ -5,7 +5,7 @@
 // carried out plans nothing the next time.
 import type { Register } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { ShardState, type RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { parseReplicaWorkflowId } from '../../common/names.js';
+import { deploymentWorkflowId, parseReplicaWorkflowId } from '../../common/names.js';
 import { snapshotFromEngineProfile } from '../../common/profile-conversion.js';
 import type { Allocation } from '../../common/node-types.js';
 import type { ShardPlacement } from '../../common/replica-types.js';
@@ -42,9 +42,9 @@ export function planReconcile(report: Register, facts: ReconcileFacts): Reconcil
     const current = held.get(spec.shardId);
     return !current || !sameSet(current.gpuIndices, spec.gpuIndices);
   };
-  const stop = (shard: RunningShard, reason: string, stopReplica = false): void => {
+  const stop = (shard: RunningShard, reason: string, stopReplica = false, tellDeployment?: string): void => {
     const spec = shard.spec!;
-    actions.push({ kind: 'stop', replicaId: spec.replicaId, shardId: spec.shardId, gpuIndices: [...spec.gpuIndices], pid: shard.status?.pid ?? 0, stopReplica, reason });
+    actions.push({ kind: 'stop', replicaId: spec.replicaId, shardId: spec.shardId, gpuIndices: [...spec.gpuIndices], pid: shard.status?.pid ?? 0, stopReplica, reason, ...(tellDeployment ? { tellDeployment } : {}) });
     releases.add(spec.shardId);
   };
 
@@ -61,7 +61,11 @@ export function planReconcile(report: Register, facts: ReconcileFacts): Reconcil
       continue;
     }
     if (facts_.replica === 'closed') {
-      stop(shard, `its replica workflow ${spec.replicaId} has closed`);
+      // A replica that ends normally reports Stopped to its deployment first; one whose
+      // shard is still here may have been terminated, and its deployment may still count
+      // it. Telling is harmless when it does not: the deployment ignores finished replicas.
+      const tell = facts_.deployment === 'running' ? deploymentWorkflowId(spec.deployment) : undefined;
+      stop(shard, `its replica workflow ${spec.replicaId} has closed`, false, tell);
       continue;
     }
     if (facts_.replica === 'running') {

@@ -4,7 +4,7 @@
 // Schedule every few minutes. Each run asks the agent for a fresh report (which kills
 // what the agent cannot identify), asks Temporal and the catalog about every replica the
 // report names, plans (plan.ts), acts, and returns and shows every action with its reason.
-import { ActivityFailure, getExternalWorkflowHandle, log, proxyActivities, setCurrentDetails, TimeoutFailure, workflowInfo } from '@temporalio/workflow';
+import { ActivityFailure, getExternalWorkflowHandle, log, patched, proxyActivities, setCurrentDetails, TimeoutFailure, workflowInfo } from '@temporalio/workflow';
 import { create } from '@bufbuild/protobuf';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import type { ControlActivities } from '../../activities/index.js';
@@ -12,9 +12,12 @@ import { agentTaskQueue } from '../../common/names.js';
 import { KillProcessesSchema, type Register } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { ActionOutcome, ReconcileAction, ReconcileNodeInput, ReconcileResult } from '../../common/reconcile-types.js';
-import { shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
+import { replicaClosedSignal, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { catalogKey, isDead, planReconcile } from './plan.js';
 import { reconcileDetails } from './details.js';
+
+/** Marks runs that tell a deployment about a replica whose workflow closed under it. */
+const TELL_DEPLOYMENT_PATCH = 'tell-deployment-of-closed-replica';
 
 function agent(nodeId: string, summary: string): AgentActivities {
   return proxyActivities<AgentActivities>({
@@ -94,6 +97,12 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
       record(action, stopped.wasRunning || fresh, stopped.wasRunning ? `stopped pid ${action.pid}` : fresh ? 'removed its record (nothing was running)' : 'already stopped');
     } catch (error) {
       record(action, false, `stop failed: ${String(error)}`);
+    }
+    // Runs recorded before this signal existed replay without it.
+    if (action.tellDeployment && patched(TELL_DEPLOYMENT_PATCH)) {
+      await getExternalWorkflowHandle(action.tellDeployment)
+        .signal(replicaClosedSignal, { replicaId: action.replicaId, reason: `its workflow closed while shard ${action.shardId} still ran on ${nodeId}; reconciliation stopped it` })
+        .catch(() => undefined);
     }
   }
 
