@@ -8,7 +8,7 @@ import { builtinModules } from 'node:module';
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'proto/gen/**', 'bin/**', 'eslint.config.mjs', 'scripts/**'] },
+  { ignores: ['dist/**', 'node_modules/**', '.llmgw/**', 'proto/gen/**', 'bin/**', 'eslint.config.mjs', 'scripts/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
