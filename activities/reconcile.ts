@@ -10,7 +10,7 @@ import {
   type Client,
 } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
-import { CONTROL_TASK_QUEUE, deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
+import { CONTROL_TASK_QUEUE, deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId, reconcileScheduleId } from '../common/names.js';
 import type { NodeView, ReconcileAllocationsRequest, ReconcileAllocationsResult } from '../common/node-types.js';
 import type { DeployModelInput, ReplicaInput, ReplicaView } from '../common/replica-types.js';
 import type { ReconcileAction, ReconcileFacts, ReconcileNodeInput, ReplicaFacts, WorkflowPresence } from '../common/reconcile-types.js';
@@ -29,10 +29,6 @@ export interface RebuildOutcome {
   deploymentStarted: boolean;
 }
 
-/** The Schedule that reconciles one node every few minutes. */
-export function reconcileScheduleId(nodeId: string): string {
-  return `reconcile/${nodeId}`;
-}
 
 export function createReconcileActivities(catalog: CatalogSource, client: Client) {
   const presence = async (workflowId: string): Promise<WorkflowPresence> => {

@@ -100,13 +100,39 @@ program
     await runControlWorker({ catalogFile: opts.catalog });
   });
 
-program
+const nodes = program
   .command('nodes')
-  .description('the GPU hosts: state, GPUs free/total, problems')
+  .description('the GPU hosts: state, GPUs free/total, problems (and cordon, uncordon, remove)')
   .option('--json', 'machine-readable output')
   .action(async (opts: { json?: boolean }) => {
     const { nodesCommand } = await import('./commands/nodes.js');
     await nodesCommand(opts);
+  });
+nodes
+  .command('cordon')
+  .argument('<node>', 'node id')
+  .description('place nothing new on the node; what runs there keeps running')
+  .option('--reason <text>', 'shown in `llmgw nodes` and the Web UI')
+  .action(async (nodeId: string, opts: { reason?: string }) => {
+    const { cordonCommand } = await import('./commands/nodes.js');
+    await cordonCommand(nodeId, true, opts);
+  });
+nodes
+  .command('uncordon')
+  .argument('<node>', 'node id')
+  .description('let placements use the node again')
+  .action(async (nodeId: string) => {
+    const { cordonCommand } = await import('./commands/nodes.js');
+    await cordonCommand(nodeId, false, {});
+  });
+nodes
+  .command('remove')
+  .argument('<node>', 'node id')
+  .description('forget a host that is gone for good: its node workflow and its reconcile Schedule (its agent must be stopped)')
+  .option('--force', 'remove it even though it still holds GPUs for shards')
+  .action(async (nodeId: string, opts: { force?: boolean }) => {
+    const { removeNodeCommand } = await import('./commands/nodes.js');
+    await removeNodeCommand(nodeId, opts);
   });
 
 program

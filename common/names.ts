@@ -26,6 +26,11 @@ export function nodeWorkflowId(nodeId: string): string {
   return `node/${nodeId}`;
 }
 
+/** The Schedule that reconciles one node every few minutes (reconcile/<nodeId>). */
+export function reconcileScheduleId(nodeId: string): string {
+  return `reconcile/${nodeId}`;
+}
+
 /** Parses `replica/<deployment>/<seq>`; undefined for anything else. */
 export function parseReplicaWorkflowId(id: string): { deployment: string; seq: number } | undefined {
   const match = /^replica\/(.+)\/(\d+)$/.exec(id);

@@ -1,7 +1,10 @@
-// `llmgw nodes`: every node workflow, read through its describe query.
+// `llmgw nodes`: every node workflow, read through its describe query; and what an
+// operator does to one host: cordon, uncordon, remove.
 import Table from 'cli-table3';
+import { ScheduleNotFoundError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { connectClient } from '../../temporal/connection.js';
-import { describeNodeQuery } from '../../workflows/definitions.js';
+import { cordonUpdate, describeNodeQuery, uncordonUpdate } from '../../workflows/definitions.js';
+import { nodeWorkflowId, reconcileScheduleId } from '../../common/names.js';
 import type { NodeView } from '../../common/node-types.js';
 
 export async function listNodes(): Promise<NodeView[]> {
@@ -34,4 +37,71 @@ export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
     table.push([view.nodeId, view.cordoned ? `${view.phase} (cordoned)` : view.phase, `${view.freeGpus.length}/${inv?.gpus.length ?? 0}`, inv?.gpuClass ?? '', inv?.managementAddress ?? '', problems.join('\n') || '—']);
   }
   console.log(table.toString());
+}
+
+async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
+  const client = await connectClient();
+  try {
+    return await body(client);
+  } finally {
+    await client.connection.close();
+  }
+}
+
+/** The node's view, or an error that says the node is unknown and how to list the known ones. */
+async function nodeView(client: Client, nodeId: string): Promise<NodeView> {
+  try {
+    const handle = client.workflow.getHandle(nodeWorkflowId(nodeId));
+    const { status } = await handle.describe();
+    if (status.name !== 'RUNNING') throw new Error(`node ${nodeId} is not registered (its workflow is ${status.name}): \`llmgw nodes\` lists the registered ones`);
+    return await handle.query(describeNodeQuery);
+  } catch (error) {
+    if (error instanceof WorkflowNotFoundError) throw new Error(`no node ${nodeId}: \`llmgw nodes\` lists the registered ones`, { cause: error });
+    throw error;
+  }
+}
+
+/** `llmgw nodes cordon|uncordon <node>`: no new placements there; what runs keeps running. */
+export async function cordonCommand(nodeId: string, cordon: boolean, opts: { reason?: string }): Promise<void> {
+  const view = await withClient(async (client) => {
+    await nodeView(client, nodeId);
+    const handle = client.workflow.getHandle(nodeWorkflowId(nodeId));
+    return cordon ? handle.executeUpdate(cordonUpdate, { args: [{ reason: opts.reason }] }) : handle.executeUpdate(uncordonUpdate, { args: [] });
+  });
+  console.log(
+    cordon
+      ? `cordoned ${nodeId}: nothing new is placed there; its ${view.allocations.length} shard(s) keep running (scale or undeploy to move them)`
+      : `uncordoned ${nodeId}: ${view.freeGpus.length} free GPU(s) can be placed on again`,
+  );
+}
+
+/**
+ * `llmgw nodes remove <node>`: forget a host that is gone for good: its node workflow and its
+ * reconcile Schedule, which would otherwise run for ever against an agent that never answers.
+ * Refused while the agent still reports (it would only register again), and while the node
+ * still holds GPUs for shards, unless --force.
+ */
+export async function removeNodeCommand(nodeId: string, opts: { force?: boolean }): Promise<void> {
+  const said = await withClient(async (client) => {
+    const view = await nodeView(client, nodeId);
+    if (view.phase === 'Ready') {
+      throw new Error(`node ${nodeId} is Ready: its agent still reports and would register again. Stop the agent first (cordon it and move its replicas away), then remove it.`);
+    }
+    if (view.allocations.length && !opts.force) {
+      const replicas = [...new Set(view.allocations.map((a) => a.replicaId))].join(', ');
+      throw new Error(
+        `node ${nodeId} (${view.phase}) still holds GPUs for ${view.allocations.length} shard(s) of ${replicas}: they are released when it turns Lost, or scale them away; --force removes it now`,
+      );
+    }
+    await client.workflow.getHandle(nodeWorkflowId(nodeId)).terminate(`removed by llmgw nodes remove (${view.phase}: ${view.reason || 'no reason given'})`);
+    let schedule = `Schedule ${reconcileScheduleId(nodeId)} deleted`;
+    try {
+      await client.schedule.getHandle(reconcileScheduleId(nodeId)).delete();
+    } catch (error) {
+      if (!(error instanceof ScheduleNotFoundError)) throw error;
+      schedule = `it had no Schedule ${reconcileScheduleId(nodeId)}`;
+    }
+    return `removed ${nodeId} (${view.phase}): workflow ${nodeWorkflowId(nodeId)} terminated, ${schedule}. If its agent starts again it registers anew.`;
+  });
+  console.log(said);
 }

@@ -339,4 +339,39 @@ describe('reconciliation', () => {
       }
     }, 180_000);
   }
+
+  it('cordons, uncordons and removes a node from the CLI; remove refuses a live agent and deletes the reconcile Schedule of a gone one', async () => {
+    const nodeId = uniqueId('rec-gone');
+    raceNodes.push(nodeId);
+    const agent = await startAgent(nodeId, join(inventoryDir, 'racex8.yaml'));
+    // The node's first reconcile creates its Schedule.
+    await eventually('the reconcile Schedule', () => withClient((client) => client.schedule.getHandle(`reconcile/${nodeId}`).describe().then(() => true, () => false)), 30_000, 250);
+
+    const cordoned = await runLlmgw(['nodes', 'cordon', nodeId, '--reason', 'maintenance'], env);
+    expect(cordoned.code, cordoned.output).toBe(0);
+    expect((await nodeView(nodeId)).cordoned).toBe(true);
+    const listed = await runLlmgw(['nodes'], env);
+    expect(listed.output).toMatch(new RegExp(`${nodeId}.*cordoned`));
+    expect((await runLlmgw(['nodes', 'uncordon', nodeId], env)).code).toBe(0);
+    expect((await nodeView(nodeId)).cordoned).toBe(false);
+
+    const refused = await runLlmgw(['nodes', 'remove', nodeId], env);
+    expect(refused.code).not.toBe(0);
+    expect(refused.output).toContain(`node ${nodeId} is Ready: its agent still reports and would register again. Stop the agent first`);
+
+    await agent.stop();
+    await eventually('the node NotReady', async () => (await nodeView(nodeId)).phase !== 'Ready', 30_000, 250);
+    const removed = await runLlmgw(['nodes', 'remove', nodeId], env);
+    console.log(removed.output.trim());
+    expect(removed.code, removed.output).toBe(0);
+    expect(removed.output).toContain(`Schedule reconcile/${nodeId} deleted`);
+    await withClient(async (client) => {
+      expect((await client.workflow.getHandle(`node/${nodeId}`).describe()).status.name).toBe('TERMINATED');
+      await expect(client.schedule.getHandle(`reconcile/${nodeId}`).describe()).rejects.toThrow(/not found/i);
+    });
+    expect((await runLlmgw(['nodes', '--json'], env)).output).not.toContain(nodeId);
+    const again = await runLlmgw(['nodes', 'remove', nodeId], env);
+    expect(again.code).not.toBe(0);
+    expect(again.output).toContain(`node ${nodeId} is not registered (its workflow is TERMINATED)`);
+  });
 });
