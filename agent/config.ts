@@ -54,7 +54,7 @@ export const AgentFlags = z.object({
    * default engine range, so an engine could find its port taken by a Ray worker; this
    * default ends below it, and a range that overlaps the engine ports is refused.
    */
-  rayWorkerPorts: PortRange.default({ from: 10002, to: DEFAULT_PORTS.enginesFrom - 1 }),
+  rayWorkerPorts: PortRange.default({ from: DEFAULT_PORTS.rayWorkersFrom, to: DEFAULT_PORTS.enginesFrom - 1 }),
   /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
   reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
   reconcileEverySeconds: z.coerce.number().int().min(0).default(180),

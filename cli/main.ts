@@ -2,6 +2,7 @@
 // long-running processes (worker, agent, router, fake-engine, up). Each command's
 // module is loaded only when it runs, so `llmgw fake-engine` starts fast.
 import { Command, Option } from 'commander';
+import { DEFAULT_PORTS } from '../common/names.js';
 
 const program = new Command();
 program
@@ -83,7 +84,7 @@ program
   .option('--presence-heartbeat-seconds <s>', 'heartbeat timeout of the presence activity', '10')
   .option('--lost-grace-seconds <s>', 'NotReady for this long → Lost (GPUs released, replicas re-placed)', '60')
   .option('--ray-command <path>', 'the ray program, for profiles with launcher ray', 'ray')
-  .option('--ray-worker-ports <from-to>', 'ports of Ray\'s worker processes; must not overlap --port-range', '10002-17999')
+  .option('--ray-worker-ports <from-to>', 'ports of Ray\'s worker processes; must not overlap --port-range', `${DEFAULT_PORTS.rayWorkersFrom}-${DEFAULT_PORTS.enginesFrom - 1}`)
   .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
   .option('--reconcile-every-seconds <s>', 'how often the node\'s reconcile Schedule runs (0: only on registration)', '180')
   .action(async (opts: Record<string, unknown>) => {

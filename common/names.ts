@@ -63,6 +63,8 @@ export const DEFAULT_PORTS = {
   router: 8080,
   agentAdmin: 7401,
   enginesFrom: 18000,
+  /** Ray's worker processes: from here up to the engine range (Ray's own default overlaps it). */
+  rayWorkersFrom: 10002,
 } as const;
 
 export const DEFAULT_AGENT_ADMIN_ADDR = `127.0.0.1:${DEFAULT_PORTS.agentAdmin}`;

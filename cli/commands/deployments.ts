@@ -2,29 +2,14 @@
 // through Temporal (the deployModel workflow's Updates and queries), so they behave
 // exactly like a deployment started from the Temporal CLI or the Web UI.
 import Table from 'cli-table3';
-import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
-import { connectClient, temporalConfig } from '../../temporal/connection.js';
+import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { CliError, withClient } from './client.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId } from '../../common/names.js';
 import { DeployModelInputSchema, describeIssues } from '../../workflows/deploy-model/input.js';
 import { deploymentStatusQuery, describeNodeQuery, replicaStatusQuery, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
 import type { DeployModelInput, DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 
-export class CliError extends Error {}
-
-async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
-  let client: Client;
-  try {
-    client = await connectClient();
-  } catch (error) {
-    throw new CliError(`cannot reach Temporal at ${temporalConfig().address}: ${error instanceof Error ? error.message : String(error)}. Is the server up (\`npm start\` or \`llmgw temporal start-dev\`)? Set TEMPORAL_ADDRESS if it is elsewhere.`);
-  }
-  try {
-    return await body(client);
-  } finally {
-    await client.connection.close();
-  }
-}
 
 /** The deployment's status, or the reason its workflow failed, or undefined while it validates. */
 async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | undefined> {

@@ -2,22 +2,19 @@
 // operator does to one host: cordon, uncordon, remove.
 import Table from 'cli-table3';
 import { ScheduleNotFoundError, WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { connectClient } from '../../temporal/connection.js';
+import { withClient } from './client.js';
 import { cordonUpdate, describeNodeQuery, uncordonUpdate } from '../../workflows/definitions.js';
 import { nodeWorkflowId, reconcileScheduleId } from '../../common/names.js';
 import type { NodeView } from '../../common/node-types.js';
 
 export async function listNodes(): Promise<NodeView[]> {
-  const client = await connectClient();
-  try {
+  return withClient(async (client) => {
     const views: NodeView[] = [];
     for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` })) {
       views.push(await client.workflow.getHandle(execution.workflowId).query(describeNodeQuery));
     }
     return views.sort((a, b) => a.nodeId.localeCompare(b.nodeId));
-  } finally {
-    await client.connection.close();
-  }
+  });
 }
 
 export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
@@ -37,15 +34,6 @@ export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
     table.push([view.nodeId, view.cordoned ? `${view.phase} (cordoned)` : view.phase, `${view.freeGpus.length}/${inv?.gpus.length ?? 0}`, inv?.gpuClass ?? '', inv?.managementAddress ?? '', problems.join('\n') || '—']);
   }
   console.log(table.toString());
-}
-
-async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
-  const client = await connectClient();
-  try {
-    return await body(client);
-  } finally {
-    await client.connection.close();
-  }
 }
 
 /** The node's view, or an error that says the node is unknown and how to list the known ones. */

@@ -3,18 +3,17 @@
 import Table from 'cli-table3';
 import { CONTROL_TASK_QUEUE } from '../../common/names.js';
 import type { ReconcileNodeInput, ReconcileResult } from '../../common/reconcile-types.js';
-import { connectClient } from '../../temporal/connection.js';
+import { withClient } from './client.js';
 import type { reconcileNode } from '../../workflows/reconcile/workflow.js';
 
 export async function reconcileNow(nodeIds: string[]): Promise<ReconcileResult[]> {
-  const client = await connectClient();
-  try {
+  return withClient(async (client) => {
     let targets = nodeIds;
     if (!targets.length) {
       targets = [];
       for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` })) targets.push(execution.workflowId.replace(/^node\//, ''));
     }
-    return await Promise.all(
+    return Promise.all(
       targets.sort().map((nodeId) => {
         const input: ReconcileNodeInput = { nodeId, trigger: 'llmgw reconcile' };
         return client.workflow.execute<typeof reconcileNode>('reconcileNode', {
@@ -26,9 +25,7 @@ export async function reconcileNow(nodeIds: string[]): Promise<ReconcileResult[]
         });
       }),
     );
-  } finally {
-    await client.connection.close();
-  }
+  });
 }
 
 export async function reconcileCommand(nodeIds: string[], opts: { json?: boolean }): Promise<void> {
