@@ -209,7 +209,13 @@ describe('chaos', () => {
         disturbed = !(await allReady());
         if (!disturbed) await sleep(250);
       }
-      await eventually(`recovery from kill -9 of the ${kind} (${what})`, allReady, 120_000, 500);
+      await eventually(`recovery from kill -9 of the ${kind} (${what})`, allReady, 120_000, 500).catch(async (error: unknown) => {
+        // Where it stuck: each deployment's view, and the last words of the worker and agents.
+        for (const d of deployments) console.log(`${d.name}:\n${JSON.stringify(await status(d.name).catch((e: unknown) => String(e)), null, 1).slice(0, 4000)}`);
+        console.log(`worker output:\n${worker.output().slice(-4000)}`);
+        for (const [nodeId, agent] of agents) console.log(`agent ${nodeId} output:\n${agent.proc.output().slice(-3000)}`);
+        throw error;
+      });
       recoveries.push({ kind, what, seconds: (Date.now() - at) / 1000, disturbed });
     }
     // Ready and staying Ready.
