@@ -24,7 +24,15 @@ export default tseslint.config(
   {
     files: ['workflows/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { paths: nodeBuiltins.map((name) => ({ name, message: 'Workflows run in a deterministic sandbox: no Node built-ins. Do this in an activity.' })) }],
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: nodeBuiltins.map((name) => ({
+            name,
+            message: 'Workflows run in a deterministic sandbox: no Node built-ins. Do this in an activity.',
+          })),
+        },
+      ],
     },
   },
 );

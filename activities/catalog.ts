@@ -15,7 +15,9 @@ export interface ResolveRequest {
 
 export function createCatalogActivities(catalog: CatalogSource, client: Client) {
   return {
-    async resolveDeployment(request: ResolveRequest): Promise<{ snapshot: ProfileSnapshot; maxReplicas: number; drainGraceSeconds: number }> {
+    async resolveDeployment(
+      request: ResolveRequest,
+    ): Promise<{ snapshot: ProfileSnapshot; maxReplicas: number; drainGraceSeconds: number }> {
       const current = catalog.get();
       const choice = chooseProfile(current, request.model, { profile: request.profile, gpuClass: request.gpuClass });
       if (!choice.ok) throw ApplicationFailure.nonRetryable(choice.message, choice.failureType);
@@ -24,12 +26,18 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
       // A node whose agent has registered but whose workflow has not yet published its class
       // (the control worker just started, say) is not evidence either way: wait for it briefly.
       let fleet = await describeFleet(client);
-      for (const deadline = Date.now() + UNDESCRIBED_WAIT_MS; !fleet.classes.includes(profile.gpuClass) && fleet.undescribed > 0 && Date.now() < deadline; ) {
+      for (
+        const deadline = Date.now() + UNDESCRIBED_WAIT_MS;
+        !fleet.classes.includes(profile.gpuClass) && fleet.undescribed > 0 && Date.now() < deadline;
+      ) {
         await sleep(500);
         fleet = await describeFleet(client);
       }
       if (!fleet.classes.includes(profile.gpuClass)) {
-        const pending = fleet.undescribed > 0 ? `; ${fleet.undescribed} registered node(s) not yet described after ${UNDESCRIBED_WAIT_MS / 1000} s: is the control worker running?` : '';
+        const pending =
+          fleet.undescribed > 0
+            ? `; ${fleet.undescribed} registered node(s) not yet described after ${UNDESCRIBED_WAIT_MS / 1000} s: is the control worker running?`
+            : '';
         throw ApplicationFailure.nonRetryable(
           `profile ${profile.name} of model ${model.name} needs ${profile.gpuClass} GPUs and no registered node has them (fleet: ${fleet.classes.join(', ') || 'no nodes registered'}${pending})`,
           FailureType.UnknownGpuClass,

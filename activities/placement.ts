@@ -58,7 +58,12 @@ export function createPlacementActivities(client: Client) {
       ],
     });
 
-  const placement = (nodeId: string, rank: number, request: PlaceRequest, result: Extract<ReserveResult, { ok: true }>): ShardPlacement => ({
+  const placement = (
+    nodeId: string,
+    rank: number,
+    request: PlaceRequest,
+    result: Extract<ReserveResult, { ok: true }>,
+  ): ShardPlacement => ({
     rank,
     nodeId,
     shardId: makeShardId(request.replicaId, rank, request.attempt),
@@ -89,14 +94,18 @@ export function createPlacementActivities(client: Client) {
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {
-      return client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(releaseUpdate, { args: [{ shardId: request.shardId }] });
+      return client.workflow
+        .getHandle(nodeWorkflowId(request.nodeId))
+        .executeUpdate(releaseUpdate, { args: [{ shardId: request.shardId }] });
     },
   };
 }
 
 async function listCandidates(client: Client, request: PlaceRequest): Promise<Candidate[]> {
   const siblings = new Map<string, number>();
-  for await (const replica of client.workflow.list({ query: `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = '${request.deployment}'` })) {
+  for await (const replica of client.workflow.list({
+    query: `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = '${request.deployment}'`,
+  })) {
     if (replica.workflowId === request.replicaId) continue;
     const nodes = replica.searchAttributes?.LlmgwNodes;
     for (const node of Array.isArray(nodes) ? nodes : []) if (typeof node === 'string') siblings.set(node, (siblings.get(node) ?? 0) + 1);
@@ -116,10 +125,17 @@ async function listCandidates(client: Client, request: PlaceRequest): Promise<Ca
   if (candidates.length <= 64) {
     await Promise.all(
       candidates.map(async (candidate) => {
-        const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery).catch(() => undefined);
+        const view = await client.workflow
+          .getHandle(nodeWorkflowId(candidate.nodeId))
+          .query(describeNodeQuery)
+          .catch(() => undefined);
         if (!view) return;
         candidate.free = view.freeGpus.length;
-        candidate.siblings = new Set(view.allocations.filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId).map((a) => a.replicaId)).size;
+        candidate.siblings = new Set(
+          view.allocations
+            .filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId)
+            .map((a) => a.replicaId),
+        ).size;
       }),
     );
   }
@@ -138,7 +154,13 @@ async function listCandidates(client: Client, request: PlaceRequest): Promise<Ca
 type Reserve = (nodeId: string, request: PlaceRequest, rank: number) => Promise<ReserveResult>;
 type MakePlacement = (nodeId: string, rank: number, request: PlaceRequest, result: Extract<ReserveResult, { ok: true }>) => ShardPlacement;
 
-async function placeGang(client: Client, request: PlaceRequest, candidates: Candidate[], reserveOn: Reserve, makePlacement: MakePlacement): Promise<PlaceResult> {
+async function placeGang(
+  client: Client,
+  request: PlaceRequest,
+  candidates: Candidate[],
+  reserveOn: Reserve,
+  makePlacement: MakePlacement,
+): Promise<PlaceResult> {
   const hosts: GangHost[] = [];
   for (const candidate of candidates) {
     const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery);
@@ -148,7 +170,9 @@ async function placeGang(client: Client, request: PlaceRequest, candidates: Cand
   const result = await placeGangOnHosts(hosts, request, {
     reserve: (nodeId, rank) => reserveOn(nodeId, request, rank),
     release: (nodeId, rank) =>
-      client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(releaseUpdate, { args: [{ shardId: makeShardId(request.replicaId, rank, request.attempt) }] }),
+      client.workflow
+        .getHandle(nodeWorkflowId(nodeId))
+        .executeUpdate(releaseUpdate, { args: [{ shardId: makeShardId(request.replicaId, rank, request.attempt) }] }),
   });
   if (!result.ok) return result;
   return { ok: true, shards: result.grants.map((grant) => makePlacement(grant.nodeId, grant.rank, request, grant.result)) };

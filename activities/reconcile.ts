@@ -29,7 +29,6 @@ export interface RebuildOutcome {
   deploymentStarted: boolean;
 }
 
-
 export function createReconcileActivities(catalog: CatalogSource, client: Client) {
   const presence = async (workflowId: string): Promise<WorkflowPresence> => {
     try {
@@ -58,7 +57,8 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
       for (const replicaId of replicaIds) {
         const replica = await presence(replicaId);
         const deploymentName = parseReplicaWorkflowId(replicaId)?.deployment;
-        if (deploymentName && !deployments.has(deploymentName)) deployments.set(deploymentName, presence(deploymentWorkflowId(deploymentName)));
+        if (deploymentName && !deployments.has(deploymentName))
+          deployments.set(deploymentName, presence(deploymentWorkflowId(deploymentName)));
         const deployment = deploymentName ? await deployments.get(deploymentName)! : 'missing';
         let view: ReplicaView | undefined;
         if (replica === 'running') {
@@ -75,7 +75,13 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
       for (const { model, profile } of request.profiles) {
         inCatalog[`${model}/${profile}`] = Boolean(current.models.find((m) => m.name === model)?.profiles.some((p) => p.name === profile));
       }
-      return { node, replicas, catalog: inCatalog, drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5, checkedAt: new Date().toISOString() };
+      return {
+        node,
+        replicas,
+        catalog: inCatalog,
+        drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5,
+        checkedAt: new Date().toISOString(),
+      };
     },
 
     /**
@@ -83,7 +89,10 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
      * is rebuilt (desired = what was found) when it is gone too. Signal-with-start makes two
      * nodes rebuilding replicas of one deployment at once end with one deployment.
      */
-    async rebuildReplica(request: { action: Extract<ReconcileAction, { kind: 'rebuild' }>; drainGraceSeconds: number }): Promise<RebuildOutcome> {
+    async rebuildReplica(request: {
+      action: Extract<ReconcileAction, { kind: 'rebuild' }>;
+      drainGraceSeconds: number;
+    }): Promise<RebuildOutcome> {
       const { action } = request;
       const deploymentId = deploymentWorkflowId(action.deployment);
       const deploymentWasRunning = (await presence(deploymentId)) === 'running';

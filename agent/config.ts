@@ -14,60 +14,63 @@ const PortRange = z
   })
   .refine((range) => range.from >= 1024 && range.to <= 65535 && range.from <= range.to, 'ports must be within 1024-65535 and FROM ≤ TO');
 
-const Labels = z
-  .string()
-  .transform((text, ctx) => {
-    const labels: Record<string, string> = {};
-    for (const pair of text.split(',').filter(Boolean)) {
-      const [key, ...rest] = pair.split('=');
-      if (!key || !rest.length || !/^[A-Za-z0-9._/-]+$/.test(key)) {
-        ctx.addIssue({ code: 'custom', message: `bad label ${JSON.stringify(pair)}: expected key=value` });
-        return z.NEVER;
-      }
-      labels[key] = rest.join('=');
+const Labels = z.string().transform((text, ctx) => {
+  const labels: Record<string, string> = {};
+  for (const pair of text.split(',').filter(Boolean)) {
+    const [key, ...rest] = pair.split('=');
+    if (!key || !rest.length || !/^[A-Za-z0-9._/-]+$/.test(key)) {
+      ctx.addIssue({ code: 'custom', message: `bad label ${JSON.stringify(pair)}: expected key=value` });
+      return z.NEVER;
     }
-    return labels;
-  });
+    labels[key] = rest.join('=');
+  }
+  return labels;
+});
 
 const GpuList = z
   .string()
   .regex(/^\d+(,\d+)*$/, 'expected GPU indices like 0,1,2,3')
   .transform((text) => text.split(',').map(Number));
 
-export const AgentFlags = z.object({
-  nodeId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'node ids are letters, digits, ".", "_" and "-"').default(() => hostname()),
-  stateDir: z.string().min(1).optional(),
-  gpus: z.string().default('real'),
-  sysfsRoot: z.string().default('/'),
-  advertiseAddr: z.string().default('127.0.0.1'),
-  adminAddr: z.string().default(DEFAULT_AGENT_ADMIN_ADDR),
-  labels: Labels.default({}),
-  managedGpus: GpuList.optional(),
-  portRange: PortRange.default({ from: DEFAULT_PORTS.enginesFrom, to: DEFAULT_PORTS.enginesFrom + 999 }),
-  presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(300).default(10),
-  lostGraceSeconds: z.coerce.number().int().min(1).default(60),
-  maxTemperatureC: z.coerce.number().default(85),
-  /** The `ray` program (Ray launcher profiles): a path, or a name on PATH. */
-  rayCommand: z.string().min(1, '--ray-command must not be empty').default('ray'),
-  /**
-   * Ports Ray's worker processes listen on. Ray's own default (10002-19999) covers the
-   * default engine range, so an engine could find its port taken by a Ray worker; this
-   * default ends below it, and a range that overlaps the engine ports is refused.
-   */
-  rayWorkerPorts: PortRange.default({ from: DEFAULT_PORTS.rayWorkersFrom, to: DEFAULT_PORTS.enginesFrom - 1 }),
-  /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
-  reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
-  reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
-}).superRefine((flags, ctx) => {
-  const { portRange: engines, rayWorkerPorts: ray } = flags;
-  if (ray.from <= engines.to && engines.from <= ray.to) {
-    ctx.addIssue({
-      code: 'custom',
-      path: ['rayWorkerPorts'],
-      message: `${ray.from}-${ray.to} overlaps the engine ports ${engines.from}-${engines.to} (--port-range): give Ray a range of its own`,
-    });
-  }
-});
+export const AgentFlags = z
+  .object({
+    nodeId: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'node ids are letters, digits, ".", "_" and "-"')
+      .default(() => hostname()),
+    stateDir: z.string().min(1).optional(),
+    gpus: z.string().default('real'),
+    sysfsRoot: z.string().default('/'),
+    advertiseAddr: z.string().default('127.0.0.1'),
+    adminAddr: z.string().default(DEFAULT_AGENT_ADMIN_ADDR),
+    labels: Labels.default({}),
+    managedGpus: GpuList.optional(),
+    portRange: PortRange.default({ from: DEFAULT_PORTS.enginesFrom, to: DEFAULT_PORTS.enginesFrom + 999 }),
+    presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(300).default(10),
+    lostGraceSeconds: z.coerce.number().int().min(1).default(60),
+    maxTemperatureC: z.coerce.number().default(85),
+    /** The `ray` program (Ray launcher profiles): a path, or a name on PATH. */
+    rayCommand: z.string().min(1, '--ray-command must not be empty').default('ray'),
+    /**
+     * Ports Ray's worker processes listen on. Ray's own default (10002-19999) covers the
+     * default engine range, so an engine could find its port taken by a Ray worker; this
+     * default ends below it, and a range that overlaps the engine ports is refused.
+     */
+    rayWorkerPorts: PortRange.default({ from: DEFAULT_PORTS.rayWorkersFrom, to: DEFAULT_PORTS.enginesFrom - 1 }),
+    /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
+    reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
+    reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
+  })
+  .superRefine((flags, ctx) => {
+    const { portRange: engines, rayWorkerPorts: ray } = flags;
+    if (ray.from <= engines.to && engines.from <= ray.to) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['rayWorkerPorts'],
+        message: `${ray.from}-${ray.to} overlaps the engine ports ${engines.from}-${engines.to} (--port-range): give Ray a range of its own`,
+      });
+    }
+  });
 
 export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };
 

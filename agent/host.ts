@@ -10,7 +10,11 @@ export async function discoverHost(config: AgentConfig): Promise<DiscoveredHost>
   if (config.gpus === 'real') {
     return discoverRealHost({ sysfsRoot: config.sysfsRoot, fabricLabel: config.labels.fabric, maxTemperatureC: config.maxTemperatureC });
   }
-  return loadSimulatedInventory(config.gpus, { nodeId: config.nodeId, fabricLabel: config.labels.fabric, maxTemperatureC: config.maxTemperatureC });
+  return loadSimulatedInventory(config.gpus, {
+    nodeId: config.nodeId,
+    fabricLabel: config.labels.fabric,
+    maxTemperatureC: config.maxTemperatureC,
+  });
 }
 
 export function gpuSource(config: AgentConfig): string {

@@ -46,7 +46,12 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     stateDir: config.stateDir,
     portRange: config.portRange,
     advertiseAddress: config.advertiseAddr,
-    engineContext: { fakeEngineCommand: config.fakeEngineCommand, rayCommand: [config.rayCommand], rayWorkerPorts: config.rayWorkerPorts, managementInterface: interfaceOf(config.advertiseAddr) },
+    engineContext: {
+      fakeEngineCommand: config.fakeEngineCommand,
+      rayCommand: [config.rayCommand],
+      rayWorkerPorts: config.rayWorkerPorts,
+      managementInterface: interfaceOf(config.advertiseAddr),
+    },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
     onTransition: (status) => notifier.send(status),
@@ -60,7 +65,11 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
             const fresh = await discoverHost(config);
             return fresh.computeProcesses
               .filter((process) => process.gpuIndices.some((index) => managed.includes(index)))
-              .map((process) => ({ pid: process.pid, gpuIndices: process.gpuIndices, reason: `compute process on managed GPU(s) ${process.gpuIndices.join(',')} (${process.usedMemoryMib} MiB)` }));
+              .map((process) => ({
+                pid: process.pid,
+                gpuIndices: process.gpuIndices,
+                reason: `compute process on managed GPU(s) ${process.gpuIndices.join(',')} (${process.usedMemoryMib} MiB)`,
+              }));
           }
         : undefined,
   });
@@ -69,7 +78,9 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const unidentified: UnidentifiedProcess[] = [...recovered.unidentified];
   // Kills not yet named in a survey: reconciliation's result lists each exactly once.
   let unreportedKills: UnidentifiedProcess[] = [...recovered.unidentified];
-  log(`recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.length} unidentified killed`);
+  log(
+    `recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.length} unidentified killed`,
+  );
 
   const admin = await startAdminServer(config.adminAddr, {
     describe: () => describe(),
@@ -112,7 +123,9 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     log(`registered with ${nodeWorkflowId(config.nodeId)} (${report.runningShards.length} shards)`);
   };
   const registerSoon = (): void => {
-    register().catch((error: unknown) => log(`registration failed (will retry): ${error instanceof Error ? error.message : String(error)}`));
+    register().catch((error: unknown) =>
+      log(`registration failed (will retry): ${error instanceof Error ? error.message : String(error)}`),
+    );
   };
 
   // Temporal may be down when the agent starts: engines keep running and the agent keeps
@@ -125,7 +138,9 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
       client = new Client({ connection: clientConnection, namespace, dataConverter: llmgwDataConverter() });
     } catch (error) {
       connection = undefined;
-      log(`cannot reach Temporal at ${connectionOptions.address} (attempt ${attempt}): ${error instanceof Error ? error.message : String(error)}; retrying`);
+      log(
+        `cannot reach Temporal at ${connectionOptions.address} (attempt ${attempt}): ${error instanceof Error ? error.message : String(error)}; retrying`,
+      );
       await new Promise((r) => setTimeout(r, Math.min(10_000, 1_000 * attempt)));
     }
   }
@@ -140,7 +155,11 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     onPresenceStarted: registerSoon,
     presenceSummary: () => {
       lastPresence = Date.now();
-      return { shards: supervisor.list().length, gpus: host.gpus.length, unhealthyGpus: host.gpus.filter((gpu) => gpu.health?.problems.length).map((gpu) => gpu.index) };
+      return {
+        shards: supervisor.list().length,
+        gpus: host.gpus.length,
+        unhealthyGpus: host.gpus.filter((gpu) => gpu.health?.problems.length).map((gpu) => gpu.index),
+      };
     },
   });
   const worker = await Worker.create({
@@ -181,7 +200,9 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
 
-  log(`serving ${agentTaskQueue(config.nodeId)}; state dir ${config.stateDir}; engine ports ${config.portRange.from}-${config.portRange.to}`);
+  log(
+    `serving ${agentTaskQueue(config.nodeId)}; state dir ${config.stateDir}; engine ports ${config.portRange.from}-${config.portRange.to}`,
+  );
   try {
     await worker.run();
   } finally {

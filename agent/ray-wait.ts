@@ -50,7 +50,10 @@ export function createRayWait(opts: RayWaitOptions = {}): RayWait {
     const want = proc.waitForRayNodes ?? 0;
     const address = proc.rayAddress;
     if (!address) {
-      throw ApplicationFailure.nonRetryable(`shard ${spec.shardId}: its ${proc.role} must wait for ${want} Ray node(s) but names no Ray address`, FailureType.InvalidSpec);
+      throw ApplicationFailure.nonRetryable(
+        `shard ${spec.shardId}: its ${proc.role} must wait for ${want} Ray node(s) but names no Ray address`,
+        FailureType.InvalidSpec,
+      );
     }
     const timeoutS = spec.startupTimeoutSeconds || spec.profile?.startupTimeoutSeconds || DEFAULT_STARTUP_TIMEOUT_S;
     const startedAt = Date.now();
@@ -68,7 +71,9 @@ export function createRayWait(opts: RayWaitOptions = {}): RayWait {
     };
 
     const abandoned = (): ApplicationFailure =>
-      ApplicationFailure.retryable(`shard ${spec.shardId}: wait for the Ray cluster at ${address} abandoned (${count} of ${want} nodes): ${reasonText(signal.reason)}`);
+      ApplicationFailure.retryable(
+        `shard ${spec.shardId}: wait for the Ray cluster at ${address} abandoned (${count} of ${want} nodes): ${reasonText(signal.reason)}`,
+      );
 
     for (;;) {
       if (signal.aborted) throw abandoned();
@@ -123,7 +128,12 @@ function runStatus(argv: string[], timeoutMs: number, signal: AbortSignal): Prom
     child.once('error', (error: NodeJS.ErrnoException) => {
       done();
       if (error.code === 'ENOENT') {
-        reject(ApplicationFailure.nonRetryable(`cannot run \`${argv.join(' ')}\`: ${program} not found (is Ray installed on this host?)`, FailureType.InvalidSpec));
+        reject(
+          ApplicationFailure.nonRetryable(
+            `cannot run \`${argv.join(' ')}\`: ${program} not found (is Ray installed on this host?)`,
+            FailureType.InvalidSpec,
+          ),
+        );
       } else {
         resolve({ code: null, stdout, stderr: `${stderr}${error.message}`, cut });
       }

@@ -10,7 +10,13 @@ import { gpuSource } from './host.js';
 
 export const AGENT_VERSION = '0.1.0';
 
-export function buildRegister(config: AgentConfig, host: DiscoveredHost, shards: RunningShard[], unidentified: UnidentifiedProcess[], adminAddress: string): Register {
+export function buildRegister(
+  config: AgentConfig,
+  host: DiscoveredHost,
+  shards: RunningShard[],
+  unidentified: UnidentifiedProcess[],
+  adminAddress: string,
+): Register {
   return create(RegisterSchema, {
     nodeId: config.nodeId,
     hostname: hostname(),

@@ -19,7 +19,11 @@ const CATALOG = join(__dirname, '../../bench/catalog.yaml');
 const children: ChildProcess[] = [];
 
 function spawnPart(args: string[], env: Record<string, string>): Promise<void> {
-  const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(process.execPath, [BIN, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   children.push(child);
   return new Promise((resolve, reject) => {
     let text = '';
@@ -41,11 +45,16 @@ function median(values: number[]): number {
 async function phases(client: Client, replicaId: string): Promise<{ placement: number; start: number; healthy: number; events: number }> {
   const history = await client.workflow.getHandle(replicaId).fetchHistory();
   const events = history.events ?? [];
-  const time = (event: (typeof events)[number]): number => Number(event.eventTime?.seconds ?? 0) * 1000 + Math.round((event.eventTime?.nanos ?? 0) / 1e6);
+  const time = (event: (typeof events)[number]): number =>
+    Number(event.eventTime?.seconds ?? 0) * 1000 + Math.round((event.eventTime?.nanos ?? 0) / 1e6);
   const span = (activity: string): number => {
     const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === activity);
     if (!scheduled) return NaN;
-    const completed = events.find((e) => e.activityTaskCompletedEventAttributes && Number(e.activityTaskCompletedEventAttributes.scheduledEventId) === Number(scheduled.eventId));
+    const completed = events.find(
+      (e) =>
+        e.activityTaskCompletedEventAttributes &&
+        Number(e.activityTaskCompletedEventAttributes.scheduledEventId) === Number(scheduled.eventId),
+    );
     return completed ? time(completed) - time(scheduled) : NaN;
   };
   return { placement: span('placeReplica'), start: span('startShard'), healthy: span('waitHealthy'), events: events.length };
@@ -54,9 +63,16 @@ async function phases(client: Client, replicaId: string): Promise<{ placement: n
 async function run(client: Client, env: Record<string, string>, replicas: number): Promise<void> {
   const name = `bench-${replicas}-${Date.now().toString(36)}`;
   const started = Date.now();
-  await client.workflow.start('deployModel', { workflowId: `deployment/${name}`, taskQueue: 'llmgw', args: [{ model: 'bench', replicas }] });
+  await client.workflow.start('deployModel', {
+    workflowId: `deployment/${name}`,
+    taskQueue: 'llmgw',
+    args: [{ model: 'bench', replicas }],
+  });
   for (;;) {
-    const view = await client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery).catch(() => undefined);
+    const view = await client.workflow
+      .getHandle(`deployment/${name}`)
+      .query(deploymentStatusQuery)
+      .catch(() => undefined);
     if (view?.phase === 'Ready') break;
     if (Date.now() - started > 300_000) throw new Error(`${name} not Ready after 300 s`);
     await new Promise((r) => setTimeout(r, 100));
@@ -79,7 +95,22 @@ async function main(): Promise<void> {
     await spawnPart(['worker', '--catalog', CATALOG], env);
     await Promise.all(
       nodeIds.map((nodeId, i) =>
-        spawnPart(['agent', '--node-id', nodeId, '--gpus', 'builtin:h100x8', '--state-dir', mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)), '--admin-addr', '127.0.0.1:0', '--port-range', `${41000 + i * 100}-${41000 + i * 100 + 99}`], env),
+        spawnPart(
+          [
+            'agent',
+            '--node-id',
+            nodeId,
+            '--gpus',
+            'builtin:h100x8',
+            '--state-dir',
+            mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
+            '--admin-addr',
+            '127.0.0.1:0',
+            '--port-range',
+            `${41000 + i * 100}-${41000 + i * 100 + 99}`,
+          ],
+          env,
+        ),
       ),
     );
     const connection = await Connection.connect({ address: server.address });

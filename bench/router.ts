@@ -59,7 +59,9 @@ const TARGETS = { addedP50Ms: 0.5, addedP99Ms: 2, throughputRatio: 0.85, addedTt
 // Child roles.
 
 async function runEngine(name: string, tokensPerSecond: number): Promise<void> {
-  const engine = await startFakeEngine(fakeEngineOptions({ port: 0, model: name, servedModelNames: [name], tokensPerSecond, maxConcurrency: 1024 }));
+  const engine = await startFakeEngine(
+    fakeEngineOptions({ port: 0, model: name, servedModelNames: [name], tokensPerSecond, maxConcurrency: 1024 }),
+  );
   process.send?.({ ready: { port: engine.port, pids: [process.pid] } } satisfies ChildMessage);
 }
 
@@ -215,7 +217,8 @@ function merge(results: Measured[]): Measured {
 }
 
 const ms = (v: number) => `${v.toFixed(3)} ms`;
-const us = (seconds: number, requests: number) => (Number.isFinite(seconds) && requests > 0 ? `${((seconds / requests) * 1e6).toFixed(0)} µs` : 'n/a');
+const us = (seconds: number, requests: number) =>
+  Number.isFinite(seconds) && requests > 0 ? `${((seconds / requests) * 1e6).toFixed(0)} µs` : 'n/a';
 const mark = (ok: boolean) => (ok ? 'ok  ' : 'MISS');
 
 function flag(name: string, fallback: number): number {
@@ -252,8 +255,12 @@ async function main(): Promise<void> {
     await loader.ready;
 
     const cpus = os.cpus();
-    console.log(`router benchmark: ${cpus.length} CPUs (${cpus[0]?.model ?? 'unknown'}), node ${process.version}, router processes: ${routerWorkers}`);
-    console.log(`engines, router and load generator in separate processes; each figure: ${(2 * windowMs) / 1000} s direct and ${(2 * windowMs) / 1000} s through the router, alternating\n`);
+    console.log(
+      `router benchmark: ${cpus.length} CPUs (${cpus[0]?.model ?? 'unknown'}), node ${process.version}, router processes: ${routerWorkers}`,
+    );
+    console.log(
+      `engines, router and load generator in separate processes; each figure: ${(2 * windowMs) / 1000} s direct and ${(2 * windowMs) / 1000} s through the router, alternating\n`,
+    );
 
     const scenarios = [
       { name: 'non-streaming, concurrency 1', concurrency: 1, stream: false },
@@ -285,7 +292,9 @@ async function main(): Promise<void> {
       process.stderr.write(`  measured: ${s.name}\n`);
     }
 
-    console.log('scenario                                   direct req/s  router req/s  ratio  added p50     added p99     errors  CPU/request: engine  router');
+    console.log(
+      'scenario                                   direct req/s  router req/s  ratio  added p50     added p99     errors  CPU/request: engine  router',
+    );
     for (const r of rows) {
       const rpsD = r.direct.requests / r.direct.seconds;
       const rpsR = r.routed.requests / r.routed.seconds;
@@ -308,9 +317,15 @@ async function main(): Promise<void> {
     // Preserved: the same cadence, and no chunks merged on the way (as many per stream).
     const gapsKept = Math.abs(gapR50 - gapD50) <= 1 && st.routed.chunksPerStream >= 0.95 * st.direct.chunksPerStream;
     console.log('\ntargets');
-    console.log(`  ${mark(added50 <= TARGETS.addedP50Ms)} added p50 at concurrency 16: ${ms(added50)} (target <= ${TARGETS.addedP50Ms} ms)`);
-    console.log(`  ${mark(added99 <= TARGETS.addedP99Ms)} added p99 at concurrency 16: ${ms(added99)} (target <= ${TARGETS.addedP99Ms} ms)`);
-    console.log(`  ${mark(ratio >= TARGETS.throughputRatio)} throughput at concurrency 64: ${(ratio * 100).toFixed(1)} % of direct (target >= ${TARGETS.throughputRatio * 100} %)`);
+    console.log(
+      `  ${mark(added50 <= TARGETS.addedP50Ms)} added p50 at concurrency 16: ${ms(added50)} (target <= ${TARGETS.addedP50Ms} ms)`,
+    );
+    console.log(
+      `  ${mark(added99 <= TARGETS.addedP99Ms)} added p99 at concurrency 16: ${ms(added99)} (target <= ${TARGETS.addedP99Ms} ms)`,
+    );
+    console.log(
+      `  ${mark(ratio >= TARGETS.throughputRatio)} throughput at concurrency 64: ${(ratio * 100).toFixed(1)} % of direct (target >= ${TARGETS.throughputRatio * 100} %)`,
+    );
     console.log(
       `  ${mark(ttftR - ttftD <= TARGETS.addedTtftMs)} added time to first token (p50): ${ms(ttftR - ttftD)} (direct ${ms(ttftD)}, router ${ms(ttftR)}; target <= ${TARGETS.addedTtftMs} ms)`,
     );
@@ -319,7 +334,9 @@ async function main(): Promise<void> {
         `token chunks per stream ${st.direct.chunksPerStream.toFixed(1)} vs ${st.routed.chunksPerStream.toFixed(1)}`,
     );
     if (cpus.length < 4 + routerWorkers) {
-      console.log(`\nnote: ${cpus.length} CPUs for ${4 + routerWorkers} busy processes: the processes compete for cores, so these figures understate the router.`);
+      console.log(
+        `\nnote: ${cpus.length} CPUs for ${4 + routerWorkers} busy processes: the processes compete for cores, so these figures understate the router.`,
+      );
     }
   } finally {
     stopAll();

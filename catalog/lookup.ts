@@ -20,7 +20,11 @@ export type ProfileChoice =
   | {
       ok: false;
       /** The ApplicationFailure type a workflow or activity should raise for this. */
-      failureType: typeof FailureType.UnknownModel | typeof FailureType.UnknownProfile | typeof FailureType.UnknownGpuClass | typeof FailureType.InvalidInput;
+      failureType:
+        | typeof FailureType.UnknownModel
+        | typeof FailureType.UnknownProfile
+        | typeof FailureType.UnknownGpuClass
+        | typeof FailureType.InvalidInput;
       message: string;
     };
 

@@ -59,9 +59,7 @@ const count = (min: number) => z.int().min(min);
 
 const Engine = z.enum(ENGINES, {
   error: (issue) =>
-    issue.code === 'invalid_value'
-      ? `unknown engine ${JSON.stringify(issue.input)} (expected one of ${ENGINES.join(', ')})`
-      : undefined,
+    issue.code === 'invalid_value' ? `unknown engine ${JSON.stringify(issue.input)} (expected one of ${ENGINES.join(', ')})` : undefined,
 });
 
 const Launcher = z.enum(LAUNCHERS, {
@@ -107,33 +105,36 @@ export const CatalogProfile = strictObject('a profile', {
   env: Env.default({}),
   startupTimeoutSeconds: count(1).default(600),
   minGpuMemoryMib: count(1).optional(),
-}).superRefine((profile, ctx) => {
-  const parallel = profile.tensorParallel * profile.pipelineParallel;
-  const gpus = profile.gpusPerNode * profile.nodes;
-  if (parallel !== gpus) {
-    ctx.addIssue({
-      code: 'custom',
-      path: ['tensorParallel'],
-      message: `tensorParallel ${profile.tensorParallel} × pipelineParallel ${profile.pipelineParallel} = ${parallel} GPU${parallel === 1 ? '' : 's'}, but gpusPerNode ${profile.gpusPerNode} × nodes ${profile.nodes} = ${gpus}`,
-    });
-  }
-  if (profile.launcher === 'ray' && !RAY_ENGINES.includes(profile.engine)) {
-    ctx.addIssue({
-      code: 'custom',
-      path: ['launcher'],
-      message: `launcher ray is not supported for engine ${profile.engine} (only ${RAY_ENGINES.join(', ')}); ${profile.engine} spreads over nodes with launcher native`,
-    });
-  }
-  if (profile.engine === 'vllm' && profile.nodes > 1 && profile.launcher === 'native') {
-    ctx.addIssue({
-      code: 'custom',
-      path: ['launcher'],
-      message: `engine vllm on ${profile.nodes} nodes needs launcher ray (vLLM runs across nodes only through Ray)`,
-    });
-  }
-  // Only on a profile that is otherwise valid: with gpusPerNode 0 or a misspelt engine these
-  // checks would add noise about numbers the author is already being told to fix.
-}, { when: (payload) => payload.issues.length === 0 });
+}).superRefine(
+  (profile, ctx) => {
+    const parallel = profile.tensorParallel * profile.pipelineParallel;
+    const gpus = profile.gpusPerNode * profile.nodes;
+    if (parallel !== gpus) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tensorParallel'],
+        message: `tensorParallel ${profile.tensorParallel} × pipelineParallel ${profile.pipelineParallel} = ${parallel} GPU${parallel === 1 ? '' : 's'}, but gpusPerNode ${profile.gpusPerNode} × nodes ${profile.nodes} = ${gpus}`,
+      });
+    }
+    if (profile.launcher === 'ray' && !RAY_ENGINES.includes(profile.engine)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['launcher'],
+        message: `launcher ray is not supported for engine ${profile.engine} (only ${RAY_ENGINES.join(', ')}); ${profile.engine} spreads over nodes with launcher native`,
+      });
+    }
+    if (profile.engine === 'vllm' && profile.nodes > 1 && profile.launcher === 'native') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['launcher'],
+        message: `engine vllm on ${profile.nodes} nodes needs launcher ray (vLLM runs across nodes only through Ray)`,
+      });
+    }
+    // Only on a profile that is otherwise valid: with gpusPerNode 0 or a misspelt engine these
+    // checks would add noise about numbers the author is already being told to fix.
+  },
+  { when: (payload) => payload.issues.length === 0 },
+);
 
 // Duplicate-name checks run even when a sibling entry has other errors, so that one
 // validate run reports everything; they therefore read their input defensively.

@@ -21,7 +21,9 @@ temporal
   });
 temporal
   .command('start-dev')
-  .description('run `temporal server start-dev` with llmgw search attributes; returns once the frontend answers, then stays up until Ctrl-C')
+  .description(
+    'run `temporal server start-dev` with llmgw search attributes; returns once the frontend answers, then stays up until Ctrl-C',
+  )
   .option('--port <port>', 'frontend port', '7233')
   .option('--ui-port <port>', 'Web UI port', '8233')
   .option('--ip <ip>', 'address to listen on', '127.0.0.1')
@@ -72,9 +74,13 @@ program
 program
   .command('agent')
   .description('run the agent of one GPU host (or a simulated one): discovery, engine supervisor, node-local task queue agent/<nodeId>')
-  .option('--node-id <id>', 'this host\'s node id (default: hostname)')
+  .option('--node-id <id>', "this host's node id (default: hostname)")
   .option('--state-dir <dir>', 'where shard specs and logs live (default .llmgw/agents/<nodeId>)')
-  .option('--gpus <real|FILE>', 'real: nvidia-smi and sysfs; FILE: a simulated inventory (YAML/JSON, or builtin:h100x8, builtin:a100x8, builtin:l40sx4)', 'real')
+  .option(
+    '--gpus <real|FILE>',
+    'real: nvidia-smi and sysfs; FILE: a simulated inventory (YAML/JSON, or builtin:h100x8, builtin:a100x8, builtin:l40sx4)',
+    'real',
+  )
   .option('--sysfs-root <dir>', 'root of the sysfs tree to read', '/')
   .option('--advertise-addr <ip>', 'the address engines are reached at', '127.0.0.1')
   .option('--admin-addr <host:port>', 'admin gRPC API (Describe, TailLogs, health)', '127.0.0.1:7401')
@@ -84,9 +90,13 @@ program
   .option('--presence-heartbeat-seconds <s>', 'heartbeat timeout of the presence activity', '10')
   .option('--lost-grace-seconds <s>', 'NotReady for this long → Lost (GPUs released, replicas re-placed)', '60')
   .option('--ray-command <path>', 'the ray program, for profiles with launcher ray', 'ray')
-  .option('--ray-worker-ports <from-to>', 'ports of Ray\'s worker processes; must not overlap --port-range', `${DEFAULT_PORTS.rayWorkersFrom}-${DEFAULT_PORTS.enginesFrom - 1}`)
+  .option(
+    '--ray-worker-ports <from-to>',
+    "ports of Ray's worker processes; must not overlap --port-range",
+    `${DEFAULT_PORTS.rayWorkersFrom}-${DEFAULT_PORTS.enginesFrom - 1}`,
+  )
   .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
-  .option('--reconcile-every-seconds <s>', 'how often the node\'s reconcile Schedule runs (0: only on registration)', '180')
+  .option('--reconcile-every-seconds <s>', "how often the node's reconcile Schedule runs (0: only on registration)", '180')
   .action(async (opts: Record<string, unknown>) => {
     const { runAgent } = await import('../agent/main.js');
     await runAgent(opts);
@@ -95,7 +105,11 @@ program
 program
   .command('worker')
   .description('run the control worker (task queue llmgw): the workflows and the control activities')
-  .option('--catalog <file>', 'catalog YAML (or LLMGW_CATALOG); edits are picked up without a restart', process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml')
+  .option(
+    '--catalog <file>',
+    'catalog YAML (or LLMGW_CATALOG); edits are picked up without a restart',
+    process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml',
+  )
   .action(async (opts: { catalog: string }) => {
     const { runControlWorker } = await import('../workers/control-worker.js');
     await runControlWorker({ catalogFile: opts.catalog });
@@ -154,7 +168,7 @@ program
   .option('--replicas <n>', 'how many replicas', '1')
   .option('--profile <profile>', 'catalog profile (default: the first, or the first for --gpu-class)')
   .option('--gpu-class <class>', 'pick the first profile for this GPU class')
-  .option('--wait', 'show each replica\'s progress and exit 0 when all are Ready, non-zero with the reason otherwise')
+  .option('--wait', "show each replica's progress and exit 0 when all are Ready, non-zero with the reason otherwise")
   .option('--timeout <seconds>', 'how long --wait waits', '600')
   .option('--json', 'machine-readable output')
   .action(async (model: string, opts: import('./commands/deployments.js').DeployOptions) => {

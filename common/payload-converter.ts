@@ -61,4 +61,3 @@ export const payloadConverter = new CompositePayloadConverter(
   new ProtobufEsJsonPayloadConverter(),
   new JsonPayloadConverter(),
 );
-

@@ -1,7 +1,14 @@
 // The one place where a replica's ProfileSnapshot (domain, plain JSON) becomes the
 // wire's EngineProfile and StartShard. Safe to import from workflows.
 import { create } from '@bufbuild/protobuf';
-import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type EngineProfile, type StartShard } from '../proto/gen/llmgw/v1/shard_pb.js';
+import {
+  Engine,
+  EngineProfileSchema,
+  Launcher,
+  StartShardSchema,
+  type EngineProfile,
+  type StartShard,
+} from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { ProfileSnapshot, ShardPlacement } from './replica-types.js';
 
 function engineToWire(engine: ProfileSnapshot['engine']): Engine {

@@ -24,7 +24,11 @@ export function inventoryFromRegister(register: Register): NodeInventory {
     gpuClass: register.gpuClass,
     gpus,
     managedGpus: register.managedGpus.length ? [...register.managedGpus] : gpus.map((gpu) => gpu.index),
-    fabrics: register.fabrics.map((fabric) => ({ fabric: fabric.fabric, hcas: fabric.hcas.map((hca) => hca.name), rateGbps: fabric.rateGbps })),
+    fabrics: register.fabrics.map((fabric) => ({
+      fabric: fabric.fabric,
+      hcas: fabric.hcas.map((hca) => hca.name),
+      rateGbps: fabric.rateGbps,
+    })),
     problems: [...register.problems],
     agentVersion: register.agentVersion,
     gpuSource: register.gpuSource,

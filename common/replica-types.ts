@@ -2,16 +2,7 @@
 // cross continue-as-new and show in the Web UI). Safe to import from workflows.
 
 export type ReplicaPhase =
-  | 'Pending'
-  | 'Placing'
-  | 'Unschedulable'
-  | 'Starting'
-  | 'Loading'
-  | 'Ready'
-  | 'Unknown'
-  | 'Draining'
-  | 'Stopped'
-  | 'Failed';
+  'Pending' | 'Placing' | 'Unschedulable' | 'Starting' | 'Loading' | 'Ready' | 'Unknown' | 'Draining' | 'Stopped' | 'Failed';
 
 export const ROUTABLE_PHASES: ReplicaPhase[] = ['Ready', 'Unknown'];
 

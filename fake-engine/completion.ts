@@ -93,7 +93,8 @@ class Completion {
     this.res.writeHead(200, SSE_HEADERS);
     // Headers (and, for chat, the role) go out at once, as vLLM's do: a router sees the
     // first byte before the first token.
-    if (plan.kind === 'chat') this.res.write(`${this.chunkHead}"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`);
+    if (plan.kind === 'chat')
+      this.res.write(`${this.chunkHead}"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`);
     else this.res.flushHeaders();
     this.step();
   };
@@ -103,12 +104,8 @@ class Completion {
     this.timer = undefined;
     if (this.done) return;
     const { plan, ctx, res } = this;
-    const due =
-      ctx.intervalMs > 0
-        ? Math.min(plan.tokens, Math.floor((performance.now() - this.startedAt) / ctx.intervalMs))
-        : plan.tokens;
-    const tail =
-      plan.kind === 'chat' ? '},"logprobs":null,"finish_reason":null}]}\n\n' : ',"logprobs":null,"finish_reason":null}]}\n\n';
+    const due = ctx.intervalMs > 0 ? Math.min(plan.tokens, Math.floor((performance.now() - this.startedAt) / ctx.intervalMs)) : plan.tokens;
+    const tail = plan.kind === 'chat' ? '},"logprobs":null,"finish_reason":null}]}\n\n' : ',"logprobs":null,"finish_reason":null}]}\n\n';
     const open = plan.kind === 'chat' ? `${this.chunkHead}"delta":{"content":` : `${this.chunkHead}"text":`;
     // Corked, the tokens due now leave in one write to the socket, still one chunk each.
     res.cork();

@@ -71,8 +71,7 @@ type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
 
 const BOOLEAN_FLAGS = { '--hang': 'hang', '--fail-start': 'failStart' } as const;
 
-const seconds = (flag: string) =>
-  z.coerce.number({ error: `${flag} must be a number of seconds` }).min(0, `${flag} must be >= 0`);
+const seconds = (flag: string) => z.coerce.number({ error: `${flag} must be a number of seconds` }).min(0, `${flag} must be >= 0`);
 const count = (flag: string, min: number) =>
   z.coerce
     .number({ error: `${flag} must be an integer` })
@@ -84,10 +83,7 @@ const RawOptions = z.object({
   port: count('--port', 0).max(65535, '--port must be <= 65535').optional(),
   model: z.string().min(1, '--model must not be empty').optional(),
   loadTime: seconds('--load-time').optional(),
-  tokensPerSecond: z.coerce
-    .number({ error: '--tokens-per-second must be a number' })
-    .min(0, '--tokens-per-second must be >= 0')
-    .optional(),
+  tokensPerSecond: z.coerce.number({ error: '--tokens-per-second must be a number' }).min(0, '--tokens-per-second must be >= 0').optional(),
   maxConcurrency: count('--max-concurrency', 1).optional(),
   embeddingDim: count('--embedding-dim', 1).max(65536, '--embedding-dim must be <= 65536').optional(),
   maxModelLen: count('--max-model-len', 1).optional(),

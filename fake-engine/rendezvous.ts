@@ -27,11 +27,7 @@ export interface RendezvousEvents {
 }
 
 /** Rank 0's end: listens on `address` (port 0 picks one) until closed. */
-export async function listenForWorkers(
-  address: LeaderAddress,
-  nnodes: number,
-  events: RendezvousEvents,
-): Promise<RendezvousLeader> {
+export async function listenForWorkers(address: LeaderAddress, nnodes: number, events: RendezvousEvents): Promise<RendezvousLeader> {
   const workers = new Map<number, net.Socket>();
   const sockets = new Set<net.Socket>();
   let formed = false;
@@ -112,12 +108,7 @@ export interface WorkerEvents extends RendezvousEvents {
 }
 
 /** A worker's end: connects to the leader, retrying until `deadlineMs` (epoch ms). */
-export function joinLeader(
-  leader: LeaderAddress,
-  rank: number,
-  deadlineMs: number,
-  events: WorkerEvents,
-): RendezvousWorker {
+export function joinLeader(leader: LeaderAddress, rank: number, deadlineMs: number, events: WorkerEvents): RendezvousWorker {
   let joined = false;
   let closed = false;
   let socket: net.Socket | undefined;

@@ -46,12 +46,7 @@ export const EmbeddingRequest = z.looseObject({
 });
 export type EmbeddingRequest = z.infer<typeof EmbeddingRequest>;
 
-export type ErrorType =
-  | 'BadRequestError'
-  | 'NotFoundError'
-  | 'MethodNotAllowedError'
-  | 'PayloadTooLargeError'
-  | 'ServiceUnavailableError';
+export type ErrorType = 'BadRequestError' | 'NotFoundError' | 'MethodNotAllowedError' | 'PayloadTooLargeError' | 'ServiceUnavailableError';
 
 function statusOf(type: ErrorType): number {
   switch (type) {

@@ -191,9 +191,7 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
     const data = inputs.map((input, index) => {
       promptTokens += input.tokens;
       const vector = embeddingVector(hashString(modelSeed, input.text), dim);
-      const embedding = base64
-        ? Buffer.from(vector.buffer, vector.byteOffset, vector.byteLength).toString('base64')
-        : Array.from(vector);
+      const embedding = base64 ? Buffer.from(vector.buffer, vector.byteOffset, vector.byteLength).toString('base64') : Array.from(vector);
       return { object: 'embedding', index, embedding };
     });
     const out = JSON.stringify({
@@ -222,7 +220,11 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
     readBody(req, (body) => {
       if (body === TOO_LARGE) return sendError(res, 'PayloadTooLargeError', `request body over ${MAX_BODY_BYTES} bytes`);
       if (!canServe()) {
-        return sendError(res, 'ServiceUnavailableError', closing ? 'The engine is shutting down.' : `The engine is not ready (${state()}).`);
+        return sendError(
+          res,
+          'ServiceUnavailableError',
+          closing ? 'The engine is shutting down.' : `The engine is not ready (${state()}).`,
+        );
       }
       let json: unknown;
       try {

@@ -16,10 +16,7 @@ if (WORDS.length !== 128) throw new Error(`fake engine word list must hold 128 w
 const MASK = WORDS.length - 1;
 
 /** Token texts: index i < 128 is word i opening the output (capitalised, no space); i >= 128 is " word". */
-export const TOKEN_TEXT: readonly string[] = [
-  ...WORDS.map((w) => w.charAt(0).toUpperCase() + w.slice(1)),
-  ...WORDS.map((w) => ` ${w}`),
-];
+export const TOKEN_TEXT: readonly string[] = [...WORDS.map((w) => w.charAt(0).toUpperCase() + w.slice(1)), ...WORDS.map((w) => ` ${w}`)];
 /** The same tokens already JSON-encoded, so streaming never calls JSON.stringify per token. */
 export const TOKEN_JSON: readonly string[] = TOKEN_TEXT.map((t) => JSON.stringify(t));
 

@@ -42,7 +42,8 @@ export async function startRouterCluster(workers: number, log: (line: string) =>
     if (!isMetricsRequest(message)) return;
     aggregator.clusterMetrics().then(
       (text) => worker.send({ type: METRICS_RESPONSE, id: message.id, text } satisfies MetricsResponse),
-      (err: unknown) => worker.send({ type: METRICS_RESPONSE, id: message.id, text: '', error: (err as Error).message } satisfies MetricsResponse),
+      (err: unknown) =>
+        worker.send({ type: METRICS_RESPONSE, id: message.id, text: '', error: (err as Error).message } satisfies MetricsResponse),
     );
   });
 

@@ -122,7 +122,12 @@ export function engineErrorBody(status: number, raw: string): string {
   }
   const text = raw.trim().slice(0, 1000);
   return JSON.stringify({
-    error: { message: text || `the engine answered ${status}`, type: status >= 500 ? 'server_error' : 'invalid_request_error', param: null, code: status },
+    error: {
+      message: text || `the engine answered ${status}`,
+      type: status >= 500 ? 'server_error' : 'invalid_request_error',
+      param: null,
+      code: status,
+    },
   });
 }
 

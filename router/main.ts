@@ -58,7 +58,9 @@ export interface RunningRouter {
 export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = process.env): Promise<RunningRouter> {
   const parsed = Flags.safeParse(flags);
   if (!parsed.success) {
-    throw new RouterFlagsError(parsed.error.issues.map((i) => `--${i.path.join('.').replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: ${i.message}`).join('; '));
+    throw new RouterFlagsError(
+      parsed.error.issues.map((i) => `--${i.path.join('.').replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: ${i.message}`).join('; '),
+    );
   }
   const f = parsed.data;
   const log = (line: string) => console.log(line);

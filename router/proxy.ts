@@ -109,7 +109,16 @@ export class Exchange implements Dispatcher.DispatchHandler {
     const res = this.res;
     if (this.sse) {
       // x-llmgw-endpoint says which engine answered: what an operator asks first when one misbehaves.
-      res.writeHead(statusCode, ['content-type', type, 'cache-control', 'no-cache', 'x-accel-buffering', 'no', 'x-llmgw-endpoint', (this.endpoint as Endpoint).url]);
+      res.writeHead(statusCode, [
+        'content-type',
+        type,
+        'cache-control',
+        'no-cache',
+        'x-accel-buffering',
+        'no',
+        'x-llmgw-endpoint',
+        (this.endpoint as Endpoint).url,
+      ]);
       // The first chunk usually arrives with the headers and carries them out in one write; if
       // it does not (a long prefill), the client still learns at once that its stream started.
       queueMicrotask(() => {

@@ -20,7 +20,18 @@ import { SA } from '../common/search-attributes.js';
 import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
 import { isEndpointUrl, isRoutable, type RouteEntry, type RouteSource } from './routes.js';
 
-const PHASES = ['Pending', 'Placing', 'Unschedulable', 'Starting', 'Loading', 'Ready', 'Unknown', 'Draining', 'Stopped', 'Failed'] as const satisfies readonly ReplicaPhase[];
+const PHASES = [
+  'Pending',
+  'Placing',
+  'Unschedulable',
+  'Starting',
+  'Loading',
+  'Ready',
+  'Unknown',
+  'Draining',
+  'Stopped',
+  'Failed',
+] as const satisfies readonly ReplicaPhase[];
 const Phase = z.enum(PHASES);
 
 /** The `route` memo a replica workflow publishes (common/replica-types.ts RouteMemo). */
@@ -44,7 +55,11 @@ const PAGE_SIZE = 1000;
  */
 export async function connectRoutesClient(): Promise<Client> {
   const { connectionOptions, namespace } = temporalConfig();
-  const connection = await Connection.connect({ ...connectionOptions, connectTimeout: CONNECT_TIMEOUT, channelArgs: { ...QUICK_RECONNECT_CHANNEL_ARGS } });
+  const connection = await Connection.connect({
+    ...connectionOptions,
+    connectTimeout: CONNECT_TIMEOUT,
+    channelArgs: { ...QUICK_RECONNECT_CHANNEL_ARGS },
+  });
   return new Client({ connection, namespace, dataConverter: llmgwDataConverter() });
 }
 
@@ -134,6 +149,12 @@ export class TemporalRouteSource implements RouteSource {
     // is worse than waiting one more poll for a ready one.
     const saPhase = Phase.safeParse(state);
     const phase: ReplicaPhase = saPhase.success && !isRoutable(saPhase.data) ? saPhase.data : route.phase;
-    return { deployment: route.deployment, servedName: route.servedName, endpoint: route.endpoint.replace(/\/$/, ''), phase, replicaId: route.replicaId || workflowId };
+    return {
+      deployment: route.deployment,
+      servedName: route.servedName,
+      endpoint: route.endpoint.replace(/\/$/, ''),
+      phase,
+      replicaId: route.replicaId || workflowId,
+    };
   }
 }

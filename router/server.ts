@@ -161,7 +161,8 @@ class RouterCore {
       case PATH_EMBEDDINGS:
         return this.inference(req, res, path);
       case '/v1/models':
-        if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}`);
+        if (req.method !== 'GET' && req.method !== 'HEAD')
+          return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}`);
         if (!this.authorized(req, res)) return;
         return sendJson(res, 200, this.state.modelsBody());
       case '/health':
@@ -186,7 +187,8 @@ class RouterCore {
 
   private oneModel(res: ServerResponse, name: string): void {
     const pool = this.state.lookup(name);
-    if (!pool || pool.endpoints.length === 0) return sendError(res, 'unknown_model', `The model \`${name}\` does not exist or has no ready replica.`);
+    if (!pool || pool.endpoints.length === 0)
+      return sendError(res, 'unknown_model', `The model \`${name}\` does not exist or has no ready replica.`);
     sendJson(res, 200, JSON.stringify({ id: pool.servedName, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'llmgw' }));
   }
 
@@ -196,7 +198,9 @@ class RouterCore {
     sendError(
       res,
       'unauthorized',
-      req.headers.authorization === undefined ? 'Missing API key: send it as `Authorization: Bearer <key>`.' : 'Incorrect API key provided.',
+      req.headers.authorization === undefined
+        ? 'Missing API key: send it as `Authorization: Bearer <key>`.'
+        : 'Incorrect API key provided.',
     );
     return false;
   }
@@ -269,7 +273,13 @@ class RouterCore {
     }
     // Degraded, still 200: a load balancer that pulled the router out because the control plane
     // is down would turn a control-plane outage into an inference outage.
-    return { status: routes.state === 'unreachable' ? 'degraded' : 'ok', routes, models: this.state.routableModelCount(), endpoints, ejected };
+    return {
+      status: routes.state === 'unreachable' ? 'degraded' : 'ok',
+      routes,
+      models: this.state.routableModelCount(),
+      endpoints,
+      ejected,
+    };
   }
 }
 

@@ -29,13 +29,7 @@ export function createUpstreamPool(url: string, options: UpstreamOptions): Pool 
 }
 
 export type UpstreamFailure =
-  | 'connect_refused'
-  | 'connect_timeout'
-  | 'connection_reset'
-  | 'status_503'
-  | 'mid_stream'
-  | 'endpoint_closed'
-  | 'other';
+  'connect_refused' | 'connect_timeout' | 'connection_reset' | 'status_503' | 'mid_stream' | 'endpoint_closed' | 'other';
 
 /** The reason label for an error undici reported before any response byte. */
 export function classifyUpstreamError(err: unknown): UpstreamFailure {

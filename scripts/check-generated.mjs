@@ -12,7 +12,11 @@ execFileSync(buf, ['lint'], { cwd: root, stdio: 'inherit' });
 
 const out = mkdtempSync(join(tmpdir(), 'llmgw-gen-'));
 try {
-  execFileSync(buf, ['generate', '--output', out], { cwd: root, stdio: 'inherit', env: { ...process.env, PATH: `${join(root, 'node_modules/.bin')}:${process.env.PATH}` } });
+  execFileSync(buf, ['generate', '--output', out], {
+    cwd: root,
+    stdio: 'inherit',
+    env: { ...process.env, PATH: `${join(root, 'node_modules/.bin')}:${process.env.PATH}` },
+  });
   const fresh = listFiles(join(out, 'proto/gen'));
   const committed = listFiles(join(root, 'proto/gen'));
   const problems = [];

@@ -43,8 +43,12 @@ export async function ensureTemporalCli(log: Log = (line) => console.error(line)
   const explicit = process.env.LLMGW_TEMPORAL_BIN;
   if (explicit) {
     const version = await versionOf(explicit);
-    if (!version) throw new Error(`LLMGW_TEMPORAL_BIN=${explicit} does not run (\`${explicit} --version\` failed). Point it at a Temporal CLI binary, or unset it.`);
-    if (version !== TEMPORAL_CLI_VERSION) log(`llmgw: using LLMGW_TEMPORAL_BIN=${explicit} (version ${version}; llmgw is tested with ${TEMPORAL_CLI_VERSION})`);
+    if (!version)
+      throw new Error(
+        `LLMGW_TEMPORAL_BIN=${explicit} does not run (\`${explicit} --version\` failed). Point it at a Temporal CLI binary, or unset it.`,
+      );
+    if (version !== TEMPORAL_CLI_VERSION)
+      log(`llmgw: using LLMGW_TEMPORAL_BIN=${explicit} (version ${version}; llmgw is tested with ${TEMPORAL_CLI_VERSION})`);
     return explicit;
   }
 
@@ -85,7 +89,10 @@ export async function ensureTemporalCli(log: Log = (line) => console.error(line)
     renameSync(join(buildDir, 'temporal'), cached);
   } catch (error) {
     const detail = error instanceof Error ? error.message : String(error);
-    throw new Error(`building the Temporal CLI failed: ${detail}\nRun \`go install ${GO_PACKAGE}\` by hand to see why, or set LLMGW_TEMPORAL_BIN.`, { cause: error });
+    throw new Error(
+      `building the Temporal CLI failed: ${detail}\nRun \`go install ${GO_PACKAGE}\` by hand to see why, or set LLMGW_TEMPORAL_BIN.`,
+      { cause: error },
+    );
   } finally {
     rmSync(buildDir, { recursive: true, force: true });
   }

@@ -8,7 +8,11 @@ import type { DataConverter } from '@temporalio/common';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
-export function temporalConfig(): { address: string; namespace: string; connectionOptions: ReturnType<typeof loadClientConnectConfig>['connectionOptions'] } {
+export function temporalConfig(): {
+  address: string;
+  namespace: string;
+  connectionOptions: ReturnType<typeof loadClientConnectConfig>['connectionOptions'];
+} {
   const config = loadClientConnectConfig();
   const address = config.connectionOptions.address ?? '127.0.0.1:7233';
   return { address, namespace: config.namespace ?? 'default', connectionOptions: { ...config.connectionOptions, address } };

@@ -46,7 +46,9 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   const ip = options.ip ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORTS.temporal;
   if (!(await isPortFree(port, ip))) {
-    throw new Error(`port ${port} on ${ip} is taken: is a Temporal server already running? Use it with TEMPORAL_ADDRESS=${ip}:${port}, or choose another --port.`);
+    throw new Error(
+      `port ${port} on ${ip} is taken: is a Temporal server already running? Use it with TEMPORAL_ADDRESS=${ip}:${port}, or choose another --port.`,
+    );
   }
   const stateDir = options.stateDir ?? defaultStateDir();
   const dbFile = options.inMemory ? undefined : resolve(options.dbFile ?? `${stateDir}/temporal/dev.db`);
@@ -91,7 +93,9 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
     if (await frontendAnswers(address)) break;
     if (Date.now() > deadline) {
       killGroup(pid, 'SIGKILL');
-      throw new Error(`temporal server start-dev did not answer on ${address} within ${options.readyTimeoutMs ?? 60_000} ms; log: ${logFile}`);
+      throw new Error(
+        `temporal server start-dev did not answer on ${address} within ${options.readyTimeoutMs ?? 60_000} ms; log: ${logFile}`,
+      );
     }
     await sleep(200);
   }

@@ -23,14 +23,18 @@ export async function registerSearchAttributes(temporalBin: string, extraArgs: s
     const have = existing[name];
     if (have === type) continue;
     if (have) throw new Error(`search attribute ${name} exists with type ${have}, llmgw needs ${type}; remove it or use another namespace`);
-    await execFileAsync(temporalBin, ['operator', 'search-attribute', 'create', '--name', name, '--type', type, ...extraArgs], { timeout: 30_000 });
+    await execFileAsync(temporalBin, ['operator', 'search-attribute', 'create', '--name', name, '--type', type, ...extraArgs], {
+      timeout: 30_000,
+    });
     created.push(name);
   }
   return created;
 }
 
 export async function listSearchAttributes(temporalBin: string, extraArgs: string[] = []): Promise<Record<string, string>> {
-  const { stdout } = await execFileAsync(temporalBin, ['operator', 'search-attribute', 'list', '--output', 'json', ...extraArgs], { timeout: 30_000 });
+  const { stdout } = await execFileAsync(temporalBin, ['operator', 'search-attribute', 'list', '--output', 'json', ...extraArgs], {
+    timeout: 30_000,
+  });
   const parsed: unknown = JSON.parse(stdout);
   const result: Record<string, string> = {};
   // The CLI prints { customAttributes: { Name: "INDEXED_VALUE_TYPE_KEYWORD" }, systemAttributes: {...} }.
@@ -41,6 +45,14 @@ export async function listSearchAttributes(temporalBin: string, extraArgs: strin
 
 function normaliseType(raw: string): string {
   const bare = raw.replace(/^INDEXED_VALUE_TYPE_/, '').toLowerCase();
-  const names: Record<string, string> = { keyword: 'Keyword', keyword_list: 'KeywordList', int: 'Int', text: 'Text', bool: 'Bool', double: 'Double', datetime: 'Datetime' };
+  const names: Record<string, string> = {
+    keyword: 'Keyword',
+    keyword_list: 'KeywordList',
+    int: 'Int',
+    text: 'Text',
+    bool: 'Bool',
+    double: 'Double',
+    datetime: 'Datetime',
+  };
   return names[bare] ?? raw;
 }

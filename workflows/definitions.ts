@@ -3,7 +3,15 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
-import type { ClaimRequest, ClaimResult, NodeStatusSignal, NodeView, ReleaseRequest, ReserveRequest, ReserveResult } from '../common/node-types.js';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  NodeStatusSignal,
+  NodeView,
+  ReleaseRequest,
+  ReserveRequest,
+  ReserveResult,
+} from '../common/node-types.js';
 
 // node/<nodeId>
 export const registerSignal = defineSignal<[Register]>('register');

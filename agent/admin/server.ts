@@ -1,7 +1,14 @@
 // The agent's admin API (grpc-js): Describe, TailLogs (follow a shard's log) and the
 // standard gRPC health service. Bound to loopback by default: it shows the host's
 // engines and logs, so exposing it is an operator's explicit choice.
-import { Server, ServerCredentials, status as GrpcStatus, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from '@grpc/grpc-js';
+import {
+  Server,
+  ServerCredentials,
+  status as GrpcStatus,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type sendUnaryData,
+} from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import { create } from '@bufbuild/protobuf';
 import { closeSync, existsSync, openSync, readSync, statSync } from 'node:fs';
@@ -38,7 +45,9 @@ export async function startAdminServer(address: string, deps: AdminDeps): Promis
   const health = new HealthImplementation({ '': 'SERVING', 'llmgw.v1.AgentAdminService': 'SERVING' });
   health.addToServer(server);
   const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(address, ServerCredentials.createInsecure(), (error, boundPort) => (error ? reject(new Error(`admin API cannot listen on ${address}: ${error.message}`)) : resolve(boundPort))),
+    server.bindAsync(address, ServerCredentials.createInsecure(), (error, boundPort) =>
+      error ? reject(new Error(`admin API cannot listen on ${address}: ${error.message}`)) : resolve(boundPort),
+    ),
   );
   return {
     port,

@@ -31,7 +31,13 @@ function h100x8(): SimulatedInventory {
     nearHcas: [`mlx5_${index}`],
   }));
   const hcas: NonNullable<SimulatedInventory['hcas']> = [
-    ...H100_BUS.map((_, i) => ({ name: `mlx5_${i}`, rateGbps: 400, numaNode: i < 4 ? 0 : 1, linkLayer: 'InfiniBand' as const, state: 'ACTIVE' as const })),
+    ...H100_BUS.map((_, i) => ({
+      name: `mlx5_${i}`,
+      rateGbps: 400,
+      numaNode: i < 4 ? 0 : 1,
+      linkLayer: 'InfiniBand' as const,
+      state: 'ACTIVE' as const,
+    })),
     { name: 'mlx5_8', rateGbps: 200, numaNode: 0, linkLayer: 'Ethernet', state: 'ACTIVE' },
     { name: 'mlx5_9', rateGbps: 200, numaNode: 1, linkLayer: 'Ethernet', state: 'ACTIVE' },
   ];

@@ -43,13 +43,18 @@ export const NVIDIA_SMI_ARGS = {
 /** Runs the nvidia-smi on PATH; a hung driver call is cut off rather than hanging the agent's start. */
 export const runNvidiaSmi: RunNvidiaSmi = (args) =>
   new Promise((resolve, reject) => {
-    execFile('nvidia-smi', args, { timeout: NVIDIA_SMI_TIMEOUT_MS, maxBuffer: 16 * 1024 * 1024, encoding: 'utf8' }, (error, stdout, stderr) => {
-      if (!error) return resolve({ code: 0, stdout, stderr });
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT') return reject(new Error('nvidia-smi not found on PATH (no NVIDIA driver installed?)'));
-      if (error.killed) return reject(new Error(`nvidia-smi ${args.join(' ')} did not finish within ${NVIDIA_SMI_TIMEOUT_MS / 1000} s`));
-      resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr });
-    });
+    execFile(
+      'nvidia-smi',
+      args,
+      { timeout: NVIDIA_SMI_TIMEOUT_MS, maxBuffer: 16 * 1024 * 1024, encoding: 'utf8' },
+      (error, stdout, stderr) => {
+        if (!error) return resolve({ code: 0, stdout, stderr });
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT') return reject(new Error('nvidia-smi not found on PATH (no NVIDIA driver installed?)'));
+        if (error.killed) return reject(new Error(`nvidia-smi ${args.join(' ')} did not finish within ${NVIDIA_SMI_TIMEOUT_MS / 1000} s`));
+        resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr });
+      },
+    );
   });
 
 type Outcome = { ok: true; stdout: string } | { ok: false; problem: string; stdout: string };
@@ -83,7 +88,9 @@ export async function discoverRealHost(opts: DiscoverOptions): Promise<Discovere
   const common = { hcas, fabricLabel: opts.fabricLabel, maxTemperatureC: opts.maxTemperatureC };
 
   const query = await run(runner, NVIDIA_SMI_ARGS.queryGpu, 'nvidia-smi --query-gpu');
-  const rows: QueryGpuRow[] | undefined = query.ok ? attempt('GPU list unreadable', () => parseQueryGpu(query.stdout), problems) : undefined;
+  const rows: QueryGpuRow[] | undefined = query.ok
+    ? attempt('GPU list unreadable', () => parseQueryGpu(query.stdout), problems)
+    : undefined;
   if (!query.ok) problems.push(query.problem);
   if (rows === undefined || rows.length === 0) {
     // The host is still reported, with zero GPUs, so that an operator sees why.

@@ -31,5 +31,10 @@ const GPU_CLASSES: { pattern: RegExp; gpuClass: string }[] = [
 export function gpuClassFromName(name: string): string {
   const known = GPU_CLASSES.find(({ pattern }) => pattern.test(name));
   if (known) return known.gpuClass;
-  return name.trim().replace(/^NVIDIA\s+/i, '').split(/\s+/)[0] ?? '';
+  return (
+    name
+      .trim()
+      .replace(/^NVIDIA\s+/i, '')
+      .split(/\s+/)[0] ?? ''
+  );
 }

@@ -9,7 +9,10 @@ export interface HealthReadings {
   uncorrectedEcc?: number;
 }
 
-export function gpuProblems(row: HealthReadings, opts: { maxTemperatureC: number } = { maxTemperatureC: DEFAULT_MAX_TEMPERATURE_C }): string[] {
+export function gpuProblems(
+  row: HealthReadings,
+  opts: { maxTemperatureC: number } = { maxTemperatureC: DEFAULT_MAX_TEMPERATURE_C },
+): string[] {
   const problems: string[] = [];
   // Volatile uncorrected errors mean memory contents were lost since the driver
   // loaded: an engine on this GPU may compute garbage, so it stays out until reset.

@@ -157,7 +157,5 @@ function groupComputeApps(apps: ComputeApp[], rows: QueryGpuRow[], problems: str
     entry.usedMemoryMib += app.usedMemoryMib;
     byPid.set(app.pid, entry);
   }
-  return [...byPid.values()]
-    .map((p) => ({ ...p, gpuIndices: [...p.gpuIndices].sort((a, b) => a - b) }))
-    .sort((a, b) => a.pid - b.pid);
+  return [...byPid.values()].map((p) => ({ ...p, gpuIndices: [...p.gpuIndices].sort((a, b) => a - b) })).sort((a, b) => a.pid - b.pid);
 }

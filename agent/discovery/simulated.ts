@@ -59,7 +59,8 @@ export const SimulatedInventory = z
   .superRefine((inv, ctx) => {
     const indices = new Set<number>();
     inv.gpus.forEach((gpu, i) => {
-      if (indices.has(gpu.index)) ctx.addIssue({ code: 'custom', path: ['gpus', i, 'index'], message: `GPU index ${gpu.index} appears twice` });
+      if (indices.has(gpu.index))
+        ctx.addIssue({ code: 'custom', path: ['gpus', i, 'index'], message: `GPU index ${gpu.index} appears twice` });
       indices.add(gpu.index);
     });
     const hcaNames = new Set<string>();
@@ -74,7 +75,8 @@ export const SimulatedInventory = z
         }
       });
       (gpu.nearHcas ?? []).forEach((name, j) => {
-        if (!hcaNames.has(name)) ctx.addIssue({ code: 'custom', path: ['gpus', i, 'nearHcas', j], message: `${name} is not listed under hcas` });
+        if (!hcaNames.has(name))
+          ctx.addIssue({ code: 'custom', path: ['gpus', i, 'nearHcas', j], message: `${name} is not listed under hcas` });
       });
     });
   });
@@ -117,7 +119,11 @@ export async function readSimulatedInventory(file: string): Promise<SimulatedInv
   if (file.startsWith(BUILTIN_PREFIX)) {
     const name = file.slice(BUILTIN_PREFIX.length);
     if (!isBuiltinName(name)) {
-      throw new Error(`simulated inventory ${file}: no such built-in; known: ${Object.keys(BUILTIN_INVENTORIES).map((n) => BUILTIN_PREFIX + n).join(', ')}`);
+      throw new Error(
+        `simulated inventory ${file}: no such built-in; known: ${Object.keys(BUILTIN_INVENTORIES)
+          .map((n) => BUILTIN_PREFIX + n)
+          .join(', ')}`,
+      );
     }
     return parseSimulatedInventory(BUILTIN_INVENTORIES[name](), file);
   }
@@ -125,14 +131,18 @@ export async function readSimulatedInventory(file: string): Promise<SimulatedInv
   try {
     text = await readFile(file, 'utf8');
   } catch (error) {
-    throw new Error(`simulated inventory ${file} cannot be read: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    throw new Error(`simulated inventory ${file} cannot be read: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
   }
   let data: unknown;
   try {
     // JSON is YAML too, so one parser serves both.
     data = parseYaml(text);
   } catch (error) {
-    throw new Error(`simulated inventory ${file} is not valid YAML or JSON: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    throw new Error(`simulated inventory ${file} is not valid YAML or JSON: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
   }
   return parseSimulatedInventory(data, file);
 }

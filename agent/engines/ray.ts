@@ -11,7 +11,9 @@ function rayCommand(ctx: EngineContext): string[] {
 
 /** Keeps Ray's workers off the agent's engine ports (Ray's default range covers them). */
 function workerPortArgs(ctx: EngineContext): string[] {
-  return ctx.rayWorkerPorts ? ['--min-worker-port', String(ctx.rayWorkerPorts.from), '--max-worker-port', String(ctx.rayWorkerPorts.to)] : [];
+  return ctx.rayWorkerPorts
+    ? ['--min-worker-port', String(ctx.rayWorkerPorts.from), '--max-worker-port', String(ctx.rayWorkerPorts.to)]
+    : [];
 }
 
 /**
@@ -53,12 +55,7 @@ export function rayLeaderLaunch(
 }
 
 /** Ranks > 0: only a Ray worker joined to rank 0's head; the engine there drives its GPUs. */
-export function rayWorkerLaunch(
-  plan: ShardPlan,
-  ctx: EngineContext,
-  env: Record<string, string>,
-  healthPath: string,
-): EngineLaunch {
+export function rayWorkerLaunch(plan: ShardPlan, ctx: EngineContext, env: Record<string, string>, healthPath: string): EngineLaunch {
   const worker: ProcessSpec = {
     role: 'ray-worker',
     argv: [

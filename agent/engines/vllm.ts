@@ -46,19 +46,10 @@ export function vllmLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch {
     case 'native':
       // Without Ray, ranks > 0 would have to run vLLM's own headless workers, which this
       // agent does not launch; starting rank 0 alone would wait forever for its peers.
-      throw invalidSpec(
-        plan.spec,
-        `profile ${plan.profile.name} runs vLLM on ${plan.nnodes} nodes, which needs the Ray launcher`,
-      );
+      throw invalidSpec(plan.spec, `profile ${plan.profile.name} runs vLLM on ${plan.nnodes} nodes, which needs the Ray launcher`);
     case 'ray':
       if (plan.rank > 0) return rayWorkerLaunch(plan, ctx, env, HEALTH_PATH);
-      return rayLeaderLaunch(
-        plan,
-        ctx,
-        env,
-        [...serveArgv(plan, ctx), '--distributed-executor-backend', 'ray', ...extra],
-        HEALTH_PATH,
-      );
+      return rayLeaderLaunch(plan, ctx, env, [...serveArgv(plan, ctx), '--distributed-executor-backend', 'ray', ...extra], HEALTH_PATH);
     default: {
       const unknown: never = plan.launcher;
       throw invalidSpec(plan.spec, `unknown launcher ${String(unknown)}`);

@@ -31,9 +31,7 @@ function findUnrecorded(record: ShardRecord, marked: MarkedProcess[]): RecordedP
   const mine = marked.filter((m) => m.shardId === record.spec.shardId);
   const minePids = new Set(mine.map((m) => m.pid));
   const recorded = new Set(record.processes.map((p) => p.pid));
-  const candidate = mine
-    .filter((m) => m.pgrp === m.pid && !recorded.has(m.pid) && !minePids.has(m.ppid))
-    .sort(byStart)[0];
+  const candidate = mine.filter((m) => m.pgrp === m.pid && !recorded.has(m.pid) && !minePids.has(m.ppid)).sort(byStart)[0];
   if (!candidate) return undefined;
   return { role, pid: candidate.pid, startTicks: candidate.startTicks, pgid: candidate.pid };
 }

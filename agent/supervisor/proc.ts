@@ -21,7 +21,10 @@ export function parseStat(pid: number, text: string): ProcStat | undefined {
   const close = text.lastIndexOf(')');
   if (close < 0) return undefined;
   // Fields from 3 on; field N is rest[N - 3].
-  const rest = text.slice(close + 1).trim().split(/\s+/);
+  const rest = text
+    .slice(close + 1)
+    .trim()
+    .split(/\s+/);
   const state = rest[0];
   const ppid = Number(rest[1]);
   const pgrp = Number(rest[2]);

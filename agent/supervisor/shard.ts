@@ -2,7 +2,14 @@
 // ShardStatus and RunningShard. Agent side.
 import type { ChildProcess } from 'node:child_process';
 import { create } from '@bufbuild/protobuf';
-import { RunningShardSchema, ShardState, ShardStatusSchema, type RunningShard, type ShardStatus, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import {
+  RunningShardSchema,
+  ShardState,
+  ShardStatusSchema,
+  type RunningShard,
+  type ShardStatus,
+  type StartShard,
+} from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { hostPort } from '../engines/plan.js';
 import type { ProcessRole } from '../engines/types.js';
 import type { ShardRecord } from './spec-store.js';

@@ -21,8 +21,7 @@ function normalisedPair(recorded: StartShard, recordedPort: number, requested: S
 
 function diffJson(a: JsonValue | undefined, b: JsonValue | undefined, path: string, out: string[]): void {
   if (JSON.stringify(a) === JSON.stringify(b)) return;
-  const isObject = (v: JsonValue | undefined): v is { [k: string]: JsonValue } =>
-    typeof v === 'object' && v !== null && !Array.isArray(v);
+  const isObject = (v: JsonValue | undefined): v is { [k: string]: JsonValue } => typeof v === 'object' && v !== null && !Array.isArray(v);
   if (isObject(a) && isObject(b)) {
     for (const key of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) {
       diffJson(a[key], b[key], path ? `${path}.${key}` : key, out);

@@ -1,7 +1,19 @@
 // The agent's state dir: one spec record per shard, written atomically before anything is
 // spawned, so that an agent restarted after any crash can tell its own engines from strangers.
 // Agent side. Layout: <stateDir>/shards/<shardId>.json and <stateDir>/logs/<shardId>.log.
-import { closeSync, copyFileSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { fromJson, toJson, type JsonValue } from '@bufbuild/protobuf';
 import { ApplicationFailure } from '@temporalio/common';

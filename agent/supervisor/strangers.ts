@@ -55,9 +55,7 @@ export function markedStrangers(marked: MarkedProcess[], described: ReadonlySet<
   return strangers.map((m) => {
     const corruptReason = corrupt.get(m.shardId);
     const reason =
-      corruptReason !== undefined
-        ? `no readable spec describes it (spec file corrupted: ${corruptReason})`
-        : 'no spec describes it';
+      corruptReason !== undefined ? `no readable spec describes it (spec file corrupted: ${corruptReason})` : 'no spec describes it';
     const group = m.pgrp === m.pid && groupOk(m.pgrp);
     return {
       pid: m.pid,
@@ -76,7 +74,13 @@ export function markedStrangers(marked: MarkedProcess[], described: ReadonlySet<
  * ancestors, never another agent's engine (another node id), never a process of a shard we
  * describe (`ours` says which pids those are). Only the process itself is signalled.
  */
-export function gpuStrangers(found: GpuProcess[], nodeId: string, described: ReadonlySet<string>, ours: ReadonlySet<number>, log: (line: string) => void): Stranger[] {
+export function gpuStrangers(
+  found: GpuProcess[],
+  nodeId: string,
+  described: ReadonlySet<string>,
+  ours: ReadonlySet<number>,
+  log: (line: string) => void,
+): Stranger[] {
   const skip = selfAndAncestors();
   const out: Stranger[] = [];
   for (const g of found) {

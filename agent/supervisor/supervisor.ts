@@ -36,7 +36,17 @@ import { claimPort } from './port-claims.js';
 import { PORT_MARKER_ENV, portsMarkedOnHost, scanMarked, type MarkedProcess } from './markers.js';
 import { allocatePort, validatePortRange, type PortRange } from './ports.js';
 import { isAlive, isSameProcess, readStat, readStartTicks, selfAndAncestors } from './proc.js';
-import { describeExit, exitDetails, LOG_TAIL_LINES, mainProcess, runningShard, shardStatus, type ProcessExit, type Shard, type ShardProcess } from './shard.js';
+import {
+  describeExit,
+  exitDetails,
+  LOG_TAIL_LINES,
+  mainProcess,
+  runningShard,
+  shardStatus,
+  type ProcessExit,
+  type Shard,
+  type ShardProcess,
+} from './shard.js';
 import { specDifferences } from './spec-diff.js';
 import {
   checkStateDirWritable,
@@ -233,7 +243,9 @@ export class Supervisor {
         } catch (err) {
           this.log(`shard ${id}: could not write to ${shard.logFile}: ${errorText(err)}`);
         }
-        const found = verdict.foundUnrecorded ? ` (found pid ${verdict.foundUnrecorded.pid} by its markers: the previous agent died before recording it)` : '';
+        const found = verdict.foundUnrecorded
+          ? ` (found pid ${verdict.foundUnrecorded.pid} by its markers: the previous agent died before recording it)`
+          : '';
         this.log(`adopted shard ${id}: pid ${pid}${found}`);
         this.watch(shard);
         return 'adopted';
@@ -269,7 +281,11 @@ export class Supervisor {
       // A group target's members are ended with it; only a survivor of its own keeps killed false.
       const killed = !survived.has(s.pid) && !isSameProcess(s.pid, s.startTicks);
       const marker = s.shardId ? ` (LLMGW_SHARD_ID=${s.shardId})` : '';
-      this.log(killed ? `killed pid ${s.pid}${marker}: ${s.reason}` : `could not kill pid ${s.pid}${marker} (${s.reason}): still alive after SIGKILL`);
+      this.log(
+        killed
+          ? `killed pid ${s.pid}${marker}: ${s.reason}`
+          : `could not kill pid ${s.pid}${marker} (${s.reason}): still alive after SIGKILL`,
+      );
       return create(UnidentifiedProcessSchema, {
         pid: s.pid,
         reason: s.reason,
@@ -413,8 +429,11 @@ export class Supervisor {
 
     shard.state = later.length === 0 && launch.servesHttp ? ShardState.LOADING : ShardState.STARTING;
     shard.runningSince = Date.now();
-    if (later.length) shard.message = `waiting for ${later[0]!.waitForRayNodes} Ray node(s) before starting the ${later.map((p) => p.role).join(', ')}`;
-    this.log(`started shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}${port ? ` on port ${port}` : ''}${later.length ? `; ${shard.message}` : ''}`);
+    if (later.length)
+      shard.message = `waiting for ${later[0]!.waitForRayNodes} Ray node(s) before starting the ${later.map((p) => p.role).join(', ')}`;
+    this.log(
+      `started shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}${port ? ` on port ${port}` : ''}${later.length ? `; ${shard.message}` : ''}`,
+    );
     this.emitChange(id);
     this.watch(shard);
     if (later.length) void this.startAfterRay(shard, later, launch.servesHttp);
@@ -441,7 +460,9 @@ export class Supervisor {
       if (shard.exited || shard.stopping) return;
       shard.message = '';
       if (servesHttp && shard.state === ShardState.STARTING) shard.state = ShardState.LOADING;
-      this.log(`started the ${processes.map((p) => p.role).join(', ')} of shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}`);
+      this.log(
+        `started the ${processes.map((p) => p.role).join(', ')} of shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}`,
+      );
       this.emitChange(id);
     } catch (err) {
       if (shard.exited || shard.stopping || this.shards.get(id) !== shard) return;
@@ -470,7 +491,9 @@ export class Supervisor {
         FailureType.InvalidSpec,
       );
     }
-    this.log(`shard ${spec.shardId}: waiting for ${p.waitForRayNodes} Ray node(s) at ${p.rayAddress ?? '(unknown address)'} before starting the ${p.role}`);
+    this.log(
+      `shard ${spec.shardId}: waiting for ${p.waitForRayNodes} Ray node(s) at ${p.rayAddress ?? '(unknown address)'} before starting the ${p.role}`,
+    );
     // The Ray head started just before may die while the wait polls: end the wait then, and
     // report the exit, rather than poll a cluster that is gone until the startup timeout.
     const wait = new AbortController();
@@ -552,16 +575,23 @@ export class Supervisor {
         }
         inUse.add(port);
       }
-      throw ApplicationFailure.nonRetryable(`shard ${spec.shardId}: no free port in ${this.options.portRange.from}-${this.options.portRange.to} for the rendezvous of its ${spec.nnodes} ranks`, FailureType.NoFreePort);
+      throw ApplicationFailure.nonRetryable(
+        `shard ${spec.shardId}: no free port in ${this.options.portRange.from}-${this.options.portRange.to} for the rendezvous of its ${spec.nnodes} ranks`,
+        FailureType.NoFreePort,
+      );
     });
   }
 
   private async spawnProcess(shard: Shard, p: ProcessSpec): Promise<void> {
     const id = shard.spec.shardId;
     const [program, ...args] = p.argv;
-    if (program === undefined) throw ApplicationFailure.nonRetryable(`shard ${id}: the ${p.role} has an empty command`, FailureType.InvalidSpec);
+    if (program === undefined)
+      throw ApplicationFailure.nonRetryable(`shard ${id}: the ${p.role} has an empty command`, FailureType.InvalidSpec);
     const env = this.processEnv(p, shard.record.httpPort);
-    appendLogLine(shard.logFile, `--- llmgw agent ${this.nodeId} starting the ${p.role} of shard ${id} at ${new Date().toISOString()}: ${p.argv.join(' ')} ---`);
+    appendLogLine(
+      shard.logFile,
+      `--- llmgw agent ${this.nodeId} starting the ${p.role} of shard ${id} at ${new Date().toISOString()}: ${p.argv.join(' ')} ---`,
+    );
     const fd = openLogForChild(shard.logFile);
     let child: ChildProcess;
     try {
@@ -574,7 +604,10 @@ export class Supervisor {
     const pid = child.pid;
     if (pid === undefined) {
       const err = await new Promise<Error>((resolve) => child.once('error', resolve));
-      throw ApplicationFailure.nonRetryable(`shard ${id}: could not start the ${p.role} (${program}): ${err.message}`, FailureType.EngineExited);
+      throw ApplicationFailure.nonRetryable(
+        `shard ${id}: could not start the ${p.role} (${program}): ${err.message}`,
+        FailureType.EngineExited,
+      );
     }
     const proc: ShardProcess = { role: p.role, pid, startTicks: readStartTicks(pid) ?? '', pgid: pid, child };
     proc.exited = new Promise<void>((resolve) => {
@@ -616,7 +649,9 @@ export class Supervisor {
     this.log(`shard ${shard.spec.shardId}: ending what is left of its previous start before starting it again`);
     const { survivors } = await terminate(targets, 0);
     if (survivors.length > 0) {
-      throw ApplicationFailure.retryable(`shard ${shard.spec.shardId}: pid(s) ${survivors.map((t) => t.pid).join(', ')} of its previous start survive SIGKILL`);
+      throw ApplicationFailure.retryable(
+        `shard ${shard.spec.shardId}: pid(s) ${survivors.map((t) => t.pid).join(', ')} of its previous start survive SIGKILL`,
+      );
     }
   }
 
@@ -673,7 +708,9 @@ export class Supervisor {
     if (shard.adopted) {
       const gone = shard.procs.find((p) => !isSameProcess(p.pid, p.startTicks));
       if (gone) {
-        this.markExited(shard, { message: `${gone.role} (pid ${gone.pid}) exited; its exit code is unknown because a previous agent started it` });
+        this.markExited(shard, {
+          message: `${gone.role} (pid ${gone.pid}) exited; its exit code is unknown because a previous agent started it`,
+        });
         this.log(`shard ${shard.spec.shardId}: ${shard.message}`);
         this.transitioned(shard);
         return;
@@ -702,7 +739,8 @@ export class Supervisor {
   private applyProbe(shard: Shard, result: ProbeResult): void {
     if (result.ok) {
       shard.healthFailures = 0;
-      if (shard.state !== ShardState.READY) this.setState(shard, ShardState.READY, `healthy: ${shard.record.launch.healthPath} answered 200`);
+      if (shard.state !== ShardState.READY)
+        this.setState(shard, ShardState.READY, `healthy: ${shard.record.launch.healthPath} answered 200`);
       return;
     }
     switch (shard.state) {
@@ -877,7 +915,9 @@ export class Supervisor {
       const m = markedByPid.get(pid);
       const seen = this.unidentifiedSeen.get(pid) === stat.startTicks;
       if (skip.has(pid) || ours.has(pid)) {
-        this.log(`refused to kill pid ${pid} (${reason}): it is ${skip.has(pid) ? 'this agent' : 'part of a shard this agent runs; stop the shard instead'}`);
+        this.log(
+          `refused to kill pid ${pid} (${reason}): it is ${skip.has(pid) ? 'this agent' : 'part of a shard this agent runs; stop the shard instead'}`,
+        );
         result.refused.push(pid);
       } else if ((m && !this.shards.has(m.shardId)) || seen) {
         targets.push({ pid, startTicks: stat.startTicks, group: false });
@@ -935,7 +975,8 @@ export class Supervisor {
   private enforceLogLimits(): void {
     for (const shard of this.shards.values()) {
       try {
-        if (enforceLogLimit(shard.logFile, this.maxLogBytes)) this.log(`shard ${shard.spec.shardId}: log over ${this.maxLogBytes} bytes; kept the previous part as ${shard.logFile}.1`);
+        if (enforceLogLimit(shard.logFile, this.maxLogBytes))
+          this.log(`shard ${shard.spec.shardId}: log over ${this.maxLogBytes} bytes; kept the previous part as ${shard.logFile}.1`);
       } catch (err) {
         this.log(`shard ${shard.spec.shardId}: could not bound its log: ${errorText(err)}`);
       }

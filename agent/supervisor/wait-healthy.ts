@@ -28,9 +28,12 @@ export interface ShardView {
 export function waitUntilReady(view: ShardView, shardId: string, timeoutSeconds: number, opts: WaitHealthyOptions): Promise<ShardStatus> {
   const first = view.shard(shardId);
   if (!first) {
-    return Promise.reject(ApplicationFailure.nonRetryable(`shard ${shardId} is not known to agent ${view.nodeId}`, FailureType.ShardNotFound));
+    return Promise.reject(
+      ApplicationFailure.nonRetryable(`shard ${shardId} is not known to agent ${view.nodeId}`, FailureType.ShardNotFound),
+    );
   }
-  const timeoutS = timeoutSeconds || first.spec.startupTimeoutSeconds || first.spec.profile?.startupTimeoutSeconds || DEFAULT_STARTUP_TIMEOUT_S;
+  const timeoutS =
+    timeoutSeconds || first.spec.startupTimeoutSeconds || first.spec.profile?.startupTimeoutSeconds || DEFAULT_STARTUP_TIMEOUT_S;
   const startedAt = Date.now();
   const stateName = (shard: Shard | undefined) => (shard ? (ShardState[shard.state] ?? String(shard.state)) : 'gone');
 
@@ -52,7 +55,11 @@ export function waitUntilReady(view: ShardView, shardId: string, timeoutSeconds:
       const shard = view.shard(shardId);
       if (!shard || shard !== first) {
         // Stopped (or stopped and started anew): this wait was for the engine that is gone.
-        finish(() => reject(ApplicationFailure.nonRetryable(`shard ${shardId} was stopped before it became healthy`, FailureType.EngineExited, { shardId })));
+        finish(() =>
+          reject(
+            ApplicationFailure.nonRetryable(`shard ${shardId} was stopped before it became healthy`, FailureType.EngineExited, { shardId }),
+          ),
+        );
         return;
       }
       if (shard.state === ShardState.READY) {
@@ -61,7 +68,11 @@ export function waitUntilReady(view: ShardView, shardId: string, timeoutSeconds:
       }
       if (shard.exited) {
         const tail = shard.lastLogLines.length > 0 ? `; last log lines:\n${shard.lastLogLines.join('\n')}` : '';
-        finish(() => reject(ApplicationFailure.nonRetryable(`shard ${shardId}: ${shard.message}${tail}`, FailureType.EngineExited, exitDetails(shard))));
+        finish(() =>
+          reject(
+            ApplicationFailure.nonRetryable(`shard ${shardId}: ${shard.message}${tail}`, FailureType.EngineExited, exitDetails(shard)),
+          ),
+        );
       }
     };
     cleanups.push(view.onChange((id) => id === shardId && check()));
@@ -72,11 +83,15 @@ export function waitUntilReady(view: ShardView, shardId: string, timeoutSeconds:
       const why = shard?.message ? `: ${shard.message}` : '';
       finish(() =>
         reject(
-          ApplicationFailure.nonRetryable(`shard ${shardId} did not become healthy within ${timeoutS} s (state ${state}${why})`, FailureType.StartupTimeout, {
-            shardId,
-            state,
-            lastLogLines: shard ? tailLines(shard.logFile, LOG_TAIL_LINES) : [],
-          }),
+          ApplicationFailure.nonRetryable(
+            `shard ${shardId} did not become healthy within ${timeoutS} s (state ${state}${why})`,
+            FailureType.StartupTimeout,
+            {
+              shardId,
+              state,
+              lastLogLines: shard ? tailLines(shard.logFile, LOG_TAIL_LINES) : [],
+            },
+          ),
         ),
       );
     }, timeoutS * 1000);

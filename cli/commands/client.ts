@@ -11,7 +11,9 @@ export async function withClient<T>(body: (client: Client) => Promise<T>): Promi
   try {
     client = await connectClient();
   } catch (error) {
-    throw new CliError(`cannot reach Temporal at ${temporalConfig().address}: ${error instanceof Error ? error.message : String(error)}. Is the server up (\`npm start\` or \`llmgw temporal start-dev\`)? Set TEMPORAL_ADDRESS if it is elsewhere.`);
+    throw new CliError(
+      `cannot reach Temporal at ${temporalConfig().address}: ${error instanceof Error ? error.message : String(error)}. Is the server up (\`npm start\` or \`llmgw temporal start-dev\`)? Set TEMPORAL_ADDRESS if it is elsewhere.`,
+    );
   }
   try {
     return await body(client);

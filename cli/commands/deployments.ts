@@ -10,7 +10,6 @@ import { deploymentStatusQuery, describeNodeQuery, replicaStatusQuery, scaleUpda
 import type { DeployModelInput, DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 
-
 /** The deployment's status, or the reason its workflow failed, or undefined while it validates. */
 async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | undefined> {
   const description = await handle.describe();
@@ -21,7 +20,8 @@ async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | unde
       throw new CliError(failureMessage(error));
     }
   }
-  if (description.status.name !== 'RUNNING' && description.status.name !== 'COMPLETED') throw new CliError(`deployment workflow ${handle.workflowId} is ${description.status.name}`);
+  if (description.status.name !== 'RUNNING' && description.status.name !== 'COMPLETED')
+    throw new CliError(`deployment workflow ${handle.workflowId} is ${description.status.name}`);
   try {
     const view = await handle.query(deploymentStatusQuery);
     return view.phase === 'Validating' ? undefined : view;
@@ -46,7 +46,13 @@ export interface DeployOptions {
 }
 
 export async function deployCommand(model: string, opts: DeployOptions): Promise<void> {
-  const candidate: DeployModelInput = { model, replicas: Number(opts.replicas), ...(opts.name ? { name: opts.name } : {}), ...(opts.profile ? { profile: opts.profile } : {}), ...(opts.gpuClass ? { gpuClass: opts.gpuClass } : {}) };
+  const candidate: DeployModelInput = {
+    model,
+    replicas: Number(opts.replicas),
+    ...(opts.name ? { name: opts.name } : {}),
+    ...(opts.profile ? { profile: opts.profile } : {}),
+    ...(opts.gpuClass ? { gpuClass: opts.gpuClass } : {}),
+  };
   // The same schema the workflow uses: the CLI says what is wrong before anything starts.
   const parsed = DeployModelInputSchema.safeParse(candidate);
   if (!parsed.success) throw new CliError(`invalid deploy request: ${describeIssues(parsed.error)}`);
@@ -69,7 +75,9 @@ export async function deployCommand(model: string, opts: DeployOptions): Promise
       handle = client.workflow.getHandle(workflowId);
       const current = await readStatus(handle);
       if (current && input.profile && input.profile !== current.profile) {
-        throw new CliError(`deployment ${name} runs profile ${current.profile}; changing the profile of a running deployment is not supported yet: \`llmgw undeploy ${name}\` first`);
+        throw new CliError(
+          `deployment ${name} runs profile ${current.profile}; changing the profile of a running deployment is not supported yet: \`llmgw undeploy ${name}\` first`,
+        );
       }
       await handle.executeUpdate(scaleUpdate, { args: [input.replicas] });
       console.error(`${workflowId} exists: scaled to ${input.replicas}`);
@@ -90,7 +98,10 @@ export async function deployCommand(model: string, opts: DeployOptions): Promise
       status = await readStatus(handle);
       if (!status) continue;
       const lines = status.replicas.map((r) => `  ${r.replicaId.padEnd(24)} ${r.phase.padEnd(13)} ${r.reason}`).join('\n');
-      if (lines !== lastLines && !opts.json) console.error(`${new Date().toISOString().slice(11, 19)} ${status.name}: ${status.phase} (${status.ready}/${status.desired} Ready)\n${lines}`);
+      if (lines !== lastLines && !opts.json)
+        console.error(
+          `${new Date().toISOString().slice(11, 19)} ${status.name}: ${status.phase} (${status.ready}/${status.desired} Ready)\n${lines}`,
+        );
       lastLines = lines;
       if (status.phase === 'Ready') break;
       const failed = status.replicas.find((r) => r.phase === 'Failed');
@@ -127,7 +138,8 @@ export async function statusCommand(name: string | undefined, opts: { json?: boo
       return;
     }
     const table = new Table({ head: ['deployment', 'model', 'profile', 'state', 'ready', 'reason'] });
-    for (const v of views.sort((a, b) => a.name.localeCompare(b.name))) table.push([v.name, v.model, v.profile, v.phase, `${v.ready}/${v.desired}`, v.reason || '—']);
+    for (const v of views.sort((a, b) => a.name.localeCompare(b.name)))
+      table.push([v.name, v.model, v.profile, v.phase, `${v.ready}/${v.desired}`, v.reason || '—']);
     console.log(table.toString());
   });
 }
@@ -165,9 +177,12 @@ export async function undeployCommand(name: string, opts: { wait: boolean; json?
 export async function logsCommand(replica: string, opts: { lines: string; follow?: boolean; rank: string }): Promise<void> {
   const replicaId = replica.startsWith('replica/') ? replica : `replica/${replica}`;
   await withClient(async (client) => {
-    const view = (await client.workflow.getHandle(replicaId).query(replicaStatusQuery).catch(() => {
-      throw new CliError(`no running replica ${replicaId} (\`llmgw status NAME\` lists them)`);
-    })) as ReplicaView;
+    const view = (await client.workflow
+      .getHandle(replicaId)
+      .query(replicaStatusQuery)
+      .catch(() => {
+        throw new CliError(`no running replica ${replicaId} (\`llmgw status NAME\` lists them)`);
+      })) as ReplicaView;
     const shard = view.shards.find((s) => s.rank === Number(opts.rank));
     if (!shard) throw new CliError(`${replicaId} has no rank ${opts.rank} placed (${view.phase}: ${view.reason})`);
     const node = await client.workflow.getHandle(`node/${shard.nodeId}`).query(describeNodeQuery);
@@ -194,15 +209,29 @@ function print(view: DeploymentView, json?: boolean): void {
     console.log(JSON.stringify(view, null, 2));
     return;
   }
-  console.log(`${view.name}: ${view.phase} — ${view.ready}/${view.desired} Ready · ${view.model} (${view.profile}) served as "${view.servedName}"`);
+  console.log(
+    `${view.name}: ${view.phase} — ${view.ready}/${view.desired} Ready · ${view.model} (${view.profile}) served as "${view.servedName}"`,
+  );
   if (view.reason) console.log(`  ${view.reason}`);
   if (!view.replicas.length) return;
-  const table = new Table({ head: ['replica', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'], colWidths: [null, null, null, null, null, 60], wordWrap: true });
+  const table = new Table({
+    head: ['replica', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
+    colWidths: [null, null, null, null, null, 60],
+    wordWrap: true,
+  });
   for (const r of view.replicas) {
     table.push([r.replicaId, r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
     // A multi-node replica: one line per rank, so a rank that is not up shows as such.
     if (r.shards.length > 1) {
-      for (const s of [...r.shards].sort((a, b) => a.rank - b.rank)) table.push([`  rank ${s.rank}`, s.state ?? '—', s.nodeId, `${s.gpuIndices.join(',')}${s.hcas.length ? ` (${s.hcas.join(',')})` : ''}`, s.pid ? `pid ${s.pid}` : '—', s.shardId]);
+      for (const s of [...r.shards].sort((a, b) => a.rank - b.rank))
+        table.push([
+          `  rank ${s.rank}`,
+          s.state ?? '—',
+          s.nodeId,
+          `${s.gpuIndices.join(',')}${s.hcas.length ? ` (${s.hcas.join(',')})` : ''}`,
+          s.pid ? `pid ${s.pid}` : '—',
+          s.shardId,
+        ]);
     }
   }
   console.log(table.toString());

@@ -1,7 +1,14 @@
 // `llmgw temporal start-dev`: the dev server in the foreground, stopped with Ctrl-C.
 import { startDevServer } from '../../temporal/dev-server.js';
 
-export async function runDevServerCommand(opts: { port: string; uiPort: string; ip: string; dbFile?: string; inMemory?: boolean; headless?: boolean }): Promise<void> {
+export async function runDevServerCommand(opts: {
+  port: string;
+  uiPort: string;
+  ip: string;
+  dbFile?: string;
+  inMemory?: boolean;
+  headless?: boolean;
+}): Promise<void> {
   const server = await startDevServer({
     port: Number(opts.port),
     uiPort: Number(opts.uiPort),

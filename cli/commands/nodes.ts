@@ -30,8 +30,18 @@ export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
   const table = new Table({ head: ['node', 'state', 'GPUs free/total', 'class', 'address', 'problems'] });
   for (const view of views) {
     const inv = view.inventory;
-    const problems = [...(inv?.problems ?? []), ...(inv?.gpus.filter((gpu) => gpu.problems.length).map((gpu) => `GPU ${gpu.index}: ${gpu.problems.join('; ')}`) ?? [])];
-    table.push([view.nodeId, view.cordoned ? `${view.phase} (cordoned)` : view.phase, `${view.freeGpus.length}/${inv?.gpus.length ?? 0}`, inv?.gpuClass ?? '', inv?.managementAddress ?? '', problems.join('\n') || '—']);
+    const problems = [
+      ...(inv?.problems ?? []),
+      ...(inv?.gpus.filter((gpu) => gpu.problems.length).map((gpu) => `GPU ${gpu.index}: ${gpu.problems.join('; ')}`) ?? []),
+    ];
+    table.push([
+      view.nodeId,
+      view.cordoned ? `${view.phase} (cordoned)` : view.phase,
+      `${view.freeGpus.length}/${inv?.gpus.length ?? 0}`,
+      inv?.gpuClass ?? '',
+      inv?.managementAddress ?? '',
+      problems.join('\n') || '—',
+    ]);
   }
   console.log(table.toString());
 }
@@ -41,10 +51,12 @@ async function nodeView(client: Client, nodeId: string): Promise<NodeView> {
   try {
     const handle = client.workflow.getHandle(nodeWorkflowId(nodeId));
     const { status } = await handle.describe();
-    if (status.name !== 'RUNNING') throw new Error(`node ${nodeId} is not registered (its workflow is ${status.name}): \`llmgw nodes\` lists the registered ones`);
+    if (status.name !== 'RUNNING')
+      throw new Error(`node ${nodeId} is not registered (its workflow is ${status.name}): \`llmgw nodes\` lists the registered ones`);
     return await handle.query(describeNodeQuery);
   } catch (error) {
-    if (error instanceof WorkflowNotFoundError) throw new Error(`no node ${nodeId}: \`llmgw nodes\` lists the registered ones`, { cause: error });
+    if (error instanceof WorkflowNotFoundError)
+      throw new Error(`no node ${nodeId}: \`llmgw nodes\` lists the registered ones`, { cause: error });
     throw error;
   }
 }
@@ -54,7 +66,9 @@ export async function cordonCommand(nodeId: string, cordon: boolean, opts: { rea
   const view = await withClient(async (client) => {
     await nodeView(client, nodeId);
     const handle = client.workflow.getHandle(nodeWorkflowId(nodeId));
-    return cordon ? handle.executeUpdate(cordonUpdate, { args: [{ reason: opts.reason }] }) : handle.executeUpdate(uncordonUpdate, { args: [] });
+    return cordon
+      ? handle.executeUpdate(cordonUpdate, { args: [{ reason: opts.reason }] })
+      : handle.executeUpdate(uncordonUpdate, { args: [] });
   });
   console.log(
     cordon
@@ -73,7 +87,9 @@ export async function removeNodeCommand(nodeId: string, opts: { force?: boolean 
   const said = await withClient(async (client) => {
     const view = await nodeView(client, nodeId);
     if (view.phase === 'Ready') {
-      throw new Error(`node ${nodeId} is Ready: its agent still reports and would register again. Stop the agent first (cordon it and move its replicas away), then remove it.`);
+      throw new Error(
+        `node ${nodeId} is Ready: its agent still reports and would register again. Stop the agent first (cordon it and move its replicas away), then remove it.`,
+      );
     }
     if (view.allocations.length && !opts.force) {
       const replicas = [...new Set(view.allocations.map((a) => a.replicaId))].join(', ');
@@ -81,7 +97,9 @@ export async function removeNodeCommand(nodeId: string, opts: { force?: boolean 
         `node ${nodeId} (${view.phase}) still holds GPUs for ${view.allocations.length} shard(s) of ${replicas}: they are released when it turns Lost, or scale them away; --force removes it now`,
       );
     }
-    await client.workflow.getHandle(nodeWorkflowId(nodeId)).terminate(`removed by llmgw nodes remove (${view.phase}: ${view.reason || 'no reason given'})`);
+    await client.workflow
+      .getHandle(nodeWorkflowId(nodeId))
+      .terminate(`removed by llmgw nodes remove (${view.phase}: ${view.reason || 'no reason given'})`);
     let schedule = `Schedule ${reconcileScheduleId(nodeId)} deleted`;
     try {
       await client.schedule.getHandle(reconcileScheduleId(nodeId)).delete();

@@ -11,7 +11,8 @@ export async function reconcileNow(nodeIds: string[]): Promise<ReconcileResult[]
     let targets = nodeIds;
     if (!targets.length) {
       targets = [];
-      for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` })) targets.push(execution.workflowId.replace(/^node\//, ''));
+      for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` }))
+        targets.push(execution.workflowId.replace(/^node\//, ''));
     }
     return Promise.all(
       targets.sort().map((nodeId) => {
@@ -40,11 +41,14 @@ export async function reconcileCommand(nodeIds: string[], opts: { json?: boolean
       console.log(`${result.nodeId}: skipped: ${result.skipped}`);
       continue;
     }
-    console.log(`${result.nodeId}: ${result.changed ? `${result.changed} change(s)` : 'nothing to change'} (report taken ${result.reportedAt})`);
+    console.log(
+      `${result.nodeId}: ${result.changed ? `${result.changed} change(s)` : 'nothing to change'} (report taken ${result.reportedAt})`,
+    );
     if (!result.actions.length) continue;
     const table = new Table({ head: ['action', 'target', 'reason', 'outcome'], colWidths: [9, 28, 60, 30], wordWrap: true });
     for (const a of result.actions) {
-      const target = a.kind === 'kill' ? `pid ${a.pid}` : a.kind === 'rebuild' ? a.replicaId : `${a.shardId} (GPUs ${a.gpuIndices.join(',')})`;
+      const target =
+        a.kind === 'kill' ? `pid ${a.pid}` : a.kind === 'rebuild' ? a.replicaId : `${a.shardId} (GPUs ${a.gpuIndices.join(',')})`;
       table.push([a.kind, target, a.reason, `${a.outcome}${a.effective ? '' : ' (no change)'}`]);
     }
     console.log(table.toString());

@@ -31,7 +31,11 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
   const say = (line: string): void => console.log(`llmgw up: ${line}`);
   const spawnPart = (name: string, args: string[]): void => {
     const fd = openSync(join(logDir, `${name}.log`), 'a');
-    const child = spawn(process.execPath, [join(__dirname, '../../../bin/llmgw.js'), ...args], { stdio: ['ignore', fd, fd], env: process.env, detached: true });
+    const child = spawn(process.execPath, [join(__dirname, '../../../bin/llmgw.js'), ...args], {
+      stdio: ['ignore', fd, fd],
+      env: process.env,
+      detached: true,
+    });
     closeSync(fd);
     child.once('exit', (code) => {
       if (!stopping) say(`${name} exited (code ${code}); see ${join(logDir, `${name}.log`)}`);
@@ -69,7 +73,21 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
 
   spawnPart('worker', ['worker', '--catalog', opts.catalog]);
   for (const node of SIM_NODES) {
-    spawnPart(`agent-${node.nodeId}`, ['agent', '--node-id', node.nodeId, '--gpus', 'builtin:h100x8', '--state-dir', join(stateDir, 'agents', node.nodeId), '--admin-addr', node.admin, '--port-range', node.ports, '--lost-grace-seconds', '60']);
+    spawnPart(`agent-${node.nodeId}`, [
+      'agent',
+      '--node-id',
+      node.nodeId,
+      '--gpus',
+      'builtin:h100x8',
+      '--state-dir',
+      join(stateDir, 'agents', node.nodeId),
+      '--admin-addr',
+      node.admin,
+      '--port-range',
+      node.ports,
+      '--lost-grace-seconds',
+      '60',
+    ]);
   }
   if (existsSync(join(__dirname, '../../router/main.js'))) spawnPart('router', ['router', '--port', opts.routerPort]);
 
@@ -85,7 +103,12 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
 
   const replicas = Number(opts.replicas);
   try {
-    await client.workflow.start('deployModel', { workflowId: deploymentWorkflowId('demo'), taskQueue: CONTROL_TASK_QUEUE, args: [{ model: 'demo', replicas }], staticSummary: 'deployment demo (llmgw up)' });
+    await client.workflow.start('deployModel', {
+      workflowId: deploymentWorkflowId('demo'),
+      taskQueue: CONTROL_TASK_QUEUE,
+      args: [{ model: 'demo', replicas }],
+      staticSummary: 'deployment demo (llmgw up)',
+    });
   } catch (error) {
     if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
     await client.workflow.getHandle(deploymentWorkflowId('demo')).executeUpdate(scaleUpdate, { args: [replicas] });
@@ -113,7 +136,11 @@ Logs are in ${logDir}. Ctrl-C stops everything.`);
     // back to the node workflows, which stay in the dev server's data file.
     const handle = client.workflow.getHandle(deploymentWorkflowId('demo'));
     const view = await handle.query(deploymentStatusQuery).catch(() => undefined);
-    for (const replica of view?.replicas ?? []) await client.workflow.getHandle(replica.replicaId).terminate('llmgw up stopped').catch(() => undefined);
+    for (const replica of view?.replicas ?? [])
+      await client.workflow
+        .getHandle(replica.replicaId)
+        .terminate('llmgw up stopped')
+        .catch(() => undefined);
     await handle.terminate('llmgw up stopped').catch(() => undefined);
     await releaseOrphanedAllocations(client);
   }
@@ -125,7 +152,13 @@ async function releaseOrphanedAllocations(client: Client): Promise<void> {
     const handle = client.workflow.getHandle(nodeWorkflowId(node.nodeId));
     const view = await handle.query(describeNodeQuery).catch(() => undefined);
     for (const allocation of view?.allocations ?? []) {
-      const status = await client.workflow.getHandle(allocation.replicaId).describe().then((d) => d.status.name, () => 'NOT_FOUND');
+      const status = await client.workflow
+        .getHandle(allocation.replicaId)
+        .describe()
+        .then(
+          (d) => d.status.name,
+          () => 'NOT_FOUND',
+        );
       if (status !== 'RUNNING') await handle.executeUpdate(releaseUpdate, { args: [{ shardId: allocation.shardId }] });
     }
   }
@@ -144,4 +177,3 @@ async function waitFor<T>(what: string, probe: () => Promise<T | undefined | fal
     await new Promise((r) => setTimeout(r, 300));
   }
 }
-

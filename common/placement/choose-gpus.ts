@@ -17,7 +17,12 @@ export interface GpuChoiceRequest {
 
 export type GpuChoice = { ok: true; gpuIndices: number[]; hcas: string[] } | { ok: false; reason: string };
 
-export function eligibleGpus(gpus: GpuInfo[], managed: number[], allocated: number[], minFreeMemoryMib = 0): { eligible: GpuInfo[]; excluded: string[] } {
+export function eligibleGpus(
+  gpus: GpuInfo[],
+  managed: number[],
+  allocated: number[],
+  minFreeMemoryMib = 0,
+): { eligible: GpuInfo[]; excluded: string[] } {
   const eligible: GpuInfo[] = [];
   const excluded: string[] = [];
   for (const gpu of gpus) {

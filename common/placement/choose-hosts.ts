@@ -81,7 +81,9 @@ export function rankGangFabrics(hosts: GangHost[], request: GangRequest): { fabr
       .filter((host) => host.freeGpus >= request.gpusPerNode)
       .sort((a, b) => b.rateGbps - a.rateGbps || b.freeHcas - a.freeHcas || a.siblings - b.siblings || a.nodeId.localeCompare(b.nodeId));
     if (roomy.length < request.nodes) {
-      reasons.push(`fabric ${fabric}: ${roomy.length} of ${members.length} hosts have ${request.gpusPerNode} free GPUs, ${request.nodes} needed`);
+      reasons.push(
+        `fabric ${fabric}: ${roomy.length} of ${members.length} hosts have ${request.gpusPerNode} free GPUs, ${request.nodes} needed`,
+      );
       continue;
     }
     fabrics.push({ fabric, hosts: roomy });
@@ -94,7 +96,10 @@ export function rankGangFabrics(hosts: GangHost[], request: GangRequest): { fabr
 /** Ranks and reserves a gang, all or nothing; a failed result holds nothing. */
 export async function placeGangOnHosts(hosts: GangHost[], request: GangRequest, io: GangReservations): Promise<GangResult> {
   if (!hosts.length) {
-    return { ok: false, reason: `a ${request.nodes}-node replica needs hosts on an InfiniBand fabric${request.pool ? ` in pool ${request.pool}` : ''}; none is Ready` };
+    return {
+      ok: false,
+      reason: `a ${request.nodes}-node replica needs hosts on an InfiniBand fabric${request.pool ? ` in pool ${request.pool}` : ''}; none is Ready`,
+    };
   }
   const { fabrics, reasons } = rankGangFabrics(hosts, request);
   for (const { fabric, hosts: roomy } of fabrics) {

@@ -10,7 +10,14 @@ import type { Client } from '@temporalio/client';
 import { ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure } from '@temporalio/common';
 import { create } from '@bufbuild/protobuf';
-import { Engine, StopShardSchema, WaitHealthySchema, type RunningShard, type ShardStatus, type StopShardResult } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import {
+  Engine,
+  StopShardSchema,
+  WaitHealthySchema,
+  type RunningShard,
+  type ShardStatus,
+  type StopShardResult,
+} from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../../workflows/definitions.js';
 import { recordHistory } from '../helpers/histories.js';
 import type { NodeView, ReserveResult } from '../../common/node-types.js';
@@ -19,7 +26,16 @@ import { findFreePort } from '../../common/ports.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { readEnviron } from '../../agent/supervisor/proc.js';
 import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
-import { enginesOf, eventually, killEnginesOf, sleep, spawnControlWorker, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import {
+  enginesOf,
+  eventually,
+  killEnginesOf,
+  sleep,
+  spawnControlWorker,
+  spawnLlmgw,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
 import { fakeShardSpec } from '../helpers/shards.js';
 import type { AgentCall } from '../workflows/agent-calls.js';
 
@@ -32,15 +48,37 @@ let testConnection: NativeConnection;
 const testQueue = uniqueId('agent-e2e');
 
 async function portRange(): Promise<string> {
-  const from = (await findFreePort()) % 20000 + 30000;
+  const from = ((await findFreePort()) % 20000) + 30000;
   return `${from}-${from + 40}`;
 }
 
-async function startAgent(nodeId: string, options: { gpus?: string; stateDir?: string; range?: string; extra?: string[]; env?: Record<string, string> } = {}): Promise<{ proc: LlmgwProcess; stateDir: string; adminAddress: string }> {
+async function startAgent(
+  nodeId: string,
+  options: { gpus?: string; stateDir?: string; range?: string; extra?: string[]; env?: Record<string, string> } = {},
+): Promise<{ proc: LlmgwProcess; stateDir: string; adminAddress: string }> {
   if (!nodeIds.includes(nodeId)) nodeIds.push(nodeId);
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
   const proc = spawnLlmgw(
-    ['agent', '--node-id', nodeId, '--gpus', options.gpus ?? 'builtin:h100x8', '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0', '--port-range', options.range ?? (await portRange()), '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300', '--reconcile', 'dry-run', ...(options.extra ?? [])],
+    [
+      'agent',
+      '--node-id',
+      nodeId,
+      '--gpus',
+      options.gpus ?? 'builtin:h100x8',
+      '--state-dir',
+      stateDir,
+      '--admin-addr',
+      '127.0.0.1:0',
+      '--port-range',
+      options.range ?? (await portRange()),
+      '--presence-heartbeat-seconds',
+      '5',
+      '--lost-grace-seconds',
+      '300',
+      '--reconcile',
+      'dry-run',
+      ...(options.extra ?? []),
+    ],
     options.env,
   );
   await proc.waitForOutput(/registered with node\//, 60_000);
@@ -49,7 +87,11 @@ async function startAgent(nodeId: string, options: { gpus?: string; stateDir?: s
 }
 
 function call<T>(nodeId: string, activity: AgentCall, arg?: unknown): Promise<T> {
-  return client.workflow.execute('agentCall', { taskQueue: testQueue, workflowId: uniqueId('agent-call'), args: [nodeId, activity, arg] }) as Promise<T>;
+  return client.workflow.execute('agentCall', {
+    taskQueue: testQueue,
+    workflowId: uniqueId('agent-call'),
+    args: [nodeId, activity, arg],
+  }) as Promise<T>;
 }
 
 function nodeView(nodeId: string): Promise<NodeView> {
@@ -68,7 +110,12 @@ beforeAll(async () => {
   ({ client, close: closeClient } = await testClient());
   const controlWorker = spawnControlWorker();
   testConnection = await NativeConnection.connect({ address: temporalAddress() });
-  testWorker = await Worker.create({ connection: testConnection, taskQueue: testQueue, workflowsPath: join(__dirname, '../workflows/index.ts'), dataConverter: llmgwDataConverter() });
+  testWorker = await Worker.create({
+    connection: testConnection,
+    taskQueue: testQueue,
+    workflowsPath: join(__dirname, '../workflows/index.ts'),
+    dataConverter: llmgwDataConverter(),
+  });
   testWorkerRun = testWorker.run();
   await controlWorker;
 });
@@ -155,7 +202,11 @@ describe('agent and node workflow', () => {
       admin.close();
     }
     expect(enginesOf([nodeId]).map((engine) => engine.pid)).toEqual([running.status!.pid]);
-    const stopped = await call<StopShardResult>(nodeId, 'stopShard', create(StopShardSchema, { shardId: spec.shardId, replicaId: spec.replicaId, graceSeconds: 5 }));
+    const stopped = await call<StopShardResult>(
+      nodeId,
+      'stopShard',
+      create(StopShardSchema, { shardId: spec.shardId, replicaId: spec.replicaId, graceSeconds: 5 }),
+    );
     expect(stopped.wasRunning).toBe(true);
     expect(enginesOf([nodeId])).toEqual([]);
     expect(existsSync(join(first.stateDir, 'shards', `${spec.shardId}.json`))).toBe(false);
@@ -201,7 +252,9 @@ describe('agent and node workflow', () => {
     await startAgent(nodeId);
     const handle = client.workflow.getHandle(`node/${nodeId}`);
     const results = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => handle.executeUpdate(reserveUpdate, { args: [{ shardId: `r.${i}.r0.a1`, replicaId: `replica/r/${i}`, count: 1 }] })),
+      Array.from({ length: 20 }, (_, i) =>
+        handle.executeUpdate(reserveUpdate, { args: [{ shardId: `r.${i}.r0.a1`, replicaId: `replica/r/${i}`, count: 1 }] }),
+      ),
     );
     const granted = results.filter((result): result is Extract<ReserveResult, { ok: true }> => result.ok);
     expect(granted).toHaveLength(8);
@@ -215,7 +268,11 @@ describe('agent and node workflow', () => {
   it('on the A100 fixture host, discovered through nvidia-smi, gives a TP2 an NVLink-bridged pair and never hands out GPU 6 (ECC errors)', async () => {
     const nodeId = uniqueId('a100');
     const smiDir = join(__dirname, '../helpers/bin');
-    await startAgent(nodeId, { gpus: 'real', extra: ['--sysfs-root', mkdtempSync(join(tmpdir(), 'no-sysfs-'))], env: { PATH: `${smiDir}:${process.env.PATH}`, LLMGW_FAKE_SMI_HOST: 'a100x8-pcie' } });
+    await startAgent(nodeId, {
+      gpus: 'real',
+      extra: ['--sysfs-root', mkdtempSync(join(tmpdir(), 'no-sysfs-'))],
+      env: { PATH: `${smiDir}:${process.env.PATH}`, LLMGW_FAKE_SMI_HOST: 'a100x8-pcie' },
+    });
     const view = await nodeView(nodeId);
     expect(view.inventory?.gpus).toHaveLength(8);
     expect(view.inventory?.gpus.find((gpu) => gpu.index === 6)?.problems.join()).toMatch(/uncorrected ECC/);
@@ -224,7 +281,9 @@ describe('agent and node workflow', () => {
     expect(tp2.ok && tp2.gpuIndices).toEqual([0, 1]);
     const handedOut: number[] = [];
     for (let i = 0; i < 8; i++) {
-      const result = await handle.executeUpdate(reserveUpdate, { args: [{ shardId: `one.${i}.r0.a1`, replicaId: `replica/one/${i}`, count: 1 }] });
+      const result = await handle.executeUpdate(reserveUpdate, {
+        args: [{ shardId: `one.${i}.r0.a1`, replicaId: `replica/one/${i}`, count: 1 }],
+      });
       if (result.ok) handedOut.push(...result.gpuIndices);
     }
     expect(handedOut.sort()).toEqual([2, 3, 4, 5, 7]);
@@ -265,7 +324,17 @@ describe('agent and node workflow', () => {
 
     const file = join(mkdtempSync(join(tmpdir(), 'llmgw-file-')), 'plain-file');
     writeFileSync(file, 'not a directory');
-    const unwritable = spawnLlmgw(['agent', '--node-id', uniqueId('unwritable'), '--gpus', 'builtin:h100x8', '--state-dir', join(file, 'state'), '--admin-addr', '127.0.0.1:0']);
+    const unwritable = spawnLlmgw([
+      'agent',
+      '--node-id',
+      uniqueId('unwritable'),
+      '--gpus',
+      'builtin:h100x8',
+      '--state-dir',
+      join(file, 'state'),
+      '--admin-addr',
+      '127.0.0.1:0',
+    ]);
     expect(await unwritable.exited).not.toBe(0);
     expect(unwritable.output()).toMatch(/state dir/i);
 

@@ -17,7 +17,18 @@ import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/defini
 import { signalGroup } from '../../agent/supervisor/proc.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
-import { E2E_CATALOG, enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import {
+  E2E_CATALOG,
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  runLlmgw,
+  sleep,
+  spawnLlmgw,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 
 type Kind = 'agent' | 'worker' | 'engine' | 'server';
@@ -53,7 +64,8 @@ async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
   }
 }
 
-const status = (name: string): Promise<DeploymentView> => withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
+const status = (name: string): Promise<DeploymentView> =>
+  withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
 
 async function allReady(): Promise<boolean> {
   try {
@@ -65,7 +77,13 @@ async function allReady(): Promise<boolean> {
 }
 
 function startServer(): Promise<DevServer> {
-  return startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-chaos-${port}.log` });
+  return startDevServer({
+    temporalBin: inject('temporalBin'),
+    port,
+    headless: true,
+    dbFile,
+    logFile: `.llmgw/test/temporal-chaos-${port}.log`,
+  });
 }
 
 async function startAgent(nodeId: string): Promise<void> {
@@ -73,7 +91,26 @@ async function startAgent(nodeId: string): Promise<void> {
   const stateDir = known?.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
   const from = 30000 + Math.floor(Math.random() * 300) * 100;
   const range = known?.range ?? `${from}-${from + 99}`;
-  const proc = spawnLlmgw(['agent', '--node-id', nodeId, '--gpus', join(INVENTORIES, 'lifex8.yaml'), '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0', '--port-range', range, '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300'], env);
+  const proc = spawnLlmgw(
+    [
+      'agent',
+      '--node-id',
+      nodeId,
+      '--gpus',
+      join(INVENTORIES, 'lifex8.yaml'),
+      '--state-dir',
+      stateDir,
+      '--admin-addr',
+      '127.0.0.1:0',
+      '--port-range',
+      range,
+      '--presence-heartbeat-seconds',
+      '5',
+      '--lost-grace-seconds',
+      '300',
+    ],
+    env,
+  );
   agents.set(nodeId, { proc, stateDir, range });
   // Not waiting for registration: after a kill the server may be the one that is down.
   await proc.waitForOutput(/serving agent\//, 60_000);
@@ -102,7 +139,12 @@ function startLoad(): Load {
         if (reply.choices[0]?.message) ok++;
         else unclean.push(`no message in ${JSON.stringify(reply).slice(0, 200)}`);
       } else {
-        const stream = await router.chat.completions.create({ model, max_tokens: 8, stream: true, messages: [{ role: 'user', content: `hello ${n}` }] });
+        const stream = await router.chat.completions.create({
+          model,
+          max_tokens: 8,
+          stream: true,
+          messages: [{ role: 'user', content: `hello ${n}` }],
+        });
         for await (const chunk of stream) void chunk;
         ok++;
       }
@@ -139,13 +181,21 @@ beforeAll(async () => {
   await routerProc.waitForOutput(/listening/, 30_000);
   router = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 });
   for (const d of deployments) {
-    const deployed = await runLlmgw(['deploy', 'life', '--name', d.name, '--profile', d.profile, '--replicas', String(d.replicas), '--wait', '--timeout', '90'], env);
+    const deployed = await runLlmgw(
+      ['deploy', 'life', '--name', d.name, '--profile', d.profile, '--replicas', String(d.replicas), '--wait', '--timeout', '90'],
+      env,
+    );
     expect(deployed.code, deployed.output).toBe(0);
   }
-  await eventually('the router serves both deployments', async () => {
-    for (const d of deployments) await router.chat.completions.create({ model: d.name, max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
-    return true;
-  }, 20_000);
+  await eventually(
+    'the router serves both deployments',
+    async () => {
+      for (const d of deployments)
+        await router.chat.completions.create({ model: d.name, max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
+      return true;
+    },
+    20_000,
+  );
 });
 
 afterAll(async () => {
@@ -205,13 +255,14 @@ describe('chaos', () => {
       // Each kill is followed by recovery before the next, so that the time is its own. A
       // kill is noticed within a heartbeat timeout (5 s) or not at all (a worker holds no state).
       let disturbed = false;
-      for (const deadline = Date.now() + 8_000; Date.now() < deadline && !disturbed; ) {
+      for (const deadline = Date.now() + 8_000; Date.now() < deadline && !disturbed;) {
         disturbed = !(await allReady());
         if (!disturbed) await sleep(250);
       }
       await eventually(`recovery from kill -9 of the ${kind} (${what})`, allReady, 120_000, 500).catch(async (error: unknown) => {
         // Where it stuck: each deployment's view, and the last words of the worker and agents.
-        for (const d of deployments) console.log(`${d.name}:\n${JSON.stringify(await status(d.name).catch((e: unknown) => String(e)), null, 1).slice(0, 4000)}`);
+        for (const d of deployments)
+          console.log(`${d.name}:\n${JSON.stringify(await status(d.name).catch((e: unknown) => String(e)), null, 1).slice(0, 4000)}`);
         console.log(`worker output:\n${worker.output().slice(-4000)}`);
         for (const [nodeId, agent] of agents) console.log(`agent ${nodeId} output:\n${agent.proc.output().slice(-3000)}`);
         throw error;
@@ -219,13 +270,18 @@ describe('chaos', () => {
       recoveries.push({ kind, what, seconds: (Date.now() - at) / 1000, disturbed });
     }
     // Ready and staying Ready.
-    await eventually('every deployment Ready for 5 s in a row', async () => {
-      for (let i = 0; i < 10; i++) {
-        if (!(await allReady())) return false;
-        await sleep(500);
-      }
-      return true;
-    }, 120_000, 500);
+    await eventually(
+      'every deployment Ready for 5 s in a row',
+      async () => {
+        for (let i = 0; i < 10; i++) {
+          if (!(await allReady())) return false;
+          await sleep(500);
+        }
+        return true;
+      },
+      120_000,
+      500,
+    );
     const { ok, clean, unclean } = await load.stop();
     const chaosSeconds = (Date.now() - started) / 1000;
 
@@ -233,7 +289,9 @@ describe('chaos', () => {
     const views = await Promise.all(deployments.map((d) => status(d.name)));
     expect(views.map((v) => [v.phase, v.ready])).toEqual(deployments.map((d) => ['Ready', d.replicas]));
     // Settle: the replicas' own views name every shard; allow a moment for stray stops.
-    const owned = new Set(views.flatMap((v) => v.replicas.filter((r) => r.phase === 'Ready').flatMap((r) => r.shards.map((s) => s.shardId))));
+    const owned = new Set(
+      views.flatMap((v) => v.replicas.filter((r) => r.phase === 'Ready').flatMap((r) => r.shards.map((s) => s.shardId))),
+    );
     const orphans = await eventually(
       'no engine that no Ready replica owns',
       () => {
@@ -246,16 +304,23 @@ describe('chaos', () => {
     expect(orphans.map((e) => `${e.pid} ${e.env.LLMGW_SHARD_ID}`)).toEqual([]);
     expect(enginesOf(nodeIds)).toHaveLength(owned.size);
     // No GPU held twice, and every held GPU belongs to a shard that runs.
-    const nodes: NodeView[] = await withClient((client) => Promise.all(nodeIds.map((id) => client.workflow.getHandle(`node/${id}`).query(describeNodeQuery))));
+    const nodes: NodeView[] = await withClient((client) =>
+      Promise.all(nodeIds.map((id) => client.workflow.getHandle(`node/${id}`).query(describeNodeQuery))),
+    );
     for (const node of nodes) {
       const gpus = node.allocations.flatMap((a) => a.gpuIndices);
       expect(new Set(gpus).size, `${node.nodeId}: ${JSON.stringify(node.allocations)}`).toBe(gpus.length);
-      expect(node.allocations.map((a) => a.shardId).sort()).toEqual([...owned].filter((id) => views.some((v) => v.replicas.some((r) => r.shards.some((s) => s.shardId === id && s.nodeId === node.nodeId)))).sort());
+      expect(node.allocations.map((a) => a.shardId).sort()).toEqual(
+        [...owned]
+          .filter((id) => views.some((v) => v.replicas.some((r) => r.shards.some((s) => s.shardId === id && s.nodeId === node.nodeId))))
+          .sort(),
+      );
     }
     // No deployment lost.
     const running = await withClient(async (client) => {
       const ids: string[] = [];
-      for await (const w of client.workflow.list({ query: `WorkflowType = 'deployModel' AND ExecutionStatus = 'Running'` })) ids.push(w.workflowId);
+      for await (const w of client.workflow.list({ query: `WorkflowType = 'deployModel' AND ExecutionStatus = 'Running'` }))
+        ids.push(w.workflowId);
       return ids.sort();
     });
     expect(running).toEqual(deployments.map((d) => `deployment/${d.name}`).sort());
@@ -264,9 +329,15 @@ describe('chaos', () => {
     console.log(
       [
         `chaos: ${kinds.length} kills in ${chaosSeconds.toFixed(0)} s (seed ${seed})`,
-        ...(['agent', 'worker', 'engine', 'server'] as const).map((kind) => `  ${kind}: ${byKind(kind).length} kills, back to all Ready in ${byKind(kind).join(' s, ')} s (* restarted before anything noticed)`),
+        ...(['agent', 'worker', 'engine', 'server'] as const).map(
+          (kind) =>
+            `  ${kind}: ${byKind(kind).length} kills, back to all Ready in ${byKind(kind).join(' s, ')} s (* restarted before anything noticed)`,
+        ),
         `  requests: ${ok} ok, ${clean} clean errors, ${unclean.length} unclean`,
-        ...recoveries.map((r) => `  ${r.kind} ${r.what}: ${r.seconds.toFixed(1)} s from the kill to every deployment Ready${r.disturbed ? '' : ' (never seen degraded)'}`),
+        ...recoveries.map(
+          (r) =>
+            `  ${r.kind} ${r.what}: ${r.seconds.toFixed(1)} s from the kill to every deployment Ready${r.disturbed ? '' : ' (never seen degraded)'}`,
+        ),
       ].join('\n'),
     );
     expect(unclean.slice(0, 5)).toEqual([]);

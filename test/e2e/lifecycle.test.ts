@@ -10,7 +10,18 @@ import type { DeploymentView, ReplicaView } from '../../common/replica-types.js'
 import type { NodeView } from '../../common/node-types.js';
 import { testClient, uniqueId } from '../helpers/temporal.js';
 import { recordHistory } from '../helpers/histories.js';
-import { enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import {
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  runLlmgw,
+  sleep,
+  spawnControlWorker,
+  startSimAgent,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
 
 const LIFE = join(INVENTORIES, 'lifex8.yaml');
 let client: Client;
@@ -56,9 +67,14 @@ afterEach(async (context) => {
   // Isolation between tests: whatever a test left running on the LIFE class is named
   // (so a leak is visible) and terminated before the next test brings new hosts.
   const leftovers: string[] = [];
-  for await (const execution of client.workflow.list({ query: `ExecutionStatus = 'Running' AND LlmgwGpuClass = 'LIFE' AND (WorkflowType = 'deployModel' OR WorkflowType = 'replica')` })) {
+  for await (const execution of client.workflow.list({
+    query: `ExecutionStatus = 'Running' AND LlmgwGpuClass = 'LIFE' AND (WorkflowType = 'deployModel' OR WorkflowType = 'replica')`,
+  })) {
     leftovers.push(execution.workflowId);
-    await client.workflow.getHandle(execution.workflowId).terminate('test isolation').catch(() => undefined);
+    await client.workflow
+      .getHandle(execution.workflowId)
+      .terminate('test isolation')
+      .catch(() => undefined);
   }
   if (leftovers.length) console.log(`after "${context.task.name}": terminated ${leftovers.join(', ')}`);
   await Promise.all(agents.map((agent) => agent.stop(5_000)));
@@ -102,13 +118,27 @@ describe('replica lifecycles', () => {
     const hosts = await twoHosts();
     const name = uniqueId('life-json');
     execFileSync(inject('temporalBin'), [
-      'workflow', 'start', '--type', 'deployModel', '--task-queue', 'llmgw', '--workflow-id', `deployment/${name}`,
-      '--input', JSON.stringify({ model: 'life', replicas: 2 }), '--address', inject('temporalAddress'),
+      'workflow',
+      'start',
+      '--type',
+      'deployModel',
+      '--task-queue',
+      'llmgw',
+      '--workflow-id',
+      `deployment/${name}`,
+      '--input',
+      JSON.stringify({ model: 'life', replicas: 2 }),
+      '--address',
+      inject('temporalAddress'),
     ]);
-    const ready = await eventually('Ready', async () => {
-      const view = await status(name);
-      return view.phase === 'Ready' ? view : undefined;
-    }, 30_000);
+    const ready = await eventually(
+      'Ready',
+      async () => {
+        const view = await status(name);
+        return view.phase === 'Ready' ? view : undefined;
+      },
+      30_000,
+    );
     expect(ready.replicas.map((r) => r.phase)).toEqual(['Ready', 'Ready']);
     expect(enginesOf(hosts)).toHaveLength(2);
     const described = await client.workflow.getHandle(`deployment/${name}`).describe();
@@ -124,13 +154,19 @@ describe('replica lifecycles', () => {
     await twoHosts();
     const big = uniqueId('life-big');
     const small = uniqueId('life-small');
-    expect((await runLlmgw(['deploy', 'life', '--name', big, '--profile', 'tp2', '--replicas', '6', '--wait', '--timeout', '60'])).code).toBe(0);
+    expect(
+      (await runLlmgw(['deploy', 'life', '--name', big, '--profile', 'tp2', '--replicas', '6', '--wait', '--timeout', '60'])).code,
+    ).toBe(0);
     await runLlmgw(['deploy', 'life', '--name', small, '--profile', 'tp2', '--replicas', '4']);
-    const waiting = await eventually('two Unschedulable', async () => {
-      const view = await status(small);
-      const stuck = view.replicas.filter((r) => r.phase === 'Unschedulable');
-      return view.replicas.filter((r) => r.phase === 'Ready').length === 2 && stuck.length === 2 ? stuck : undefined;
-    }, 40_000);
+    const waiting = await eventually(
+      'two Unschedulable',
+      async () => {
+        const view = await status(small);
+        const stuck = view.replicas.filter((r) => r.phase === 'Unschedulable');
+        return view.replicas.filter((r) => r.phase === 'Ready').length === 2 && stuck.length === 2 ? stuck : undefined;
+      },
+      40_000,
+    );
     expect(waiting[0]!.reason).toMatch(/needs 2 GPUs, 0 free/);
     const cli = await runLlmgw(['status', small]);
     expect(cli.output).toMatch(/Unschedulable/);
@@ -170,7 +206,9 @@ describe('replica lifecycles', () => {
         await sleep(50);
       }
     })();
-    const results = await Promise.all(names.map((name) => runLlmgw(['deploy', 'life', '--name', name, '--replicas', '1', '--wait', '--timeout', '90'])));
+    const results = await Promise.all(
+      names.map((name) => runLlmgw(['deploy', 'life', '--name', name, '--replicas', '1', '--wait', '--timeout', '90'])),
+    );
     sampling = false;
     await sampler;
     expect(results.map((r) => r.code)).toEqual(Array(10).fill(0));
@@ -189,10 +227,15 @@ describe('replica lifecycles', () => {
     const pid = before.shards[0]!.pid;
     process.kill(pid, 'SIGKILL');
     const killedAt = Date.now();
-    const after = await eventually('Ready with a new engine', async () => {
-      const r = (await status(name)).replicas[0];
-      return r && r.phase === 'Ready' && r.shards[0]!.pid !== pid ? r : undefined;
-    }, 20_000, 100);
+    const after = await eventually(
+      'Ready with a new engine',
+      async () => {
+        const r = (await status(name)).replicas[0];
+        return r && r.phase === 'Ready' && r.shards[0]!.pid !== pid ? r : undefined;
+      },
+      20_000,
+      100,
+    );
     const took = Date.now() - killedAt;
     console.log(`engine kill -9 → Ready again with pid ${after.shards[0]!.pid} in ${took} ms`);
     expect(took).toBeLessThan(15_000);
@@ -210,7 +253,8 @@ describe('replica lifecycles', () => {
     while (!failed && Date.now() - started < 90_000) {
       const view = await status(name).catch(() => undefined);
       const first = view?.replicas.find((r) => r.seq === 1);
-      if (first && (timeline.length === 0 || timeline[timeline.length - 1]!.reason !== first.reason)) timeline.push({ at: Date.now() - started, phase: first.phase, reason: first.reason, nodes: first.nodes });
+      if (first && (timeline.length === 0 || timeline[timeline.length - 1]!.reason !== first.reason))
+        timeline.push({ at: Date.now() - started, phase: first.phase, reason: first.reason, nodes: first.nodes });
       if (first?.phase === 'Failed') failed = first;
       await sleep(100);
     }
@@ -219,7 +263,7 @@ describe('replica lifecycles', () => {
     expect(failed!.reason).toMatch(/gave up after 2 placements/);
     const restarts = timeline.filter((t) => /restarting on the same GPUs/.test(t.reason));
     expect(restarts.map((t) => /in (\d+) s/.exec(t.reason)?.[1])).toEqual(expect.arrayContaining(['2', '4']));
-        const usedNodes = new Set(timeline.flatMap((t) => t.nodes));
+    const usedNodes = new Set(timeline.flatMap((t) => t.nodes));
     expect([...usedNodes].sort()).toEqual([...hosts].sort());
     // The deployment replaces it, and a second failure is replaced only after a delay.
     await eventually('a replacement', async () => (await status(name)).replicas.some((r) => r.seq === 2), 10_000);
@@ -240,10 +284,16 @@ describe('replica lifecycles', () => {
     await eventually('Unknown', async () => (await status(name)).replicas.some((r) => r.phase === 'Unknown'), 15_000);
     await eventually('node Lost', async () => (await node(a)).phase === 'Lost', 30_000);
     expect((await node(a)).allocations).toEqual([]);
-    const settled = await eventually('all Ready on b', async () => {
-      const view = await status(name);
-      return view.phase === 'Ready' && view.replicas.filter((r) => r.phase === 'Ready').every((r) => r.nodes.every((n) => n === b)) ? view : undefined;
-    }, 40_000);
+    const settled = await eventually(
+      'all Ready on b',
+      async () => {
+        const view = await status(name);
+        return view.phase === 'Ready' && view.replicas.filter((r) => r.phase === 'Ready').every((r) => r.nodes.every((n) => n === b))
+          ? view
+          : undefined;
+      },
+      40_000,
+    );
     expect(settled.ready).toBe(2);
     await runLlmgw(['undeploy', name]);
     await killEnginesOf([a]);
@@ -252,11 +302,20 @@ describe('replica lifecycles', () => {
   it('rejects bad input with a clear CLI error (exit 1) and a failed workflow naming the problem, holding nothing', async () => {
     const hosts = await twoHosts();
     const cases: { args: string[]; message: RegExp; workflow?: string }[] = [
-      { args: ['deploy', 'no-such-model', '--name', uniqueId('bad-model')], message: /unknown model "no-such-model".*valid models?: .*life/i },
+      {
+        args: ['deploy', 'no-such-model', '--name', uniqueId('bad-model')],
+        message: /unknown model "no-such-model".*valid models?: .*life/i,
+      },
       { args: ['deploy', 'life', '--name', uniqueId('bad-profile'), '--profile', 'nope'], message: /unknown profile "nope".*one-gpu/i },
       { args: ['deploy', 'life', '--name', uniqueId('bad-neg'), '--replicas', '-1'], message: /replicas must be ≥ 0/ },
-      { args: ['deploy', 'life', '--name', uniqueId('bad-big'), '--replicas', '10000'], message: /replicas 10000 is over the maximum of 64/ },
-      { args: ['deploy', 'life', '--name', uniqueId('bad-class'), '--profile', 'future'], message: /needs B200 GPUs and no registered node has them/ },
+      {
+        args: ['deploy', 'life', '--name', uniqueId('bad-big'), '--replicas', '10000'],
+        message: /replicas 10000 is over the maximum of 64/,
+      },
+      {
+        args: ['deploy', 'life', '--name', uniqueId('bad-class'), '--profile', 'future'],
+        message: /needs B200 GPUs and no registered node has them/,
+      },
     ];
     for (const c of cases) {
       const result = await runLlmgw(c.args);
@@ -270,7 +329,24 @@ describe('replica lifecycles', () => {
     // Malformed JSON never starts a workflow; well-formed JSON of the wrong shape fails it.
     const malformed = (() => {
       try {
-        execFileSync(inject('temporalBin'), ['workflow', 'start', '--type', 'deployModel', '--task-queue', 'llmgw', '--workflow-id', `deployment/${uniqueId('bad-json')}`, '--input', '{"model": "life", replicas: 2', '--address', inject('temporalAddress')], { stdio: 'pipe' });
+        execFileSync(
+          inject('temporalBin'),
+          [
+            'workflow',
+            'start',
+            '--type',
+            'deployModel',
+            '--task-queue',
+            'llmgw',
+            '--workflow-id',
+            `deployment/${uniqueId('bad-json')}`,
+            '--input',
+            '{"model": "life", replicas: 2',
+            '--address',
+            inject('temporalAddress'),
+          ],
+          { stdio: 'pipe' },
+        );
         return '';
       } catch (error) {
         return String((error as { stderr?: Buffer }).stderr ?? error);
@@ -278,8 +354,24 @@ describe('replica lifecycles', () => {
     })();
     expect(malformed).toMatch(/invalid|json|unmarshal/i);
     const wrongShape = uniqueId('bad-shape');
-    execFileSync(inject('temporalBin'), ['workflow', 'start', '--type', 'deployModel', '--task-queue', 'llmgw', '--workflow-id', `deployment/${wrongShape}`, '--input', '{"model":"life","replicas":"two"}', '--address', inject('temporalAddress')]);
-    const failure = await client.workflow.getHandle(`deployment/${wrongShape}`).result().catch((error: unknown) => error as Error);
+    execFileSync(inject('temporalBin'), [
+      'workflow',
+      'start',
+      '--type',
+      'deployModel',
+      '--task-queue',
+      'llmgw',
+      '--workflow-id',
+      `deployment/${wrongShape}`,
+      '--input',
+      '{"model":"life","replicas":"two"}',
+      '--address',
+      inject('temporalAddress'),
+    ]);
+    const failure = await client.workflow
+      .getHandle(`deployment/${wrongShape}`)
+      .result()
+      .catch((error: unknown) => error as Error);
     expect(String((failure as { cause?: Error }).cause?.message)).toMatch(/replicas: replicas must be a number/);
     expect(enginesOf(hosts)).toHaveLength(0);
     expect(await freeGpus(hosts)).toBe(16);

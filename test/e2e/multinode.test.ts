@@ -9,7 +9,17 @@ import { readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { cordonUpdate, deploymentStatusQuery, uncordonUpdate } from '../../workflows/definitions.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
-import { enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import {
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  runLlmgw,
+  spawnControlWorker,
+  startSimAgent,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
 import { testClient, uniqueId } from '../helpers/temporal.js';
 
 const hosts = {
@@ -26,13 +36,19 @@ let client: Awaited<ReturnType<typeof testClient>>;
 async function startAgent(nodeId: string, inventory: string): Promise<void> {
   const known = agents.get(nodeId);
   // A short lost grace, so that "a host left down" is decided within the test.
-  const started = await startSimAgent(nodeId, { inventory: join(INVENTORIES, inventory), stateDir: known?.stateDir, extra: ['--lost-grace-seconds', '10'] });
+  const started = await startSimAgent(nodeId, {
+    inventory: join(INVENTORIES, inventory),
+    stateDir: known?.stateDir,
+    extra: ['--lost-grace-seconds', '10'],
+  });
   agents.set(nodeId, started);
 }
 
 const status = (): Promise<DeploymentView> => client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
-const replicaOf = async (): Promise<ReplicaView | undefined> => (await status()).replicas.find((r) => r.phase !== 'Stopped' && r.phase !== 'Failed');
-const cordon = (nodeId: string) => client.client.workflow.getHandle(`node/${nodeId}`).executeUpdate(cordonUpdate, { args: [{ reason: 'test' }] });
+const replicaOf = async (): Promise<ReplicaView | undefined> =>
+  (await status()).replicas.find((r) => r.phase !== 'Stopped' && r.phase !== 'Failed');
+const cordon = (nodeId: string) =>
+  client.client.workflow.getHandle(`node/${nodeId}`).executeUpdate(cordonUpdate, { args: [{ reason: 'test' }] });
 const uncordon = (nodeId: string) => client.client.workflow.getHandle(`node/${nodeId}`).executeUpdate(uncordonUpdate, { args: [] });
 
 /** The engine process of one shard (its process group is the whole rank). */
@@ -41,11 +57,16 @@ function engineOf(shardId: string): number | undefined {
 }
 
 async function readyReplica(what: string, accept: (r: ReplicaView) => boolean = () => true): Promise<ReplicaView> {
-  return eventually(what, async () => {
-    const view = await status();
-    const replica = view.replicas.find((r) => r.phase === 'Ready');
-    return view.phase === 'Ready' && replica && accept(replica) ? replica : undefined;
-  }, 90_000, 250);
+  return eventually(
+    what,
+    async () => {
+      const view = await status();
+      const replica = view.replicas.find((r) => r.phase === 'Ready');
+      return view.phase === 'Ready' && replica && accept(replica) ? replica : undefined;
+    },
+    90_000,
+    250,
+  );
 }
 
 beforeAll(async () => {
@@ -68,10 +89,14 @@ describe('multi-node replicas', () => {
     await cordon(hosts.b2.id);
     const deployed = await runLlmgw(['deploy', 'gang', '--name', name, '--replicas', '1']);
     expect(deployed.code, deployed.output).toBe(0);
-    const waiting = await eventually('Unschedulable', async () => {
-      const replica = await replicaOf();
-      return replica?.phase === 'Unschedulable' ? replica : undefined;
-    }, 30_000);
+    const waiting = await eventually(
+      'Unschedulable',
+      async () => {
+        const replica = await replicaOf();
+        return replica?.phase === 'Unschedulable' ? replica : undefined;
+      },
+      30_000,
+    );
     expect(waiting.reason).toMatch(/not split across fabrics/);
     expect(waiting.reason).toMatch(/ib-a/);
     expect(waiting.reason).toMatch(/ib-b/);
@@ -129,7 +154,11 @@ describe('multi-node replicas', () => {
     await startAgent(rank1.nodeId, inventory);
     const admin = connectAdmin(/admin API on (\S+)/.exec(agents.get(rank1.nodeId)!.proc.output())![1]!);
     try {
-      await eventually('the lost host reports nothing left of the old replica', async () => (await admin.describe()).register!.runningShards.length === 0, 30_000);
+      await eventually(
+        'the lost host reports nothing left of the old replica',
+        async () => (await admin.describe()).register!.runningShards.length === 0,
+        30_000,
+      );
     } finally {
       admin.close();
     }

@@ -10,11 +10,23 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { parseRayStatusNodeCount } from '../../agent/engines/ray.js';
-import { enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import {
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  runLlmgw,
+  spawnControlWorker,
+  startSimAgent,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
 import { testClient, uniqueId } from '../helpers/temporal.js';
 
 function findRay(): string | undefined {
-  const candidates = [process.env.LLMGW_RAY_COMMAND, resolve(__dirname, '../../.llmgw/ray-venv/bin/ray')].filter((c): c is string => Boolean(c));
+  const candidates = [process.env.LLMGW_RAY_COMMAND, resolve(__dirname, '../../.llmgw/ray-venv/bin/ray')].filter((c): c is string =>
+    Boolean(c),
+  );
   for (const candidate of candidates) if (existsSync(candidate)) return candidate;
   try {
     return execFileSync('sh', ['-c', 'command -v ray'], { encoding: 'utf8' }).trim() || undefined;
@@ -25,7 +37,10 @@ function findRay(): string | undefined {
 
 const ray = findRay();
 if (!ray && process.env.CI === 'true') throw new Error('CI installs Ray for this test (.ci/run), but no ray program was found');
-if (!ray) console.warn('ray test skipped: no ray program (python3 -m venv .llmgw/ray-venv && .llmgw/ray-venv/bin/pip install ray, or LLMGW_RAY_COMMAND=/path/to/ray)');
+if (!ray)
+  console.warn(
+    'ray test skipped: no ray program (python3 -m venv .llmgw/ray-venv && .llmgw/ray-venv/bin/pip install ray, or LLMGW_RAY_COMMAND=/path/to/ray)',
+  );
 
 const nodeIds = [uniqueId('ray-a'), uniqueId('ray-b')];
 const agents: LlmgwProcess[] = [];
@@ -86,7 +101,11 @@ describe.skipIf(!ray)('Ray launcher', () => {
     const undeployed = await runLlmgw(['undeploy', name]);
     expect(undeployed.code, undeployed.output).toBe(0);
     await eventually('no Ray process left on either host', () => enginesOf(nodeIds).length === 0, 60_000, 500).catch(() => {
-      throw new Error(`still running: ${enginesOf(nodeIds).map((e) => `${e.pid} ${e.env.LLMGW_SHARD_ID}`).join(', ')}`);
+      throw new Error(
+        `still running: ${enginesOf(nodeIds)
+          .map((e) => `${e.pid} ${e.env.LLMGW_SHARD_ID}`)
+          .join(', ')}`,
+      );
     });
   }, 400_000);
 });

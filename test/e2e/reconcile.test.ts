@@ -19,7 +19,18 @@ import { signalGroup } from '../../agent/supervisor/proc.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
 import type { ReconcileResult } from '../../common/reconcile-types.js';
-import { E2E_CATALOG, enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import {
+  E2E_CATALOG,
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  runLlmgw,
+  sleep,
+  spawnLlmgw,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { recordHistory } from '../helpers/histories.js';
 
@@ -43,8 +54,10 @@ async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
   }
 }
 
-const status = (name: string): Promise<DeploymentView> => withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
-const nodeView = (nodeId: string): Promise<NodeView> => withClient((client) => client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery));
+const status = (name: string): Promise<DeploymentView> =>
+  withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
+const nodeView = (nodeId: string): Promise<NodeView> =>
+  withClient((client) => client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery));
 
 /** The node's allocations as comparable strings: shard → GPUs. */
 async function allocations(nodeId: string): Promise<string[]> {
@@ -57,7 +70,23 @@ async function startAgent(nodeId: string, inventory: string, agentEnv: Record<st
   const from = 30000 + Math.floor(Math.random() * 300) * 100;
   const range = known?.range ?? `${from}-${from + 99}`;
   const proc = spawnLlmgw(
-    ['agent', '--node-id', nodeId, '--gpus', inventory, '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0', '--port-range', range, '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300'],
+    [
+      'agent',
+      '--node-id',
+      nodeId,
+      '--gpus',
+      inventory,
+      '--state-dir',
+      stateDir,
+      '--admin-addr',
+      '127.0.0.1:0',
+      '--port-range',
+      range,
+      '--presence-heartbeat-seconds',
+      '5',
+      '--lost-grace-seconds',
+      '300',
+    ],
     { ...env, ...agentEnv },
   );
   agents.set(nodeId, { proc, stateDir, range });
@@ -91,7 +120,21 @@ async function actionOfAnyRun(nodeId: string, matches: (action: ActionOutcome) =
 }
 
 async function deploy(model: string, name: string, replicas: number, profile?: string): Promise<DeploymentView> {
-  const deployed = await runLlmgw(['deploy', model, '--name', name, '--replicas', String(replicas), ...(profile ? ['--profile', profile] : []), '--wait', '--timeout', '90'], env);
+  const deployed = await runLlmgw(
+    [
+      'deploy',
+      model,
+      '--name',
+      name,
+      '--replicas',
+      String(replicas),
+      ...(profile ? ['--profile', profile] : []),
+      '--wait',
+      '--timeout',
+      '90',
+    ],
+    env,
+  );
   expect(deployed.code, deployed.output).toBe(0);
   return status(name);
 }
@@ -108,7 +151,13 @@ async function routed(name: string): Promise<boolean> {
 
 beforeAll(async () => {
   port = await findFreePort();
-  server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, inMemory: true, logFile: `.llmgw/test/temporal-reconcile-${port}.log` });
+  server = await startDevServer({
+    temporalBin: inject('temporalBin'),
+    port,
+    headless: true,
+    inMemory: true,
+    logFile: `.llmgw/test/temporal-reconcile-${port}.log`,
+  });
   env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
   // The worker reads a copy of the catalog that the tests edit; RACE is a GPU class only the
   // startup-race agents have, so those deployments land there and nowhere else.
@@ -129,7 +178,10 @@ beforeAll(async () => {
 `,
   );
   inventoryDir = dir;
-  writeFileSync(join(dir, 'racex8.yaml'), readFileSync(join(INVENTORIES, 'lifex8.yaml'), 'utf8').replace(/^gpuClass: LIFE$/m, 'gpuClass: RACE'));
+  writeFileSync(
+    join(dir, 'racex8.yaml'),
+    readFileSync(join(INVENTORIES, 'lifex8.yaml'), 'utf8').replace(/^gpuClass: LIFE$/m, 'gpuClass: RACE'),
+  );
   const worker = spawnLlmgw(['worker', '--catalog', catalogFile], env);
   await worker.waitForOutput(/serving task queue llmgw/, 90_000);
   for (const nodeId of nodeIds) await startAgent(nodeId, join(INVENTORIES, 'lifex8.yaml'));
@@ -152,22 +204,35 @@ describe('reconciliation', () => {
   it('rebuilds everything from the agents within 30 s when Temporal loses all its data: same engines, same GPUs, the router serves again', async () => {
     await deploy('life', first, 2, 'one-gpu');
     await deploy('life', second, 1, 'tp2');
-    await eventually('the router serves both', async () => (await routed(first)) && (await routed(second)), 20_000, 250).catch(async (error: unknown) => {
-      console.log(routerProc.output().slice(-3000));
-      const health = await fetch(`${router.baseURL.replace(/\/v1$/, '')}/health`).then((r) => r.text()).catch(String);
-      console.log(health);
-      throw error;
-    });
+    await eventually('the router serves both', async () => (await routed(first)) && (await routed(second)), 20_000, 250).catch(
+      async (error: unknown) => {
+        console.log(routerProc.output().slice(-3000));
+        const health = await fetch(`${router.baseURL.replace(/\/v1$/, '')}/health`)
+          .then((r) => r.text())
+          .catch(String);
+        console.log(health);
+        throw error;
+      },
+    );
     // Every node has its reconcile Schedule.
     await withClient(async (client) => {
-      for (const nodeId of nodeIds) expect((await client.schedule.getHandle(`reconcile/${nodeId}`).describe()).action.type).toBe('startWorkflow');
+      for (const nodeId of nodeIds)
+        expect((await client.schedule.getHandle(`reconcile/${nodeId}`).describe()).action.type).toBe('startWorkflow');
     });
-    const pidsBefore = enginesOf(nodeIds).map((e) => e.pid).sort();
+    const pidsBefore = enginesOf(nodeIds)
+      .map((e) => e.pid)
+      .sort();
     expect(pidsBefore).toHaveLength(3);
     const allocationsBefore = Object.fromEntries(await Promise.all(nodeIds.map(async (id) => [id, await allocations(id)] as const)));
 
     await server.stop();
-    server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, inMemory: true, logFile: `.llmgw/test/temporal-reconcile-${port}.log` });
+    server = await startDevServer({
+      temporalBin: inject('temporalBin'),
+      port,
+      headless: true,
+      inMemory: true,
+      logFile: `.llmgw/test/temporal-reconcile-${port}.log`,
+    });
     const back = Date.now();
 
     const rebuilt = await eventually(
@@ -189,25 +254,51 @@ describe('reconciliation', () => {
       [1, 1],
     ]);
     expect(rebuilt[0]!.rebuilt).toMatch(/rebuilt by reconciliation/);
-    expect(enginesOf(nodeIds).map((e) => e.pid).sort()).toEqual(pidsBefore);
+    expect(
+      enginesOf(nodeIds)
+        .map((e) => e.pid)
+        .sort(),
+    ).toEqual(pidsBefore);
     for (const nodeId of nodeIds) expect(await allocations(nodeId)).toEqual(allocationsBefore[nodeId]);
     recordHistory(`replica/${first}/1`, 'replica-adopted-after-temporal-loss', `127.0.0.1:${port}`);
 
     // A new deployment lands on GPUs nobody holds.
-    const held = new Set(Object.entries(allocationsBefore).flatMap(([id, list]) => list.flatMap((entry) => entry.split(':')[1]!.split(',').map((gpu) => `${id}:${gpu}`))));
+    const held = new Set(
+      Object.entries(allocationsBefore).flatMap(([id, list]) =>
+        list.flatMap((entry) =>
+          entry
+            .split(':')[1]!
+            .split(',')
+            .map((gpu) => `${id}:${gpu}`),
+        ),
+      ),
+    );
     const third = uniqueId('rec-three');
     const view = await deploy('life', third, 2, 'one-gpu');
-    const taken = view.replicas.flatMap((r) => r.gpus.flatMap((g) => g.split(':')[1]!.split(',').map((gpu) => `${g.split(':')[0]}:${gpu}`)));
+    const taken = view.replicas.flatMap((r) =>
+      r.gpus.flatMap((g) =>
+        g
+          .split(':')[1]!
+          .split(',')
+          .map((gpu) => `${g.split(':')[0]}:${gpu}`),
+      ),
+    );
     expect(taken).toHaveLength(2);
     for (const gpu of taken) expect(held.has(gpu), `${gpu} was already held`).toBe(false);
     await undeploy(third);
   });
 
   it('stops the engines of a profile removed from the catalog and frees their GPUs, leaving the others alone', async () => {
-    const keptPids = enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${first}/`)).map((e) => e.pid).sort();
+    const keptPids = enginesOf(nodeIds)
+      .filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${first}/`))
+      .map((e) => e.pid)
+      .sort();
     const removed = (await status(second)).replicas.flatMap((r) => r.shards.map((s) => s.shardId));
     expect(keptPids).toHaveLength(2);
-    writeFileSync(catalogFile, readFileSync(catalogFile, 'utf8').replace(/ {6}- name: tp2\n( {8}.*\n)+? {8}startupTimeoutSeconds: 30\n/, ''));
+    writeFileSync(
+      catalogFile,
+      readFileSync(catalogFile, 'utf8').replace(/ {6}- name: tp2\n( {8}.*\n)+? {8}startupTimeoutSeconds: 30\n/, ''),
+    );
     expect(readFileSync(catalogFile, 'utf8')).not.toMatch(/name: tp2/);
 
     const results = await Promise.all(nodeIds.map((id) => reconcile(id)));
@@ -215,7 +306,8 @@ describe('reconciliation', () => {
     expect(stops.map((a) => ('shardId' in a ? a.shardId : ''))).toEqual(removed);
     expect(stops[0]).toMatchObject({ effective: true, reason: 'model life profile tp2 is no longer in the catalog' });
     expect(enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${second}/`))).toEqual([]);
-    for (const nodeId of nodeIds) expect((await allocations(nodeId)).filter((a) => removed.some((id) => a.startsWith(`${id}:`)))).toEqual([]);
+    for (const nodeId of nodeIds)
+      expect((await allocations(nodeId)).filter((a) => removed.some((id) => a.startsWith(`${id}:`)))).toEqual([]);
     // The deployment says why and starts nothing new; the other deployment did not notice.
     const degraded = await eventually('the deployment says its profile left the catalog', async () => {
       const view = await status(second);
@@ -224,7 +316,12 @@ describe('reconciliation', () => {
     expect(degraded.phase).toBe('Degraded');
     await sleep(3_000);
     expect(enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${second}/`))).toEqual([]);
-    expect(enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${first}/`)).map((e) => e.pid).sort()).toEqual(keptPids);
+    expect(
+      enginesOf(nodeIds)
+        .filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${first}/`))
+        .map((e) => e.pid)
+        .sort(),
+    ).toEqual(keptPids);
     expect((await status(first)).phase).toBe('Ready');
     await undeploy(second);
   });
@@ -232,20 +329,34 @@ describe('reconciliation', () => {
   it('kills an engine nobody can describe on a managed GPU, and the result and the agent log name it', async () => {
     const nodeId = nodeIds[0]!;
     const enginePort = await findFreePort();
-    const intruder = spawn(process.execPath, [join(__dirname, '../../bin/llmgw.js'), 'fake-engine', '--port', String(enginePort), '--model', 'intruder'], {
-      env: { PATH: process.env.PATH ?? '', LLMGW_NODE_ID: nodeId, LLMGW_SHARD_ID: 'intruder.1.r0.a1', LLMGW_REPLICA_ID: 'replica/intruder/1', CUDA_VISIBLE_DEVICES: '7' },
-      stdio: 'ignore',
-      detached: true,
-    });
+    const intruder = spawn(
+      process.execPath,
+      [join(__dirname, '../../bin/llmgw.js'), 'fake-engine', '--port', String(enginePort), '--model', 'intruder'],
+      {
+        env: {
+          PATH: process.env.PATH ?? '',
+          LLMGW_NODE_ID: nodeId,
+          LLMGW_SHARD_ID: 'intruder.1.r0.a1',
+          LLMGW_REPLICA_ID: 'replica/intruder/1',
+          CUDA_VISIBLE_DEVICES: '7',
+        },
+        stdio: 'ignore',
+        detached: true,
+      },
+    );
     try {
       await eventually('the intruder runs', () => enginesOf([nodeId]).some((e) => e.pid === intruder.pid), 10_000);
       const result = await reconcile(nodeId);
       // Usually this run kills it; a registration's or the Schedule's run that surveyed the
       // node a moment earlier may have (CI saw it). Either way one run's result names it.
-      const kill = result.actions.find((a) => a.kind === 'kill' && a.pid === intruder.pid) ?? (await actionOfAnyRun(nodeId, (a) => a.kind === 'kill' && a.pid === intruder.pid));
+      const kill =
+        result.actions.find((a) => a.kind === 'kill' && a.pid === intruder.pid) ??
+        (await actionOfAnyRun(nodeId, (a) => a.kind === 'kill' && a.pid === intruder.pid));
       expect(kill).toMatchObject({ kind: 'kill', pid: intruder.pid, gpuIndices: [7], effective: true, reason: 'no spec describes it' });
       expect(enginesOf([nodeId]).some((e) => e.pid === intruder.pid)).toBe(false);
-      expect(agents.get(nodeId)!.proc.output()).toContain(`killed pid ${intruder.pid} (LLMGW_SHARD_ID=intruder.1.r0.a1): no spec describes it`);
+      expect(agents.get(nodeId)!.proc.output()).toContain(
+        `killed pid ${intruder.pid} (LLMGW_SHARD_ID=intruder.1.r0.a1): no spec describes it`,
+      );
     } finally {
       signalGroup(intruder.pid!, 'SIGKILL');
     }
@@ -268,10 +379,18 @@ describe('reconciliation', () => {
 
     const ids = [1, 2].map((n) => uniqueId(`reconcile/${shard.nodeId}/same-report-${n}`));
     const run = (n: number): Promise<ReconcileResult> =>
-      withClient((client) => client.workflow.execute('reconcileNode', { workflowId: ids[n - 1]!, taskQueue: CONTROL_TASK_QUEUE, args: [{ nodeId: shard.nodeId, trigger: 'test', report }] }));
+      withClient((client) =>
+        client.workflow.execute('reconcileNode', {
+          workflowId: ids[n - 1]!,
+          taskQueue: CONTROL_TASK_QUEUE,
+          args: [{ nodeId: shard.nodeId, trigger: 'test', report }],
+        }),
+      );
     const once = await run(1);
     recordHistory(ids[0]!, 'reconcileNode-stop-and-release', `127.0.0.1:${port}`);
-    expect(once.actions.filter((a) => a.effective).map((a) => [a.kind, 'shardId' in a ? a.shardId : '', a.reason])).toEqual([['stop', shard.shardId, `its replica workflow replica/${orphan}/1 has closed`]]);
+    expect(once.actions.filter((a) => a.effective).map((a) => [a.kind, 'shardId' in a ? a.shardId : '', a.reason])).toEqual([
+      ['stop', shard.shardId, `its replica workflow replica/${orphan}/1 has closed`],
+    ]);
     expect(once.changed).toBeGreaterThan(0);
     expect(enginesOf([shard.nodeId]).some((e) => e.env.LLMGW_SHARD_ID === shard.shardId)).toBe(false);
     expect((await allocations(shard.nodeId)).some((a) => a.startsWith(`${shard.shardId}:`))).toBe(false);
@@ -292,17 +411,32 @@ describe('reconciliation', () => {
     expect((await status(name)).replicas[0]!.phase).toBe('Ready');
 
     const id = uniqueId(`reconcile/${shard.nodeId}/terminated`);
-    const result: ReconcileResult = await withClient((client) => client.workflow.execute('reconcileNode', { workflowId: id, taskQueue: CONTROL_TASK_QUEUE, args: [{ nodeId: shard.nodeId, trigger: 'test' }] }));
+    const result: ReconcileResult = await withClient((client) =>
+      client.workflow.execute('reconcileNode', {
+        workflowId: id,
+        taskQueue: CONTROL_TASK_QUEUE,
+        args: [{ nodeId: shard.nodeId, trigger: 'test' }],
+      }),
+    );
     recordHistory(id, 'reconcileNode-tell-deployment-of-closed-replica', `127.0.0.1:${port}`);
     const isTheStop = (a: ActionOutcome): boolean => a.kind === 'stop' && a.shardId === shard.shardId;
     const stop = result.actions.find((a) => a.effective && isTheStop(a)) ?? (await actionOfAnyRun(shard.nodeId, isTheStop));
-    expect(stop).toMatchObject({ kind: 'stop', reason: `its replica workflow replica/${name}/1 has closed`, tellDeployment: `deployment/${name}` });
+    expect(stop).toMatchObject({
+      kind: 'stop',
+      reason: `its replica workflow replica/${name}/1 has closed`,
+      tellDeployment: `deployment/${name}`,
+    });
     expect(enginesOf([shard.nodeId]).some((e) => e.env.LLMGW_SHARD_ID === shard.shardId)).toBe(false);
 
-    const replaced = await eventually('a replacement Ready', async () => {
-      const now = await status(name);
-      return now.phase === 'Ready' && now.replicas.some((r) => r.seq === 2 && r.phase === 'Ready') ? now : undefined;
-    }, 60_000, 250);
+    const replaced = await eventually(
+      'a replacement Ready',
+      async () => {
+        const now = await status(name);
+        return now.phase === 'Ready' && now.replicas.some((r) => r.seq === 2 && r.phase === 'Ready') ? now : undefined;
+      },
+      60_000,
+      250,
+    );
     const old = replaced.replicas.find((r) => r.seq === 1)!;
     console.log(`terminated replica: ${old.phase} (${old.reason}); replacement ${replaced.replicas.find((r) => r.seq === 2)!.endpoint}`);
     expect(old.phase).toBe('Failed');
@@ -345,7 +479,21 @@ describe('reconciliation', () => {
     raceNodes.push(nodeId);
     const agent = await startAgent(nodeId, join(inventoryDir, 'racex8.yaml'));
     // The node's first reconcile creates its Schedule.
-    await eventually('the reconcile Schedule', () => withClient((client) => client.schedule.getHandle(`reconcile/${nodeId}`).describe().then(() => true, () => false)), 30_000, 250);
+    await eventually(
+      'the reconcile Schedule',
+      () =>
+        withClient((client) =>
+          client.schedule
+            .getHandle(`reconcile/${nodeId}`)
+            .describe()
+            .then(
+              () => true,
+              () => false,
+            ),
+        ),
+      30_000,
+      250,
+    );
 
     const cordoned = await runLlmgw(['nodes', 'cordon', nodeId, '--reason', 'maintenance'], env);
     expect(cordoned.code, cordoned.output).toBe(0);

@@ -26,7 +26,11 @@ describe('workflow replay', () => {
     expect(recorded).toBeDefined();
     // The same workflow type, changed to start a timer before its activity.
     const replay = Worker.runReplayHistory(
-      { workflowsPath: join(__dirname, '../workflows/changed-roundtrip.ts'), dataConverter: llmgwDataConverter(), replayName: 'llmgw-ci-replay-changed' },
+      {
+        workflowsPath: join(__dirname, '../workflows/changed-roundtrip.ts'),
+        dataConverter: llmgwDataConverter(),
+        replayName: 'llmgw-ci-replay-changed',
+      },
       recorded!.history,
     );
     await expect(replay).rejects.toBeInstanceOf(DeterminismViolationError);

@@ -12,7 +12,17 @@ import { findFreePort } from '../../common/ports.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
-import { E2E_CATALOG, enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import {
+  E2E_CATALOG,
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  runLlmgw,
+  spawnLlmgw,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 
 let server: DevServer;
@@ -43,11 +53,34 @@ async function startWorker(): Promise<LlmgwProcess> {
 beforeAll(async () => {
   port = await findFreePort();
   dbFile = join(mkdtempSync(join(tmpdir(), 'llmgw-restarts-')), 'dev.db');
-  server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-restarts-${port}.log` });
+  server = await startDevServer({
+    temporalBin: inject('temporalBin'),
+    port,
+    headless: true,
+    dbFile,
+    logFile: `.llmgw/test/temporal-restarts-${port}.log`,
+  });
   env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
   for (const nodeId of nodeIds) {
     const from = 30000 + Math.floor(Math.random() * 300) * 100;
-    const agent = spawnLlmgw(['agent', '--node-id', nodeId, '--gpus', join(INVENTORIES, 'lifex8.yaml'), '--state-dir', mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)), '--admin-addr', '127.0.0.1:0', '--port-range', `${from}-${from + 99}`, '--presence-heartbeat-seconds', '5'], env);
+    const agent = spawnLlmgw(
+      [
+        'agent',
+        '--node-id',
+        nodeId,
+        '--gpus',
+        join(INVENTORIES, 'lifex8.yaml'),
+        '--state-dir',
+        mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
+        '--admin-addr',
+        '127.0.0.1:0',
+        '--port-range',
+        `${from}-${from + 99}`,
+        '--presence-heartbeat-seconds',
+        '5',
+      ],
+      env,
+    );
     await agent.waitForOutput(/registered with node\//, 60_000);
   }
 });
@@ -79,15 +112,35 @@ describe('control plane restarts', () => {
     expect(started.code, started.output).toBe(0);
     await server.stop();
     await new Promise((r) => setTimeout(r, 2_000));
-    server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-restarts-${port}.log` });
+    server = await startDevServer({
+      temporalBin: inject('temporalBin'),
+      port,
+      headless: true,
+      dbFile,
+      logFile: `.llmgw/test/temporal-restarts-${port}.log`,
+    });
     let last: unknown;
-    const ready = await eventually('Ready after the restart', async () => {
-      const view = await status(name);
-      last = view;
-      return view.phase === 'Ready' ? view : undefined;
-    }, 150_000, 500).catch(async (error: unknown) => {
+    const ready = await eventually(
+      'Ready after the restart',
+      async () => {
+        const view = await status(name);
+        last = view;
+        return view.phase === 'Ready' ? view : undefined;
+      },
+      150_000,
+      500,
+    ).catch(async (error: unknown) => {
       // Say where it stuck: the deployment's view and what the nodes think.
-      const nodes = await withClient((client) => Promise.all(nodeIds.map((id) => client.workflow.getHandle(`node/${id}`).query(describeNodeQuery).catch((e: unknown) => String(e)))));
+      const nodes = await withClient((client) =>
+        Promise.all(
+          nodeIds.map((id) =>
+            client.workflow
+              .getHandle(`node/${id}`)
+              .query(describeNodeQuery)
+              .catch((e: unknown) => String(e)),
+          ),
+        ),
+      );
       console.log(JSON.stringify({ last, nodes }, null, 1).slice(0, 6000));
       throw error;
     });

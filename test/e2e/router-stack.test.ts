@@ -37,7 +37,9 @@ interface Sample {
 function status(): Promise<DeploymentView> {
   return Connection.connect({ address: `127.0.0.1:${port}` }).then(async (connection) => {
     try {
-      return await new Client({ connection, dataConverter: llmgwDataConverter() }).workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+      return await new Client({ connection, dataConverter: llmgwDataConverter() }).workflow
+        .getHandle(`deployment/${name}`)
+        .query(deploymentStatusQuery);
     } finally {
       await connection.close();
     }
@@ -54,11 +56,22 @@ function startLoad(concurrency = 4): { stop(): Promise<Sample[]> } {
       const response = await request(`${routerUrl}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'route', stream, max_tokens: stream ? 8 : 4, messages: [{ role: 'user', content: `hello ${start}` }] }),
+        body: JSON.stringify({
+          model: 'route',
+          stream,
+          max_tokens: stream ? 8 : 4,
+          messages: [{ role: 'user', content: `hello ${start}` }],
+        }),
       });
       const text = await response.body.text();
       const ok = response.statusCode === 200 && (!stream || (text.includes('data: [DONE]') && !text.includes('"error"')));
-      samples.push({ start, end: Date.now(), ok, endpoint: String(response.headers['x-llmgw-endpoint'] ?? ''), error: ok ? '' : `${response.statusCode} ${text.slice(0, 200)}` });
+      samples.push({
+        start,
+        end: Date.now(),
+        ok,
+        endpoint: String(response.headers['x-llmgw-endpoint'] ?? ''),
+        error: ok ? '' : `${response.statusCode} ${text.slice(0, 200)}`,
+      });
     } catch (error) {
       samples.push({ start, end: Date.now(), ok: false, endpoint: '', error: String(error) });
     }
@@ -78,14 +91,39 @@ function startLoad(concurrency = 4): { stop(): Promise<Sample[]> } {
 beforeAll(async () => {
   port = await findFreePort();
   dbFile = join(mkdtempSync(join(tmpdir(), 'llmgw-router-stack-')), 'dev.db');
-  server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
+  server = await startDevServer({
+    temporalBin: inject('temporalBin'),
+    port,
+    headless: true,
+    dbFile,
+    logFile: `.llmgw/test/temporal-router-${port}.log`,
+  });
   env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
   const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
   processes.push(['worker', worker]);
   await worker.waitForOutput(/serving task queue llmgw/, 90_000);
   for (const nodeId of nodeIds) {
     const from = 30000 + Math.floor(Math.random() * 300) * 100;
-    const agent = spawnLlmgw(['agent', '--node-id', nodeId, '--gpus', join(INVENTORIES, 'routex8.yaml'), '--state-dir', mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)), '--admin-addr', '127.0.0.1:0', '--port-range', `${from}-${from + 99}`, '--presence-heartbeat-seconds', '5', '--lost-grace-seconds', '300'], env);
+    const agent = spawnLlmgw(
+      [
+        'agent',
+        '--node-id',
+        nodeId,
+        '--gpus',
+        join(INVENTORIES, 'routex8.yaml'),
+        '--state-dir',
+        mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
+        '--admin-addr',
+        '127.0.0.1:0',
+        '--port-range',
+        `${from}-${from + 99}`,
+        '--presence-heartbeat-seconds',
+        '5',
+        '--lost-grace-seconds',
+        '300',
+      ],
+      env,
+    );
     processes.push([`agent ${nodeId}`, agent]);
     await agent.waitForOutput(/registered with node\//, 60_000);
   }
@@ -96,15 +134,23 @@ beforeAll(async () => {
   routerUrl = `http://127.0.0.1:${routerPort}`;
   const deployed = await runLlmgw(['deploy', 'route', '--name', name, '--replicas', '2', '--wait', '--timeout', '60'], env);
   expect(deployed.code, deployed.output).toBe(0);
-  await eventually('both replicas routed', async () => {
-    const endpoints = new Set<string>();
-    for (let i = 0; i < 20; i++) {
-      const response = await request(`${routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] }) });
-      await response.body.text();
-      endpoints.add(String(response.headers['x-llmgw-endpoint'] ?? ''));
-    }
-    return endpoints.size === 2;
-  }, 20_000);
+  await eventually(
+    'both replicas routed',
+    async () => {
+      const endpoints = new Set<string>();
+      for (let i = 0; i < 20; i++) {
+        const response = await request(`${routerUrl}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] }),
+        });
+        await response.body.text();
+        endpoints.add(String(response.headers['x-llmgw-endpoint'] ?? ''));
+      }
+      return endpoints.size === 2;
+    },
+    20_000,
+  );
 });
 
 afterAll(async () => {
@@ -119,15 +165,27 @@ describe('the router under load', () => {
     await sleep(1_500);
     const scaled = await runLlmgw(['scale', name, '1'], env);
     expect(scaled.code, scaled.output).toBe(0);
-    const draining = await eventually('a replica Draining', async () => (await status()).replicas.find((r) => r.phase === 'Draining'), 10_000, 50);
+    const draining = await eventually(
+      'a replica Draining',
+      async () => (await status()).replicas.find((r) => r.phase === 'Draining'),
+      10_000,
+      50,
+    );
     const drainingAt = Date.now();
-    await eventually('drained replica stopped', async () => (await status()).replicas.some((r) => r.replicaId === draining.replicaId && r.phase === 'Stopped'), 20_000, 200);
+    await eventually(
+      'drained replica stopped',
+      async () => (await status()).replicas.some((r) => r.replicaId === draining.replicaId && r.phase === 'Stopped'),
+      20_000,
+      200,
+    );
     await sleep(1_000);
     const samples = await load.stop();
     const failed = samples.filter((s) => !s.ok);
     const late = samples.filter((s) => s.endpoint === draining.endpoint && s.start > drainingAt + 1_000);
     const lastOnDrained = Math.max(...samples.filter((s) => s.endpoint === draining.endpoint).map((s) => s.start));
-    console.log(`scale 2→1 under load: ${samples.length} requests, ${failed.length} failed; last request to the drained replica started ${lastOnDrained - drainingAt} ms after it was seen Draining`);
+    console.log(
+      `scale 2→1 under load: ${samples.length} requests, ${failed.length} failed; last request to the drained replica started ${lastOnDrained - drainingAt} ms after it was seen Draining`,
+    );
     expect(failed.map((s) => s.error)).toEqual([]);
     expect(late).toEqual([]);
     expect((await runLlmgw(['scale', name, '2'], env)).code).toBe(0);
@@ -144,7 +202,9 @@ describe('the router under load', () => {
     await sleep(4_000);
     const samples = await load.stop();
     const failed = samples.filter((s) => !s.ok);
-    console.log(`engine killed under load: ${samples.length} requests, ${failed.length} failed (all started before the kill: ${failed.every((s) => s.start <= killedAt)})`);
+    console.log(
+      `engine killed under load: ${samples.length} requests, ${failed.length} failed (all started before the kill: ${failed.every((s) => s.start <= killedAt)})`,
+    );
     expect(failed.every((s) => s.start <= killedAt)).toBe(true);
     expect(samples.filter((s) => s.start >= killedAt + 2_000 && !s.ok)).toEqual([]);
     await eventually('2 Ready again', async () => (await status()).phase === 'Ready', 30_000);
@@ -162,12 +222,23 @@ describe('the router under load', () => {
     const health = await request(`${routerUrl}/health`);
     expect(await health.body.text()).toMatch(/unreachable|degraded/i);
 
-    server = await startDevServer({ temporalBin: inject('temporalBin'), port, headless: true, dbFile, logFile: `.llmgw/test/temporal-router-${port}.log` });
+    server = await startDevServer({
+      temporalBin: inject('temporalBin'),
+      port,
+      headless: true,
+      dbFile,
+      logFile: `.llmgw/test/temporal-router-${port}.log`,
+    });
     // Known by replica id, not endpoint: the agent may give the new engine the port a
     // stopped replica of this deployment used (CI saw exactly that), and that is fine.
     const before = new Set((await eventually('status after restart', () => status(), 60_000)).replicas.map((r) => r.replicaId));
     expect((await runLlmgw(['scale', name, '3'], env)).code).toBe(0);
-    const added = await eventually('the new replica Ready', async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.replicaId)), 60_000, 50).catch(async (error: unknown) => {
+    const added = await eventually(
+      'the new replica Ready',
+      async () => (await status()).replicas.find((r) => r.phase === 'Ready' && !before.has(r.replicaId)),
+      60_000,
+      50,
+    ).catch(async (error: unknown) => {
       // What an operator would look at: the deployment's view and every process's last words.
       console.log(`deployment after the outage:\n${JSON.stringify(await status().catch((e: unknown) => String(e)), null, 2)}`);
       console.log(`llmgw status:\n${(await runLlmgw(['status', name], env)).output}`);
@@ -176,11 +247,20 @@ describe('the router under load', () => {
     });
     const readyAt = Date.now();
     const load2 = startLoad(4);
-    await eventually('a request served by the new replica', async () => {
-      const response = await request(`${routerUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'y' }] }) });
-      await response.body.text();
-      return response.headers['x-llmgw-endpoint'] === added.endpoint;
-    }, 5_000, 20).catch(async (error: unknown) => {
+    await eventually(
+      'a request served by the new replica',
+      async () => {
+        const response = await request(`${routerUrl}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'y' }] }),
+        });
+        await response.body.text();
+        return response.headers['x-llmgw-endpoint'] === added.endpoint;
+      },
+      5_000,
+      20,
+    ).catch(async (error: unknown) => {
       console.log(`router output:\n${routerProc.output().slice(-3000)}`);
       console.log(`health: ${await (await request(`${routerUrl}/health`)).body.text()}`);
       console.log(`added: ${JSON.stringify(added)}`);

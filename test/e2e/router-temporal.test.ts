@@ -66,7 +66,15 @@ describe('router: routes from Temporal', () => {
     const handles: WorkflowHandle[] = [];
     const start = async (seq: number, input: Partial<FakeReplicaInput>) => {
       const workflowId = replicaWorkflowId(deployment, seq);
-      const full: FakeReplicaInput = { deployment, servedName, model: 'demo', replicaId: workflowId, phase: 'Loading', endpoint: '', ...input };
+      const full: FakeReplicaInput = {
+        deployment,
+        servedName,
+        model: 'demo',
+        replicaId: workflowId,
+        phase: 'Loading',
+        endpoint: '',
+        ...input,
+      };
       const handle = await client.workflow.start('replica', { taskQueue, workflowId, args: [full] });
       handles.push(handle);
       return handle;
@@ -74,7 +82,11 @@ describe('router: routes from Temporal', () => {
 
     const logs: string[] = [];
     const router = await startRouter({
-      source: new TemporalRouteSource({ connect: async () => (await testClient()).client, description: 'test dev server', log: (l) => logs.push(l) }),
+      source: new TemporalRouteSource({
+        connect: async () => (await testClient()).client,
+        description: 'test dev server',
+        log: (l) => logs.push(l),
+      }),
       port: 0,
       log: (l) => logs.push(l),
     });
@@ -144,10 +156,20 @@ describe('router: routes from Temporal', () => {
     const router = await startRouter({ source, port: 0, log: (l) => logs.push(l) });
     const workflowId = replicaWorkflowId(deployment, 1);
     try {
-      expect(router.health()).toMatchObject({ status: 'degraded', routes: { state: 'unreachable', error: expect.stringContaining('ECONNREFUSED') } });
+      expect(router.health()).toMatchObject({
+        status: 'degraded',
+        routes: { state: 'unreachable', error: expect.stringContaining('ECONNREFUSED') },
+      });
       expect((await ask(router, servedName)).status).toBe(404);
       await withWorker({ taskQueue, workflowsPath: join(__dirname, '../workflows/fake-replica-as-replica.ts') }, async () => {
-        const input: FakeReplicaInput = { deployment, servedName, model: 'demo', replicaId: workflowId, phase: 'Ready', endpoint: endpointOf(e) };
+        const input: FakeReplicaInput = {
+          deployment,
+          servedName,
+          model: 'demo',
+          replicaId: workflowId,
+          phase: 'Ready',
+          endpoint: endpointOf(e),
+        };
         const handle = await client.workflow.start('replica', { taskQueue, workflowId, args: [input] });
         reachable = true;
         const deadline = Date.now() + 5000;
@@ -163,7 +185,10 @@ describe('router: routes from Temporal', () => {
       });
     } finally {
       await router.close(0);
-      await client.workflow.getHandle(workflowId).terminate('test over').catch(() => undefined);
+      await client.workflow
+        .getHandle(workflowId)
+        .terminate('test over')
+        .catch(() => undefined);
     }
   });
 });

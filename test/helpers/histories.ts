@@ -11,10 +11,14 @@ export const HISTORIES_DIR = resolve(__dirname, '../histories');
 /** Saves a workflow's history as the Temporal CLI prints it (the format the Web UI downloads). */
 export function recordHistory(workflowId: string, name: string, address: string = inject('temporalAddress')): void {
   if (process.env.LLMGW_RECORD_HISTORIES !== '1') return;
-  const json = execFileSync(inject('temporalBin'), ['workflow', 'show', '--workflow-id', workflowId, '--output', 'json', '--address', address], {
-    encoding: 'utf8',
-    maxBuffer: 64 * 1024 * 1024,
-  });
+  const json = execFileSync(
+    inject('temporalBin'),
+    ['workflow', 'show', '--workflow-id', workflowId, '--output', 'json', '--address', address],
+    {
+      encoding: 'utf8',
+      maxBuffer: 64 * 1024 * 1024,
+    },
+  );
   mkdirSync(HISTORIES_DIR, { recursive: true });
   writeFileSync(join(HISTORIES_DIR, `${name}.json`), json);
   // Workflows read their own id (deployModel checks it), so replay must use the real one.

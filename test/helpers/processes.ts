@@ -90,7 +90,12 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-export async function eventually<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000, intervalMs = 250): Promise<T> {
+export async function eventually<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 30_000,
+  intervalMs = 250,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   while (Date.now() < deadline) {
@@ -115,7 +120,11 @@ export async function spawnControlWorker(env: Record<string, string> = {}): Prom
 }
 
 /** Runs one `llmgw` command to completion (the CLI as a user runs it). */
-export async function runLlmgw(args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<{ code: number | null; output: string }> {
+export async function runLlmgw(
+  args: string[],
+  env: Record<string, string> = {},
+  timeoutMs = 120_000,
+): Promise<{ code: number | null; output: string }> {
   const proc = spawnLlmgw(args, env);
   const timer = setTimeout(() => void proc.kill9(), timeoutMs);
   const code = await proc.exited;
@@ -125,19 +134,28 @@ export async function runLlmgw(args: string[], env: Record<string, string> = {},
 }
 
 /** Starts a simulated agent and waits for it to register. */
-export async function startSimAgent(nodeId: string, options: { inventory: string; stateDir?: string; range?: string; extra?: string[] }): Promise<{ proc: LlmgwProcess; stateDir: string }> {
+export async function startSimAgent(
+  nodeId: string,
+  options: { inventory: string; stateDir?: string; range?: string; extra?: string[] },
+): Promise<{ proc: LlmgwProcess; stateDir: string }> {
   const { mkdtempSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
   const from = 30000 + Math.floor(Math.random() * 300) * 100;
   const proc = spawnLlmgw([
     'agent',
-    '--node-id', nodeId,
-    '--gpus', options.inventory,
-    '--state-dir', stateDir,
-    '--admin-addr', '127.0.0.1:0',
-    '--port-range', options.range ?? `${from}-${from + 99}`,
-    '--presence-heartbeat-seconds', '5',
+    '--node-id',
+    nodeId,
+    '--gpus',
+    options.inventory,
+    '--state-dir',
+    stateDir,
+    '--admin-addr',
+    '127.0.0.1:0',
+    '--port-range',
+    options.range ?? `${from}-${from + 99}`,
+    '--presence-heartbeat-seconds',
+    '5',
     ...(options.extra ?? []),
   ]);
   await proc.waitForOutput(/registered with node\//, 60_000);

@@ -1,7 +1,13 @@
 // The activity side of the contract test: turns a StartShard into the RunningShard an
 // agent would report for it.
 import { create } from '@bufbuild/protobuf';
-import { RunningShardSchema, ShardState, ShardStatusSchema, type RunningShard, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import {
+  RunningShardSchema,
+  ShardState,
+  ShardStatusSchema,
+  type RunningShard,
+  type StartShard,
+} from '../../proto/gen/llmgw/v1/shard_pb.js';
 
 export async function echoShardAsRunning(spec: StartShard): Promise<RunningShard> {
   return create(RunningShardSchema, {

@@ -3,7 +3,15 @@ import { create } from '@bufbuild/protobuf';
 import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { shardId as makeShardId } from '../../common/names.js';
 
-export function fakeShardSpec(options: { nodeId: string; deployment: string; seq?: number; rank?: number; gpus: number[]; args?: string[]; engine?: Engine }): StartShard {
+export function fakeShardSpec(options: {
+  nodeId: string;
+  deployment: string;
+  seq?: number;
+  rank?: number;
+  gpus: number[];
+  args?: string[];
+  engine?: Engine;
+}): StartShard {
   const replicaId = `replica/${options.deployment}/${options.seq ?? 1}`;
   const rank = options.rank ?? 0;
   return create(StartShardSchema, {

@@ -99,8 +99,13 @@ describe('a catalog with mistakes', () => {
   });
 
   it('refuses a malformed env name and the variables the agent sets', () => {
-    const errors = errorsOf(demo('        gpusPerNode: 1\n        env:\n          NCCL-DEBUG: INFO\n          CUDA_VISIBLE_DEVICES: "0"\n'));
-    expect(errors.map((e) => e.path)).toEqual(['models[0].profiles[0].env["NCCL-DEBUG"]', 'models[0].profiles[0].env.CUDA_VISIBLE_DEVICES']);
+    const errors = errorsOf(
+      demo('        gpusPerNode: 1\n        env:\n          NCCL-DEBUG: INFO\n          CUDA_VISIBLE_DEVICES: "0"\n'),
+    );
+    expect(errors.map((e) => e.path)).toEqual([
+      'models[0].profiles[0].env["NCCL-DEBUG"]',
+      'models[0].profiles[0].env.CUDA_VISIBLE_DEVICES',
+    ]);
     expect(errors[0]?.message).toMatch(/not a valid environment variable name/);
     expect(errors[0]?.line).toBe(10);
     expect(errors[1]?.message).toMatch(/set by the agent/);
@@ -120,7 +125,9 @@ describe('a catalog with mistakes', () => {
 
   it('points at an argument written as a number', () => {
     const errors = errorsOf(demo('        gpusPerNode: 1\n        args: ["--max-model-len", 8192]\n'));
-    expect(errors).toEqual([{ path: 'models[0].profiles[0].args[1]', message: 'args must be strings; quote this value (YAML read it as number 8192)', line: 9 }]);
+    expect(errors).toEqual([
+      { path: 'models[0].profiles[0].args[1]', message: 'args must be strings; quote this value (YAML read it as number 8192)', line: 9 },
+    ]);
   });
 
   it('reports broken YAML with its line', () => {
@@ -130,7 +137,9 @@ describe('a catalog with mistakes', () => {
   });
 
   it('refuses vLLM on several nodes without Ray, and Ray for SGLang', () => {
-    const vllm = errorsOf(demo('        gpusPerNode: 1\n        nodes: 2\n        tensorParallel: 2\n').replace('engine: fake', 'engine: vllm'));
+    const vllm = errorsOf(
+      demo('        gpusPerNode: 1\n        nodes: 2\n        tensorParallel: 2\n').replace('engine: fake', 'engine: vllm'),
+    );
     expect(vllm).toEqual([
       { path: 'models[0].profiles[0].launcher', message: expect.stringMatching(/needs launcher ray/) as unknown, line: 5 },
     ]);
@@ -192,7 +201,11 @@ describe('choosing a profile', () => {
       failureType: 'UnknownGpuClass',
       message: 'model demo has no profile for GPU class "L40S"; valid GPU classes: H100, A100',
     });
-    expect(chooseProfile(catalog, 'llama', {})).toEqual({ ok: false, failureType: 'UnknownModel', message: 'unknown model "llama"; valid models: demo' });
+    expect(chooseProfile(catalog, 'llama', {})).toEqual({
+      ok: false,
+      failureType: 'UnknownModel',
+      message: 'unknown model "llama"; valid models: demo',
+    });
   });
 
   it('refuses a profile that does not run on the requested GPU class', () => {
@@ -219,10 +232,16 @@ describe('a catalog file being edited', () => {
     const source = createCatalogSource(file, { log: (line) => logged.push(line) });
     expect(source.get().models.map((m) => m.name)).toEqual(['first']);
 
-    writeFileSync(file, `models:\n  - name: first\n    source: s\n    profiles:\n${profile}  - name: second\n    source: s\n    profiles:\n${profile}`);
+    writeFileSync(
+      file,
+      `models:\n  - name: first\n    source: s\n    profiles:\n${profile}  - name: second\n    source: s\n    profiles:\n${profile}`,
+    );
     expect(source.get().models.map((m) => m.name)).toEqual(['first', 'second']);
 
-    writeFileSync(file, `models:\n  - name: first\n    source: s\n    profiles:\n      - { name: p, engine: tgi, gpuClass: H100, gpusPerNode: 1 }\n`);
+    writeFileSync(
+      file,
+      `models:\n  - name: first\n    source: s\n    profiles:\n      - { name: p, engine: tgi, gpuClass: H100, gpusPerNode: 1 }\n`,
+    );
     expect(source.get().models.map((m) => m.name)).toEqual(['first', 'second']);
     expect(source.get().models.map((m) => m.name)).toEqual(['first', 'second']);
     expect(logged).toHaveLength(1);

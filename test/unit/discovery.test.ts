@@ -21,7 +21,8 @@ const FIXTURES = [
   join(repoRoot, 'shared', 'fixtures'),
   join(repoRoot, '..', 'shared', 'fixtures'),
 ].find((dir): dir is string => dir !== undefined && existsSync(join(dir, 'nvidia-smi')));
-if (FIXTURES === undefined) throw new Error('discovery fixtures not found: set LLMGW_FIXTURES to the folder holding nvidia-smi/ and sysfs-h100x8/');
+if (FIXTURES === undefined)
+  throw new Error('discovery fixtures not found: set LLMGW_FIXTURES to the folder holding nvidia-smi/ and sysfs-h100x8/');
 
 const SMI = join(FIXTURES, 'nvidia-smi');
 const H100_SYSFS = join(FIXTURES, 'sysfs-h100x8');
@@ -35,7 +36,10 @@ function fixture(name: string): string {
 }
 
 /** Serves a fixture host's recorded output for the four nvidia-smi calls discovery makes. */
-function fixtureNvidiaSmi(host: Host, override: (args: string[]) => Awaited<ReturnType<RunNvidiaSmi>> | undefined = () => undefined): RunNvidiaSmi {
+function fixtureNvidiaSmi(
+  host: Host,
+  override: (args: string[]) => Awaited<ReturnType<RunNvidiaSmi>> | undefined = () => undefined,
+): RunNvidiaSmi {
   return async (args) => {
     const overridden = override(args);
     if (overridden) return overridden;
@@ -110,7 +114,9 @@ describe('discovery on an 8x H100 SXM host with InfiniBand', () => {
   it('falls back to the sysfs NUMA node of each GPU when topo -m cannot be read', async () => {
     const host = await discoverRealHost({
       sysfsRoot: H100_SYSFS,
-      runNvidiaSmi: fixtureNvidiaSmi('h100x8', (args) => (args[0] === 'topo' ? { code: 1, stdout: '', stderr: 'topology unavailable' } : undefined)),
+      runNvidiaSmi: fixtureNvidiaSmi('h100x8', (args) =>
+        args[0] === 'topo' ? { code: 1, stdout: '', stderr: 'topology unavailable' } : undefined,
+      ),
     });
     expect(host.gpus).toHaveLength(8);
     expect(host.gpus.map((g) => g.numaNode)).toEqual([0, 0, 0, 0, 1, 1, 1, 1]);
@@ -127,8 +133,14 @@ describe('discovery on an 8x A100 PCIe host with NVLink bridges', () => {
     expect(host.gpuClass).toBe('A100');
     const pairs = host.gpus.flatMap((g) => g.nvlinkPeers.map((p) => [g.index, p.index, p.links]));
     expect(pairs).toEqual([
-      [0, 1, 12], [1, 0, 12], [2, 3, 12], [3, 2, 12],
-      [4, 5, 12], [5, 4, 12], [6, 7, 12], [7, 6, 12],
+      [0, 1, 12],
+      [1, 0, 12],
+      [2, 3, 12],
+      [3, 2, 12],
+      [4, 5, 12],
+      [5, 4, 12],
+      [6, 7, 12],
+      [7, 6, 12],
     ]);
     expect(host.gpus.map((g) => g.numaNode)).toEqual([0, 0, 0, 0, 1, 1, 1, 1]);
   });
@@ -197,7 +209,16 @@ describe('nvidia-smi and sysfs parsing', () => {
 
   it('treats [N/A] and [Not Supported] as unreported, not as zero', () => {
     const [row] = parseQueryGpu('0, GPU-x, NVIDIA L4, 23034, 0, [Not Supported], 00000000:01:00.0, 550.90.07, [N/A], [N/A]\n');
-    expect(row).toEqual({ index: 0, uuid: 'GPU-x', name: 'NVIDIA L4', memoryTotalMib: 23034, memoryUsedMib: 0, computeCapability: '', pciBusId: '00000000:01:00.0', driverVersion: '550.90.07' });
+    expect(row).toEqual({
+      index: 0,
+      uuid: 'GPU-x',
+      name: 'NVIDIA L4',
+      memoryTotalMib: 23034,
+      memoryUsedMib: 0,
+      computeCapability: '',
+      pciBusId: '00000000:01:00.0',
+      driverVersion: '550.90.07',
+    });
   });
 
   it('refuses a GPU line it cannot read rather than dropping a GPU', () => {
@@ -265,8 +286,15 @@ describe('simulated inventories', () => {
 
   it('rejects references to GPUs and HCAs the file does not list', async () => {
     const file = join(tmp, 'refs.json');
-    writeFileSync(file, JSON.stringify({ gpus: [{ index: 0, name: 'NVIDIA L40S', memoryTotalMib: 46068, nvlinkPeers: [{ index: 3, links: 4 }], nearHcas: ['mlx5_0'] }] }));
-    await expect(loadSimulatedInventory(file, { nodeId: 'n1' })).rejects.toThrow(/gpus\[0\]\.nvlinkPeers\[0\]\.index: no other GPU has index 3[\s\S]*gpus\[0\]\.nearHcas\[0\]: mlx5_0 is not listed under hcas/);
+    writeFileSync(
+      file,
+      JSON.stringify({
+        gpus: [{ index: 0, name: 'NVIDIA L40S', memoryTotalMib: 46068, nvlinkPeers: [{ index: 3, links: 4 }], nearHcas: ['mlx5_0'] }],
+      }),
+    );
+    await expect(loadSimulatedInventory(file, { nodeId: 'n1' })).rejects.toThrow(
+      /gpus\[0\]\.nvlinkPeers\[0\]\.index: no other GPU has index 3[\s\S]*gpus\[0\]\.nearHcas\[0\]: mlx5_0 is not listed under hcas/,
+    );
   });
 
   it('validates every built-in inventory with the same schema as files', () => {
@@ -322,6 +350,8 @@ describe('simulated inventories', () => {
   });
 
   it('names the unknown built-in and the ones that exist', async () => {
-    await expect(loadSimulatedInventory('builtin:b200x8', { nodeId: 'n1' })).rejects.toThrow(/builtin:b200x8.*builtin:h100x8, builtin:a100x8, builtin:l40sx4/);
+    await expect(loadSimulatedInventory('builtin:b200x8', { nodeId: 'n1' })).rejects.toThrow(
+      /builtin:b200x8.*builtin:h100x8, builtin:a100x8, builtin:l40sx4/,
+    );
   });
 });

@@ -7,13 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { parseAgentFlags } from '../../agent/config.js';
 import { buildEngineLaunch, parseRayStatusNodeCount, rayStatusArgs, type EngineContext } from '../../agent/engines/index.js';
 import { FailureType } from '../../common/failures.js';
-import {
-  Engine,
-  EngineProfileSchema,
-  Launcher,
-  StartShardSchema,
-  type StartShard,
-} from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 
 const FAKE_CMD = ['/usr/bin/node', '/opt/llmgw/bin/llmgw.js', 'fake-engine'];
 
@@ -87,13 +81,21 @@ describe('vLLM command lines', () => {
           role: 'engine',
           blocking: true,
           argv: [
-            'vllm', 'serve', 'meta-llama/Llama-3.1-8B-Instruct',
-            '--served-model-name', 'llama',
-            '--host', '10.0.0.5',
-            '--port', '18000',
-            '--tensor-parallel-size', '1',
-            '--pipeline-parallel-size', '1',
-            '--max-model-len', '8192',
+            'vllm',
+            'serve',
+            'meta-llama/Llama-3.1-8B-Instruct',
+            '--served-model-name',
+            'llama',
+            '--host',
+            '10.0.0.5',
+            '--port',
+            '18000',
+            '--tensor-parallel-size',
+            '1',
+            '--pipeline-parallel-size',
+            '1',
+            '--max-model-len',
+            '8192',
           ],
           env: { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '3', VLLM_HOST_IP: '10.0.0.5', ...MARKERS },
         },
@@ -101,7 +103,7 @@ describe('vLLM command lines', () => {
     });
   });
 
-  it('takes the agent\'s own management interface when the spec names none, and finds it by address', () => {
+  it("takes the agent's own management interface when the spec names none, and finds it by address", () => {
     const spec = shard({ engine: Engine.VLLM }, { gpuIndices: [0] });
     const [engine] = buildEngineLaunch(spec, ctx({ managementInterface: 'ens3' })).processes;
     expect(engine?.env).toMatchObject({ NCCL_SOCKET_IFNAME: 'ens3', GLOO_SOCKET_IFNAME: 'ens3' });
@@ -117,12 +119,19 @@ describe('vLLM command lines', () => {
     );
     const [engine] = buildEngineLaunch(spec, ctx({ vllmCommand: ['/opt/venv/bin/vllm'] })).processes;
     expect(engine?.argv).toEqual([
-      '/opt/venv/bin/vllm', 'serve', 'meta-llama/Llama-3.1-8B-Instruct',
-      '--served-model-name', 'llama',
-      '--host', '10.0.0.5',
-      '--port', '18000',
-      '--tensor-parallel-size', '4',
-      '--pipeline-parallel-size', '1',
+      '/opt/venv/bin/vllm',
+      'serve',
+      'meta-llama/Llama-3.1-8B-Instruct',
+      '--served-model-name',
+      'llama',
+      '--host',
+      '10.0.0.5',
+      '--port',
+      '18000',
+      '--tensor-parallel-size',
+      '4',
+      '--pipeline-parallel-size',
+      '1',
     ]);
     expect(engine?.env).toEqual({
       HF_HOME: '/models',
@@ -136,7 +145,14 @@ describe('vLLM command lines', () => {
     });
   });
 
-  const rayProfile: ProfileInit = { engine: Engine.VLLM, launcher: Launcher.RAY, tensorParallel: 8, pipelineParallel: 2, gpusPerNode: 8, nodes: 2 };
+  const rayProfile: ProfileInit = {
+    engine: Engine.VLLM,
+    launcher: Launcher.RAY,
+    tensorParallel: 8,
+    pipelineParallel: 2,
+    gpusPerNode: 8,
+    nodes: 2,
+  };
 
   it('starts a Ray head on rank 0, then vllm serve once both nodes have joined', () => {
     const launch = buildEngineLaunch(shard(rayProfile, twoNode(0, [0, 1, 2, 3, 4, 5, 6, 7])), ctx());
@@ -150,13 +166,21 @@ describe('vLLM command lines', () => {
     expect(head?.waitForRayNodes).toBeUndefined();
     expect(engine).toMatchObject({
       argv: [
-        'vllm', 'serve', 'meta-llama/Llama-3.1-8B-Instruct',
-        '--served-model-name', 'llama',
-        '--host', '10.0.0.5',
-        '--port', '18000',
-        '--tensor-parallel-size', '8',
-        '--pipeline-parallel-size', '2',
-        '--distributed-executor-backend', 'ray',
+        'vllm',
+        'serve',
+        'meta-llama/Llama-3.1-8B-Instruct',
+        '--served-model-name',
+        'llama',
+        '--host',
+        '10.0.0.5',
+        '--port',
+        '18000',
+        '--tensor-parallel-size',
+        '8',
+        '--pipeline-parallel-size',
+        '2',
+        '--distributed-executor-backend',
+        'ray',
       ],
       waitForRayNodes: 2,
       rayAddress: '10.0.0.5:6379',
@@ -167,7 +191,10 @@ describe('vLLM command lines', () => {
   });
 
   it('runs only a Ray worker on rank 1, which serves no HTTP', () => {
-    const launch = buildEngineLaunch(shard(rayProfile, twoNode(1, [0, 1, 2, 3, 4, 5, 6, 7])), ctx({ advertiseAddress: '10.0.0.6', httpPort: 0 }));
+    const launch = buildEngineLaunch(
+      shard(rayProfile, twoNode(1, [0, 1, 2, 3, 4, 5, 6, 7])),
+      ctx({ advertiseAddress: '10.0.0.6', httpPort: 0 }),
+    );
     expect(launch.servesHttp).toBe(false);
     expect(launch.processes).toEqual([
       {
@@ -186,17 +213,22 @@ describe('vLLM command lines', () => {
     ]);
   });
 
-  it('keeps Ray\'s workers on the agent\'s Ray port range, on the head and on every worker', () => {
+  it("keeps Ray's workers on the agent's Ray port range, on the head and on every worker", () => {
     const rayWorkerPorts = { from: 20000, to: 20999 };
     const head = buildEngineLaunch(shard(rayProfile, twoNode(0, [0, 1, 2, 3, 4, 5, 6, 7])), ctx({ rayWorkerPorts })).processes[0];
-    const worker = buildEngineLaunch(shard(rayProfile, twoNode(1, [0, 1, 2, 3, 4, 5, 6, 7])), ctx({ advertiseAddress: '10.0.0.6', httpPort: 0, rayWorkerPorts })).processes[0];
+    const worker = buildEngineLaunch(
+      shard(rayProfile, twoNode(1, [0, 1, 2, 3, 4, 5, 6, 7])),
+      ctx({ advertiseAddress: '10.0.0.6', httpPort: 0, rayWorkerPorts }),
+    ).processes[0];
     for (const process of [head, worker]) {
       expect(process?.argv.slice(-5)).toEqual(['--min-worker-port', '20000', '--max-worker-port', '20999', '--block']);
     }
   });
 
   it('refuses a Ray worker port range that overlaps the engine ports, naming both flags', () => {
-    expect(() => parseAgentFlags({ portRange: '18000-18999', rayWorkerPorts: '10002-19999' })).toThrow(/--ray-worker-ports: 10002-19999 overlaps the engine ports 18000-18999 \(--port-range\)/);
+    expect(() => parseAgentFlags({ portRange: '18000-18999', rayWorkerPorts: '10002-19999' })).toThrow(
+      /--ray-worker-ports: 10002-19999 overlaps the engine ports 18000-18999 \(--port-range\)/,
+    );
     expect(parseAgentFlags({}).rayWorkerPorts).toEqual({ from: 10002, to: 17999 });
     expect(parseAgentFlags({ portRange: '30000-30099' }).rayWorkerPorts).toEqual({ from: 10002, to: 17999 });
   });
@@ -219,12 +251,19 @@ describe('SGLang command lines', () => {
         role: 'engine',
         blocking: true,
         argv: [
-          'python3', '-m', 'sglang.launch_server',
-          '--model-path', 'meta-llama/Llama-3.1-8B-Instruct',
-          '--served-model-name', 'llama',
-          '--host', '10.0.0.5',
-          '--port', '18000',
-          '--tp', '2',
+          'python3',
+          '-m',
+          'sglang.launch_server',
+          '--model-path',
+          'meta-llama/Llama-3.1-8B-Instruct',
+          '--served-model-name',
+          'llama',
+          '--host',
+          '10.0.0.5',
+          '--port',
+          '18000',
+          '--tp',
+          '2',
         ],
         env: { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '0,1', ...MARKERS },
       },
@@ -234,34 +273,64 @@ describe('SGLang command lines', () => {
   const sglang2: ProfileInit = { engine: Engine.SGLANG, tensorParallel: 16, gpusPerNode: 8, nodes: 2, args: ['--trust-remote-code'] };
 
   it('gives rank 0 of two nodes the dist-init address, and it serves HTTP', () => {
-    const launch = buildEngineLaunch(shard(sglang2, twoNode(0, [0, 1, 2, 3, 4, 5, 6, 7])), ctx({ pythonCommand: ['/opt/sglang/bin/python'] }));
+    const launch = buildEngineLaunch(
+      shard(sglang2, twoNode(0, [0, 1, 2, 3, 4, 5, 6, 7])),
+      ctx({ pythonCommand: ['/opt/sglang/bin/python'] }),
+    );
     expect(launch.servesHttp).toBe(true);
     expect(launch.processes.map((p) => p.argv)).toEqual([
       [
-        '/opt/sglang/bin/python', '-m', 'sglang.launch_server',
-        '--model-path', 'meta-llama/Llama-3.1-8B-Instruct',
-        '--served-model-name', 'llama',
-        '--host', '10.0.0.5',
-        '--port', '18000',
-        '--tp', '16',
-        '--nnodes', '2', '--node-rank', '0', '--dist-init-addr', '10.0.0.5:6379',
+        '/opt/sglang/bin/python',
+        '-m',
+        'sglang.launch_server',
+        '--model-path',
+        'meta-llama/Llama-3.1-8B-Instruct',
+        '--served-model-name',
+        'llama',
+        '--host',
+        '10.0.0.5',
+        '--port',
+        '18000',
+        '--tp',
+        '16',
+        '--nnodes',
+        '2',
+        '--node-rank',
+        '0',
+        '--dist-init-addr',
+        '10.0.0.5:6379',
         '--trust-remote-code',
       ],
     ]);
   });
 
   it('gives rank 1 the same flags with its own rank and port, and does not health-check it', () => {
-    const launch = buildEngineLaunch(shard(sglang2, twoNode(1, [0, 1, 2, 3, 4, 5, 6, 7])), ctx({ advertiseAddress: '10.0.0.6', httpPort: 18004 }));
+    const launch = buildEngineLaunch(
+      shard(sglang2, twoNode(1, [0, 1, 2, 3, 4, 5, 6, 7])),
+      ctx({ advertiseAddress: '10.0.0.6', httpPort: 18004 }),
+    );
     expect(launch.servesHttp).toBe(false);
     expect(launch.processes.map((p) => p.argv)).toEqual([
       [
-        'python3', '-m', 'sglang.launch_server',
-        '--model-path', 'meta-llama/Llama-3.1-8B-Instruct',
-        '--served-model-name', 'llama',
-        '--host', '10.0.0.6',
-        '--port', '18004',
-        '--tp', '16',
-        '--nnodes', '2', '--node-rank', '1', '--dist-init-addr', '10.0.0.5:6379',
+        'python3',
+        '-m',
+        'sglang.launch_server',
+        '--model-path',
+        'meta-llama/Llama-3.1-8B-Instruct',
+        '--served-model-name',
+        'llama',
+        '--host',
+        '10.0.0.6',
+        '--port',
+        '18004',
+        '--tp',
+        '16',
+        '--nnodes',
+        '2',
+        '--node-rank',
+        '1',
+        '--dist-init-addr',
+        '10.0.0.5:6379',
         '--trust-remote-code',
       ],
     ]);
@@ -277,7 +346,10 @@ describe('SGLang command lines', () => {
 
 describe('fake engine command lines', () => {
   it('starts the fake engine with vLLM-style flags on one node', () => {
-    const launch = buildEngineLaunch(shard({ engine: Engine.FAKE, modelSource: 'demo', servedName: 'demo', args: ['--load-time', '2'] }), ctx());
+    const launch = buildEngineLaunch(
+      shard({ engine: Engine.FAKE, modelSource: 'demo', servedName: 'demo', args: ['--load-time', '2'] }),
+      ctx(),
+    );
     expect(launch).toEqual({
       servesHttp: true,
       healthPath: '/health',
@@ -287,13 +359,20 @@ describe('fake engine command lines', () => {
           blocking: true,
           argv: [
             ...FAKE_CMD,
-            '--model', 'demo',
-            '--served-model-name', 'demo',
-            '--host', '10.0.0.5',
-            '--port', '18000',
-            '--tensor-parallel-size', '1',
-            '--pipeline-parallel-size', '1',
-            '--load-time', '2',
+            '--model',
+            'demo',
+            '--served-model-name',
+            'demo',
+            '--host',
+            '10.0.0.5',
+            '--port',
+            '18000',
+            '--tensor-parallel-size',
+            '1',
+            '--pipeline-parallel-size',
+            '1',
+            '--load-time',
+            '2',
           ],
           env: { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '0', ...MARKERS },
         },
@@ -309,13 +388,24 @@ describe('fake engine command lines', () => {
     expect(launch.processes.map((p) => p.argv)).toEqual([
       [
         ...FAKE_CMD,
-        '--model', 'demo',
-        '--served-model-name', 'demo',
-        '--host', '10.0.0.5',
-        '--port', '18000',
-        '--tensor-parallel-size', '2',
-        '--pipeline-parallel-size', '1',
-        '--nnodes', '2', '--node-rank', '0', '--leader', '10.0.0.5:6379',
+        '--model',
+        'demo',
+        '--served-model-name',
+        'demo',
+        '--host',
+        '10.0.0.5',
+        '--port',
+        '18000',
+        '--tensor-parallel-size',
+        '2',
+        '--pipeline-parallel-size',
+        '1',
+        '--nnodes',
+        '2',
+        '--node-rank',
+        '0',
+        '--leader',
+        '10.0.0.5:6379',
       ],
     ]);
   });
@@ -326,12 +416,22 @@ describe('fake engine command lines', () => {
     expect(launch.processes.map((p) => p.argv)).toEqual([
       [
         ...FAKE_CMD,
-        '--model', 'demo',
-        '--served-model-name', 'demo',
-        '--host', '10.0.0.6',
-        '--tensor-parallel-size', '2',
-        '--pipeline-parallel-size', '1',
-        '--nnodes', '2', '--node-rank', '1', '--leader', '10.0.0.5:6379',
+        '--model',
+        'demo',
+        '--served-model-name',
+        'demo',
+        '--host',
+        '10.0.0.6',
+        '--tensor-parallel-size',
+        '2',
+        '--pipeline-parallel-size',
+        '1',
+        '--nnodes',
+        '2',
+        '--node-rank',
+        '1',
+        '--leader',
+        '10.0.0.5:6379',
       ],
     ]);
     expect(launch.processes[0]?.env.CUDA_VISIBLE_DEVICES).toBe('1');
@@ -348,13 +448,20 @@ describe('fake engine command lines', () => {
         'engine',
         [
           ...FAKE_CMD,
-          '--model', 'demo',
-          '--served-model-name', 'demo',
-          '--host', '10.0.0.5',
-          '--port', '18000',
-          '--tensor-parallel-size', '2',
-          '--pipeline-parallel-size', '1',
-          '--distributed-executor-backend', 'ray',
+          '--model',
+          'demo',
+          '--served-model-name',
+          'demo',
+          '--host',
+          '10.0.0.5',
+          '--port',
+          '18000',
+          '--tensor-parallel-size',
+          '2',
+          '--pipeline-parallel-size',
+          '1',
+          '--distributed-executor-backend',
+          'ray',
         ],
         2,
       ],
@@ -408,7 +515,10 @@ describe('specs that can never start', () => {
   });
 
   it('refuses a profile that names no engine', () => {
-    expectInvalidSpec(() => buildEngineLaunch(shard({ engine: Engine.UNSPECIFIED }), ctx()), /llama-3-r0.*names no engine.*vllm, sglang, fake/);
+    expectInvalidSpec(
+      () => buildEngineLaunch(shard({ engine: Engine.UNSPECIFIED }), ctx()),
+      /llama-3-r0.*names no engine.*vllm, sglang, fake/,
+    );
   });
 
   it('refuses a GPU count that does not match the profile', () => {

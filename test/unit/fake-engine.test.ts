@@ -262,15 +262,22 @@ describe('fake engine: multi-node', () => {
 describe('fake engine: command line', () => {
   it('takes a vLLM-style argv and skips the flags it does not use', () => {
     const opts = parseFakeEngineArgs([
-      'serve', 'org/model-7b',
-      '--served-model-name', 'seven',
-      '--port', '18000',
-      '--tensor-parallel-size', '2',
-      '--pipeline-parallel-size', '1',
-      '--distributed-executor-backend', 'ray',
+      'serve',
+      'org/model-7b',
+      '--served-model-name',
+      'seven',
+      '--port',
+      '18000',
+      '--tensor-parallel-size',
+      '2',
+      '--pipeline-parallel-size',
+      '1',
+      '--distributed-executor-backend',
+      'ray',
       '--enforce-eager',
       '--max-model-len=4096',
-      '--tokens-per-second', '30',
+      '--tokens-per-second',
+      '30',
       '--hang',
     ]);
     expect(opts).toMatchObject({

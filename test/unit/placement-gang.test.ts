@@ -8,7 +8,14 @@ import { describe, expect, it } from 'vitest';
 import { readSimulatedInventory, simulatedHost, type SimulatedInventory } from '../../agent/discovery/simulated.js';
 import { shardId } from '../../common/names.js';
 import type { ReserveResult } from '../../common/node-types.js';
-import { gangHostFromView, placeGangOnHosts, rankGangFabrics, type GangHost, type GangRequest, type GangReservations } from '../../common/placement/choose-hosts.js';
+import {
+  gangHostFromView,
+  placeGangOnHosts,
+  rankGangFabrics,
+  type GangHost,
+  type GangRequest,
+  type GangReservations,
+} from '../../common/placement/choose-hosts.js';
 import { RegisterSchema } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { applyRegister, initialNodeState, release, reserve, viewOf, type NodeState } from '../../workflows/node/state.js';
 
@@ -26,7 +33,8 @@ interface HostSpec {
 
 async function simulatedNode(spec: HostSpec, ordinal: number): Promise<NodeState> {
   const file: SimulatedInventory = await readSimulatedInventory(`${EXAMPLES}/h100x8-${spec.fabric}.yaml`);
-  const inv = spec.rateGbps === undefined ? file : { ...file, hcas: (file.hcas ?? []).map((hca) => ({ ...hca, rateGbps: spec.rateGbps! })) };
+  const inv =
+    spec.rateGbps === undefined ? file : { ...file, hcas: (file.hcas ?? []).map((hca) => ({ ...hca, rateGbps: spec.rateGbps! })) };
   const host = simulatedHost(inv, { nodeId: spec.nodeId });
   const state = initialNodeState(spec.nodeId);
   applyRegister(
@@ -47,12 +55,14 @@ async function simulatedNode(spec: HostSpec, ordinal: number): Promise<NodeState
 }
 
 /** Four hosts, two per fabric, whose reserve and release are the node workflow's rules; every call is logged in order. */
-async function fleet(specs: HostSpec[] = [
-  { nodeId: 'a1', fabric: 'ib-a' },
-  { nodeId: 'a2', fabric: 'ib-a' },
-  { nodeId: 'b1', fabric: 'ib-b' },
-  { nodeId: 'b2', fabric: 'ib-b' },
-]) {
+async function fleet(
+  specs: HostSpec[] = [
+    { nodeId: 'a1', fabric: 'ib-a' },
+    { nodeId: 'a2', fabric: 'ib-a' },
+    { nodeId: 'b1', fabric: 'ib-b' },
+    { nodeId: 'b2', fabric: 'ib-b' },
+  ],
+) {
   const nodes = new Map<string, NodeState>();
   for (const [i, spec] of specs.entries()) nodes.set(spec.nodeId, await simulatedNode(spec, i));
   const node = (nodeId: string): NodeState => {
@@ -64,7 +74,11 @@ async function fleet(specs: HostSpec[] = [
   const io: GangReservations = {
     async reserve(nodeId, rank): Promise<ReserveResult> {
       calls.push(`reserve ${nodeId} r${rank}`);
-      return reserve(node(nodeId), { shardId: shardId(REPLICA, rank, 1), replicaId: REPLICA, count: TP4_X2.gpusPerNode, gpuClass: 'H100' }, NOW);
+      return reserve(
+        node(nodeId),
+        { shardId: shardId(REPLICA, rank, 1), replicaId: REPLICA, count: TP4_X2.gpusPerNode, gpuClass: 'H100' },
+        NOW,
+      );
     },
     async release(nodeId, rank) {
       calls.push(`release ${nodeId} r${rank}`);
@@ -81,7 +95,10 @@ async function fleet(specs: HostSpec[] = [
       const result = reserve(node(nodeId), { shardId: `other.${nodeId}.${count}`, replicaId: 'replica/other/1', count }, NOW);
       if (!result.ok) throw new Error(result.reason);
     },
-    heldByReplica: (nodeId: string): number[] => node(nodeId).allocations.filter((a) => a.replicaId === REPLICA).flatMap((a) => a.gpuIndices),
+    heldByReplica: (nodeId: string): number[] =>
+      node(nodeId)
+        .allocations.filter((a) => a.replicaId === REPLICA)
+        .flatMap((a) => a.gpuIndices),
   };
 }
 
@@ -108,7 +125,9 @@ describe('gang placement on four hosts, two on fabric ib-a and two on ib-b', () 
     f.occupy('a1', 4); // GPUs 0-3 and HCAs mlx5_0-3 go to another replica
     const result = await placeGangOnHosts(f.hosts(), TP4_X2, f.io);
     if (!result.ok) throw new Error(result.reason);
-    const byNode = Object.fromEntries(result.grants.map((g) => [g.nodeId, { rank: g.rank, gpus: g.result.gpuIndices, hcas: g.result.hcas }]));
+    const byNode = Object.fromEntries(
+      result.grants.map((g) => [g.nodeId, { rank: g.rank, gpus: g.result.gpuIndices, hcas: g.result.hcas }]),
+    );
     expect(byNode).toEqual({
       a2: { rank: 0, gpus: [0, 1, 2, 3], hcas: ['mlx5_0', 'mlx5_1', 'mlx5_2', 'mlx5_3'] },
       a1: { rank: 1, gpus: [4, 5, 6, 7], hcas: ['mlx5_4', 'mlx5_5', 'mlx5_6', 'mlx5_7'] },

@@ -60,7 +60,11 @@ async function registeredNode(host: Host, runNvidiaSmi: RunNvidiaSmi = fixtureNv
 let shards = 0;
 function take(state: NodeState, count: number, minFreeMemoryMib?: number): ReserveResult {
   shards++;
-  return reserve(state, { shardId: `s${shards}`, replicaId: `replica/t/${shards}`, count, ...(minFreeMemoryMib !== undefined ? { minFreeMemoryMib } : {}) }, NOW);
+  return reserve(
+    state,
+    { shardId: `s${shards}`, replicaId: `replica/t/${shards}`, count, ...(minFreeMemoryMib !== undefined ? { minFreeMemoryMib } : {}) },
+    NOW,
+  );
 }
 
 function gpusOf(result: ReserveResult): number[] {

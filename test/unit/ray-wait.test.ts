@@ -106,7 +106,17 @@ describe('reading ray status output recorded from Ray 2.60', () => {
   });
 
   it('sums per-type counts, as an autoscaled cluster and Ray 1.x (Healthy:) print them', () => {
-    const ray1 = ['Node status', '-----', 'Healthy:', ' 1 ray.head.default', ' 3 ray.worker.gpu', 'Pending:', ' ray.worker.gpu, 1 launching', 'Recent failures:', ' (no failures)'].join('\n');
+    const ray1 = [
+      'Node status',
+      '-----',
+      'Healthy:',
+      ' 1 ray.head.default',
+      ' 3 ray.worker.gpu',
+      'Pending:',
+      ' ray.worker.gpu, 1 launching',
+      'Recent failures:',
+      ' (no failures)',
+    ].join('\n');
     expect(parseRayStatusNodeCount(ray1)).toBe(4);
   });
 });
@@ -115,7 +125,11 @@ describe('the Ray wait', () => {
   it('returns once ray status shows every node, polling the leader address until then', async () => {
     const ray = fakeRay(['status-starting-traceback.txt 1', 'status-starting.txt', 'status-one-node.txt', 'status-two-nodes.txt']);
     const logs: string[] = [];
-    await createRayWait({ rayCommand: [FAKE_RAY], pollMs: 10, log: (line) => logs.push(line) })(shard(), engine, new AbortController().signal);
+    await createRayWait({ rayCommand: [FAKE_RAY], pollMs: 10, log: (line) => logs.push(line) })(
+      shard(),
+      engine,
+      new AbortController().signal,
+    );
     expect(ray.calls()).toEqual(Array.from({ length: 4 }, () => `status --address ${ADDRESS}`));
     expect(logs).toEqual([
       `shard big.1.r0.a1: the Ray cluster at ${ADDRESS} has 1 of 2 nodes`,
@@ -130,7 +144,9 @@ describe('the Ray wait', () => {
     expect(err.type).toBe(FailureType.StartupTimeout);
     expect(err.nonRetryable).toBe(true);
     expect(err.message).toContain(`the Ray cluster at ${ADDRESS} has 1 of 2 nodes after 1 s (the startup timeout)`);
-    expect(err.message).toContain(`last \`${FAKE_RAY} status --address ${ADDRESS}\`: exit 0: Active: | 1 node_225711768636e29267139f856c1fcd5a36070da8c60684625ee69b96 | Pending:`);
+    expect(err.message).toContain(
+      `last \`${FAKE_RAY} status --address ${ADDRESS}\`: exit 0: Active: | 1 node_225711768636e29267139f856c1fcd5a36070da8c60684625ee69b96 | Pending:`,
+    );
   });
 
   it('quotes the end of the error when ray status keeps failing', async () => {
@@ -151,9 +167,13 @@ describe('the Ray wait', () => {
 
   it('ends at the startup timeout even while a ray status hangs', async () => {
     const ray = fakeRay(['hang']);
-    const err = await failure(createRayWait({ rayCommand: [FAKE_RAY], statusTimeoutMs: 600_000 })(shard(1), engine, new AbortController().signal));
+    const err = await failure(
+      createRayWait({ rayCommand: [FAKE_RAY], statusTimeoutMs: 600_000 })(shard(1), engine, new AbortController().signal),
+    );
     expect(err.type).toBe(FailureType.StartupTimeout);
-    expect(err.message).toContain(`has 0 of 2 nodes after 1 s (the startup timeout); \`${FAKE_RAY} status --address ${ADDRESS}\` got no answer within 1.0 s`);
+    expect(err.message).toContain(
+      `has 0 of 2 nodes after 1 s (the startup timeout); \`${FAKE_RAY} status --address ${ADDRESS}\` got no answer within 1.0 s`,
+    );
     expect(hungPids(ray.calls()).every((pid) => !isAlive(pid))).toBe(true);
   });
 
@@ -165,7 +185,9 @@ describe('the Ray wait', () => {
     stop.abort(new Error('stop requested: undeploy'));
     const err = await failure(waiting);
     expect(err.nonRetryable).toBe(false);
-    expect(err.message).toBe(`shard big.1.r0.a1: wait for the Ray cluster at ${ADDRESS} abandoned (0 of 2 nodes): stop requested: undeploy`);
+    expect(err.message).toBe(
+      `shard big.1.r0.a1: wait for the Ray cluster at ${ADDRESS} abandoned (0 of 2 nodes): stop requested: undeploy`,
+    );
     expect(isAlive(hungPids(ray.calls())[0]!)).toBe(false);
   });
 
@@ -176,7 +198,9 @@ describe('the Ray wait', () => {
   });
 
   it('refuses an engine that names no Ray address', async () => {
-    const err = await failure(createRayWait({ rayCommand: [FAKE_RAY] })(shard(), { ...engine, rayAddress: undefined }, new AbortController().signal));
+    const err = await failure(
+      createRayWait({ rayCommand: [FAKE_RAY] })(shard(), { ...engine, rayAddress: undefined }, new AbortController().signal),
+    );
     expect(err.type).toBe(FailureType.InvalidSpec);
   });
 });
@@ -193,7 +217,14 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
       leaderPort: 26379,
       gpuIndices: [0],
       startupTimeoutSeconds,
-      profile: create(EngineProfileSchema, { name: 'fake-ray-2x1', engine: Engine.FAKE, launcher: Launcher.RAY, nodes: 2, modelSource: 'llmgw/fake', servedName: 'big' }),
+      profile: create(EngineProfileSchema, {
+        name: 'fake-ray-2x1',
+        engine: Engine.FAKE,
+        launcher: Launcher.RAY,
+        nodes: 2,
+        modelSource: 'llmgw/fake',
+        servedName: 'big',
+      }),
     });
   }
 
@@ -209,7 +240,10 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
       portRange: { from: 27000 + Math.floor(Math.random() * 2000), to: 29999 },
       advertiseAddress: '127.0.0.1',
       // The engine only notes when it started: the order against the ray calls is the point.
-      engineContext: { fakeEngineCommand: ['sh', '-c', `echo engine >> '${calls}'; exec sleep 600`, 'fake-engine'], rayCommand: [FAKE_RAY] },
+      engineContext: {
+        fakeEngineCommand: ['sh', '-c', `echo engine >> '${calls}'; exec sleep 600`, 'fake-engine'],
+        rayCommand: [FAKE_RAY],
+      },
       passEnv: ['LLMGW_FAKE_RAY_CALLS', 'LLMGW_FAKE_RAY_START'],
       waitForRay: createRayWait({ rayCommand: [FAKE_RAY], pollMs: 10 }),
       stopGraceSeconds: 1,
@@ -231,7 +265,12 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
     const head = 'start --head --port 26379 --node-ip-address 127.0.0.1 --block';
     expect(calls.filter((call) => call === head)).toHaveLength(1);
     expect(calls.indexOf(head)).toBeLessThan(calls.indexOf('engine'));
-    expect(calls.filter((call) => call !== head)).toEqual(['status --address 127.0.0.1:26379', 'status --address 127.0.0.1:26379', 'status --address 127.0.0.1:26379', 'engine']);
+    expect(calls.filter((call) => call !== head)).toEqual([
+      'status --address 127.0.0.1:26379',
+      'status --address 127.0.0.1:26379',
+      'status --address 127.0.0.1:26379',
+      'engine',
+    ]);
   });
 
   it('fails the start as soon as the Ray head exits, rather than waiting out the startup timeout', async () => {
@@ -245,7 +284,8 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
     const err = await failure(sup.waitHealthy(spec.shardId, 600));
     expect(err.type).toBe(FailureType.EngineExited);
     expect(err.message).toMatch(/ray-head \(pid \d+\) exited/);
-    expect(existsSync(process.env.LLMGW_FAKE_RAY_CALLS!) && readFileSync(process.env.LLMGW_FAKE_RAY_CALLS!, 'utf8')).not.toContain('engine');
+    expect(existsSync(process.env.LLMGW_FAKE_RAY_CALLS!) && readFileSync(process.env.LLMGW_FAKE_RAY_CALLS!, 'utf8')).not.toContain(
+      'engine',
+    );
   });
 });
-

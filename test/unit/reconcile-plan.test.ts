@@ -15,7 +15,12 @@ import { fakeShardSpec } from '../helpers/shards.js';
 const NODE = 'rec-a';
 const NOW = '2026-12-03T10:00:00.000Z';
 
-function running(deployment: string, seq: number, gpus: number[], options: { pid?: number; state?: ShardState; exitCode?: number } = {}): RunningShard {
+function running(
+  deployment: string,
+  seq: number,
+  gpus: number[],
+  options: { pid?: number; state?: ShardState; exitCode?: number } = {},
+): RunningShard {
   const spec = fakeShardSpec({ nodeId: NODE, deployment, seq, gpus });
   return create(RunningShardSchema, {
     spec,
@@ -38,13 +43,30 @@ function report(shards: RunningShard[], unidentified: { pid: number; killed: boo
     nodeId: NODE,
     managementAddress: '127.0.0.1',
     runningShards: shards,
-    unidentified: unidentified.map((u) => create(UnidentifiedProcessSchema, { pid: u.pid, killed: u.killed, reason: 'no spec describes it', gpuIndices: [3], command: 'fake-engine' })),
+    unidentified: unidentified.map((u) =>
+      create(UnidentifiedProcessSchema, {
+        pid: u.pid,
+        killed: u.killed,
+        reason: 'no spec describes it',
+        gpuIndices: [3],
+        command: 'fake-engine',
+      }),
+    ),
     reportedAt: NOW,
   });
 }
 
 function placement(shard: RunningShard): ShardPlacement {
-  return { rank: 0, nodeId: NODE, shardId: shard.spec!.shardId, gpuIndices: [...shard.spec!.gpuIndices], hcas: [], managementAddress: '127.0.0.1', httpPort: shard.status!.httpPort, pid: shard.status!.pid };
+  return {
+    rank: 0,
+    nodeId: NODE,
+    shardId: shard.spec!.shardId,
+    gpuIndices: [...shard.spec!.gpuIndices],
+    hcas: [],
+    managementAddress: '127.0.0.1',
+    httpPort: shard.status!.httpPort,
+    pid: shard.status!.pid,
+  };
 }
 
 function runningReplica(shards: RunningShard[], phase: ReplicaView['phase'] = 'Ready'): ReplicaFacts {
@@ -52,17 +74,45 @@ function runningReplica(shards: RunningShard[], phase: ReplicaView['phase'] = 'R
   return {
     replica: 'running',
     deployment: 'running',
-    view: { replicaId, seq: 1, phase, reason: '', nodes: [NODE], gpus: [], endpoint: '', shards: shards.map(placement), placements: 1, restarts: 0, since: NOW },
+    view: {
+      replicaId,
+      seq: 1,
+      phase,
+      reason: '',
+      nodes: [NODE],
+      gpus: [],
+      endpoint: '',
+      shards: shards.map(placement),
+      placements: 1,
+      restarts: 0,
+      since: NOW,
+    },
   };
 }
 
-function nodeWith(allocations: { shard: RunningShard | { shardId: string; replicaId: string; gpus: number[] }; since?: string }[]): NodeState {
+function nodeWith(
+  allocations: { shard: RunningShard | { shardId: string; replicaId: string; gpus: number[] }; since?: string }[],
+): NodeState {
   const state = initialNodeState(NODE);
   state.phase = 'Ready';
   state.allocations = allocations.map(({ shard, since }) =>
     'gpus' in shard
-      ? { shardId: shard.shardId, replicaId: shard.replicaId, gpuIndices: shard.gpus, hcas: [], since: since ?? NOW, via: 'reserve' as const }
-      : { shardId: shard.spec!.shardId, replicaId: shard.spec!.replicaId, gpuIndices: [...shard.spec!.gpuIndices], hcas: [], since: since ?? NOW, via: 'reserve' as const },
+      ? {
+          shardId: shard.shardId,
+          replicaId: shard.replicaId,
+          gpuIndices: shard.gpus,
+          hcas: [],
+          since: since ?? NOW,
+          via: 'reserve' as const,
+        }
+      : {
+          shardId: shard.spec!.shardId,
+          replicaId: shard.spec!.replicaId,
+          gpuIndices: [...shard.spec!.gpuIndices],
+          hcas: [],
+          since: since ?? NOW,
+          via: 'reserve' as const,
+        },
   );
   return state;
 }
@@ -94,7 +144,13 @@ describe('planReconcile', () => {
     expect(rebuild).toMatchObject({ kind: 'rebuild', replicaId: 'replica/lost/4', deployment: 'lost', seq: 4, rebuildDeployment: true });
     if (rebuild.kind !== 'rebuild') throw new Error('not a rebuild');
     expect(rebuild.shards).toEqual([placement(shard)]);
-    expect(rebuild.snapshot).toMatchObject({ model: 'demo', profile: 'fake-test', engine: 'fake', gpusPerNode: 1, args: ['--load-time', '1'] });
+    expect(rebuild.snapshot).toMatchObject({
+      model: 'demo',
+      profile: 'fake-test',
+      engine: 'fake',
+      gpusPerNode: 1,
+      args: ['--load-time', '1'],
+    });
     expect(rebuild.reason).toMatch(/workflow is gone.*deployment\/lost/);
     expect(plan.claims.map((c) => c.shardId)).toEqual([shard.spec!.shardId]);
   });
@@ -107,8 +163,13 @@ describe('planReconcile', () => {
 
   it('stops what left the catalog, telling a running replica not to restart it, and frees its GPUs', () => {
     const shard = running('gone', 1, [0]);
-    const plan = planReconcile(report([shard]), facts(nodeWith([{ shard }]), { 'replica/gone/1': runningReplica([shard]) }, { 'demo/fake-test': false }));
-    expect(plan.actions).toMatchObject([{ kind: 'stop', stopReplica: true, reason: 'model demo profile fake-test is no longer in the catalog' }]);
+    const plan = planReconcile(
+      report([shard]),
+      facts(nodeWith([{ shard }]), { 'replica/gone/1': runningReplica([shard]) }, { 'demo/fake-test': false }),
+    );
+    expect(plan.actions).toMatchObject([
+      { kind: 'stop', stopReplica: true, reason: 'model demo profile fake-test is no longer in the catalog' },
+    ]);
     expect(plan.releases).toEqual([shard.spec!.shardId]);
   });
 
@@ -131,7 +192,11 @@ describe('planReconcile', () => {
       ['stop', 'replica/stray/1 (Placing) does not expect it'],
     ]);
     // Only the closed replica's deployment, still running and perhaps still counting it, is told.
-    expect(plan.actions.map((a) => (a.kind === 'stop' ? a.tellDeployment : undefined))).toEqual(['deployment/closed', undefined, undefined]);
+    expect(plan.actions.map((a) => (a.kind === 'stop' ? a.tellDeployment : undefined))).toEqual([
+      'deployment/closed',
+      undefined,
+      undefined,
+    ]);
   });
 
   it('tells no deployment about a closed replica when the deployment has ended too', () => {
@@ -164,9 +229,30 @@ describe('planReconcile', () => {
     const view = (replicaId: string, shards: ShardPlacement[]): ReplicaFacts => ({
       replica: 'running',
       deployment: 'running',
-      view: { replicaId, seq: 1, phase: 'Starting', reason: '', nodes: [], gpus: [], endpoint: '', shards, placements: 1, restarts: 0, since: NOW },
+      view: {
+        replicaId,
+        seq: 1,
+        phase: 'Starting',
+        reason: '',
+        nodes: [],
+        gpus: [],
+        endpoint: '',
+        shards,
+        placements: 1,
+        restarts: 0,
+        since: NOW,
+      },
     });
-    const starting: ShardPlacement = { rank: 0, nodeId: NODE, shardId: 'starting.1.r0.a1', gpuIndices: [3], hcas: [], managementAddress: '', httpPort: 0, pid: 0 };
+    const starting: ShardPlacement = {
+      rank: 0,
+      nodeId: NODE,
+      shardId: 'starting.1.r0.a1',
+      gpuIndices: [3],
+      hcas: [],
+      managementAddress: '',
+      httpPort: 0,
+      pid: 0,
+    };
     const plan = planReconcile(
       report([]),
       facts(node, {
@@ -195,16 +281,29 @@ describe('planReconcile', () => {
     // Carry it out: the node's allocations, and the rebuilt replica now running.
     const changed = reconcileAllocations(node, { claims: first.claims, releases: first.releases }, NOW);
     expect(changed).toMatchObject({ claimed: [kept.spec!.shardId, lost.spec!.shardId], released: ['orphan.1.r0.a1'], conflicts: [] });
-    const second = planReconcile(report([kept, lost]), facts(node, { 'replica/kept/1': runningReplica([kept]), 'replica/lost/2': runningReplica([lost]) }));
+    const second = planReconcile(
+      report([kept, lost]),
+      facts(node, { 'replica/kept/1': runningReplica([kept]), 'replica/lost/2': runningReplica([lost]) }),
+    );
     expect(second.actions).toEqual([]);
-    expect(reconcileAllocations(node, { claims: second.claims, releases: second.releases }, NOW)).toMatchObject({ claimed: [], released: [] });
+    expect(reconcileAllocations(node, { claims: second.claims, releases: second.releases }, NOW)).toMatchObject({
+      claimed: [],
+      released: [],
+    });
   });
 });
 
 describe('reconcileAllocations', () => {
   it('gives a running engine its GPUs over a reservation nothing runs on, and says so', () => {
     const node = nodeWith([{ shard: { shardId: 'placing.1.r0.a1', replicaId: 'replica/placing/1', gpus: [0, 1] } }]);
-    const result = reconcileAllocations(node, { claims: [{ shardId: 'real.1.r0.a1', replicaId: 'replica/real/1', gpuIndices: [1], hcas: [], since: NOW, via: 'claim' }], releases: [] }, NOW);
+    const result = reconcileAllocations(
+      node,
+      {
+        claims: [{ shardId: 'real.1.r0.a1', replicaId: 'replica/real/1', gpuIndices: [1], hcas: [], since: NOW, via: 'claim' }],
+        releases: [],
+      },
+      NOW,
+    );
     expect(result.claimed).toEqual(['real.1.r0.a1']);
     expect(result.conflicts[0]).toMatch(/reserved for placing\.1\.r0\.a1.*dropped/);
     expect(node.allocations.map((a) => a.shardId)).toEqual(['real.1.r0.a1']);
@@ -213,7 +312,14 @@ describe('reconcileAllocations', () => {
   it('does not claim back a shard its replica released after the report was taken', () => {
     const node = nodeWith([{ shard: { shardId: 'done.1.r0.a1', replicaId: 'replica/done/1', gpus: [2] } }]);
     release(node, 'done.1.r0.a1');
-    const result = reconcileAllocations(node, { claims: [{ shardId: 'done.1.r0.a1', replicaId: 'replica/done/1', gpuIndices: [2], hcas: [], since: NOW, via: 'claim' }], releases: [] }, NOW);
+    const result = reconcileAllocations(
+      node,
+      {
+        claims: [{ shardId: 'done.1.r0.a1', replicaId: 'replica/done/1', gpuIndices: [2], hcas: [], since: NOW, via: 'claim' }],
+        releases: [],
+      },
+      NOW,
+    );
     expect(result.claimed).toEqual([]);
     expect(result.conflicts[0]).toMatch(/released after the report/);
     expect(node.allocations).toEqual([]);

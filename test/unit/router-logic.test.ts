@@ -3,7 +3,15 @@
 // says about its load, how routes group into models, and the error and key handling.
 import { describe, expect, it } from 'vitest';
 import { ApiKeys, keysFromEnv } from '../../router/auth.js';
-import { BOUNDED_LOAD_FACTOR, HashRing, hashText, parseAffinity, pickLeastLoaded, promptPrefix, type Candidate } from '../../router/balancer.js';
+import {
+  BOUNDED_LOAD_FACTOR,
+  HashRing,
+  hashText,
+  parseAffinity,
+  pickLeastLoaded,
+  promptPrefix,
+  type Candidate,
+} from '../../router/balancer.js';
 import { EJECT_AFTER_FAILURES, Endpoint } from '../../router/endpoint.js';
 import { engineErrorBody, streamErrorEvents } from '../../router/errors.js';
 import { buildModelRoutes, parseStaticRoutes, routesSignature, type RouteEntry } from '../../router/routes.js';
@@ -105,12 +113,34 @@ describe('affinity settings and prompt prefixes', () => {
 
   it('takes the leading messages of a chat and the start of a completion prompt', () => {
     const system = 'You are a helpful assistant. '.repeat(10);
-    const one = promptPrefix({ messages: [{ role: 'system', content: system }, { role: 'user', content: 'question one' }] });
-    const two = promptPrefix({ messages: [{ role: 'system', content: system }, { role: 'user', content: 'question two' }] });
+    const one = promptPrefix({
+      messages: [
+        { role: 'system', content: system },
+        { role: 'user', content: 'question one' },
+      ],
+    });
+    const two = promptPrefix({
+      messages: [
+        { role: 'system', content: system },
+        { role: 'user', content: 'question two' },
+      ],
+    });
     expect(one).not.toBe(two);
     const long = 'x'.repeat(5000);
-    expect(promptPrefix({ messages: [{ role: 'system', content: long }, { role: 'user', content: 'a' }] })).toBe(
-      promptPrefix({ messages: [{ role: 'system', content: long }, { role: 'user', content: 'b' }] }),
+    expect(
+      promptPrefix({
+        messages: [
+          { role: 'system', content: long },
+          { role: 'user', content: 'a' },
+        ],
+      }),
+    ).toBe(
+      promptPrefix({
+        messages: [
+          { role: 'system', content: long },
+          { role: 'user', content: 'b' },
+        ],
+      }),
     );
     expect(promptPrefix({ messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }] })).toContain('hi');
     expect(promptPrefix({ prompt: 'once upon' })).toBe('once upon');
@@ -183,14 +213,22 @@ describe('engine metrics', () => {
       waiting: 0,
       kvUsage: 0.7,
     });
-    const sglang = 'sglang:num_running_reqs{model_name="m",tp_rank="0"} 7.0\nsglang:num_queue_reqs{model_name="m"} 2.0\nsglang:token_usage{model_name="m"} 0.31 1712345678000\n';
+    const sglang =
+      'sglang:num_running_reqs{model_name="m",tp_rank="0"} 7.0\nsglang:num_queue_reqs{model_name="m"} 2.0\nsglang:token_usage{model_name="m"} 0.31 1712345678000\n';
     expect(parseEngineLoad(sglang)).toEqual({ running: 7, waiting: 2, kvUsage: 0.31 });
     expect(parseEngineLoad('process_cpu_seconds_total 12\n')).toBeUndefined();
   });
 });
 
 describe('route table', () => {
-  const entry = (over: Partial<RouteEntry>): RouteEntry => ({ deployment: 'd', servedName: 'm', endpoint: 'http://a:1', phase: 'Ready', replicaId: 'replica/d/1', ...over });
+  const entry = (over: Partial<RouteEntry>): RouteEntry => ({
+    deployment: 'd',
+    servedName: 'm',
+    endpoint: 'http://a:1',
+    phase: 'Ready',
+    replicaId: 'replica/d/1',
+    ...over,
+  });
 
   it('groups routable endpoints by served name and keeps models with none ready (503, not 404)', () => {
     const routes = buildModelRoutes([
@@ -224,9 +262,13 @@ describe('route table', () => {
 
 describe('errors and keys', () => {
   it("turns both of vLLM's error shapes and plain text into OpenAI's", () => {
-    const flat = JSON.parse(engineErrorBody(400, '{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}'));
+    const flat = JSON.parse(
+      engineErrorBody(400, '{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}'),
+    );
     expect(flat).toEqual({ error: { message: 'too long', type: 'BadRequestError', param: null, code: 400 } });
-    const nested = JSON.parse(engineErrorBody(404, '{"error":{"message":"no such model","type":"NotFoundError","param":"model","code":404}}'));
+    const nested = JSON.parse(
+      engineErrorBody(404, '{"error":{"message":"no such model","type":"NotFoundError","param":"model","code":404}}'),
+    );
     expect(nested).toEqual({ error: { message: 'no such model', type: 'NotFoundError', param: 'model', code: 404 } });
     const text = JSON.parse(engineErrorBody(500, 'Internal Server Error'));
     expect(text).toEqual({ error: { message: 'Internal Server Error', type: 'server_error', param: null, code: 500 } });

@@ -79,7 +79,8 @@ async function routerMetric(base: string, prefix: string): Promise<number> {
     .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
 }
 
-const chat = (content = 'hello there', extra: Record<string, unknown> = {}) => JSON.stringify({ model: 'demo', messages: [{ role: 'user', content }], ...extra });
+const chat = (content = 'hello there', extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ model: 'demo', messages: [{ role: 'user', content }], ...extra });
 
 describe('router: the OpenAI surface through the official client', () => {
   it('answers chat (plain and streamed), completions, embeddings and the model list, like the engine does', async () => {
@@ -94,7 +95,8 @@ describe('router: the OpenAI surface through the official client', () => {
     expect(viaRouter.usage).toEqual(viaEngine.usage);
 
     let streamed = '';
-    for await (const chunk of await openai.chat.completions.create({ ...request, stream: true })) streamed += chunk.choices[0]?.delta.content ?? '';
+    for await (const chunk of await openai.chat.completions.create({ ...request, stream: true }))
+      streamed += chunk.choices[0]?.delta.content ?? '';
     expect(streamed).toBe(viaEngine.choices[0]?.message.content);
 
     const completion = await openai.completions.create({ model: 'demo', prompt: 'once upon a time', max_tokens: 5 });
@@ -115,16 +117,23 @@ describe('router: the OpenAI surface through the official client', () => {
     expect(reply.model).toBe('demo');
   });
 
-  it('tells the client about an unknown model with the SDK\'s NotFoundError', async () => {
+  it("tells the client about an unknown model with the SDK's NotFoundError", async () => {
     const e = await engine();
     const { openai } = await router([{ servedName: 'demo', endpoint: url(e) }]);
-    await expect(openai.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+    await expect(openai.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(
+      OpenAI.NotFoundError,
+    );
   });
 
-  it('passes the stream through chunk by chunk, at the engine\'s token rate', async () => {
+  it("passes the stream through chunk by chunk, at the engine's token rate", async () => {
     const e = await engine({ tokensPerSecond: 20 });
     const { openai } = await router([{ servedName: 'demo', endpoint: url(e) }]);
-    const stream = await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'go' }], max_tokens: 12, stream: true });
+    const stream = await openai.chat.completions.create({
+      model: 'demo',
+      messages: [{ role: 'user', content: 'go' }],
+      max_tokens: 12,
+      stream: true,
+    });
     const arrivals: number[] = [];
     for await (const chunk of stream) if (chunk.choices[0]?.delta.content) arrivals.push(performance.now());
     expect(arrivals).toHaveLength(12);
@@ -138,7 +147,7 @@ describe('router: the OpenAI surface through the official client', () => {
   });
 });
 
-describe('router: refusals in OpenAI\'s error shape', () => {
+describe("router: refusals in OpenAI's error shape", () => {
   /** OpenAI's shape exactly: four fields, nothing else, and the expected status and code. */
   async function expectError(res: Response, status: number, fields: Record<string, unknown>): Promise<void> {
     expect(res.status).toBe(status);
@@ -202,11 +211,17 @@ describe('router: refusals in OpenAI\'s error shape', () => {
     const e = await engine();
     const { base } = await router([{ servedName: 'demo', endpoint: url(e) }], { apiKeys: new ApiKeys(['k-one', 'k-two']) });
     await expectError(await post(base, '/v1/chat/completions', chat()), 401, { code: 'invalid_api_key' });
-    await expectError(await post(base, '/v1/chat/completions', chat(), { authorization: 'Bearer k-three' }), 401, { code: 'invalid_api_key' });
+    await expectError(await post(base, '/v1/chat/completions', chat(), { authorization: 'Bearer k-three' }), 401, {
+      code: 'invalid_api_key',
+    });
     expect((await fetch(`${base}/v1/models`)).status).toBe(401);
     const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'k-two', maxRetries: 0 });
-    expect((await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'x' }] })).object).toBe('chat.completion');
-    await expect(new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong', maxRetries: 0 }).models.list()).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+    expect((await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'x' }] })).object).toBe(
+      'chat.completion',
+    );
+    await expect(new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong', maxRetries: 0 }).models.list()).rejects.toBeInstanceOf(
+      OpenAI.AuthenticationError,
+    );
   });
 
   it("passes an engine's own error (vLLM's flat shape) through as OpenAI's, with the engine's status", async () => {
@@ -217,9 +232,9 @@ describe('router: refusals in OpenAI\'s error shape', () => {
       type: 'BadRequestError',
       code: 400,
     });
-    await expect(openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'x' }], max_tokens: 100 })).rejects.toBeInstanceOf(
-      OpenAI.BadRequestError,
-    );
+    await expect(
+      openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'x' }], max_tokens: 100 }),
+    ).rejects.toBeInstanceOf(OpenAI.BadRequestError);
   });
 });
 
@@ -227,12 +242,18 @@ describe('router: failover and faults', () => {
   it('serves every request when one of two endpoints is dead, and ejects the dead one', async () => {
     const live = await engine();
     const dead = `http://127.0.0.1:${await findFreePort()}`;
-    const { base, openai, router: r } = await router([
+    const {
+      base,
+      openai,
+      router: r,
+    } = await router([
       { servedName: 'demo', endpoint: dead },
       { servedName: 'demo', endpoint: url(live) },
     ]);
     const results = await Promise.all(
-      Array.from({ length: 30 }, (_, i) => openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: `q${i}` }], max_tokens: 3 })),
+      Array.from({ length: 30 }, (_, i) =>
+        openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: `q${i}` }], max_tokens: 3 }),
+      ),
     );
     expect(results.every((c) => c.object === 'chat.completion')).toBe(true);
     expect(await routerMetric(base, 'llmgw_router_retries_total')).toBeGreaterThan(0);
@@ -240,7 +261,8 @@ describe('router: failover and faults', () => {
     expect(r.health().ejected).toEqual([dead]);
     // Once ejected, the dead endpoint costs nothing more.
     const retriesBefore = await routerMetric(base, 'llmgw_router_retries_total');
-    for (let i = 0; i < 10; i++) await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'again' }], max_tokens: 2 });
+    for (let i = 0; i < 10; i++)
+      await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'again' }], max_tokens: 2 });
     expect(await routerMetric(base, 'llmgw_router_retries_total')).toBe(retriesBefore);
   });
 
@@ -257,7 +279,12 @@ describe('router: failover and faults', () => {
   it('ends the stream with an OpenAI error event when the engine dies mid-stream; nothing hangs', async () => {
     const e = await engine({ tokensPerSecond: 20 });
     const { openai } = await router([{ servedName: 'demo', endpoint: url(e) }]);
-    const stream = await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'go' }], max_tokens: 200, stream: true });
+    const stream = await openai.chat.completions.create({
+      model: 'demo',
+      messages: [{ role: 'user', content: 'go' }],
+      max_tokens: 200,
+      stream: true,
+    });
     let tokens = 0;
     const consume = (async () => {
       for await (const chunk of stream) {
@@ -275,7 +302,7 @@ describe('router: failover and faults', () => {
     expect(tokens).toBeLessThan(200);
   });
 
-  it('aborts the engine\'s work when the client disconnects', async () => {
+  it("aborts the engine's work when the client disconnects", async () => {
     const e = await engine({ tokensPerSecond: 50 });
     const { base } = await router([{ servedName: 'demo', endpoint: url(e) }]);
     const abort = new AbortController();
@@ -304,7 +331,9 @@ describe('router: balancing', () => {
       { servedName: 'demo', endpoint: url(b) },
     ]);
     const answers = await Promise.all(
-      Array.from({ length: 24 }, (_, i) => openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: `q${i}` }], max_tokens: 10 })),
+      Array.from({ length: 24 }, (_, i) =>
+        openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: `q${i}` }], max_tokens: 10 }),
+      ),
     );
     const counts = new Map<string, number>();
     for (const answer of answers) counts.set(engineOf(answer.id), (counts.get(engineOf(answer.id)) ?? 0) + 1);
@@ -323,7 +352,14 @@ describe('router: balancing', () => {
       { affinity: parseAffinity('demo:session') },
     );
     const ask = async (session: string) =>
-      engineOf((await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 }, { headers: { 'x-session-id': session } })).id);
+      engineOf(
+        (
+          await openai.chat.completions.create(
+            { model: 'demo', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 },
+            { headers: { 'x-session-id': session } },
+          )
+        ).id,
+      );
     const first = await ask('alice');
     for (let i = 0; i < 10; i++) expect(await ask('alice')).toBe(first);
     const owners = new Set<string>();
@@ -371,7 +407,11 @@ describe('router: balancing', () => {
   it('sends no new request to a replica once it leaves the table (draining)', async () => {
     const a = await engine();
     const b = await engine();
-    const { openai, source, router: r } = await router([
+    const {
+      openai,
+      source,
+      router: r,
+    } = await router([
       { servedName: 'demo', endpoint: url(a) },
       { servedName: 'demo', endpoint: url(b) },
     ]);
@@ -381,7 +421,8 @@ describe('router: balancing', () => {
     ]);
     await r.refreshRoutes();
     const before = await engineMetric(b, 'vllm:request_success_total');
-    for (let i = 0; i < 10; i++) await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: `q${i}` }], max_tokens: 2 });
+    for (let i = 0; i < 10; i++)
+      await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: `q${i}` }], max_tokens: 2 });
     expect(await engineMetric(b, 'vllm:request_success_total')).toBe(before);
   });
 });
@@ -405,7 +446,10 @@ describe('router: route source outages', () => {
     down = true;
     await new Promise((res) => setTimeout(res, 300));
     expect((await post(base, '/v1/chat/completions', chat())).status).toBe(200);
-    const health = (await (await fetch(`${base}/health`)).json()) as { status: string; routes: { state: string; since: string; error: string } };
+    const health = (await (await fetch(`${base}/health`)).json()) as {
+      status: string;
+      routes: { state: string; since: string; error: string };
+    };
     expect(health.status).toBe('degraded');
     expect(health.routes.state).toBe('unreachable');
     expect(health.routes.error).toContain('connection refused');
@@ -447,12 +491,27 @@ describe('router: backpressure', () => {
     const metrics = new RouterMetrics(() => []);
     const model = new ModelPool('demo', [new Endpoint('http://engine:1', pool)], undefined, metrics.forModel('demo'));
     const client = new SlowClient();
-    const exchange = new Exchange({ metrics, maxAttempts: 3, lookup: () => model }, client as unknown as ExchangeResponse, model, '/v1/chat/completions', Buffer.from('{}'), -1, 0);
+    const exchange = new Exchange(
+      { metrics, maxAttempts: 3, lookup: () => model },
+      client as unknown as ExchangeResponse,
+      model,
+      '/v1/chat/completions',
+      Buffer.from('{}'),
+      -1,
+      0,
+    );
     exchange.start();
     expect(dispatched).toEqual([exchange]);
 
     let paused = false;
-    const controller = { pause: () => (paused = true), resume: () => (paused = false), abort: () => undefined, aborted: false, paused: false, reason: null };
+    const controller = {
+      pause: () => (paused = true),
+      resume: () => (paused = false),
+      abort: () => undefined,
+      aborted: false,
+      paused: false,
+      reason: null,
+    };
     exchange.onRequestStart(controller);
     exchange.onResponseStart(controller, 200, { 'content-type': 'text/event-stream' });
     exchange.onResponseData(controller, Buffer.from('data: {"a":1}\n\n'));

@@ -10,7 +10,15 @@ import { create, toJsonString } from '@bufbuild/protobuf';
 import { ApplicationFailure } from '@temporalio/common';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { isPortFree } from '../../common/ports.js';
-import { Engine, EngineProfileSchema, ShardState, StartShardSchema, StopShardSchema, type ShardStatus, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import {
+  Engine,
+  EngineProfileSchema,
+  ShardState,
+  StartShardSchema,
+  StopShardSchema,
+  type ShardStatus,
+  type StartShard,
+} from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { enforceLogLimit, tailLines } from '../../agent/supervisor/logs.js';
 import { scanMarked } from '../../agent/supervisor/markers.js';
 import { isAlive, parseStat, readEnviron, readStat } from '../../agent/supervisor/proc.js';
@@ -267,7 +275,16 @@ describe('an agent restart', () => {
       setInterval(() => {}, 1000);`;
     const agent = spawn(
       process.execPath,
-      ['-e', agentScript, stateDir, node, String(portRange.from), String(portRange.to), toJsonString(StartShardSchema, spec), ...FAKE_ENGINE],
+      [
+        '-e',
+        agentScript,
+        stateDir,
+        node,
+        String(portRange.from),
+        String(portRange.to),
+        toJsonString(StartShardSchema, spec),
+        ...FAKE_ENGINE,
+      ],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
     );
     if (agent.pid !== undefined) extraPids.push(agent.pid);
@@ -306,7 +323,14 @@ describe('an agent restart', () => {
     const launch = { roles: ['engine' as const], servesHttp: true, healthPath: '/health' };
     checkStateDirWritable(stateDir);
     for (const spec of [orphan, never]) {
-      writeRecordAtomic(stateDir, { version: 1, spec, httpPort: portRange.from, launch, processes: [], startedAt: new Date().toISOString() });
+      writeRecordAtomic(stateDir, {
+        version: 1,
+        spec,
+        httpPort: portRange.from,
+        launch,
+        processes: [],
+        startedAt: new Date().toISOString(),
+      });
     }
     const pid = spawnByHand({ LLMGW_NODE_ID: node, LLMGW_SHARD_ID: orphan.shardId, LLMGW_REPLICA_ID: orphan.replicaId }, portRange.from);
     await waitFor('the orphaned engine', () => readEnviron(pid));
@@ -368,13 +392,24 @@ describe('an agent restart', () => {
     const b = supervisor({ nodeId: node, stateDir, portRange });
     const { unidentified, adopted } = await b.sup.recover();
     expect(adopted).toEqual([]);
-    expect(unidentified.map((u) => [u.pid, u.killed]).sort()).toEqual([[corruptedPid, true], [ghostPid, true]].sort());
+    expect(unidentified.map((u) => [u.pid, u.killed]).sort()).toEqual(
+      [
+        [corruptedPid, true],
+        [ghostPid, true],
+      ].sort(),
+    );
     expect(unidentified.find((u) => u.pid === corruptedPid)?.gpuIndices).toEqual([2, 3]);
     expect(isAlive(ghostPid)).toBe(false);
     expect(isAlive(corruptedPid)).toBe(false);
-    expect(b.logs).toContainEqual(expect.stringMatching(new RegExp(`^killed pid ${ghostPid} \\(LLMGW_SHARD_ID=ghost\\): no spec describes it`)));
     expect(b.logs).toContainEqual(
-      expect.stringMatching(new RegExp(`^killed pid ${corruptedPid} \\(LLMGW_SHARD_ID=demo\\.2\\.r0\\.a1\\): no readable spec describes it \\(spec file corrupted: `)),
+      expect.stringMatching(new RegExp(`^killed pid ${ghostPid} \\(LLMGW_SHARD_ID=ghost\\): no spec describes it`)),
+    );
+    expect(b.logs).toContainEqual(
+      expect.stringMatching(
+        new RegExp(
+          `^killed pid ${corruptedPid} \\(LLMGW_SHARD_ID=demo\\.2\\.r0\\.a1\\): no readable spec describes it \\(spec file corrupted: `,
+        ),
+      ),
     );
     expect(existsSync(recordPath(stateDir, 'demo.2.r0.a1'))).toBe(false);
     expect(existsSync(`${recordPath(stateDir, 'demo.2.r0.a1')}.corrupt`)).toBe(true);
@@ -405,7 +440,8 @@ describe('processes on our GPUs', () => {
       nodeId: node,
       stateDir: tempDir(),
       portRange: await freeRange(4),
-      extraUnidentified: async () => ourShardPids.concat([stray, theirs]).map((pid) => ({ pid, gpuIndices: [1], reason: 'compute process on GPU 1' })),
+      extraUnidentified: async () =>
+        ourShardPids.concat([stray, theirs]).map((pid) => ({ pid, gpuIndices: [1], reason: 'compute process on GPU 1' })),
     });
     const started = await sup.start(fakeSpec(node, 'demo.13.r0.a1', []));
     ourShardPids.push(started.status?.pid ?? 0);

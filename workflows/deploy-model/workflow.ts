@@ -23,8 +23,23 @@ import type { ControlActivities } from '../../activities/index.js';
 import { CONTROL_TASK_QUEUE, replicaWorkflowId } from '../../common/names.js';
 import { FailureType } from '../../common/failures.js';
 import { SA } from '../../common/search-attributes.js';
-import type { DeployModelInput, DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaInput, ReplicaView } from '../../common/replica-types.js';
-import { adoptReplicaSignal, deploymentStatusQuery, replicaClosedSignal, replicaStatusSignal, scaleUpdate, stopReplicaSignal, undeployUpdate } from '../definitions.js';
+import type {
+  DeployModelInput,
+  DeploymentPhase,
+  DeploymentView,
+  ProfileSnapshot,
+  ReplicaInput,
+  ReplicaView,
+} from '../../common/replica-types.js';
+import {
+  adoptReplicaSignal,
+  deploymentStatusQuery,
+  replicaClosedSignal,
+  replicaStatusSignal,
+  scaleUpdate,
+  stopReplicaSignal,
+  undeployUpdate,
+} from '../definitions.js';
 import { DEPLOYMENT_NAME, DeployModelInputSchema, describeIssues } from './input.js';
 import type { replica } from '../replica/workflow.js';
 
@@ -58,19 +73,30 @@ const catalog = proxyActivities<ControlActivities>({
 const control = proxyActivities<ControlActivities>({
   // Control activities are quick; a short timeout lets a killed worker's work move on fast.
   startToCloseTimeout: '20 seconds',
-  retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile, FailureType.UnknownGpuClass, FailureType.InvalidInput] },
+  retry: {
+    maximumAttempts: 5,
+    nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile, FailureType.UnknownGpuClass, FailureType.InvalidInput],
+  },
   summary: 'resolveDeployment: check the request against the catalog and the fleet',
 });
 
 export async function deployModel(rawInput: DeployModelInput): Promise<DeploymentView> {
   const parsed = DeployModelInputSchema.safeParse(rawInput);
-  if (!parsed.success) throw ApplicationFailure.nonRetryable(`invalid deployModel input: ${describeIssues(parsed.error)}`, FailureType.InvalidInput);
+  if (!parsed.success)
+    throw ApplicationFailure.nonRetryable(`invalid deployModel input: ${describeIssues(parsed.error)}`, FailureType.InvalidInput);
   const input = parsed.data;
   const idName = workflowInfo().workflowId.replace(/^deployment\//, '');
   const name = input.name ?? idName;
-  if (!DEPLOYMENT_NAME.test(name)) throw ApplicationFailure.nonRetryable(`deployment name "${name}" is not valid: lowercase letters, digits, ".", "_" or "-"`, FailureType.InvalidInput);
+  if (!DEPLOYMENT_NAME.test(name))
+    throw ApplicationFailure.nonRetryable(
+      `deployment name "${name}" is not valid: lowercase letters, digits, ".", "_" or "-"`,
+      FailureType.InvalidInput,
+    );
   if (workflowInfo().workflowId !== `deployment/${name}`) {
-    throw ApplicationFailure.nonRetryable(`a deployment named "${name}" must run as workflow id deployment/${name}, not ${workflowInfo().workflowId}`, FailureType.InvalidInput);
+    throw ApplicationFailure.nonRetryable(
+      `a deployment named "${name}" must run as workflow id deployment/${name}, not ${workflowInfo().workflowId}`,
+      FailureType.InvalidInput,
+    );
   }
 
   let state = input.carried as DeploymentState | undefined;
@@ -98,7 +124,10 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
       throw error;
     }
     if (input.replicas > resolved.maxReplicas) {
-      throw ApplicationFailure.nonRetryable(`replicas ${input.replicas} is over the maximum of ${resolved.maxReplicas} (catalog defaults.maxReplicas)`, FailureType.InvalidInput);
+      throw ApplicationFailure.nonRetryable(
+        `replicas ${input.replicas} is over the maximum of ${resolved.maxReplicas} (catalog defaults.maxReplicas)`,
+        FailureType.InvalidInput,
+      );
     }
     state = {
       name,
@@ -118,13 +147,15 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
   const s: DeploymentState = state;
   let dirty = true;
 
-  const active = (): (ReplicaView & { stopping: boolean })[] => Object.values(s.replicas).filter((r) => r.phase !== 'Stopped' && r.phase !== 'Failed');
+  const active = (): (ReplicaView & { stopping: boolean })[] =>
+    Object.values(s.replicas).filter((r) => r.phase !== 'Stopped' && r.phase !== 'Failed');
   const phase = (): DeploymentPhase => {
     if (s.undeploying) return active().length ? 'Undeploying' : 'Undeployed';
     const ready = active().filter((r) => r.phase === 'Ready' && !r.stopping).length;
     if (ready === s.desired && active().length === s.desired) return 'Ready';
     if (s.catalogProblem) return 'Degraded';
-    if (Object.values(s.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown')) return 'Degraded';
+    if (Object.values(s.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown'))
+      return 'Degraded';
     return 'Progressing';
   };
   const view = (): DeploymentView => ({
@@ -145,7 +176,20 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
   setHandler(adoptReplicaSignal, ({ replicaId, seq, reason }) => {
     if (s.replicas[replicaId]) return;
     log.info(`adopting ${replicaId}: ${reason}`);
-    s.replicas[replicaId] = { replicaId, seq, phase: 'Pending', reason: 'rebuilt by reconciliation; waiting for its first report', nodes: [], gpus: [], endpoint: '', shards: [], placements: 1, restarts: 0, since: new Date().toISOString(), stopping: false };
+    s.replicas[replicaId] = {
+      replicaId,
+      seq,
+      phase: 'Pending',
+      reason: 'rebuilt by reconciliation; waiting for its first report',
+      nodes: [],
+      gpus: [],
+      endpoint: '',
+      shards: [],
+      placements: 1,
+      restarts: 0,
+      since: new Date().toISOString(),
+      stopping: false,
+    };
     s.nextSeq = Math.max(s.nextSeq, seq + 1);
     // A rebuilt deployment wants what was found running; a live one keeps its own count
     // (and drains the extra replica if it has too many).
@@ -177,7 +221,8 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
     },
     {
       validator: (replicas) => {
-        if (!Number.isInteger(replicas) || replicas < 0 || replicas > s.maxReplicas) throw new Error(`replicas must be a whole number from 0 to ${s.maxReplicas}, got ${replicas}`);
+        if (!Number.isInteger(replicas) || replicas < 0 || replicas > s.maxReplicas)
+          throw new Error(`replicas must be a whole number from 0 to ${s.maxReplicas}, got ${replicas}`);
         if (s.undeploying) throw new Error(`deployment ${s.name} is being undeployed`);
       },
     },
@@ -197,7 +242,15 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
       { key: SA.state, value: phase() },
       { key: SA.gpuClass, value: s.snapshot.gpuClass },
     ]);
-    upsertMemo({ deployment: { name: s.name, model: s.model, profile: s.snapshot.profile, desired: s.desired, ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}) } });
+    upsertMemo({
+      deployment: {
+        name: s.name,
+        model: s.model,
+        profile: s.snapshot.profile,
+        desired: s.desired,
+        ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}),
+      },
+    });
     setCurrentDetails(deploymentDetails(view()));
   };
 
@@ -222,7 +275,9 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
       }
     } else if (serving.length > s.desired) {
       // Drain the least useful first: not Ready before Ready, then the newest.
-      const victims = [...serving].sort((a, b) => Number(a.phase === 'Ready') - Number(b.phase === 'Ready') || b.seq - a.seq).slice(0, serving.length - s.desired);
+      const victims = [...serving]
+        .sort((a, b) => Number(a.phase === 'Ready') - Number(b.phase === 'Ready') || b.seq - a.seq)
+        .slice(0, serving.length - s.desired);
       for (const victim of victims) {
         victim.stopping = true;
         await getExternalWorkflowHandle(victim.replicaId)
@@ -254,7 +309,20 @@ async function startReplica(s: DeploymentState): Promise<void> {
     drainGraceSeconds: s.drainGraceSeconds,
     labels: s.labels,
   };
-  s.replicas[replicaId] = { replicaId, seq, phase: 'Pending', reason: 'starting', nodes: [], gpus: [], endpoint: '', shards: [], placements: 0, restarts: 0, since: new Date().toISOString(), stopping: false };
+  s.replicas[replicaId] = {
+    replicaId,
+    seq,
+    phase: 'Pending',
+    reason: 'starting',
+    nodes: [],
+    gpus: [],
+    endpoint: '',
+    shards: [],
+    placements: 0,
+    restarts: 0,
+    since: new Date().toISOString(),
+    stopping: false,
+  };
   // Abandon, not terminate: killing a deployment workflow must never orphan running
   // engines; replicas drain only when asked to.
   await startChild<typeof replica>('replica', {
@@ -274,7 +342,9 @@ async function startReplica(s: DeploymentState): Promise<void> {
 async function profileStillInCatalog(s: DeploymentState): Promise<boolean> {
   if (s.nextSeq === 1 && !s.rebuilt) return true;
   const present = await catalog.profileInCatalog({ model: s.model, profile: s.snapshot.profile });
-  s.catalogProblem = present ? undefined : `profile ${s.snapshot.profile} of model ${s.model} is no longer in the catalog: no replica is started (put it back, or undeploy ${s.name})`;
+  s.catalogProblem = present
+    ? undefined
+    : `profile ${s.snapshot.profile} of model ${s.model} is no longer in the catalog: no replica is started (put it back, or undeploy ${s.name})`;
   return present;
 }
 
@@ -303,6 +373,9 @@ function deploymentDetails(view: DeploymentView): string {
     '| replica | state | nodes | GPUs | endpoint | reason |',
     '| --- | --- | --- | --- | --- | --- |',
   ];
-  for (const r of view.replicas) lines.push(`| ${r.seq} | ${r.phase} | ${r.nodes.join(', ') || '—'} | ${r.gpus.join(' ') || '—'} | ${r.endpoint || '—'} | ${r.reason.replace(/\|/g, '/')} |`);
+  for (const r of view.replicas)
+    lines.push(
+      `| ${r.seq} | ${r.phase} | ${r.nodes.join(', ') || '—'} | ${r.gpus.join(' ') || '—'} | ${r.endpoint || '—'} | ${r.reason.replace(/\|/g, '/')} |`,
+    );
   return lines.join('\n');
 }

@@ -87,7 +87,14 @@ export function applyRegister(state: NodeState, register: Register, now: string)
       notes.push(`shard ${spec.shardId} runs on GPUs ${overlap.join(',')} that are allocated to another shard; reconciliation decides`);
       continue;
     }
-    state.allocations.push({ shardId: spec.shardId, replicaId: spec.replicaId, gpuIndices: [...spec.gpuIndices], hcas: [...spec.hcas], since: now, via: 'report' });
+    state.allocations.push({
+      shardId: spec.shardId,
+      replicaId: spec.replicaId,
+      gpuIndices: [...spec.gpuIndices],
+      hcas: [...spec.hcas],
+      since: now,
+      via: 'report',
+    });
     notes.push(`shard ${spec.shardId} reported running on GPUs ${spec.gpuIndices.join(',')}: allocation restored`);
   }
   state.phase = 'Ready';
@@ -102,7 +109,13 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
   state.released = state.released.filter((id) => id !== request.shardId);
   const existing = state.allocations.find((allocation) => allocation.shardId === request.shardId);
   if (existing) {
-    return { ok: true, nodeId: state.nodeId, gpuIndices: [...existing.gpuIndices], hcas: [...existing.hcas], managementAddress: state.inventory?.managementAddress ?? '' };
+    return {
+      ok: true,
+      nodeId: state.nodeId,
+      gpuIndices: [...existing.gpuIndices],
+      hcas: [...existing.hcas],
+      managementAddress: state.inventory?.managementAddress ?? '',
+    };
   }
   const reject = (reason: string): ReserveResult => {
     if (request.wakeWorkflowId && !state.waiters.includes(request.wakeWorkflowId)) state.waiters.push(request.wakeWorkflowId);
@@ -111,15 +124,32 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
   if (state.phase !== 'Ready' || !state.inventory) return reject(`node ${state.nodeId} is ${state.phase}`);
   if (state.cordoned) return reject(`node ${state.nodeId} is cordoned`);
   if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass) {
-    return { ok: false, nodeId: state.nodeId, reason: `node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}` };
+    return {
+      ok: false,
+      nodeId: state.nodeId,
+      reason: `node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}`,
+    };
   }
   const choice = chooseGpus(state.inventory.gpus, state.inventory.managedGpus, allocatedGpus(state), {
     count: request.count,
     minFreeMemoryMib: request.minFreeMemoryMib,
   });
   if (!choice.ok) return reject(`node ${state.nodeId} ${choice.reason}`);
-  state.allocations.push({ shardId: request.shardId, replicaId: request.replicaId, gpuIndices: choice.gpuIndices, hcas: choice.hcas, since: now, via: 'reserve' });
-  return { ok: true, nodeId: state.nodeId, gpuIndices: choice.gpuIndices, hcas: choice.hcas, managementAddress: state.inventory.managementAddress };
+  state.allocations.push({
+    shardId: request.shardId,
+    replicaId: request.replicaId,
+    gpuIndices: choice.gpuIndices,
+    hcas: choice.hcas,
+    since: now,
+    via: 'reserve',
+  });
+  return {
+    ok: true,
+    nodeId: state.nodeId,
+    gpuIndices: choice.gpuIndices,
+    hcas: choice.hcas,
+    managementAddress: state.inventory.managementAddress,
+  };
 }
 
 export function release(state: NodeState, shardId: string): boolean {
@@ -132,12 +162,21 @@ export function release(state: NodeState, shardId: string): boolean {
 export function claim(state: NodeState, request: ClaimRequest, now: string): ClaimResult {
   const existing = state.allocations.find((allocation) => allocation.shardId === request.shardId);
   if (existing) {
-    const same = existing.gpuIndices.length === request.gpuIndices.length && existing.gpuIndices.every((index) => request.gpuIndices.includes(index));
+    const same =
+      existing.gpuIndices.length === request.gpuIndices.length && existing.gpuIndices.every((index) => request.gpuIndices.includes(index));
     return same ? { ok: true } : { ok: false, reason: `shard ${request.shardId} already holds GPUs ${existing.gpuIndices.join(',')}` };
   }
   const holders = state.allocations.filter((allocation) => allocation.gpuIndices.some((index) => request.gpuIndices.includes(index)));
-  if (holders.length) return { ok: false, reason: `GPUs ${request.gpuIndices.join(',')} are held by ${holders.map((h) => h.shardId).join(', ')}` };
-  state.allocations.push({ shardId: request.shardId, replicaId: request.replicaId, gpuIndices: [...request.gpuIndices], hcas: [], since: now, via: 'claim' });
+  if (holders.length)
+    return { ok: false, reason: `GPUs ${request.gpuIndices.join(',')} are held by ${holders.map((h) => h.shardId).join(', ')}` };
+  state.allocations.push({
+    shardId: request.shardId,
+    replicaId: request.replicaId,
+    gpuIndices: [...request.gpuIndices],
+    hcas: [],
+    since: now,
+    via: 'claim',
+  });
   return { ok: true };
 }
 
@@ -159,15 +198,24 @@ export function reconcileAllocations(state: NodeState, request: ReconcileAllocat
       continue;
     }
     const existing = state.allocations.find((a) => a.shardId === wanted.shardId);
-    if (existing && existing.gpuIndices.length === wanted.gpuIndices.length && existing.gpuIndices.every((i) => wanted.gpuIndices.includes(i))) continue;
+    if (
+      existing &&
+      existing.gpuIndices.length === wanted.gpuIndices.length &&
+      existing.gpuIndices.every((i) => wanted.gpuIndices.includes(i))
+    )
+      continue;
     const others = state.allocations.filter((a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)));
     const running = others.filter((a) => claimedIds.has(a.shardId));
     if (running.length) {
-      result.conflicts.push(`shard ${wanted.shardId} and ${running.map((a) => a.shardId).join(', ')} both report GPUs ${wanted.gpuIndices.join(',')}; left as it was`);
+      result.conflicts.push(
+        `shard ${wanted.shardId} and ${running.map((a) => a.shardId).join(', ')} both report GPUs ${wanted.gpuIndices.join(',')}; left as it was`,
+      );
       continue;
     }
     for (const other of others) {
-      result.conflicts.push(`GPUs ${other.gpuIndices.join(',')} were reserved for ${other.shardId}, but the engine of ${wanted.shardId} runs on them: the reservation was dropped`);
+      result.conflicts.push(
+        `GPUs ${other.gpuIndices.join(',')} were reserved for ${other.shardId}, but the engine of ${wanted.shardId} runs on them: the reservation was dropped`,
+      );
     }
     state.allocations = state.allocations.filter((a) => a.shardId !== wanted.shardId && !others.includes(a));
     state.allocations.push({ ...wanted, gpuIndices: [...wanted.gpuIndices], hcas: [...wanted.hcas], since: now, via: 'claim' });
@@ -197,12 +245,17 @@ export function nodeDetails(state: NodeState): string {
   const inv = state.inventory;
   const lines = [`**${state.nodeId}** — ${state.phase}${state.cordoned ? ' (cordoned)' : ''}: ${state.reason}`, ''];
   if (!inv) return lines.join('\n');
-  lines.push(`${inv.gpus.length}× ${inv.gpuClass || 'no GPU'} on ${inv.hostname} (${inv.managementAddress}), ${freeGpus(state).length} free`, '');
+  lines.push(
+    `${inv.gpus.length}× ${inv.gpuClass || 'no GPU'} on ${inv.hostname} (${inv.managementAddress}), ${freeGpus(state).length} free`,
+    '',
+  );
   if (inv.problems.length) lines.push(`Problems: ${inv.problems.join('; ')}`, '');
   lines.push('| GPU | NUMA | memory used | held by | problems |', '| --- | --- | --- | --- | --- |');
   for (const gpu of inv.gpus) {
     const holder = state.allocations.find((allocation) => allocation.gpuIndices.includes(gpu.index));
-    lines.push(`| ${gpu.index} | ${gpu.numaNode} | ${gpu.memoryUsedMib}/${gpu.memoryTotalMib} MiB | ${holder ? `${holder.replicaId} (${holder.shardId})` : '—'} | ${gpu.problems.join('; ') || '—'} |`);
+    lines.push(
+      `| ${gpu.index} | ${gpu.numaNode} | ${gpu.memoryUsedMib}/${gpu.memoryTotalMib} MiB | ${holder ? `${holder.replicaId} (${holder.shardId})` : '—'} | ${gpu.problems.join('; ') || '—'} |`,
+    );
   }
   return lines.join('\n');
 }

@@ -38,7 +38,18 @@ import {
   reserveUpdate,
   uncordonUpdate,
 } from '../definitions.js';
-import { applyRegister, claim, freeGpus, initialNodeState, nodeDetails, reconcileAllocations, release, reserve, viewOf, type NodeState } from './state.js';
+import {
+  applyRegister,
+  claim,
+  freeGpus,
+  initialNodeState,
+  nodeDetails,
+  reconcileAllocations,
+  release,
+  reserve,
+  viewOf,
+  type NodeState,
+} from './state.js';
 import type { reconcileNode } from '../reconcile/workflow.js';
 
 export interface NodeWorkflowInput {
@@ -118,7 +129,8 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     {
       validator: (request) => {
         if (!request.shardId) throw new Error('reserve needs a shardId');
-        if (!Number.isInteger(request.count) || request.count < 0) throw new Error(`reserve count must be a whole number ≥ 0, got ${request.count}`);
+        if (!Number.isInteger(request.count) || request.count < 0)
+          throw new Error(`reserve count must be a whole number ≥ 0, got ${request.count}`);
       },
     },
   );
@@ -218,9 +230,11 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
       reconcileWanted = false;
       if (!scheduled && reconcileEverySeconds > 0) {
         scheduled = true;
-        await ensureReconcileSchedule({ nodeId: state.nodeId, everySeconds: reconcileEverySeconds, dryRun: input.reconcileDryRun ?? false }).catch((error: unknown) =>
-          log.warn(`could not create the reconcile Schedule: ${String(error)}`),
-        );
+        await ensureReconcileSchedule({
+          nodeId: state.nodeId,
+          everySeconds: reconcileEverySeconds,
+          dryRun: input.reconcileDryRun ?? false,
+        }).catch((error: unknown) => log.warn(`could not create the reconcile Schedule: ${String(error)}`));
       }
       try {
         await executeChild<typeof reconcileNode>('reconcileNode', {

@@ -13,14 +13,21 @@ export function reconcileDetails(result: ReconcileResult, status: string): strin
   if (result.actions.length) {
     lines.push('| action | target | reason | outcome |', '| --- | --- | --- | --- |');
     for (const a of result.actions) {
-      const target = a.kind === 'kill' ? `pid ${a.pid}` : a.kind === 'rebuild' ? a.replicaId : `${a.shardId} (GPUs ${a.gpuIndices.join(',')})`;
-      lines.push(`| ${a.kind} | ${target} | ${a.reason.replace(/\|/g, '/')} | ${a.outcome.replace(/\|/g, '/')}${a.effective ? '' : ' (no change)'} |`);
+      const target =
+        a.kind === 'kill' ? `pid ${a.pid}` : a.kind === 'rebuild' ? a.replicaId : `${a.shardId} (GPUs ${a.gpuIndices.join(',')})`;
+      lines.push(
+        `| ${a.kind} | ${target} | ${a.reason.replace(/\|/g, '/')} | ${a.outcome.replace(/\|/g, '/')}${a.effective ? '' : ' (no change)'} |`,
+      );
     }
     lines.push('');
   }
   if (result.unchanged.length) lines.push(`Unchanged: ${result.unchanged.join(', ')}`, '');
   if (result.allocationsBefore.length || result.allocationsAfter.length) {
-    lines.push(`Allocations before: ${allocations(result.allocationsBefore)}`, '', `Allocations after: ${allocations(result.allocationsAfter)}`);
+    lines.push(
+      `Allocations before: ${allocations(result.allocationsBefore)}`,
+      '',
+      `Allocations after: ${allocations(result.allocationsAfter)}`,
+    );
   }
   return lines.join('\n');
 }

@@ -38,13 +38,29 @@ export function planReconcile(report: Register, facts: ReconcileFacts): Reconcil
 
   const claim = (shard: RunningShard): boolean => {
     const spec = shard.spec!;
-    claims.push({ shardId: spec.shardId, replicaId: spec.replicaId, gpuIndices: [...spec.gpuIndices], hcas: [...spec.hcas], since: facts.checkedAt, via: 'claim' });
+    claims.push({
+      shardId: spec.shardId,
+      replicaId: spec.replicaId,
+      gpuIndices: [...spec.gpuIndices],
+      hcas: [...spec.hcas],
+      since: facts.checkedAt,
+      via: 'claim',
+    });
     const current = held.get(spec.shardId);
     return !current || !sameSet(current.gpuIndices, spec.gpuIndices);
   };
   const stop = (shard: RunningShard, reason: string, stopReplica = false, tellDeployment?: string): void => {
     const spec = shard.spec!;
-    actions.push({ kind: 'stop', replicaId: spec.replicaId, shardId: spec.shardId, gpuIndices: [...spec.gpuIndices], pid: shard.status?.pid ?? 0, stopReplica, reason, ...(tellDeployment ? { tellDeployment } : {}) });
+    actions.push({
+      kind: 'stop',
+      replicaId: spec.replicaId,
+      shardId: spec.shardId,
+      gpuIndices: [...spec.gpuIndices],
+      pid: shard.status?.pid ?? 0,
+      stopReplica,
+      reason,
+      ...(tellDeployment ? { tellDeployment } : {}),
+    });
     releases.add(spec.shardId);
   };
 
@@ -57,7 +73,11 @@ export function planReconcile(report: Register, facts: ReconcileFacts): Reconcil
     const inCatalog = profile ? (facts.catalog[catalogKey(profile.model, profile.name)] ?? true) : false;
 
     if (!inCatalog) {
-      stop(shard, profile ? `model ${profile.model} profile ${profile.name} is no longer in the catalog` : 'its spec names no profile', facts_.replica === 'running');
+      stop(
+        shard,
+        profile ? `model ${profile.model} profile ${profile.name} is no longer in the catalog` : 'its spec names no profile',
+        facts_.replica === 'running',
+      );
       continue;
     }
     if (facts_.replica === 'closed') {
@@ -83,7 +103,9 @@ export function planReconcile(report: Register, facts: ReconcileFacts): Reconcil
             replicaId: spec.replicaId,
             shardId: spec.shardId,
             gpuIndices: [...spec.gpuIndices],
-            reason: dead ? `its engine exited (${shard.status?.message || 'no status'}); the replica is told` : `running on GPUs ${spec.gpuIndices.join(',')} and expected by its replica; the node did not hold them`,
+            reason: dead
+              ? `its engine exited (${shard.status?.message || 'no status'}); the replica is told`
+              : `running on GPUs ${spec.gpuIndices.join(',')} and expected by its replica; the node did not hold them`,
           });
         } else {
           unchanged.push(spec.shardId);
@@ -148,13 +170,24 @@ export function planReconcile(report: Register, facts: ReconcileFacts): Reconcil
     if (reported.has(allocation.shardId) || releases.has(allocation.shardId)) continue;
     const facts_ = facts.replicas[allocation.replicaId] ?? MISSING;
     let reason: string | undefined;
-    if (facts_.replica !== 'running') reason = `no engine runs shard ${allocation.shardId} and its replica workflow is ${facts_.replica === 'closed' ? 'closed' : 'gone'}`;
-    else if (facts_.view && !facts_.view.shards.some((s) => s.shardId === allocation.shardId) && checkedAt - Date.parse(allocation.since) > ALLOCATION_GRACE_MS) {
+    if (facts_.replica !== 'running')
+      reason = `no engine runs shard ${allocation.shardId} and its replica workflow is ${facts_.replica === 'closed' ? 'closed' : 'gone'}`;
+    else if (
+      facts_.view &&
+      !facts_.view.shards.some((s) => s.shardId === allocation.shardId) &&
+      checkedAt - Date.parse(allocation.since) > ALLOCATION_GRACE_MS
+    ) {
       reason = `no engine runs shard ${allocation.shardId} and ${allocation.replicaId} no longer uses it`;
     }
     if (!reason) continue;
     releases.add(allocation.shardId);
-    actions.push({ kind: 'release', replicaId: allocation.replicaId, shardId: allocation.shardId, gpuIndices: [...allocation.gpuIndices], reason });
+    actions.push({
+      kind: 'release',
+      replicaId: allocation.replicaId,
+      shardId: allocation.shardId,
+      gpuIndices: [...allocation.gpuIndices],
+      reason,
+    });
   }
 
   for (const process of report.unidentified) {

@@ -4,7 +4,16 @@
 // Schedule every few minutes. Each run asks the agent for a fresh report (which kills
 // what the agent cannot identify), asks Temporal and the catalog about every replica the
 // report names, plans (plan.ts), acts, and returns and shows every action with its reason.
-import { ActivityFailure, getExternalWorkflowHandle, log, patched, proxyActivities, setCurrentDetails, TimeoutFailure, workflowInfo } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  getExternalWorkflowHandle,
+  log,
+  patched,
+  proxyActivities,
+  setCurrentDetails,
+  TimeoutFailure,
+  workflowInfo,
+} from '@temporalio/workflow';
 import { create } from '@bufbuild/protobuf';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import type { ControlActivities } from '../../activities/index.js';
@@ -39,7 +48,16 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
   const { nodeId } = input;
   const trigger = input.trigger ?? 'manual';
   const fresh = input.report === undefined;
-  const result: ReconcileResult = { nodeId, trigger, reportedAt: '', actions: [], changed: 0, unchanged: [], allocationsBefore: [], allocationsAfter: [] };
+  const result: ReconcileResult = {
+    nodeId,
+    trigger,
+    reportedAt: '',
+    actions: [],
+    changed: 0,
+    unchanged: [],
+    allocationsBefore: [],
+    allocationsAfter: [],
+  };
   const show = (status: string): void => setCurrentDetails(reconcileDetails(result, status));
 
   show('asking the agent for a fresh report');
@@ -52,7 +70,10 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
         : await agent(nodeId, `survey ${nodeId}: running shards, and kill what nobody can describe`).survey());
   } catch (error) {
     const cause = error instanceof ActivityFailure ? error.cause : error;
-    result.skipped = cause instanceof TimeoutFailure ? `the agent of ${nodeId} did not answer (${cause.timeoutType}); nothing was changed` : `the agent's report failed: ${String(cause)}`;
+    result.skipped =
+      cause instanceof TimeoutFailure
+        ? `the agent of ${nodeId} did not answer (${cause.timeoutType}); nothing was changed`
+        : `the agent's report failed: ${String(cause)}`;
     show(result.skipped);
     log.warn(result.skipped);
     return result;
@@ -60,14 +81,28 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
   result.reportedAt = report.reportedAt;
 
   const shards = report.runningShards.filter((s) => s.spec);
-  const profiles = [...new Map(shards.filter((s) => s.spec!.profile).map((s) => [catalogKey(s.spec!.profile!.model, s.spec!.profile!.name), { model: s.spec!.profile!.model, profile: s.spec!.profile!.name }])).values()];
+  const profiles = [
+    ...new Map(
+      shards
+        .filter((s) => s.spec!.profile)
+        .map((s) => [
+          catalogKey(s.spec!.profile!.model, s.spec!.profile!.name),
+          { model: s.spec!.profile!.model, profile: s.spec!.profile!.name },
+        ]),
+    ).values(),
+  ];
   show(`checking ${shards.length} reported shard(s) against Temporal and the catalog`);
-  const facts = await control(`inspectNode ${nodeId}: ${shards.length} shard(s)`).inspectNode({ nodeId, replicaIds: [...new Set(shards.map((s) => s.spec!.replicaId))], profiles });
+  const facts = await control(`inspectNode ${nodeId}: ${shards.length} shard(s)`).inspectNode({
+    nodeId,
+    replicaIds: [...new Set(shards.map((s) => s.spec!.replicaId))],
+    profiles,
+  });
   result.allocationsBefore = facts.node?.allocations ?? [];
   const plan = planReconcile(report, facts);
   result.unchanged = plan.unchanged;
   const outcomes = new Map<ReconcileAction, ActionOutcome>();
-  const record = (action: ReconcileAction, effective: boolean, outcome: string): void => void outcomes.set(action, { ...action, effective, outcome });
+  const record = (action: ReconcileAction, effective: boolean, outcome: string): void =>
+    void outcomes.set(action, { ...action, effective, outcome });
   if (input.dryRun) {
     result.dryRun = true;
     result.actions = plan.actions.map((action) => ({ ...action, effective: false, outcome: 'dry run: not carried out' }));
@@ -82,36 +117,67 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
     const killed = await agent(nodeId, `kill ${kills.length} unidentified process(es)`).killProcesses(
       create(KillProcessesSchema, { pids: kills.map((k) => k.pid), reason: 'reconciliation: nobody can describe it' }),
     );
-    for (const k of kills) record(k, killed.killed.includes(k.pid), killed.killed.includes(k.pid) ? 'killed' : killed.alreadyGone.includes(k.pid) ? 'already gone' : 'refused by the agent');
+    for (const k of kills)
+      record(
+        k,
+        killed.killed.includes(k.pid),
+        killed.killed.includes(k.pid) ? 'killed' : killed.alreadyGone.includes(k.pid) ? 'already gone' : 'refused by the agent',
+      );
   } else {
     const byPid = new Map(report.unidentified.map((p) => [p.pid, p]));
-    for (const k of kills) record(k, Boolean(byPid.get(k.pid)?.killed), byPid.get(k.pid)?.killed ? 'killed by the agent' : 'the agent could not kill it');
+    for (const k of kills)
+      record(k, Boolean(byPid.get(k.pid)?.killed), byPid.get(k.pid)?.killed ? 'killed by the agent' : 'the agent could not kill it');
   }
 
   // Stops: a replica that must not restart its engine is told first.
   for (const action of plan.actions) {
     if (action.kind !== 'stop') continue;
-    if (action.stopReplica) await getExternalWorkflowHandle(action.replicaId).signal(stopReplicaSignal, { reason: action.reason }).catch(() => undefined);
+    if (action.stopReplica)
+      await getExternalWorkflowHandle(action.replicaId)
+        .signal(stopReplicaSignal, { reason: action.reason })
+        .catch(() => undefined);
     try {
-      const stopped = await agent(nodeId, `stopShard ${action.shardId}: ${action.reason}`).stopShard(create(StopShardSchema, { shardId: action.shardId, replicaId: action.replicaId, graceSeconds: 10, reason: `reconciliation: ${action.reason}` }));
-      record(action, stopped.wasRunning || fresh, stopped.wasRunning ? `stopped pid ${action.pid}` : fresh ? 'removed its record (nothing was running)' : 'already stopped');
+      const stopped = await agent(nodeId, `stopShard ${action.shardId}: ${action.reason}`).stopShard(
+        create(StopShardSchema, {
+          shardId: action.shardId,
+          replicaId: action.replicaId,
+          graceSeconds: 10,
+          reason: `reconciliation: ${action.reason}`,
+        }),
+      );
+      record(
+        action,
+        stopped.wasRunning || fresh,
+        stopped.wasRunning ? `stopped pid ${action.pid}` : fresh ? 'removed its record (nothing was running)' : 'already stopped',
+      );
     } catch (error) {
       record(action, false, `stop failed: ${String(error)}`);
     }
     // Runs recorded before this signal existed replay without it.
     if (action.tellDeployment && patched(TELL_DEPLOYMENT_PATCH)) {
       await getExternalWorkflowHandle(action.tellDeployment)
-        .signal(replicaClosedSignal, { replicaId: action.replicaId, reason: `its workflow closed while shard ${action.shardId} still ran on ${nodeId}; reconciliation stopped it` })
+        .signal(replicaClosedSignal, {
+          replicaId: action.replicaId,
+          reason: `its workflow closed while shard ${action.shardId} still ran on ${nodeId}; reconciliation stopped it`,
+        })
         .catch(() => undefined);
     }
   }
 
   // The node holds exactly what runs, and frees what nothing holds.
   if (facts.node) {
-    const changed = await control(`reconcileAllocations ${nodeId}: ${plan.claims.length} claim(s), ${plan.releases.length} release(s)`).reconcileAllocations({ nodeId, claims: plan.claims, releases: plan.releases });
+    const changed = await control(
+      `reconcileAllocations ${nodeId}: ${plan.claims.length} claim(s), ${plan.releases.length} release(s)`,
+    ).reconcileAllocations({ nodeId, claims: plan.claims, releases: plan.releases });
     for (const action of plan.actions) {
-      if (action.kind === 'release') record(action, changed.released.includes(action.shardId), changed.released.includes(action.shardId) ? `GPUs ${action.gpuIndices.join(',')} freed` : 'already free');
-      if (action.kind === 'adopt' && changed.claimed.includes(action.shardId)) record(action, true, `GPUs ${action.gpuIndices.join(',')} claimed`);
+      if (action.kind === 'release')
+        record(
+          action,
+          changed.released.includes(action.shardId),
+          changed.released.includes(action.shardId) ? `GPUs ${action.gpuIndices.join(',')} freed` : 'already free',
+        );
+      if (action.kind === 'adopt' && changed.claimed.includes(action.shardId))
+        record(action, true, `GPUs ${action.gpuIndices.join(',')} claimed`);
     }
     for (const conflict of changed.conflicts) log.warn(conflict);
     result.allocationsAfter = changed.allocations;
@@ -121,14 +187,25 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
 
   for (const action of plan.actions) {
     if (action.kind === 'rebuild') {
-      const rebuilt = await control(`rebuildReplica ${action.replicaId} in adopt mode`).rebuildReplica({ action, drainGraceSeconds: facts.drainGraceSeconds });
-      record(action, rebuilt.replicaStarted, rebuilt.replicaStarted ? `replica started in adopt mode${rebuilt.deploymentStarted ? `; deployment/${action.deployment} rebuilt` : ''}` : 'already rebuilt');
+      const rebuilt = await control(`rebuildReplica ${action.replicaId} in adopt mode`).rebuildReplica({
+        action,
+        drainGraceSeconds: facts.drainGraceSeconds,
+      });
+      record(
+        action,
+        rebuilt.replicaStarted,
+        rebuilt.replicaStarted
+          ? `replica started in adopt mode${rebuilt.deploymentStarted ? `; deployment/${action.deployment} rebuilt` : ''}`
+          : 'already rebuilt',
+      );
     }
     if (action.kind === 'adopt' && !outcomes.has(action)) {
       const shard = report.runningShards.find((s) => s.spec?.shardId === action.shardId);
       if (shard?.status && isDead(shard)) {
         // The engine died while nobody was listening: the replica restarts it.
-        await getExternalWorkflowHandle(action.replicaId).signal(shardTransitionSignal, shard.status).catch(() => undefined);
+        await getExternalWorkflowHandle(action.replicaId)
+          .signal(shardTransitionSignal, shard.status)
+          .catch(() => undefined);
         record(action, true, 'the replica was told its engine exited');
       } else {
         record(action, false, 'the node could not claim its GPUs (see the conflicts in the log)');
@@ -140,6 +217,8 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
   result.changed += result.actions.filter((a) => a.effective).length;
   const summary = result.changed ? `${result.changed} change(s)` : 'nothing to change';
   show(summary);
-  log.info(`reconciled ${nodeId} (${trigger}, run ${workflowInfo().runId}): ${summary}`, { actions: result.actions.map((a) => `${a.kind} ${'shardId' in a ? a.shardId : 'pid' in a ? a.pid : ''}: ${a.reason} → ${a.outcome}`) });
+  log.info(`reconciled ${nodeId} (${trigger}, run ${workflowInfo().runId}): ${summary}`, {
+    actions: result.actions.map((a) => `${a.kind} ${'shardId' in a ? a.shardId : 'pid' in a ? a.pid : ''}: ${a.reason} → ${a.outcome}`),
+  });
   return result;
 }

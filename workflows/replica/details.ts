@@ -15,7 +15,9 @@ export function replicaDetails(replicaId: string, profile: ProfileSnapshot, stat
   if (state.shards.length) {
     lines.push('', '| rank | state | node | GPUs | HCAs | port | pid |', '| --- | --- | --- | --- | --- | --- | --- |');
     for (const shard of state.shards) {
-      lines.push(`| ${shard.rank} | ${shard.state ?? '—'} | ${shard.nodeId} | ${shard.gpuIndices.join(',')} | ${shard.hcas.join(',') || '—'} | ${shard.httpPort || '—'} | ${shard.pid || '—'} |`);
+      lines.push(
+        `| ${shard.rank} | ${shard.state ?? '—'} | ${shard.nodeId} | ${shard.gpuIndices.join(',')} | ${shard.hcas.join(',') || '—'} | ${shard.httpPort || '—'} | ${shard.pid || '—'} |`,
+      );
     }
   }
   return lines.join('\n');

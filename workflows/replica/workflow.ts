@@ -31,7 +31,14 @@ import { ShardState, StopShardSchema, WaitHealthySchema, type ShardStatus } from
 import { startShardFor } from '../../common/profile-conversion.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import type { ReplicaInput, ReplicaPhase, ReplicaView, RouteMemo, ShardPlacement } from '../../common/replica-types.js';
-import { capacityChangedSignal, nodeStatusSignal, replicaStatusQuery, replicaStatusSignal, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
+import {
+  capacityChangedSignal,
+  nodeStatusSignal,
+  replicaStatusQuery,
+  replicaStatusSignal,
+  shardTransitionSignal,
+  stopReplicaSignal,
+} from '../definitions.js';
 import { replicaDetails } from './details.js';
 
 /** Restarts on the same GPUs before the replica is placed elsewhere. */
@@ -55,7 +62,8 @@ export interface ReplicaState {
 }
 
 type Event = { kind: 'shard'; status: ShardStatus } | { kind: 'node'; status: NodeStatusSignal };
-type Outcome = { kind: 'stop' } | { kind: 'restart'; reason: string } | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean };
+type Outcome =
+  { kind: 'stop' } | { kind: 'restart'; reason: string } | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean };
 
 /** Control activities with a summary the Web UI shows beside each call. */
 function control(summary: string): ControlActivities {
@@ -121,7 +129,13 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     state.phase = phase;
     state.reason = reason;
     log.info(`replica ${phase}: ${reason}`);
-    const route: RouteMemo = { deployment: input.deployment, servedName: profile.servedName, endpoint: endpointOf(state.shards), phase, replicaId };
+    const route: RouteMemo = {
+      deployment: input.deployment,
+      servedName: profile.servedName,
+      endpoint: endpointOf(state.shards),
+      phase,
+      replicaId,
+    };
     upsertMemo({ route });
     upsertSearchAttributes([
       { key: SA.state, value: phase },
@@ -143,7 +157,11 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
   const stopRequested = (): boolean => state.stopReason !== undefined;
 
   const releaseAll = async (): Promise<void> => {
-    for (const shard of state.shards) await control(`release GPUs ${shard.gpuIndices.join(',')} on ${shard.nodeId}`).releaseGpus({ nodeId: shard.nodeId, shardId: shard.shardId });
+    for (const shard of state.shards)
+      await control(`release GPUs ${shard.gpuIndices.join(',')} on ${shard.nodeId}`).releaseGpus({
+        nodeId: shard.nodeId,
+        shardId: shard.shardId,
+      });
   };
 
   const stopShards = async (reason: string, reachable: (nodeId: string) => boolean = () => true): Promise<void> => {
@@ -151,9 +169,11 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     for (const shard of [...state.shards].sort((a, b) => b.rank - a.rank)) {
       if (!reachable(shard.nodeId)) continue;
       try {
-        await agent(shard.nodeId, { summary: `stopShard rank ${shard.rank} on ${shard.nodeId}`, startToCloseSeconds: 90, heartbeatSeconds: 20 }).stopShard(
-          create(StopShardSchema, { shardId: shard.shardId, replicaId, graceSeconds: 10, reason }),
-        );
+        await agent(shard.nodeId, {
+          summary: `stopShard rank ${shard.rank} on ${shard.nodeId}`,
+          startToCloseSeconds: 90,
+          heartbeatSeconds: 20,
+        }).stopShard(create(StopShardSchema, { shardId: shard.shardId, replicaId, graceSeconds: 10, reason }));
       } catch (error) {
         // An unreachable agent cannot stop its engine; the node's reconciliation will.
         log.warn(`stopShard ${shard.shardId} failed: ${String(error)}`);
@@ -167,9 +187,15 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
       const avoiding = state.avoidNodes.length ? ` (avoiding ${state.avoidNodes.join(', ')} after failures there)` : '';
       // Once Unschedulable, it stays so while it retries: the UI and the router see one
       // steady state with its reason, not a flicker between Placing and Unschedulable.
-      if (waits === 0) void setPhase('Placing', `looking for ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}${avoiding}`);
+      if (waits === 0)
+        void setPhase(
+          'Placing',
+          `looking for ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}${avoiding}`,
+        );
       capacityChanged = false;
-      const result = await control(`placeReplica: ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU(s)${avoiding}`).placeReplica({
+      const result = await control(
+        `placeReplica: ${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU(s)${avoiding}`,
+      ).placeReplica({
         replicaId,
         deployment: input.deployment,
         nodes: profile.nodes,
@@ -207,15 +233,25 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
       // timeout. A NotReady one may be an agent restarting mid-start: the retried startShard
       // reaches the new agent, which finds the spec and starts the engine exactly once.
       const startScope = new CancellationScope();
-      const nodeDown = (): boolean => events.some((e) => e.kind === 'node' && e.status.nodeId === shard.nodeId && e.status.phase === 'Lost');
+      const nodeDown = (): boolean =>
+        events.some((e) => e.kind === 'node' && e.status.nodeId === shard.nodeId && e.status.phase === 'Lost');
       let startDone = false;
       void condition(() => nodeDown() || startDone).then(() => {
         if (!startDone) startScope.cancel();
       });
       try {
         const running = await startScope.run(() =>
-          agent(shard.nodeId, { summary: `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${gpuRange(shard.gpuIndices)}`, heartbeatSeconds: 10 }).startShard(
-            startShardFor(shard, { replicaId, deployment: input.deployment, snapshot: profile, shards: state.shards, leaderPort: shard.rank === 0 ? 0 : leaderPort }),
+          agent(shard.nodeId, {
+            summary: `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${gpuRange(shard.gpuIndices)}`,
+            heartbeatSeconds: 10,
+          }).startShard(
+            startShardFor(shard, {
+              replicaId,
+              deployment: input.deployment,
+              snapshot: profile,
+              shards: state.shards,
+              leaderPort: shard.rank === 0 ? 0 : leaderPort,
+            }),
           ),
         );
         shard.httpPort = running.status?.httpPort ?? 0;
@@ -225,7 +261,13 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
         startDone = true;
       } catch (error) {
         startDone = true;
-        if (nodeDown() && isCancellation(error)) return { kind: 'replace', reason: `the agent on ${shard.nodeId} became unreachable during startShard`, nodeId: shard.nodeId, agentGone: true };
+        if (nodeDown() && isCancellation(error))
+          return {
+            kind: 'replace',
+            reason: `the agent on ${shard.nodeId} became unreachable during startShard`,
+            nodeId: shard.nodeId,
+            agentGone: true,
+          };
         return failureOutcome(error, shard.nodeId, `starting rank ${shard.rank} on ${shard.nodeId}`);
       }
     }
@@ -239,14 +281,18 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     void setPhase('Loading', why);
     const scope = new CancellationScope();
     const healthy = scope.run(() =>
-      agent(leader.nodeId, { summary: `waitHealthy rank 0 on ${leader.nodeId}`, startToCloseSeconds: profile.startupTimeoutSeconds + 60, heartbeatSeconds: 30 }).waitHealthy(
-        create(WaitHealthySchema, { shardId: leader.shardId, timeoutSeconds: profile.startupTimeoutSeconds }),
-      ),
+      agent(leader.nodeId, {
+        summary: `waitHealthy rank 0 on ${leader.nodeId}`,
+        startToCloseSeconds: profile.startupTimeoutSeconds + 60,
+        heartbeatSeconds: 30,
+      }).waitHealthy(create(WaitHealthySchema, { shardId: leader.shardId, timeoutSeconds: profile.startupTimeoutSeconds })),
     );
     let outcome: Outcome | 'ready' | undefined;
     const watchOthers = async (): Promise<void> => {
       // A worker rank that exits while the leader loads fails the whole replica.
-      await condition(() => stopRequested() || events.some((e) => e.kind === 'shard' && isExitOf(e.status, state.shards) && e.status.rank !== 0));
+      await condition(
+        () => stopRequested() || events.some((e) => e.kind === 'shard' && isExitOf(e.status, state.shards) && e.status.rank !== 0),
+      );
       scope.cancel();
     };
     void watchOthers();
@@ -257,9 +303,11 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
       // process is up (and, being in the group, joined).
       for (const shard of state.shards.filter((s) => s.rank !== 0)) {
         await scope.run(() =>
-          agent(shard.nodeId, { summary: `waitHealthy rank ${shard.rank} on ${shard.nodeId}`, startToCloseSeconds: 120, heartbeatSeconds: 30 }).waitHealthy(
-            create(WaitHealthySchema, { shardId: shard.shardId, timeoutSeconds: 60 }),
-          ),
+          agent(shard.nodeId, {
+            summary: `waitHealthy rank ${shard.rank} on ${shard.nodeId}`,
+            startToCloseSeconds: 120,
+            heartbeatSeconds: 30,
+          }).waitHealthy(create(WaitHealthySchema, { shardId: shard.shardId, timeoutSeconds: 60 })),
         );
         shard.state = 'Ready';
       }
@@ -273,7 +321,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     } catch (error) {
       if (stopRequested()) return { kind: 'stop' };
       const workerExit = events.find((e): e is Extract<Event, { kind: 'shard' }> => e.kind === 'shard' && isExitOf(e.status, state.shards));
-      if (workerExit && isCancellation(error)) return { kind: 'restart', reason: `rank ${workerExit.status.rank} exited while loading: ${workerExit.status.message}` };
+      if (workerExit && isCancellation(error))
+        return { kind: 'restart', reason: `rank ${workerExit.status.rank} exited while loading: ${workerExit.status.message}` };
       outcome = failureOutcome(error, leader.nodeId, `loading on ${leader.nodeId}`);
     }
     return outcome;
@@ -301,7 +350,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
       // Signals from one node can arrive out of order: the newest word on a node wins.
       if (at && (nodeSeen[nodeId] ?? '') > at) continue;
       if (at) nodeSeen[nodeId] = at;
-      if (phase === 'NotReady') void setPhase('Unknown', `agent on ${nodeId} unreachable (${reason}); the engine keeps its traffic while it answers`);
+      if (phase === 'NotReady')
+        void setPhase('Unknown', `agent on ${nodeId} unreachable (${reason}); the engine keeps its traffic while it answers`);
       else if (phase === 'Ready' && state.phase === 'Unknown') void setPhase('Ready', `agent on ${nodeId} is back`);
       else if (phase === 'Lost') return { kind: 'replace', reason: `node ${nodeId} lost: ${reason}`, nodeId, agentGone: true };
     }
@@ -336,7 +386,10 @@ export async function replica(input: ReplicaInput): Promise<ReplicaView> {
     if (outcome.kind === 'restart' && state.restartsHere < RESTARTS_PER_PLACEMENT) {
       state.restartsHere++;
       const backoffMs = 2_000 * 2 ** (state.restartsHere - 1);
-      void setPhase('Starting', `${outcome.reason}; restarting on the same GPUs in ${backoffMs / 1000} s (restart ${state.restartsHere} of ${RESTARTS_PER_PLACEMENT})`);
+      void setPhase(
+        'Starting',
+        `${outcome.reason}; restarting on the same GPUs in ${backoffMs / 1000} s (restart ${state.restartsHere} of ${RESTARTS_PER_PLACEMENT})`,
+      );
       await stopShards(`restart: ${outcome.reason}`);
       await condition(stopRequested, backoffMs);
       continue;
@@ -373,7 +426,12 @@ function failureOutcome(error: unknown, nodeId: string, what: string): Outcome {
   if (isCancellation(error)) throw error;
   const cause = error instanceof ActivityFailure ? error.cause : error;
   if (cause instanceof TimeoutFailure) {
-    return { kind: 'replace', reason: `${what}: the agent did not answer (${cause.timeoutType === 'SCHEDULE_TO_START' ? 'no agent polling its queue' : 'timed out'})`, nodeId, agentGone: true };
+    return {
+      kind: 'replace',
+      reason: `${what}: the agent did not answer (${cause.timeoutType === 'SCHEDULE_TO_START' ? 'no agent polling its queue' : 'timed out'})`,
+      nodeId,
+      agentGone: true,
+    };
   }
   if (cause instanceof ApplicationFailure) {
     switch (cause.type) {
@@ -412,7 +470,10 @@ function gpuRange(indices: number[]): string {
 
 /** The first line of a failure and, when it quotes a log, its last line: what an operator needs. */
 function firstLine(text: string): string {
-  const lines = text.split('\n').map((line) => line.trim()).filter(Boolean);
+  const lines = text
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
   const head = (lines[0] ?? text).replace(/;?\s*last log lines:\s*$/, '');
   const last = lines.length > 1 ? lines[lines.length - 1] : undefined;
   return last ? `${head} — ${last}` : head;
