@@ -1,6 +1,9 @@
 // Recording and loading workflow histories for the replay test. Tests call
-// recordHistory after a run; with LLMGW_RECORD_HISTORIES=1 the history is written to
-// test/histories/<name>.json and committed, so later workflow changes are replayed against it.
+// recordHistory after a run; with LLMGW_RECORD_HISTORIES=1 a history whose name is new is
+// written to test/histories/<name>.json and committed, so later workflow changes are
+// replayed against it. An existing history is never overwritten: histories are
+// append-only (scripts/check-histories.mjs fails CI otherwise), so a changed workflow
+// records its new behaviour under a new name and keeps replaying the old one.
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -11,6 +14,10 @@ export const HISTORIES_DIR = resolve(__dirname, '../histories');
 /** Saves a workflow's history as the Temporal CLI prints it (the format the Web UI downloads). */
 export function recordHistory(workflowId: string, name: string, address: string = inject('temporalAddress')): void {
   if (process.env.LLMGW_RECORD_HISTORIES !== '1') return;
+  if (existsSync(join(HISTORIES_DIR, `${name}.json`))) {
+    console.log(`history ${name} exists and is append-only: not re-recorded (give the recording a new name to add one)`);
+    return;
+  }
   const json = execFileSync(
     inject('temporalBin'),
     ['workflow', 'show', '--workflow-id', workflowId, '--output', 'json', '--address', address],
