@@ -3,6 +3,8 @@
 import type { Client } from '@temporalio/client';
 import { createCatalogSource } from '../catalog/watch.js';
 import { createCatalogActivities } from './catalog.js';
+import { createCapacityActivities } from './capacity.js';
+import { createDeploymentActivities } from './deployments.js';
 import { createPlacementActivities } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
 
@@ -16,7 +18,9 @@ export function createControlActivities(deps: ControlActivityDeps) {
   const catalog = createCatalogSource(deps.catalogFile, { log: deps.log });
   return {
     ...createCatalogActivities(catalog, deps.client),
-    ...createPlacementActivities(deps.client),
+    ...createPlacementActivities(deps.client, deps.log),
+    ...createCapacityActivities(deps.client),
+    ...createDeploymentActivities(deps.client),
     ...createReconcileActivities(catalog, deps.client),
   };
 }

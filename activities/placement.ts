@@ -1,26 +1,27 @@
 // Placement: choose hosts for a replica and reserve GPUs on them through each node
-// workflow's `reserve` Update (the single writer of that host's GPUs).
+// workflow's `reserve` Update (the single writer of that host's GPUs). Control side.
 //
 // Policy:
-//  1. Fit first: nodes of the profile's GPU class that are Ready, not avoided (a node
-//     where this replica just failed), with enough free healthy GPUs; the node itself
-//     checks health, memory, NVLink and NUMA when it picks the GPUs.
-//  2. Spread: a node that already runs replicas of this deployment comes after one that
-//     runs none (one host failure should not take a deployment down).
-//  3. Otherwise pack: the node with the fewest free GPUs that still fit, so that large
-//     holes stay free for large replicas.
-//  4. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
-//     nothing: a partial reservation is released before the next fabric is tried
-//     (common/placement/choose-hosts.ts ranks the hosts and holds that rule).
-// Candidates come from search attributes (LlmgwGpuClass, LlmgwState, LlmgwFreeGpus), which
-// can lag a moment behind; a rejected reserve just means "next candidate", as in
-// optimistic shared-state schedulers.
+//  1. Only candidates that fit, from the capacity index: the node workflows' search
+//     attributes (LlmgwGpuClass, LlmgwState, LlmgwFreeGpus), one visibility call. A node is
+//     asked to reserve only if the index says it has room, so a replica waiting for capacity
+//     records nothing on any node; a rejected reserve means "the index was stale".
+//  2. A node that just freed GPUs for this replica (the capacityChanged hint) comes first.
+//  3. Spread: a node that already runs replicas of this deployment comes after one that runs
+//     none (one host failure should not take a deployment down).
+//  4. Otherwise pack: the node with the fewest free GPUs that still fit, so that large holes
+//     stay free for large replicas. Ties rotate by the replica's sequence number, so replicas
+//     placed at the same moment land on different nodes.
+//  5. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
+//     nothing (common/placement/choose-hosts.ts).
+// The node itself checks health, memory, NVLink and NUMA when it picks the GPUs.
 import type { Client } from '@temporalio/client';
 import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
 import type { ReserveResult } from '../common/node-types.js';
 import { gangHostFromView, placeGangOnHosts, summariseReasons, type GangHost } from '../common/placement/choose-hosts.js';
 import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
+import { wakeWaitersFor } from './capacity.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -33,17 +34,31 @@ export interface PlaceRequest {
   /** Placement number of this replica: part of the shard ids, so a re-placement is a new reservation. */
   attempt: number;
   pool?: string;
+  /** Nodes to try first (a node that just freed GPUs and woke this replica). */
+  preferNodes?: string[];
 }
 
-export type PlaceResult = { ok: true; shards: ShardPlacement[] } | { ok: false; reason: string };
+export type PlaceResult =
+  | { ok: true; shards: ShardPlacement[] }
+  | {
+      ok: false;
+      reason: string;
+      /** Look again this soon rather than wait for a wake-up: the index was stale, or only avoided nodes fit. */
+      retryInMs?: number;
+      onlyAvoidedFit?: boolean;
+    };
 
-interface Candidate {
+export interface IndexedNode {
   nodeId: string;
+  state: string;
   free: number;
   siblings: number;
 }
 
-export function createPlacementActivities(client: Client) {
+/** Reserves tried per placement before the index is considered stale. */
+const MAX_RESERVES = 3;
+
+export function createPlacementActivities(client: Client, log: (line: string) => void = () => undefined) {
   const reserveOn = (nodeId: string, request: PlaceRequest, rank: number): Promise<ReserveResult> =>
     client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
       args: [
@@ -53,7 +68,6 @@ export function createPlacementActivities(client: Client) {
           count: request.gpusPerNode,
           gpuClass: request.gpuClass,
           minFreeMemoryMib: request.minFreeMemoryMib,
-          wakeWorkflowId: request.replicaId,
         },
       ],
     });
@@ -76,79 +90,92 @@ export function createPlacementActivities(client: Client) {
 
   return {
     async placeReplica(request: PlaceRequest): Promise<PlaceResult> {
-      const candidates = await listCandidates(client, request);
-      if (!candidates.length) {
-        const avoided = request.avoidNodes.length ? ` (avoiding ${request.avoidNodes.join(', ')} after failures there)` : '';
-        return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${avoided}` };
+      const index = await readCapacityIndex(client, request);
+      const ready = index.filter((n) => n.state === 'Ready');
+      if (!ready.length) {
+        const others = index.length ? ` (${index.map((n) => `${n.nodeId} ${n.state}`).join(', ')})` : '';
+        return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${others}` };
       }
-      const reasons: string[] = [];
-      if (request.nodes <= 1) {
-        for (const candidate of candidates) {
-          const result = await reserveOn(candidate.nodeId, request, 0);
-          if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
-          reasons.push(result.reason);
+      const fits = (n: IndexedNode): boolean => n.free >= request.gpusPerNode;
+      const candidates = rankCandidates(
+        ready.filter((n) => !request.avoidNodes.includes(n.nodeId) && fits(n)),
+        request,
+      );
+      const needHosts = Math.max(1, request.nodes);
+      if (candidates.length < needHosts) {
+        const avoidedFit = ready.some((n) => request.avoidNodes.includes(n.nodeId) && fits(n));
+        const largest = [...ready].sort((a, b) => b.free - a.free)[0]!;
+        const shortOf =
+          needHosts > 1
+            ? `${candidates.length} of ${needHosts} hosts needed have ${request.gpusPerNode} free ${request.gpuClass} GPUs`
+            : `no Ready ${request.gpuClass} node has room: needs ${request.gpusPerNode} GPUs, ${largest.free} free at most (${largest.nodeId}, of ${ready.length} Ready node${ready.length > 1 ? 's' : ''})`;
+        if (avoidedFit) {
+          return {
+            ok: false,
+            reason: `${shortOf}; only nodes it failed on have room (${request.avoidNodes.join(', ')})`,
+            retryInMs: 10_000,
+            onlyAvoidedFit: true,
+          };
         }
-        return { ok: false, reason: summariseReasons(reasons) };
+        return { ok: false, reason: shortOf };
       }
-      return placeGang(client, request, candidates, reserveOn, placement);
+      if (request.nodes > 1) return placeGang(client, request, candidates, reserveOn, placement);
+      const reasons: string[] = [];
+      for (const candidate of candidates.slice(0, MAX_RESERVES)) {
+        const result = await reserveOn(candidate.nodeId, request, 0);
+        if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
+        reasons.push(result.reason);
+      }
+      return { ok: false, reason: summariseReasons(reasons), retryInMs: 1_000 };
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {
-      return client.workflow
+      const released = await client.workflow
         .getHandle(nodeWorkflowId(request.nodeId))
         .executeUpdate(releaseUpdate, { args: [{ shardId: request.shardId }] });
+      // Freed GPUs go to whoever has waited longest for them, at once.
+      if (released)
+        await wakeWaitersFor(client, request.nodeId).catch((error: unknown) =>
+          log(`waking waiters after a release on ${request.nodeId}: ${String(error)}`),
+        );
+      return released;
     },
   };
 }
 
-async function listCandidates(client: Client, request: PlaceRequest): Promise<Candidate[]> {
+/** The node workflows of a GPU class as the index shows them, with this deployment's replicas per node. */
+async function readCapacityIndex(client: Client, request: PlaceRequest): Promise<IndexedNode[]> {
   const siblings = new Map<string, number>();
-  for await (const replica of client.workflow.list({
-    query: `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = '${request.deployment}'`,
-  })) {
+  const replicas = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = '${request.deployment}'`;
+  for await (const replica of client.workflow.list({ query: replicas })) {
     if (replica.workflowId === request.replicaId) continue;
     const nodes = replica.searchAttributes?.LlmgwNodes;
     for (const node of Array.isArray(nodes) ? nodes : []) if (typeof node === 'string') siblings.set(node, (siblings.get(node) ?? 0) + 1);
   }
-  const candidates: Candidate[] = [];
-  const query = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = '${request.gpuClass}' AND LlmgwState = 'Ready'`;
-  for await (const execution of client.workflow.list({ query })) {
-    const nodeId = execution.workflowId.replace(/^node\//, '');
-    if (request.avoidNodes.includes(nodeId)) continue;
-    const freeValue = execution.searchAttributes?.LlmgwFreeGpus;
-    const free = Array.isArray(freeValue) && typeof freeValue[0] === 'number' ? freeValue[0] : 0;
-    candidates.push({ nodeId, free, siblings: siblings.get(nodeId) ?? 0 });
+  const index: IndexedNode[] = [];
+  const nodes = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = '${request.gpuClass}'`;
+  for await (const execution of client.workflow.list({ query: nodes })) {
+    const free = execution.searchAttributes?.LlmgwFreeGpus;
+    const state = execution.searchAttributes?.LlmgwState;
+    index.push({
+      nodeId: execution.workflowId.replace(/^node\//, ''),
+      state: Array.isArray(state) && typeof state[0] === 'string' ? state[0] : 'Unknown',
+      free: Array.isArray(free) && typeof free[0] === 'number' ? free[0] : 0,
+      siblings: siblings.get(execution.workflowId.replace(/^node\//, '')) ?? 0,
+    });
   }
-  // Search attributes lag a moment behind reservations; for a fleet of modest size, ask
-  // the nodes themselves (a query each) what they hold, so that a replica placed a
-  // moment ago already counts for spreading and packing.
-  if (candidates.length <= 64) {
-    await Promise.all(
-      candidates.map(async (candidate) => {
-        const view = await client.workflow
-          .getHandle(nodeWorkflowId(candidate.nodeId))
-          .query(describeNodeQuery)
-          .catch(() => undefined);
-        if (!view) return;
-        candidate.free = view.freeGpus.length;
-        candidate.siblings = new Set(
-          view.allocations
-            .filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId)
-            .map((a) => a.replicaId),
-        ).size;
-      }),
-    );
-  }
-  const fits = (c: Candidate): number => (c.free >= request.gpusPerNode ? 0 : 1);
-  // Replicas of one deployment are placed at the same time, before the attributes show
-  // each other: rotating the tie-break by the replica's sequence number sends them to
-  // different nodes even then.
+  return index;
+}
+
+/** Candidates best first: the hinted node, then spread, then pack, then a rotation by sequence number. */
+export function rankCandidates(candidates: IndexedNode[], request: Pick<PlaceRequest, 'replicaId' | 'preferNodes'>): IndexedNode[] {
   const seq = Number(/\/(\d+)$/.exec(request.replicaId)?.[1] ?? 0);
   const byId = [...candidates].sort((a, b) => a.nodeId.localeCompare(b.nodeId));
-  const rotation = (c: Candidate): number => (byId.indexOf(c) - seq + byId.length * 1000) % byId.length;
-  // Nodes that (by the slightly stale attributes) cannot fit still come last rather than
-  // not at all: the reserve is the truth.
-  return candidates.sort((a, b) => fits(a) - fits(b) || a.siblings - b.siblings || a.free - b.free || rotation(a) - rotation(b));
+  const rotation = (c: IndexedNode): number => (byId.indexOf(c) - seq + byId.length * 1000) % byId.length;
+  const preferred = (c: IndexedNode): number => (request.preferNodes?.includes(c.nodeId) ? 0 : 1);
+  return [...candidates].sort(
+    (a, b) => preferred(a) - preferred(b) || a.siblings - b.siblings || a.free - b.free || rotation(a) - rotation(b),
+  );
 }
 
 type Reserve = (nodeId: string, request: PlaceRequest, rank: number) => Promise<ReserveResult>;
@@ -157,10 +184,11 @@ type MakePlacement = (nodeId: string, rank: number, request: PlaceRequest, resul
 async function placeGang(
   client: Client,
   request: PlaceRequest,
-  candidates: Candidate[],
+  candidates: IndexedNode[],
   reserveOn: Reserve,
   makePlacement: MakePlacement,
 ): Promise<PlaceResult> {
+  // Gangs need each host's fabric and free HCAs, which only the node knows: ask the few that fit.
   const hosts: GangHost[] = [];
   for (const candidate of candidates) {
     const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery);

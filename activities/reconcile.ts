@@ -4,6 +4,7 @@
 // (reconcileAllocations), and the per-node Schedule that runs reconcileNode.
 import {
   ScheduleAlreadyRunning,
+  ScheduleNotFoundError,
   ScheduleOverlapPolicy,
   WorkflowExecutionAlreadyStartedError,
   WorkflowNotFoundError,
@@ -14,6 +15,7 @@ import { CONTROL_TASK_QUEUE, deploymentWorkflowId, nodeWorkflowId, parseReplicaW
 import type { NodeView, ReconcileAllocationsRequest, ReconcileAllocationsResult } from '../common/node-types.js';
 import type { DeployModelInput, ReplicaInput, ReplicaView } from '../common/replica-types.js';
 import type { ReconcileAction, ReconcileFacts, ReconcileNodeInput, ReplicaFacts, WorkflowPresence } from '../common/reconcile-types.js';
+import { wakeWaitersFor } from './capacity.js';
 import { adoptReplicaSignal, describeNodeQuery, reconcileAllocationsUpdate, replicaStatusQuery } from '../workflows/definitions.js';
 
 export interface InspectRequest {
@@ -141,9 +143,62 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
     },
 
     async reconcileAllocations(request: { nodeId: string } & ReconcileAllocationsRequest): Promise<ReconcileAllocationsResult> {
-      return client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(reconcileAllocationsUpdate, {
+      const result = await client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(reconcileAllocationsUpdate, {
         args: [{ claims: request.claims, releases: request.releases }],
       });
+      // GPUs freed by reconciliation go to the replicas waiting for them.
+      if (result.released.length) await wakeWaitersFor(client, request.nodeId).catch(() => undefined);
+      return result;
+    },
+
+    /**
+     * Makes the node's reconcile Schedule match the agent's current settings: creates it, or
+     * updates its interval and mode when they changed (an agent restarted with other flags).
+     * Every 0 seconds deletes it (reconcile on registration only).
+     */
+    async syncReconcileSchedule(request: {
+      nodeId: string;
+      everySeconds: number;
+      dryRun: boolean;
+    }): Promise<'created' | 'updated' | 'unchanged' | 'deleted'> {
+      const input: ReconcileNodeInput = { nodeId: request.nodeId, trigger: 'schedule', dryRun: request.dryRun };
+      const handle = client.schedule.getHandle(reconcileScheduleId(request.nodeId));
+      const existing = await handle.describe().catch((error: unknown) => {
+        if (error instanceof ScheduleNotFoundError) return undefined;
+        throw error;
+      });
+      if (request.everySeconds <= 0) {
+        if (!existing) return 'unchanged';
+        await handle.delete();
+        return 'deleted';
+      }
+      const interval = { every: `${request.everySeconds} seconds` };
+      if (!existing) {
+        await client.schedule.create({
+          scheduleId: reconcileScheduleId(request.nodeId),
+          spec: { intervals: [interval] },
+          action: {
+            type: 'startWorkflow',
+            workflowType: 'reconcileNode',
+            workflowId: `reconcile/${request.nodeId}/scheduled`,
+            taskQueue: CONTROL_TASK_QUEUE,
+            args: [input],
+          },
+          policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute' },
+          state: { note: `reconciles node ${request.nodeId} with what its agent reports` },
+        });
+        return 'created';
+      }
+      const everyMs = existing.spec.intervals?.[0]?.every;
+      const currentArgs =
+        existing.action.type === 'startWorkflow' ? (existing.action.args?.[0] as ReconcileNodeInput | undefined) : undefined;
+      if (Number(everyMs) === request.everySeconds * 1000 && (currentArgs?.dryRun ?? false) === request.dryRun) return 'unchanged';
+      await handle.update((previous) => ({
+        ...previous,
+        spec: { ...previous.spec, intervals: [interval] },
+        action: { ...previous.action, type: 'startWorkflow', workflowType: 'reconcileNode', args: [input] } as typeof previous.action,
+      }));
+      return 'updated';
     },
 
     /** Creates the node's reconcile Schedule if it does not exist (idempotent). */

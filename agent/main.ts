@@ -9,6 +9,7 @@ import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/na
 import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
 import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
+import type { AgentSettings } from '../common/node-types.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
 import { discoverHost, interfaceOf } from './host.js';
 import { buildRegister } from './register.js';
@@ -113,12 +114,14 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const register = async (): Promise<void> => {
     if (!client) return;
     const report = await describe();
-    await client.workflow.signalWithStart<typeof nodeWorkflow, [typeof report]>('node', {
+    // The settings travel with every registration, so a restarted agent's flags take effect.
+    const { nodeId: _nodeId, ...settings } = nodeInput;
+    await client.workflow.signalWithStart<typeof nodeWorkflow, [typeof report, AgentSettings?]>('node', {
       workflowId: nodeWorkflowId(config.nodeId),
       taskQueue: CONTROL_TASK_QUEUE,
       args: [nodeInput],
       signal: registerSignal,
-      signalArgs: [report],
+      signalArgs: [report, settings],
     });
     log(`registered with ${nodeWorkflowId(config.nodeId)} (${report.runningShards.length} shards)`);
   };

@@ -110,9 +110,37 @@ program
     'catalog YAML (or LLMGW_CATALOG); edits are picked up without a restart',
     process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml',
   )
-  .action(async (opts: { catalog: string }) => {
+  .option(
+    '--build-id <id>',
+    "this build's Worker Deployment build id (LLMGW_BUILD_ID; default: package version + a hash of the workflow code)",
+  )
+  .option('--deployment-name <name>', 'the Worker Deployment (LLMGW_DEPLOYMENT_NAME)', process.env.LLMGW_DEPLOYMENT_NAME ?? 'llmgw')
+  .option(
+    '--make-current',
+    'make this build the Current version at start (default: only when there is none yet; otherwise `llmgw upgrade`)',
+  )
+  .action(async (opts: { catalog: string; buildId?: string; deploymentName: string; makeCurrent?: boolean }) => {
     const { runControlWorker } = await import('../workers/control-worker.js');
-    await runControlWorker({ catalogFile: opts.catalog });
+    await runControlWorker({
+      catalogFile: opts.catalog,
+      buildId: opts.buildId,
+      deploymentName: opts.deploymentName,
+      makeCurrent: opts.makeCurrent,
+    });
+  });
+
+program
+  .command('upgrade')
+  .description(
+    'move running workflows to a new control-worker build: make it Current, then each deployment, replica and node hands over at its next safe point (docs/upgrades.md)',
+  )
+  .option('--build-id <id>', 'the build to move to (default: the newest version of the Worker Deployment)')
+  .option('--deployment-name <name>', 'the Worker Deployment', process.env.LLMGW_DEPLOYMENT_NAME ?? 'llmgw')
+  .option('--timeout <seconds>', 'how long to wait for every run to move', '300')
+  .option('--move-stranded', 'also move runs pinned to a build no worker serves (they replay on the new build; see docs/upgrades.md)')
+  .action(async (opts: { buildId?: string; deploymentName: string; timeout: string; moveStranded?: boolean }) => {
+    const { upgradeCommand } = await import('./commands/upgrade.js');
+    await upgradeCommand(opts);
   });
 
 const nodes = program

@@ -52,13 +52,31 @@ export interface Allocation {
   via: 'reserve' | 'claim' | 'report';
 }
 
+/**
+ * The agent's settings that the node workflow acts on. They travel with every registration,
+ * so an agent restarted with other flags changes them (and the reconcile Schedule) at once.
+ */
+export interface AgentSettings {
+  /** A dead agent shows as NotReady within this (plus Temporal's timer slack). */
+  presenceHeartbeatSeconds: number;
+  /** NotReady for longer than this → Lost: replicas are told and the GPUs released. */
+  lostGraceSeconds: number;
+  /** The node's reconcile Schedule runs this often (0: no Schedule; reconcile on registration only). */
+  reconcileEverySeconds: number;
+  /** Reconciliation only shows what it would do. */
+  reconcileDryRun: boolean;
+}
+
 export interface ReserveRequest {
   shardId: string;
   replicaId: string;
   count: number;
   gpuClass?: string;
   minFreeMemoryMib?: number;
-  /** A workflow to signal (capacityChanged) when this node frees GPUs after a rejection. */
+  /**
+   * Runs of the release before Worker Versioning: a workflow to signal when this node frees
+   * GPUs after a rejection. Ignored now; waiting replicas are woken through visibility.
+   */
   wakeWorkflowId?: string;
 }
 

@@ -48,7 +48,22 @@ export interface ReplicaInput {
   labels?: Record<string, string>;
   /** Adopt shards that are already running (reconciliation) instead of placing new ones. */
   adopt?: ShardPlacement[];
+  /** State handed over by continue-as-new (honoured only in a run continued from ours). */
   carried?: unknown;
+  /** Set by the hand-over to a new llmgw build: the run parks until `llmgw upgrade` moves it. */
+  upgrading?: boolean;
+  /** Tests: hand over after this many history events instead of the default bound. */
+  continueAsNewAfterEvents?: number;
+  /** Tests: how long an Unschedulable replica waits for a capacity signal before it looks again. */
+  capacityRecheckSeconds?: number;
+}
+
+/** What an Unschedulable replica waits for (its `demand` memo), read by whoever frees GPUs. */
+export interface DemandMemo {
+  gpuClass: string;
+  gpusPerNode: number;
+  nodes: number;
+  since: string;
 }
 
 export interface ReplicaView {
@@ -83,7 +98,12 @@ export interface DeployModelInput {
   labels?: Record<string, string>;
   /** Set when reconciliation rebuilds a deployment Temporal lost: desired = what was found. */
   rebuilt?: { reason: string };
+  /** State handed over by continue-as-new (honoured only in a run continued from ours). */
   carried?: unknown;
+  /** Set by the hand-over to a new llmgw build (workflows/upgrade.ts). */
+  upgrading?: boolean;
+  /** Tests: hand over after this many history events instead of the default bound. */
+  continueAsNewAfterEvents?: number;
 }
 
 export type DeploymentPhase = 'Validating' | 'Progressing' | 'Ready' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';

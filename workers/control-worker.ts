@@ -6,10 +6,23 @@ import { Worker } from '@temporalio/worker';
 import { CONTROL_TASK_QUEUE } from '../common/names.js';
 import { connectWorkerConnection, llmgwDataConverter, connectClient } from '../temporal/connection.js';
 import { createControlActivities } from '../activities/index.js';
+import { bundleWithBuildId, describeDeployment, setCurrentVersion, versionName } from './versioning.js';
 
 export interface ControlWorkerOptions {
   catalogFile: string;
   log?: (line: string) => void;
+  /** Overrides the build id derived from the workflow code (LLMGW_BUILD_ID). */
+  buildId?: string;
+  /** The Worker Deployment name (LLMGW_DEPLOYMENT_NAME, default llmgw). */
+  deploymentName?: string;
+  /**
+   * Make this build the Current version at start. Without it, a build becomes Current only
+   * when the deployment has no Current version yet (the first install); later builds wait
+   * for `llmgw upgrade`, so starting a new worker never moves traffic by itself.
+   */
+  makeCurrent?: boolean;
+  /** Another workflows module (the upgrade test's second build). */
+  workflowsPath?: string;
 }
 
 export async function runControlWorker(options: ControlWorkerOptions): Promise<void> {
@@ -17,14 +30,27 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   const { connection, namespace } = await connectWorkerConnection();
   const client = await connectClient();
   const activities = createControlActivities({ catalogFile: options.catalogFile, client, log });
+  const version = await bundleWithBuildId({
+    workflowsPath: options.workflowsPath ?? join(__dirname, '../workflows/index.js'),
+    buildId: options.buildId,
+    deploymentName: options.deploymentName,
+  });
   const worker = await Worker.create({
     connection,
     namespace,
     taskQueue: CONTROL_TASK_QUEUE,
-    workflowsPath: join(__dirname, '../workflows/index.js'),
+    workflowBundle: version.bundle,
     activities,
     dataConverter: llmgwDataConverter(),
     shutdownGraceTime: '10 seconds',
+    // Long-running workflows are Pinned: a run keeps the code that started it and moves to a
+    // new build only at continue-as-new (workflows/upgrade.ts); reconcileNode declares itself
+    // AutoUpgrade (it is short and replays any build's history).
+    workerDeploymentOptions: {
+      version: { deploymentName: version.deploymentName, buildId: version.buildId },
+      useWorkerVersioning: true,
+      defaultVersioningBehavior: 'PINNED',
+    },
   });
   const stop = (signal: string): void => {
     log(`${signal}: shutting down`);
@@ -34,9 +60,19 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   };
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
-  log(`serving task queue ${CONTROL_TASK_QUEUE} (catalog ${options.catalogFile})`);
+  const running = worker.run();
+  const current = await describeDeployment(client, version.deploymentName).catch(() => undefined);
+  if (options.makeCurrent || !current?.current) {
+    await setCurrentVersion(client, version);
+    log(`${versionName(version)} is now the Current version${current?.current ? ` (was ${current.current})` : ''}`);
+  } else if (current.current !== version.buildId) {
+    log(
+      `${versionName(version)} is not Current (${current.current} is): it serves only workflows pinned to it; run \`llmgw upgrade\` to move to it`,
+    );
+  }
+  log(`serving task queue ${CONTROL_TASK_QUEUE} as ${versionName(version)} (catalog ${options.catalogFile})`);
   try {
-    await worker.run();
+    await running;
   } finally {
     await connection.close();
     await client.connection.close();

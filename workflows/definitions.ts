@@ -4,6 +4,7 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type {
+  AgentSettings,
   ClaimRequest,
   ClaimResult,
   NodeStatusSignal,
@@ -14,7 +15,8 @@ import type {
 } from '../common/node-types.js';
 
 // node/<nodeId>
-export const registerSignal = defineSignal<[Register]>('register');
+/** The agent's report, and (since Worker Versioning) its current settings as plain JSON. */
+export const registerSignal = defineSignal<[Register, AgentSettings?]>('register');
 /** The agent is shutting down on purpose: NotReady now rather than after a heartbeat timeout. */
 export const agentStoppingSignal = defineSignal<[{ reason: string }]>('agentStopping');
 export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');

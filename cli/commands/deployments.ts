@@ -24,8 +24,10 @@ async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | unde
     throw new CliError(`deployment workflow ${handle.workflowId} is ${description.status.name}`);
   try {
     const view = await handle.query(deploymentStatusQuery);
+    if (view.phase === 'Failed') throw new CliError(view.reason);
     return view.phase === 'Validating' ? undefined : view;
-  } catch {
+  } catch (error) {
+    if (error instanceof CliError) throw error;
     return undefined; // the first workflow task has not run yet
   }
 }

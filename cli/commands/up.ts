@@ -71,7 +71,7 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
   killSimEngines();
   for (const node of SIM_NODES) rmSync(join(stateDir, 'agents', node.nodeId, 'shards'), { recursive: true, force: true });
 
-  spawnPart('worker', ['worker', '--catalog', opts.catalog]);
+  spawnPart('worker', ['worker', '--catalog', opts.catalog, '--make-current']);
   for (const node of SIM_NODES) {
     spawnPart(`agent-${node.nodeId}`, [
       'agent',

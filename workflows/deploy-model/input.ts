@@ -14,6 +14,10 @@ export const DeployModelInputSchema = z
     labels: z.record(z.string(), z.string()).optional(),
     rebuilt: z.object({ reason: z.string() }).strict().optional(),
     carried: z.unknown().optional(),
+    /** Set by the hand-over to a new llmgw build (workflows/upgrade.ts). */
+    upgrading: z.boolean().optional(),
+    /** Tests: hand over after this many history events. */
+    continueAsNewAfterEvents: z.int().min(10).optional(),
   })
   .strict();
 

@@ -6,6 +6,7 @@ import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { inventoryFromRegister } from '../../common/register-conversion.js';
 import { chooseGpus } from '../../common/placement/choose-gpus.js';
 import type {
+  AgentSettings,
   Allocation,
   ClaimRequest,
   ClaimResult,
@@ -28,8 +29,12 @@ export interface NodeState {
   lastRegisteredAt: string | undefined;
   notReadySince: string | undefined;
   registrations: number;
-  /** Replica workflows to wake (capacityChanged) when GPUs are freed or the node registers. */
+  /** Runs of the release before Worker Versioning woke these replicas; kept so carried state stays whole. */
   waiters: string[];
+  /** The agent's settings as of its latest registration. */
+  settings?: AgentSettings;
+  /** The settings the reconcile Schedule was last made to match (JSON), if any. */
+  scheduleSettings?: string;
   /**
    * Shards released recently. An agent's report can be taken just before a stop
    * finishes; without this, that report would hand the released GPUs back to a
@@ -117,10 +122,7 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
       managementAddress: state.inventory?.managementAddress ?? '',
     };
   }
-  const reject = (reason: string): ReserveResult => {
-    if (request.wakeWorkflowId && !state.waiters.includes(request.wakeWorkflowId)) state.waiters.push(request.wakeWorkflowId);
-    return { ok: false, nodeId: state.nodeId, reason };
-  };
+  const reject = (reason: string): ReserveResult => ({ ok: false, nodeId: state.nodeId, reason });
   if (state.phase !== 'Ready' || !state.inventory) return reject(`node ${state.nodeId} is ${state.phase}`);
   if (state.cordoned) return reject(`node ${state.nodeId} is cordoned`);
   if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass) {

@@ -9,6 +9,7 @@ import {
   getExternalWorkflowHandle,
   log,
   patched,
+  setWorkflowOptions,
   proxyActivities,
   setCurrentDetails,
   TimeoutFailure,
@@ -222,3 +223,7 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
   });
   return result;
 }
+
+// A short run that replays any build's history (its changes are patched): it takes the Current
+// build at its next task rather than staying pinned like the long-running workflows.
+setWorkflowOptions({ versioningBehavior: 'AUTO_UPGRADE' }, reconcileNode);

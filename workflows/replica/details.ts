@@ -1,9 +1,13 @@
 // The Markdown a replica shows in the Web UI as its current details: the state and
 // the reason in words an operator understands, and where each rank runs.
 import type { ProfileSnapshot } from '../../common/replica-types.js';
-import type { ReplicaState } from './workflow.js';
+import type { ReplicaState } from './state.js';
 
-export function replicaDetails(replicaId: string, profile: ProfileSnapshot, state: ReplicaState): string {
+export function replicaDetails(
+  replicaId: string,
+  profile: ProfileSnapshot,
+  state: Pick<ReplicaState, 'phase' | 'since' | 'reason' | 'placements' | 'restarts' | 'avoidNodes' | 'shards'>,
+): string {
   const lines = [
     `**${replicaId}** — **${state.phase}** since ${state.since}`,
     '',

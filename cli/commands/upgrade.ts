@@ -1,0 +1,168 @@
+// `llmgw upgrade`: moves a fleet's long-running workflows to a new control-worker build.
+// Operator side; the workflow half is workflows/upgrade.ts, the steps are in docs/upgrades.md.
+//
+// 1. The target build (newest version of the Worker Deployment, or --build-id) becomes
+//    Current: new workflows start on it at once.
+// 2. Every running deployModel, replica and node pinned to another build is asked to hand
+//    over (signal prepareUpgrade); each does so at its next safe point by continuing as new.
+// 3. A new run that the server left on the old build parks; it is moved to the target with a
+//    versioning override and released (signal upgradeApplied).
+// It waits until every run is on the target or --timeout passes, and says which are not.
+import type { Client } from '@temporalio/client';
+import { describeDeployment, setCurrentVersion, type BuildVersion } from '../../workers/versioning.js';
+import { prepareUpgradeSignal, upgradeAppliedSignal, upgradeStatusQuery } from '../../workflows/upgrade.js';
+import { withClient } from './client.js';
+
+const MOVABLE_TYPES = ['deployModel', 'replica', 'node'];
+
+export interface UpgradeOptions {
+  buildId?: string;
+  deploymentName: string;
+  timeout: string;
+  /** Move runs pinned to builds no worker serves any more (dev stacks, lost workers). */
+  moveStranded?: boolean;
+}
+
+interface Pinned {
+  workflowId: string;
+  buildId: string;
+}
+
+export async function upgradeCommand(options: UpgradeOptions): Promise<void> {
+  await withClient(async (client) => {
+    const code = await upgradeFleet(client, options, (line) => console.log(line));
+    process.exitCode = code;
+  });
+}
+
+export async function upgradeFleet(client: Client, options: UpgradeOptions, say: (line: string) => void): Promise<number> {
+  const described = await describeDeployment(client, options.deploymentName);
+  if (!described?.versions.length) {
+    say(`Worker Deployment ${options.deploymentName} has no versions: start a control worker (llmgw worker) first`);
+    return 1;
+  }
+  const target = options.buildId ?? described.versions[described.versions.length - 1]!.buildId;
+  if (!described.versions.some((v) => v.buildId === target)) {
+    say(
+      `${options.deploymentName} has no version ${target}; it has ${described.versions.map((v) => v.buildId).join(', ')}. Start a worker of that build first.`,
+    );
+    return 1;
+  }
+  const version: BuildVersion = { deploymentName: options.deploymentName, buildId: target };
+  if (described.current !== target) {
+    await setCurrentVersion(client, version);
+    say(`${options.deploymentName}:${target} is now Current (was ${described.current ?? 'none'}); new workflows start on it`);
+  } else {
+    say(`${options.deploymentName}:${target} is Current`);
+  }
+
+  // Every run hears it: those pinned elsewhere hand over, those on the target ignore it, and runs
+  // started before Worker Versioning (on the target, but still on their frozen code) move to
+  // the current code at their next safe point.
+  const woken = await signalAll(client, target);
+  const pinned = await listPinnedElsewhere(client, options.deploymentName, target);
+  if (!pinned.length) {
+    say(`every deployModel, replica and node runs on it already (${woken} asked to hand over if they run older code)`);
+    return 0;
+  }
+  say(`${pinned.length} workflow(s) run on older builds: ${summarise(pinned)}; each hands over at its next safe point`);
+
+  const deadline = Date.now() + parseSeconds(options.timeout) * 1000;
+  let pending = pinned.map((p) => p.workflowId);
+  let moved = 0;
+  while (pending.length && Date.now() < deadline) {
+    const still: string[] = [];
+    for (const workflowId of pending) {
+      const state = await stepOne(client, workflowId, version, Boolean(options.moveStranded));
+      if (state === 'done') moved++;
+      else still.push(workflowId);
+    }
+    pending = still;
+    if (pending.length) await new Promise((resolve) => setTimeout(resolve, 1_000));
+  }
+  say(`${moved} of ${pinned.length} moved to ${target}`);
+  if (pending.length) {
+    say(`not yet moved: ${pending.join(', ')}`);
+    say(
+      'They hand over at their next safe point (a replica between steps, a deployment between changes); run `llmgw upgrade` again to finish. Keep the old workers running until none is left.',
+    );
+    return 2;
+  }
+  say(
+    `done: the old build's workers can be stopped once \`temporal worker deployment describe --name ${options.deploymentName}\` shows it drained`,
+  );
+  return 0;
+}
+
+/** Moves one workflow a step further; 'done' once its current run is on the target and not parked. */
+async function stepOne(client: Client, workflowId: string, version: BuildVersion, moveStranded: boolean): Promise<'done' | 'waiting'> {
+  const handle = client.workflow.getHandle(workflowId);
+  const description = await handle.describe().catch(() => undefined);
+  if (!description || description.status.name !== 'RUNNING') return 'done';
+  const info = description.raw.workflowExecutionInfo?.versioningInfo;
+  const onTarget =
+    info?.deploymentVersion?.buildId === version.buildId || info?.versioningOverride?.pinned?.version?.buildId === version.buildId;
+  const status = await handle.query(upgradeStatusQuery).catch(() => undefined);
+  if (status?.parked) {
+    if (!onTarget) await pinTo(client, workflowId, description.runId, version);
+    await handle.signal(upgradeAppliedSignal).catch(() => undefined);
+    return 'waiting';
+  }
+  if (onTarget) return 'done';
+  // A run whose build no worker serves can never reach a safe point: move it where it stands.
+  // This relies on the new build replaying its history (patched changes, docs/upgrades.md).
+  if (moveStranded && status === undefined) {
+    await pinTo(client, workflowId, description.runId, version);
+    return 'waiting';
+  }
+  return 'waiting';
+}
+
+async function pinTo(client: Client, workflowId: string, runId: string, version: BuildVersion): Promise<void> {
+  await client.workflowService.updateWorkflowExecutionOptions({
+    namespace: client.options.namespace,
+    workflowExecution: { workflowId, runId },
+    workflowExecutionOptions: {
+      // PINNED_OVERRIDE_BEHAVIOR_PINNED
+      versioningOverride: { pinned: { behavior: 1, version: { deploymentName: version.deploymentName, buildId: version.buildId } } },
+    },
+    updateMask: { paths: ['versioning_override'] },
+  });
+}
+
+async function signalAll(client: Client, target: string): Promise<number> {
+  const types = MOVABLE_TYPES.map((t) => `'${t}'`).join(', ');
+  let count = 0;
+  for await (const execution of client.workflow.list({ query: `ExecutionStatus = 'Running' AND WorkflowType IN (${types})` })) {
+    await client.workflow
+      .getHandle(execution.workflowId)
+      .signal(prepareUpgradeSignal, { buildId: target })
+      .catch(() => undefined);
+    count++;
+  }
+  return count;
+}
+
+async function listPinnedElsewhere(client: Client, deploymentName: string, target: string): Promise<Pinned[]> {
+  const types = MOVABLE_TYPES.map((t) => `'${t}'`).join(', ');
+  const query = `ExecutionStatus = 'Running' AND WorkflowType IN (${types}) AND TemporalWorkerDeploymentVersion != '${deploymentName}:${target}'`;
+  const found: Pinned[] = [];
+  for await (const execution of client.workflow.list({ query })) {
+    const version = execution.searchAttributes?.TemporalWorkerDeploymentVersion;
+    const text = Array.isArray(version) && typeof version[0] === 'string' ? version[0] : '';
+    found.push({ workflowId: execution.workflowId, buildId: text.replace(`${deploymentName}:`, '') || 'unversioned' });
+  }
+  return found;
+}
+
+function summarise(pinned: Pinned[]): string {
+  const byBuild = new Map<string, number>();
+  for (const p of pinned) byBuild.set(p.buildId, (byBuild.get(p.buildId) ?? 0) + 1);
+  return [...byBuild.entries()].map(([build, n]) => `${n} on ${build}`).join(', ');
+}
+
+function parseSeconds(text: string): number {
+  const value = Number(text.replace(/s$/, ''));
+  if (!Number.isFinite(value) || value <= 0) throw new Error(`--timeout must be a number of seconds, got ${text}`);
+  return value;
+}

@@ -1,0 +1,65 @@
+// What a deployment calls: the catalog and visibility through control activities, and each
+// replica as a child workflow. Workflow side.
+import { ParentClosePolicy, proxyActivities, startChild, workflowInfo, type ChildWorkflowHandle } from '@temporalio/workflow';
+import type { ControlActivities } from '../../activities/index.js';
+import { CONTROL_TASK_QUEUE, replicaWorkflowId } from '../../common/names.js';
+import { FailureType } from '../../common/failures.js';
+import type { ReplicaInput } from '../../common/replica-types.js';
+import type { replica } from '../replica/workflow.js';
+import type { DeploymentState } from './state.js';
+
+export const catalog = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '20 seconds',
+  retry: { maximumAttempts: 5 },
+  summary: 'profileInCatalog: is the profile still in the catalog before starting a replica',
+});
+
+export function control(summary: string): ControlActivities {
+  return proxyActivities<ControlActivities>({
+    // Control activities are quick; a short timeout lets a killed worker's work move on fast.
+    startToCloseTimeout: '20 seconds',
+    retry: {
+      maximumAttempts: 5,
+      nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile, FailureType.UnknownGpuClass, FailureType.InvalidInput],
+    },
+    summary,
+  });
+}
+
+/** Starts the next replica (a sequence number never used before for this name). */
+export async function startReplica(d: DeploymentState): Promise<{ replicaId: string; handle: ChildWorkflowHandle<typeof replica> }> {
+  const seq = d.nextSeq++;
+  const replicaId = replicaWorkflowId(d.name, seq);
+  const input: ReplicaInput = {
+    deployment: d.name,
+    seq,
+    profile: d.snapshot,
+    deploymentWorkflowId: workflowInfo().workflowId,
+    drainGraceSeconds: d.drainGraceSeconds,
+    labels: d.labels,
+  };
+  d.replicas[replicaId] = {
+    replicaId,
+    seq,
+    phase: 'Pending',
+    reason: 'starting',
+    nodes: [],
+    gpus: [],
+    endpoint: '',
+    shards: [],
+    placements: 0,
+    restarts: 0,
+    since: new Date().toISOString(),
+    stopping: false,
+  };
+  // Abandon, not terminate: killing a deployment workflow must never orphan running
+  // engines; replicas drain only when asked to.
+  const handle = await startChild<typeof replica>('replica', {
+    workflowId: replicaId,
+    taskQueue: CONTROL_TASK_QUEUE,
+    args: [input],
+    parentClosePolicy: ParentClosePolicy.ABANDON,
+    staticSummary: `${d.name} replica ${seq}: ${d.snapshot.model} (${d.snapshot.profile})`,
+  });
+  return { replicaId, handle };
+}

@@ -1,0 +1,108 @@
+// The deployModel workflow's state (one plain object that crosses continue-as-new) and the
+// pure rules that read it: the deployment's phase, its view, the Markdown the Web UI shows.
+// Workflow side; no commands here.
+import type { DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaView } from '../../common/replica-types.js';
+
+export type TrackedReplica = ReplicaView & { stopping: boolean };
+
+export interface DeploymentState {
+  name: string;
+  model: string;
+  snapshot: ProfileSnapshot;
+  desired: number;
+  maxReplicas: number;
+  drainGraceSeconds: number;
+  nextSeq: number;
+  replicas: Record<string, TrackedReplica>;
+  failureTimes: string[];
+  undeploying: boolean;
+  labels: Record<string, string>;
+  /** Why reconciliation rebuilt this deployment from running engines, if it did. */
+  rebuilt?: string;
+  /** Set while the profile is no longer in the catalog: no new replica is started. */
+  catalogProblem?: string;
+}
+
+/** Failures within this window count towards the replacement backoff. */
+export const FAILURE_WINDOW_MS = 10 * 60_000;
+
+export function isTerminal(replica: ReplicaView): boolean {
+  return replica.phase === 'Stopped' || replica.phase === 'Failed';
+}
+
+export function activeReplicas(s: DeploymentState): TrackedReplica[] {
+  return Object.values(s.replicas).filter((r) => !isTerminal(r));
+}
+
+export function deploymentPhase(s: DeploymentState): DeploymentPhase {
+  const active = activeReplicas(s);
+  if (s.undeploying) return active.length ? 'Undeploying' : 'Undeployed';
+  const ready = active.filter((r) => r.phase === 'Ready' && !r.stopping).length;
+  if (ready === s.desired && active.length === s.desired) return 'Ready';
+  if (s.catalogProblem) return 'Degraded';
+  if (Object.values(s.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown'))
+    return 'Degraded';
+  return 'Progressing';
+}
+
+export function deploymentReason(s: DeploymentState): string {
+  if (s.catalogProblem) return s.catalogProblem;
+  const stuck = Object.values(s.replicas).find((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown');
+  return stuck ? `${stuck.replicaId} ${stuck.phase}: ${stuck.reason}` : '';
+}
+
+export function deploymentView(s: DeploymentState): DeploymentView {
+  return {
+    name: s.name,
+    model: s.model,
+    profile: s.snapshot.profile,
+    servedName: s.snapshot.servedName,
+    phase: deploymentPhase(s),
+    desired: s.desired,
+    ready: activeReplicas(s).filter((r) => r.phase === 'Ready').length,
+    replicas: Object.values(s.replicas).sort((a, b) => a.seq - b.seq),
+    reason: deploymentReason(s),
+    ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}),
+  };
+}
+
+/** Forgets finished replicas once reported, keeping the last few visible; ages out old failures. */
+export function pruneFinished(s: DeploymentState, nowMs: number): void {
+  const finished = Object.values(s.replicas).filter(isTerminal);
+  for (const r of finished.slice(0, Math.max(0, finished.length - 5))) delete s.replicas[r.replicaId];
+  s.failureTimes = s.failureTimes.filter((t) => nowMs - Date.parse(t) < FAILURE_WINDOW_MS);
+}
+
+/** Failed replicas are replaced at once, then with growing delays if they keep failing. */
+export function replacementDelayMs(failureTimes: string[], nowMs: number): number {
+  if (failureTimes.length < 2) return 0;
+  const last = Date.parse(failureTimes[failureTimes.length - 1]!);
+  const delay = Math.min(120_000, 5_000 * 2 ** (failureTimes.length - 2));
+  return Math.max(0, last + delay - nowMs);
+}
+
+/** Which replicas to drain for a smaller count: not Ready before Ready, then the newest. */
+export function drainVictims(serving: TrackedReplica[], desired: number): TrackedReplica[] {
+  return [...serving]
+    .sort((a, b) => Number(a.phase === 'Ready') - Number(b.phase === 'Ready') || b.seq - a.seq)
+    .slice(0, Math.max(0, serving.length - desired));
+}
+
+export function deploymentDetails(view: DeploymentView): string {
+  const lines = [
+    `**${view.name}** — **${view.phase}**: ${view.ready}/${view.desired} replicas Ready`,
+    '',
+    `${view.model} · profile ${view.profile} · served as \`${view.servedName}\``,
+    '',
+    ...(view.reason ? [view.reason, ''] : []),
+    ...(view.rebuilt ? [`Rebuilt: ${view.rebuilt}`, ''] : []),
+    '| replica | state | nodes | GPUs | endpoint | reason |',
+    '| --- | --- | --- | --- | --- | --- |',
+  ];
+  for (const r of view.replicas) {
+    lines.push(
+      `| ${r.seq} | ${r.phase} | ${r.nodes.join(', ') || '—'} | ${r.gpus.join(' ') || '—'} | ${r.endpoint || '—'} | ${r.reason.replace(/\|/g, '/')} |`,
+    );
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,22 @@
+// FROZEN: the deployModel input schema of the workflow as it was before Worker Versioning (commit 2d2f513), kept so that
+// runs started by that release replay exactly. Do not change what it does; see docs/upgrades.md.
+import { z } from 'zod';
+
+export const DEPLOYMENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+export const DeployModelInputSchema = z
+  .object({
+    model: z.string().min(1, 'model is required'),
+    name: z.string().regex(DEPLOYMENT_NAME, 'name must be lowercase letters, digits, ".", "_" or "-" (at most 63)').optional(),
+    profile: z.string().min(1).optional(),
+    replicas: z.number({ error: 'replicas must be a number' }).int('replicas must be a whole number').min(0, 'replicas must be ≥ 0'),
+    gpuClass: z.string().min(1).optional(),
+    labels: z.record(z.string(), z.string()).optional(),
+    rebuilt: z.object({ reason: z.string() }).strict().optional(),
+    carried: z.unknown().optional(),
+  })
+  .strict();
+
+export function describeIssues(error: z.ZodError): string {
+  return error.issues.map((issue) => `${issue.path.length ? issue.path.join('.') : 'input'}: ${issue.message}`).join('; ');
+}

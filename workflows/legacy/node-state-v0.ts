@@ -1,0 +1,260 @@
+// FROZEN: the node's state rules of the workflow as it was before Worker Versioning (commit 2d2f513), kept so that
+// runs started by that release replay exactly. Do not change what it does; see docs/upgrades.md.
+import type { Register } from '../../proto/gen/llmgw/v1/register_pb.js';
+import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { inventoryFromRegister } from '../../common/register-conversion.js';
+import { chooseGpus } from '../../common/placement/choose-gpus.js';
+import type {
+  Allocation,
+  ClaimRequest,
+  ClaimResult,
+  NodeInventory,
+  NodePhase,
+  NodeView,
+  ReconcileAllocationsRequest,
+  ReconcileAllocationsResult,
+  ReserveRequest,
+  ReserveResult,
+} from '../../common/node-types.js';
+
+export interface NodeState {
+  nodeId: string;
+  phase: NodePhase;
+  reason: string;
+  cordoned: boolean;
+  inventory: NodeInventory | undefined;
+  allocations: Allocation[];
+  lastRegisteredAt: string | undefined;
+  notReadySince: string | undefined;
+  registrations: number;
+  /** Replica workflows to wake (capacityChanged) when GPUs are freed or the node registers. */
+  waiters: string[];
+  /**
+   * Shards released recently. An agent's report can be taken just before a stop
+   * finishes; without this, that report would hand the released GPUs back to a
+   * shard that is going away.
+   */
+  released: string[];
+}
+
+export function initialNodeState(nodeId: string): NodeState {
+  return {
+    nodeId,
+    phase: 'Registering',
+    reason: 'waiting for the agent to register',
+    cordoned: false,
+    inventory: undefined,
+    allocations: [],
+    lastRegisteredAt: undefined,
+    notReadySince: undefined,
+    registrations: 0,
+    waiters: [],
+    released: [],
+  };
+}
+
+export function allocatedGpus(state: NodeState): number[] {
+  return state.allocations.flatMap((allocation) => allocation.gpuIndices);
+}
+
+export function freeGpus(state: NodeState): number[] {
+  if (!state.inventory) return [];
+  const taken = allocatedGpus(state);
+  return state.inventory.gpus
+    .filter((gpu) => state.inventory!.managedGpus.includes(gpu.index) && !gpu.problems.length && !taken.includes(gpu.index))
+    .map((gpu) => gpu.index);
+}
+
+/**
+ * Applies an agent's registration. Shards the agent reports alive hold their GPUs even
+ * if this workflow had forgotten them (a Lost node that came back, a rebuilt workflow):
+ * a GPU in use by a running engine must never look free to placement.
+ */
+export function applyRegister(state: NodeState, register: Register, now: string): string[] {
+  const notes: string[] = [];
+  state.inventory = inventoryFromRegister(register);
+  for (const running of register.runningShards) {
+    const spec = running.spec;
+    const status = running.status;
+    if (!spec || !status) continue;
+    if (status.state === ShardState.STOPPED || (status.state === ShardState.FAILED && status.exitCode !== undefined)) continue;
+    if (state.allocations.some((allocation) => allocation.shardId === spec.shardId)) continue;
+    if (state.released.includes(spec.shardId)) continue;
+    const taken = allocatedGpus(state);
+    const overlap = spec.gpuIndices.filter((index) => taken.includes(index));
+    if (overlap.length) {
+      notes.push(`shard ${spec.shardId} runs on GPUs ${overlap.join(',')} that are allocated to another shard; reconciliation decides`);
+      continue;
+    }
+    state.allocations.push({
+      shardId: spec.shardId,
+      replicaId: spec.replicaId,
+      gpuIndices: [...spec.gpuIndices],
+      hcas: [...spec.hcas],
+      since: now,
+      via: 'report',
+    });
+    notes.push(`shard ${spec.shardId} reported running on GPUs ${spec.gpuIndices.join(',')}: allocation restored`);
+  }
+  state.phase = 'Ready';
+  state.reason = register.problems.length ? `registered with problems: ${register.problems.join('; ')}` : 'agent registered';
+  state.notReadySince = undefined;
+  state.lastRegisteredAt = now;
+  state.registrations++;
+  return notes;
+}
+
+export function reserve(state: NodeState, request: ReserveRequest, now: string): ReserveResult {
+  state.released = state.released.filter((id) => id !== request.shardId);
+  const existing = state.allocations.find((allocation) => allocation.shardId === request.shardId);
+  if (existing) {
+    return {
+      ok: true,
+      nodeId: state.nodeId,
+      gpuIndices: [...existing.gpuIndices],
+      hcas: [...existing.hcas],
+      managementAddress: state.inventory?.managementAddress ?? '',
+    };
+  }
+  const reject = (reason: string): ReserveResult => {
+    if (request.wakeWorkflowId && !state.waiters.includes(request.wakeWorkflowId)) state.waiters.push(request.wakeWorkflowId);
+    return { ok: false, nodeId: state.nodeId, reason };
+  };
+  if (state.phase !== 'Ready' || !state.inventory) return reject(`node ${state.nodeId} is ${state.phase}`);
+  if (state.cordoned) return reject(`node ${state.nodeId} is cordoned`);
+  if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass) {
+    return {
+      ok: false,
+      nodeId: state.nodeId,
+      reason: `node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}`,
+    };
+  }
+  const choice = chooseGpus(state.inventory.gpus, state.inventory.managedGpus, allocatedGpus(state), {
+    count: request.count,
+    minFreeMemoryMib: request.minFreeMemoryMib,
+  });
+  if (!choice.ok) return reject(`node ${state.nodeId} ${choice.reason}`);
+  state.allocations.push({
+    shardId: request.shardId,
+    replicaId: request.replicaId,
+    gpuIndices: choice.gpuIndices,
+    hcas: choice.hcas,
+    since: now,
+    via: 'reserve',
+  });
+  return {
+    ok: true,
+    nodeId: state.nodeId,
+    gpuIndices: choice.gpuIndices,
+    hcas: choice.hcas,
+    managementAddress: state.inventory.managementAddress,
+  };
+}
+
+export function release(state: NodeState, shardId: string): boolean {
+  const before = state.allocations.length;
+  state.allocations = state.allocations.filter((allocation) => allocation.shardId !== shardId);
+  if (!state.released.includes(shardId)) state.released = [...state.released.slice(-199), shardId];
+  return state.allocations.length !== before;
+}
+
+export function claim(state: NodeState, request: ClaimRequest, now: string): ClaimResult {
+  const existing = state.allocations.find((allocation) => allocation.shardId === request.shardId);
+  if (existing) {
+    const same =
+      existing.gpuIndices.length === request.gpuIndices.length && existing.gpuIndices.every((index) => request.gpuIndices.includes(index));
+    return same ? { ok: true } : { ok: false, reason: `shard ${request.shardId} already holds GPUs ${existing.gpuIndices.join(',')}` };
+  }
+  const holders = state.allocations.filter((allocation) => allocation.gpuIndices.some((index) => request.gpuIndices.includes(index)));
+  if (holders.length)
+    return { ok: false, reason: `GPUs ${request.gpuIndices.join(',')} are held by ${holders.map((h) => h.shardId).join(', ')}` };
+  state.allocations.push({
+    shardId: request.shardId,
+    replicaId: request.replicaId,
+    gpuIndices: [...request.gpuIndices],
+    hcas: [],
+    since: now,
+    via: 'claim',
+  });
+  return { ok: true };
+}
+
+/**
+ * Makes the allocations match what reconciliation found: each reported engine holds
+ * exactly its GPUs, and shards nothing runs give theirs back. An engine really running on
+ * GPUs outranks a reservation nothing runs on yet: the reservation is dropped and named.
+ */
+export function reconcileAllocations(state: NodeState, request: ReconcileAllocationsRequest, now: string): ReconcileAllocationsResult {
+  const result: ReconcileAllocationsResult = { claimed: [], released: [], conflicts: [], allocations: [] };
+  for (const shardId of request.releases) if (release(state, shardId)) result.released.push(shardId);
+  const claimedIds = new Set(request.claims.map((c) => c.shardId));
+  for (const wanted of request.claims) {
+    // Released after the report was taken (its replica stopped it meanwhile): claiming it
+    // back would hold GPUs that nothing will use. If its engine still ran, the next
+    // reconciliation stops it.
+    if (state.released.includes(wanted.shardId)) {
+      result.conflicts.push(`shard ${wanted.shardId} was released after the report was taken; not claimed again`);
+      continue;
+    }
+    const existing = state.allocations.find((a) => a.shardId === wanted.shardId);
+    if (
+      existing &&
+      existing.gpuIndices.length === wanted.gpuIndices.length &&
+      existing.gpuIndices.every((i) => wanted.gpuIndices.includes(i))
+    )
+      continue;
+    const others = state.allocations.filter((a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)));
+    const running = others.filter((a) => claimedIds.has(a.shardId));
+    if (running.length) {
+      result.conflicts.push(
+        `shard ${wanted.shardId} and ${running.map((a) => a.shardId).join(', ')} both report GPUs ${wanted.gpuIndices.join(',')}; left as it was`,
+      );
+      continue;
+    }
+    for (const other of others) {
+      result.conflicts.push(
+        `GPUs ${other.gpuIndices.join(',')} were reserved for ${other.shardId}, but the engine of ${wanted.shardId} runs on them: the reservation was dropped`,
+      );
+    }
+    state.allocations = state.allocations.filter((a) => a.shardId !== wanted.shardId && !others.includes(a));
+    state.allocations.push({ ...wanted, gpuIndices: [...wanted.gpuIndices], hcas: [...wanted.hcas], since: now, via: 'claim' });
+    result.claimed.push(wanted.shardId);
+  }
+  result.allocations = state.allocations.map((a) => ({ ...a, gpuIndices: [...a.gpuIndices] }));
+  return result;
+}
+
+export function viewOf(state: NodeState): NodeView {
+  return {
+    nodeId: state.nodeId,
+    phase: state.phase,
+    cordoned: state.cordoned,
+    reason: state.reason,
+    inventory: state.inventory,
+    allocations: state.allocations,
+    freeGpus: freeGpus(state),
+    lastRegisteredAt: state.lastRegisteredAt,
+    notReadySince: state.notReadySince,
+    registrations: state.registrations,
+  };
+}
+
+/** The Markdown the Web UI shows as the node's current details. */
+export function nodeDetails(state: NodeState): string {
+  const inv = state.inventory;
+  const lines = [`**${state.nodeId}** — ${state.phase}${state.cordoned ? ' (cordoned)' : ''}: ${state.reason}`, ''];
+  if (!inv) return lines.join('\n');
+  lines.push(
+    `${inv.gpus.length}× ${inv.gpuClass || 'no GPU'} on ${inv.hostname} (${inv.managementAddress}), ${freeGpus(state).length} free`,
+    '',
+  );
+  if (inv.problems.length) lines.push(`Problems: ${inv.problems.join('; ')}`, '');
+  lines.push('| GPU | NUMA | memory used | held by | problems |', '| --- | --- | --- | --- | --- |');
+  for (const gpu of inv.gpus) {
+    const holder = state.allocations.find((allocation) => allocation.gpuIndices.includes(gpu.index));
+    lines.push(
+      `| ${gpu.index} | ${gpu.numaNode} | ${gpu.memoryUsedMib}/${gpu.memoryTotalMib} MiB | ${holder ? `${holder.replicaId} (${holder.shardId})` : '—'} | ${gpu.problems.join('; ') || '—'} |`,
+    );
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,168 @@
+// The node workflow's long-running loops: presence (is the agent alive?), the Lost timer,
+// reconciliation after each registration (and the reconcile Schedule kept in step with the
+// agent's settings), and waking waiting replicas when the node gains capacity.
+// Workflow side; the node's handlers set the flags these loops wait on.
+import {
+  ActivityCancellationType,
+  ActivityFailure,
+  ChildWorkflowCancellationType,
+  condition,
+  executeChild,
+  getExternalWorkflowHandle,
+  isCancellation,
+  log,
+  ParentClosePolicy,
+  proxyActivities,
+} from '@temporalio/workflow';
+import type { AgentActivities } from '../../agent/activity-types.js';
+import type { ControlActivities } from '../../activities/index.js';
+import { agentTaskQueue } from '../../common/names.js';
+import type { NodeStatusSignal } from '../../common/node-types.js';
+import { nodeStatusSignal } from '../definitions.js';
+import type { reconcileNode } from '../reconcile/workflow.js';
+import { freeGpus, type NodeState } from './state.js';
+
+export interface NodeRun {
+  state: NodeState;
+  registerSeq: number;
+  reconcileWanted: boolean;
+  wakeWanted: boolean;
+  publish(): void;
+  tellReplicas?: () => void;
+  markNotReady?: (reason: string) => void;
+}
+
+const control = (summary: string): ControlActivities =>
+  proxyActivities<ControlActivities>({ startToCloseTimeout: '20 seconds', retry: { maximumAttempts: 5 }, summary });
+
+export function startWatchers(run: NodeRun): Promise<unknown> {
+  const { state } = run;
+  const now = (): string => new Date().toISOString();
+  run.tellReplicas = () => {
+    const status: NodeStatusSignal = { nodeId: state.nodeId, phase: state.phase, reason: state.reason, at: now() };
+    for (const replicaId of new Set(state.allocations.map((allocation) => allocation.replicaId))) {
+      void getExternalWorkflowHandle(replicaId)
+        .signal(nodeStatusSignal, status)
+        .catch(() => undefined);
+    }
+  };
+  run.markNotReady = (reason) => {
+    if (state.phase === 'NotReady' || state.phase === 'Lost') return;
+    const wasReady = state.phase === 'Ready';
+    state.phase = 'NotReady';
+    state.reason = reason;
+    state.notReadySince = now();
+    log.warn('node not ready', { nodeId: state.nodeId, reason });
+    run.publish();
+    if (wasReady) run.tellReplicas?.();
+  };
+  return Promise.all([watchPresence(run), watchLost(run), runReconciles(run), wakeWaiters(run)]);
+}
+
+async function watchPresence(run: NodeRun): Promise<void> {
+  const { state } = run;
+  for (;;) {
+    if (run.registerSeq === 0 && state.phase === 'Registering') await condition(() => run.registerSeq > 0);
+    const seqAtStart = run.registerSeq;
+    const heartbeatSeconds = state.settings!.presenceHeartbeatSeconds;
+    // No agent picking it up, or an agent that stops heartbeating, fails it within one
+    // heartbeat period: that is how a dead agent is noticed at O(1) cost per host.
+    const { presence } = proxyActivities<AgentActivities>({
+      taskQueue: agentTaskQueue(state.nodeId),
+      scheduleToStartTimeout: `${heartbeatSeconds} seconds`,
+      heartbeatTimeout: `${heartbeatSeconds} seconds`,
+      startToCloseTimeout: '3650 days',
+      retry: { maximumAttempts: 1 },
+      cancellationType: ActivityCancellationType.TRY_CANCEL,
+      summary: `presence of agent ${state.nodeId}`,
+    });
+    try {
+      await presence({ nodeId: state.nodeId, heartbeatSeconds });
+      run.markNotReady?.('the agent stopped (it ended its presence)');
+    } catch (error) {
+      if (isCancellation(error)) throw error;
+      run.markNotReady?.(presenceFailureReason(error, heartbeatSeconds));
+    }
+    // The agent registers again when it comes back; until then, look again shortly.
+    await condition(() => run.registerSeq !== seqAtStart, '3 seconds');
+  }
+}
+
+async function watchLost(run: NodeRun): Promise<void> {
+  const { state } = run;
+  for (;;) {
+    await condition(() => state.phase === 'NotReady');
+    const lostGraceMs = state.settings!.lostGraceSeconds * 1000;
+    const since = state.notReadySince ? Date.parse(state.notReadySince) : Date.now();
+    const recovered = await condition(() => state.phase !== 'NotReady', Math.max(0, since + lostGraceMs - Date.now()));
+    if (recovered) continue;
+    state.phase = 'Lost';
+    state.reason = `agent unreachable for more than ${lostGraceMs / 1000} s; its GPUs are released`;
+    log.warn('node lost', { nodeId: state.nodeId });
+    run.tellReplicas?.();
+    state.allocations = [];
+    run.publish();
+  }
+}
+
+/**
+ * Every registration is reconciled: what the agent runs is matched against the catalog and
+ * the replica workflows, one run at a time (a registration during a run queues one more).
+ * Before that, the reconcile Schedule is made to match the agent's settings if they changed.
+ */
+async function runReconciles(run: NodeRun): Promise<void> {
+  const { state } = run;
+  for (;;) {
+    await condition(() => run.reconcileWanted);
+    run.reconcileWanted = false;
+    const settings = state.settings!;
+    const wanted = JSON.stringify({ every: settings.reconcileEverySeconds, dryRun: settings.reconcileDryRun });
+    if (state.scheduleSettings !== wanted) {
+      try {
+        const outcome = await control(
+          `sync the reconcile Schedule of ${state.nodeId}: every ${settings.reconcileEverySeconds} s${settings.reconcileDryRun ? ', dry run' : ''}`,
+        ).syncReconcileSchedule({ nodeId: state.nodeId, everySeconds: settings.reconcileEverySeconds, dryRun: settings.reconcileDryRun });
+        state.scheduleSettings = wanted;
+        log.info(`reconcile Schedule ${outcome}`, { nodeId: state.nodeId, settings: wanted });
+      } catch (error) {
+        if (isCancellation(error)) throw error;
+        log.warn(`could not sync the reconcile Schedule: ${String(error)}`);
+      }
+    }
+    try {
+      await executeChild<typeof reconcileNode>('reconcileNode', {
+        workflowId: `reconcile/${state.nodeId}/registration-${state.registrations}`,
+        args: [{ nodeId: state.nodeId, trigger: `registration ${state.registrations}`, dryRun: settings.reconcileDryRun }],
+        parentClosePolicy: ParentClosePolicy.ABANDON,
+        cancellationType: ChildWorkflowCancellationType.ABANDON,
+        staticSummary: `reconcile ${state.nodeId} after registration ${state.registrations}`,
+      });
+    } catch (error) {
+      if (isCancellation(error)) throw error;
+      log.warn(`reconcile after registration failed: ${String(error)}`, { nodeId: state.nodeId });
+    }
+  }
+}
+
+/** A registration or an uncordon may bring free GPUs: wake the replicas waiting for them. */
+async function wakeWaiters(run: NodeRun): Promise<void> {
+  for (;;) {
+    await condition(() => run.wakeWanted);
+    run.wakeWanted = false;
+    if (run.state.phase !== 'Ready' || run.state.cordoned || !freeGpus(run.state).length) continue;
+    try {
+      await control(`wake replicas waiting for ${run.state.inventory?.gpuClass ?? ''} GPUs`).wakeWaiters({ nodeId: run.state.nodeId });
+    } catch (error) {
+      if (isCancellation(error)) throw error;
+      log.warn(`could not wake waiting replicas: ${String(error)}`);
+    }
+  }
+}
+
+function presenceFailureReason(error: unknown, heartbeatSeconds: number): string {
+  const cause = error instanceof ActivityFailure ? error.cause : error;
+  const message = cause instanceof Error ? cause.message : String(cause);
+  if (/schedule.?to.?start/i.test(message)) return `no agent picked up its presence activity within ${heartbeatSeconds} s`;
+  if (/heartbeat/i.test(message)) return `the agent stopped heartbeating (timeout ${heartbeatSeconds} s)`;
+  return `presence failed: ${message}`;
+}

@@ -1,0 +1,34 @@
+// The activities a replica calls, with the timeouts and summaries the Web UI shows beside
+// each call: control activities on `llmgw`, agent activities on each host's own queue.
+// Workflow side.
+import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
+import type { AgentActivities } from '../../agent/activity-types.js';
+import type { ControlActivities } from '../../activities/index.js';
+import { agentTaskQueue } from '../../common/names.js';
+import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
+
+/** Control activities with a summary the Web UI shows beside each call. */
+export function control(summary: string): ControlActivities {
+  return proxyActivities<ControlActivities>({
+    // Control activities are quick; a short timeout lets a killed worker's work move on fast.
+    startToCloseTimeout: '20 seconds',
+    retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile] },
+    summary,
+  });
+}
+
+export function agent(
+  nodeId: string,
+  options: { summary: string; startToCloseSeconds?: number; heartbeatSeconds?: number },
+): AgentActivities {
+  return proxyActivities<AgentActivities>({
+    taskQueue: agentTaskQueue(nodeId),
+    // No agent polling its queue → fail fast and place elsewhere rather than wait for ever.
+    scheduleToStartTimeout: '20 seconds',
+    startToCloseTimeout: `${options.startToCloseSeconds ?? 120} seconds`,
+    heartbeatTimeout: options.heartbeatSeconds ? `${options.heartbeatSeconds} seconds` : undefined,
+    retry: { maximumAttempts: 3, initialInterval: '1 second', nonRetryableErrorTypes: NON_RETRYABLE_AGENT_FAILURES },
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    summary: options.summary,
+  });
+}

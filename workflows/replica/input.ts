@@ -1,0 +1,64 @@
+// The replica workflow's input schema. A replica can be started by hand with the Temporal CLI,
+// so its input crosses a trust boundary: it is validated here and a bad one fails the
+// workflow with the path named, instead of a workflow task that fails for ever.
+// Workflow side (pure zod).
+import { z } from 'zod';
+
+const Count = z.int().min(1);
+
+const EnvValue = z.union([z.string(), z.strictObject({ fromHost: z.string().min(1) })]);
+
+export const ProfileSnapshotSchema = z.strictObject({
+  model: z.string().min(1),
+  modelSource: z.string().min(1),
+  servedName: z.string().min(1),
+  profile: z.string().min(1),
+  engine: z.enum(['vllm', 'sglang', 'fake']),
+  launcher: z.enum(['native', 'ray']),
+  gpuClass: z.string().min(1),
+  tensorParallel: Count,
+  pipelineParallel: Count,
+  gpusPerNode: Count,
+  nodes: Count,
+  args: z.array(z.string()),
+  env: z.record(z.string(), EnvValue),
+  startupTimeoutSeconds: Count,
+  minGpuMemoryMib: z.int().min(0),
+  /** The control worker's signature of this revision (docs/security.md); the agent checks it. */
+  signature: z.string().optional(),
+  /** A short digest naming the revision (shown by `llmgw status`). */
+  revision: z.string().optional(),
+});
+
+const ShardPlacementSchema = z.strictObject({
+  rank: z.int().min(0),
+  nodeId: z.string().min(1),
+  shardId: z.string().min(1),
+  gpuIndices: z.array(z.int().min(0)),
+  hcas: z.array(z.string()),
+  managementAddress: z.string(),
+  httpPort: z.int().min(0),
+  pid: z.int().min(0),
+  state: z.string().optional(),
+});
+
+export const ReplicaInputSchema = z.strictObject({
+  deployment: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, 'deployment must be a deployment name (lowercase letters, digits, ".", "_", "-")'),
+  seq: z.int().min(1),
+  profile: ProfileSnapshotSchema,
+  deploymentWorkflowId: z.string().min(1),
+  drainGraceSeconds: z.number().min(0).optional(),
+  drainTimeoutSeconds: z.number().min(0).optional(),
+  labels: z.record(z.string(), z.string()).optional(),
+  adopt: z.array(ShardPlacementSchema).optional(),
+  carried: z.unknown().optional(),
+  upgrading: z.boolean().optional(),
+  continueAsNewAfterEvents: z.int().min(10).optional(),
+  capacityRecheckSeconds: z.number().min(1).optional(),
+});
+
+export function describeReplicaInputIssues(error: z.ZodError): string {
+  return error.issues.map((issue) => `${issue.path.length ? issue.path.join('.') : 'input'}: ${issue.message}`).join('; ');
+}

@@ -1,0 +1,64 @@
+// The replica's placement step: reserve GPUs through the node workflows, or wait as
+// Unschedulable until GPUs are freed. The wait is event-driven: whoever frees GPUs
+// (a release, a registration, an uncordon) signals capacityChanged to the waiting replicas
+// that would fit (activities/capacity.ts); a long timer only re-checks in case a wake-up
+// was lost. So a replica that waits for hours adds a handful of events, not thousands.
+// Workflow side.
+import { condition } from '@temporalio/workflow';
+import { control } from './calls.js';
+import type { ReplicaRun } from './run.js';
+
+/** An Unschedulable replica looks again this often even when nothing woke it. */
+const CAPACITY_RECHECK_SECONDS = 600;
+/** Quick retries when the capacity index was stale (a node had fewer GPUs than it said). */
+const STALE_RETRIES = 5;
+
+export async function place(run: ReplicaRun): Promise<boolean> {
+  const { state, profile, input } = run;
+  const recheckMs = (input.capacityRecheckSeconds ?? CAPACITY_RECHECK_SECONDS) * 1000;
+  let quickRetries = 0;
+  for (;;) {
+    if (run.stopRequested()) return false;
+    if (run.handOverDue()) await run.handOver();
+    const avoiding = state.avoidNodes.length ? ` (avoiding ${state.avoidNodes.join(', ')} after failures there)` : '';
+    const wanted = `${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}`;
+    // Once Unschedulable, it stays so while it retries: the UI and the router see one steady
+    // state with its reason, not a flicker between Placing and Unschedulable.
+    if (state.phase !== 'Unschedulable') void run.setPhase('Placing', `looking for ${wanted}${avoiding}`);
+    const hint = run.capacity.hint;
+    run.capacity.changed = false;
+    run.capacity.hint = undefined;
+    const result = await control(`placeReplica: ${wanted}${avoiding}`).placeReplica({
+      replicaId: run.replicaId,
+      deployment: input.deployment,
+      nodes: profile.nodes,
+      gpusPerNode: profile.gpusPerNode,
+      gpuClass: profile.gpuClass,
+      minFreeMemoryMib: profile.minGpuMemoryMib,
+      avoidNodes: state.avoidNodes,
+      attempt: state.placements + 1,
+      pool: input.labels?.pool,
+      preferNodes: hint ? [hint] : [],
+    });
+    if (result.ok) {
+      state.placements++;
+      state.restartsHere = 0;
+      state.shards = result.shards;
+      return true;
+    }
+    // No capacity is not a failure: wait, say why, and look again when GPUs are freed.
+    void run.setPhase('Unschedulable', result.reason);
+    if (result.retryInMs && quickRetries < STALE_RETRIES) {
+      // The index promised room that a node no longer had, or only avoided nodes have room:
+      // look again shortly rather than wait for a wake-up that may never come.
+      quickRetries++;
+      await condition(() => run.capacity.changed || run.stopRequested(), result.retryInMs);
+      if (result.onlyAvoidedFit && quickRetries >= 2) state.avoidNodes = [];
+      continue;
+    }
+    quickRetries = 0;
+    const woken = await condition(() => run.capacity.changed || run.stopRequested() || run.handOverDue(), recheckMs);
+    // A whole re-check period without capacity anywhere else: give avoided nodes another chance.
+    if (!woken) state.avoidNodes = [];
+  }
+}

@@ -1,0 +1,80 @@
+// What every step of a replica run shares: its input, its state, the events its handlers
+// queued, and how it publishes a phase (route memo, search attributes, details, the
+// deployment). Workflow side; the steps live in place.ts, start.ts, watch.ts and drain.ts.
+import { getExternalWorkflowHandle, log, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { SA } from '../../common/search-attributes.js';
+import type { NodeStatusSignal } from '../../common/node-types.js';
+import type { DemandMemo, ProfileSnapshot, ReplicaInput, ReplicaPhase, ReplicaView, RouteMemo } from '../../common/replica-types.js';
+import type { ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { replicaStatusSignal } from '../definitions.js';
+import { replicaDetails } from './details.js';
+import { endpointOf, replicaView, type ReplicaState } from './state.js';
+
+export type ReplicaEvent = { kind: 'shard'; status: ShardStatus } | { kind: 'node'; status: NodeStatusSignal };
+
+export interface ReplicaRun {
+  input: ReplicaInput;
+  replicaId: string;
+  profile: ProfileSnapshot;
+  state: ReplicaState;
+  /** Shard and node transitions, in arrival order. */
+  events: ReplicaEvent[];
+  /** Set by a capacityChanged signal: GPUs were freed (hint: where). */
+  capacity: { changed: boolean; hint: string | undefined };
+  stopRequested(): boolean;
+  /** The history is long enough (or a new build is Current) to hand over to a new run. */
+  handOverDue(): boolean;
+  /** Continues as new with the state as it is; call only between steps. */
+  handOver(): Promise<never>;
+  /** Publishes a phase; a phase and reason that did not change publish nothing (no events). */
+  setPhase(phase: ReplicaPhase, reason: string): Promise<void>;
+  view(): ReplicaView;
+}
+
+export function createPublisher(
+  input: ReplicaInput,
+  replicaId: string,
+  state: ReplicaState,
+  now: () => string,
+  alreadyPublished: boolean,
+): (phase: ReplicaPhase, reason: string) => Promise<void> {
+  const profile = input.profile;
+  const keyOf = (): string => JSON.stringify([state.phase, state.reason, endpointOf(state.shards), state.shards.map((s) => s.nodeId)]);
+  // A run continued from another starts with the memo and attributes its predecessor wrote.
+  let published = alreadyPublished ? keyOf() : '';
+  return async (phase, reason) => {
+    if (state.phase !== phase) state.since = now();
+    state.phase = phase;
+    state.reason = reason;
+    const key = keyOf();
+    if (key === published) return;
+    published = key;
+    log.info(`replica ${phase}: ${reason}`);
+    const route: RouteMemo = {
+      deployment: input.deployment,
+      servedName: profile.servedName,
+      endpoint: endpointOf(state.shards),
+      phase,
+      replicaId,
+    };
+    // What it waits for, so whoever frees GPUs can wake the replicas that would fit.
+    const demand: DemandMemo | undefined =
+      phase === 'Unschedulable'
+        ? { gpuClass: profile.gpuClass, gpusPerNode: profile.gpusPerNode, nodes: profile.nodes, since: state.since }
+        : undefined;
+    upsertMemo({ route, demand });
+    upsertSearchAttributes([
+      { key: SA.state, value: phase },
+      { key: SA.deployment, value: input.deployment },
+      { key: SA.model, value: profile.model },
+      { key: SA.gpuClass, value: profile.gpuClass },
+      { key: SA.nodes, value: [...new Set(state.shards.map((s) => s.nodeId))] },
+    ]);
+    setCurrentDetails(replicaDetails(replicaId, profile, state));
+    try {
+      await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(replicaStatusSignal, replicaView(replicaId, input.seq, state));
+    } catch {
+      // The deployment is gone (rebuilt later by reconciliation); the replica carries on.
+    }
+  };
+}

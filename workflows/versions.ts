@@ -1,0 +1,6 @@
+// Patch ids that gate whole generations of workflow code. A run recorded before a gate replays
+// the frozen code of its generation (workflows/legacy/); every run started after it records
+// the marker and runs the current code. See docs/upgrades.md for when to add one.
+
+/** The release that introduced Worker Versioning, bounded histories and the capacity index. */
+export const VERSIONED_RELEASE = 'llmgw-versioned-1';
