@@ -50,7 +50,7 @@ export function createAgentActivities(deps: AgentActivityDeps): AgentActivities 
 
     async presence(input: PresenceInput): Promise<void> {
       const context = Context.current();
-      deps.onPresenceStarted();
+      if (input.register !== false) deps.onPresenceStarted();
       // Heartbeat several times per timeout so one late beat does not look like death.
       const everyMs = Math.max(500, (input.heartbeatSeconds * 1000) / 4);
       context.heartbeat(deps.presenceSummary());

@@ -6,6 +6,11 @@ import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult,
 export interface PresenceInput {
   nodeId: string;
   heartbeatSeconds: number;
+  /**
+   * false when the node workflow only handed over to a new run and already holds a fresh
+   * registration: the agent then does not register again (a registration starts a reconcile).
+   */
+  register?: boolean;
 }
 
 export interface AgentActivities {

@@ -60,6 +60,8 @@ export const AgentFlags = z
     /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
     reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
     reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
+    /** Tests: the node workflow hands over (continue-as-new) after this many history events. */
+    nodeContinueAsNewAfterEvents: z.coerce.number().int().min(10).optional(),
   })
   .superRefine((flags, ctx) => {
     const { portRange: engines, rayWorkerPorts: ray } = flags;

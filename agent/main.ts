@@ -110,12 +110,17 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     lostGraceSeconds: config.lostGraceSeconds,
     reconcileDryRun: config.reconcile === 'dry-run',
     reconcileEverySeconds: config.reconcileEverySeconds,
+    ...(config.nodeContinueAsNewAfterEvents ? { continueAsNewAfterEvents: config.nodeContinueAsNewAfterEvents } : {}),
   };
   const register = async (): Promise<void> => {
     if (!client) return;
     const report = await describe();
     // The settings travel with every registration, so a restarted agent's flags take effect.
-    const { nodeId: _nodeId, ...settings } = nodeInput;
+    const {
+      nodeId: _nodeId,
+      continueAsNewAfterEvents: _bound,
+      ...settings
+    } = nodeInput as typeof nodeInput & { continueAsNewAfterEvents?: number };
     await client.workflow.signalWithStart<typeof nodeWorkflow, [typeof report, AgentSettings?]>('node', {
       workflowId: nodeWorkflowId(config.nodeId),
       taskQueue: CONTROL_TASK_QUEUE,

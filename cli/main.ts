@@ -97,6 +97,8 @@ program
   )
   .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
   .option('--reconcile-every-seconds <s>', "how often the node's reconcile Schedule runs (0: only on registration)", '180')
+  // Tests of the node workflow's continue-as-new; not for operators.
+  .addOption(new Option('--node-continue-as-new-after-events <n>').hideHelp())
   .action(async (opts: Record<string, unknown>) => {
     const { runAgent } = await import('../agent/main.js');
     await runAgent(opts);
@@ -119,13 +121,16 @@ program
     '--make-current',
     'make this build the Current version at start (default: only when there is none yet; otherwise `llmgw upgrade`)',
   )
-  .action(async (opts: { catalog: string; buildId?: string; deploymentName: string; makeCurrent?: boolean }) => {
+  // The upgrade test's second build; not for operators.
+  .addOption(new Option('--workflows-module <path>').hideHelp())
+  .action(async (opts: { catalog: string; buildId?: string; deploymentName: string; makeCurrent?: boolean; workflowsModule?: string }) => {
     const { runControlWorker } = await import('../workers/control-worker.js');
     await runControlWorker({
       catalogFile: opts.catalog,
       buildId: opts.buildId,
       deploymentName: opts.deploymentName,
       makeCurrent: opts.makeCurrent,
+      workflowsPath: opts.workflowsModule,
     });
   });
 

@@ -34,6 +34,8 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
     workflowsPath: options.workflowsPath ?? join(__dirname, '../workflows/index.js'),
     buildId: options.buildId,
     deploymentName: options.deploymentName,
+    // Another workflows module may bring interceptors of its own (the upgrade test's second build).
+    interceptorModules: options.workflowsPath ? [options.workflowsPath] : undefined,
   });
   const worker = await Worker.create({
     connection,

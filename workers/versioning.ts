@@ -32,9 +32,12 @@ export async function bundleWithBuildId(options: {
   workflowsPath: string;
   deploymentName?: string;
   buildId?: string;
+  /** Modules exporting `interceptors` (the upgrade test's second build). */
+  interceptorModules?: string[];
 }): Promise<VersionedBundle> {
   const { code } = await bundleWorkflowCode({
     workflowsPath: options.workflowsPath,
+    workflowInterceptorModules: options.interceptorModules,
     payloadConverterPath: payloadConverterModulePath(),
     logger: QUIET,
     // Named module ids and no path comments: the bundle then holds no absolute path, and its

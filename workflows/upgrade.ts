@@ -58,5 +58,13 @@ export function watchUpgrades(): UpgradeWatch {
  * the next run on the Current build (older servers ignore it and `llmgw upgrade` moves it).
  */
 export function continueAsNewWith<F extends Workflow>(upgrade: boolean): (...args: Parameters<F>) => Promise<never> {
-  return makeContinueAsNewFunc<F>(upgrade ? { initialVersioningBehavior: 'AUTO_UPGRADE' } : {});
+  // The server starts the next run without the memo and search attributes this one wrote:
+  // hand ours over, so the router, placement and the CLI see no gap.
+  const info = workflowInfo();
+  const ours = Object.fromEntries(Object.entries(info.searchAttributes ?? {}).filter(([key]) => key.startsWith('Llmgw')));
+  return makeContinueAsNewFunc<F>({
+    memo: info.memo ?? {},
+    searchAttributes: ours,
+    ...(upgrade ? { initialVersioningBehavior: 'AUTO_UPGRADE' } : {}),
+  });
 }

@@ -27,7 +27,10 @@ export function control(summary: string): ControlActivities {
 }
 
 /** Starts the next replica (a sequence number never used before for this name). */
-export async function startReplica(d: DeploymentState): Promise<{ replicaId: string; handle: ChildWorkflowHandle<typeof replica> }> {
+export async function startReplica(
+  d: DeploymentState,
+  continueAsNewAfterEvents?: number,
+): Promise<{ replicaId: string; handle: ChildWorkflowHandle<typeof replica> }> {
   const seq = d.nextSeq++;
   const replicaId = replicaWorkflowId(d.name, seq);
   const input: ReplicaInput = {
@@ -37,6 +40,7 @@ export async function startReplica(d: DeploymentState): Promise<{ replicaId: str
     deploymentWorkflowId: workflowInfo().workflowId,
     drainGraceSeconds: d.drainGraceSeconds,
     labels: d.labels,
+    ...(continueAsNewAfterEvents ? { continueAsNewAfterEvents } : {}),
   };
   d.replicas[replicaId] = {
     replicaId,

@@ -245,7 +245,7 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
         log.info(`replacing failed replicas in ${Math.round(delay / 1000)} s (${d.failureTimes.length} failures in the last 10 min)`);
       } else if (await profileStillInCatalog(d)) {
         for (let i = serving.length; i < d.desired; i++) {
-          const child = await startReplica(d);
+          const child = await startReplica(d, input.continueAsNewAfterEvents);
           // A replica that ends without its final report (terminated, timed out) is noticed here.
           void child.handle.result().then(
             () => markClosed(child.replicaId, 'its workflow completed without a final report'),

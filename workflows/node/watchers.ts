@@ -25,6 +25,8 @@ import { freeGpus, type NodeState } from './state.js';
 export interface NodeRun {
   state: NodeState;
   registerSeq: number;
+  /** This run continued from another (its state is carried, not fresh). */
+  continued: boolean;
   reconcileWanted: boolean;
   wakeWanted: boolean;
   publish(): void;
@@ -35,7 +37,12 @@ export interface NodeRun {
 const control = (summary: string): ControlActivities =>
   proxyActivities<ControlActivities>({ startToCloseTimeout: '20 seconds', retry: { maximumAttempts: 5 }, summary });
 
-export function startWatchers(run: NodeRun): Promise<unknown> {
+/**
+ * What the node's handlers and loops do to the outside: tell its replicas about the node,
+ * and turn NotReady. Created before the handlers, since a signal delivered with the run's
+ * first task runs its handler before any loop starts.
+ */
+export function addNodeActions(run: NodeRun): void {
   const { state } = run;
   const now = (): string => new Date().toISOString();
   run.tellReplicas = () => {
@@ -56,11 +63,16 @@ export function startWatchers(run: NodeRun): Promise<unknown> {
     run.publish();
     if (wasReady) run.tellReplicas?.();
   };
+}
+
+export function startWatchers(run: NodeRun): Promise<unknown> {
   return Promise.all([watchPresence(run), watchLost(run), runReconciles(run), wakeWaiters(run)]);
 }
 
 async function watchPresence(run: NodeRun): Promise<void> {
   const { state } = run;
+  // A run continued from a Ready node needs no new registration for its first presence.
+  let register = !(run.continued && state.phase === 'Ready');
   for (;;) {
     if (run.registerSeq === 0 && state.phase === 'Registering') await condition(() => run.registerSeq > 0);
     const seqAtStart = run.registerSeq;
@@ -77,7 +89,9 @@ async function watchPresence(run: NodeRun): Promise<void> {
       summary: `presence of agent ${state.nodeId}`,
     });
     try {
-      await presence({ nodeId: state.nodeId, heartbeatSeconds });
+      const input = { nodeId: state.nodeId, heartbeatSeconds, ...(register ? {} : { register: false }) };
+      register = true;
+      await presence(input);
       run.markNotReady?.('the agent stopped (it ended its presence)');
     } catch (error) {
       if (isCancellation(error)) throw error;

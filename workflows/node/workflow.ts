@@ -42,7 +42,7 @@ import {
   viewOf,
   type NodeState,
 } from './state.js';
-import { startWatchers, type NodeRun } from './watchers.js';
+import { addNodeActions, startWatchers, type NodeRun } from './watchers.js';
 
 export interface NodeWorkflowInput {
   nodeId: string;
@@ -81,10 +81,11 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   // While parked for an upgrade the run must issue nothing (workflows/upgrade.ts): what the
   // handlers would publish meanwhile is published once the park ends.
   let holdCommands = Boolean(input.upgrading);
-  let publishPending = !carried;
+  let publishPending = !carried || workflowInfo().searchAttributes?.LlmgwState === undefined;
   const run: NodeRun = {
     state,
     registerSeq: 0,
+    continued: carried !== undefined,
     reconcileWanted: false,
     wakeWanted: false,
     publish() {
@@ -100,6 +101,15 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
       ]);
       setCurrentDetails(nodeDetails(state));
     },
+  };
+
+  addNodeActions(run);
+  const tellReplicas = run.tellReplicas!;
+  let tellPending = false;
+  // Parked for an upgrade, the run issues nothing: the news goes out once the park ends.
+  run.tellReplicas = () => {
+    if (holdCommands) tellPending = true;
+    else tellReplicas();
   };
 
   setHandler(registerSignal, (register, settings) => {
@@ -163,6 +173,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   await upgrade.park(input.upgrading);
   holdCommands = false;
   if (publishPending) run.publish();
+  if (tellPending) run.tellReplicas();
 
   const historyLimit = input.continueAsNewAfterEvents ?? HISTORY_LIMIT;
   const handOverDue = (): boolean =>

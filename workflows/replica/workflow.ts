@@ -75,10 +75,14 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
       const upgrading = upgrade.requested();
       return continueAsNewWith<typeof replica>(upgrading)({ ...input, carried: state, upgrading });
     },
-    setPhase: createPublisher(input, replicaId, state, now, input.carried !== undefined),
+    // A run continued by this release got its predecessor's memo; one continued by the frozen
+    // code did not, and publishes again.
+    setPhase: createPublisher(input, replicaId, state, now, input.carried !== undefined && info.memo?.route !== undefined),
     view: () => replicaView(replicaId, input.seq, state),
   };
   await upgrade.park(input.upgrading);
+  // A continued run whose memo did not come along publishes its state again (a no-op otherwise).
+  if (input.carried !== undefined) void run.setPhase(state.phase, state.reason);
 
   // Where to begin: a run continued while Ready or Unknown keeps watching (Unknown stays
   // Unknown until its node says otherwise); one continued while Draining finishes the drain.

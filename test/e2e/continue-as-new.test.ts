@@ -1,0 +1,240 @@
+// Continue-as-new of every long-running workflow, in every state it can wait in: with a small
+// injected history bound, each run hands over to a new one, and the state after the hand-over
+// equals the state before it (and the new run carries on: recovers, places, resumes).
+// Real dev server, control worker, simulated agents and fake engines.
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
+import type { NodeView } from '../../common/node-types.js';
+import { deploymentStatusQuery, describeNodeQuery, replicaStatusQuery, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
+import { prepareUpgradeSignal } from '../../workflows/upgrade.js';
+import { describeDeployment } from '../../workers/versioning.js';
+import { testClient, uniqueId } from '../helpers/temporal.js';
+import {
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  spawnControlWorker,
+  startSimAgent,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
+
+const CAN = join(INVENTORIES, 'canx8.yaml');
+const BOUND = 80;
+let client: Client;
+let closeClient: () => Promise<void>;
+let buildId = '';
+const nodeIds: string[] = [];
+let agents: LlmgwProcess[] = [];
+
+async function host(): Promise<{ nodeId: string; proc: LlmgwProcess; stateDir: string }> {
+  const nodeId = uniqueId('can');
+  nodeIds.push(nodeId);
+  const started = await startSimAgent(nodeId, { inventory: CAN, extra: ['--node-continue-as-new-after-events', String(BOUND)] });
+  agents.push(started.proc);
+  return { nodeId, ...started };
+}
+
+async function deploy(model: string, profile: string, replicas: number): Promise<WorkflowHandle> {
+  const name = uniqueId(model);
+  return client.workflow.start('deployModel', {
+    workflowId: `deployment/${name}`,
+    taskQueue: 'llmgw',
+    args: [{ model, profile, replicas, continueAsNewAfterEvents: BOUND }],
+  });
+}
+
+/**
+ * Adds events that change nothing (a prepareUpgrade naming the build the run is already on)
+ * until the run continues as new; returns the new run id.
+ */
+async function handOver(workflowId: string): Promise<string> {
+  const handle = client.workflow.getHandle(workflowId);
+  const before = (await handle.describe()).runId;
+  for (let i = 0; i < 200; i++) {
+    await handle.signal(prepareUpgradeSignal, { buildId });
+    const now = (await handle.describe()).runId;
+    if (now !== before) return now;
+  }
+  throw new Error(`${workflowId} did not continue as new after 200 signals`);
+}
+
+const replicaState = (v: ReplicaView) => ({
+  phase: v.phase,
+  reason: v.reason,
+  shards: v.shards,
+  placements: v.placements,
+  restarts: v.restarts,
+  endpoint: v.endpoint,
+});
+const nodeState = (v: NodeView) => ({
+  phase: v.phase,
+  cordoned: v.cordoned,
+  allocations: v.allocations,
+  freeGpus: v.freeGpus,
+  registrations: v.registrations,
+});
+const deploymentState = (v: DeploymentView) => ({
+  phase: v.phase,
+  desired: v.desired,
+  replicas: v.replicas.map((r) => [r.replicaId, r.phase]),
+});
+
+async function readyReplicas(handle: WorkflowHandle, count: number): Promise<ReplicaView[]> {
+  return eventually(
+    `${count} Ready replicas of ${handle.workflowId}`,
+    async () => {
+      const view = await handle.query(deploymentStatusQuery);
+      const ready = view.replicas.filter((r) => r.phase === 'Ready');
+      return ready.length === count && view.phase === 'Ready' ? ready : undefined;
+    },
+    60_000,
+  );
+}
+
+beforeAll(async () => {
+  ({ client, close: closeClient } = await testClient());
+  await spawnControlWorker();
+  buildId = (await describeDeployment(client, 'llmgw'))?.current ?? '';
+  expect(buildId).not.toBe('');
+});
+
+afterEach(async () => {
+  // Each test brings its own host: what one left behind must not give the next one room.
+  for await (const execution of client.workflow.list({
+    query: `ExecutionStatus = 'Running' AND LlmgwGpuClass = 'CAN' AND (WorkflowType = 'deployModel' OR WorkflowType = 'replica')`,
+  })) {
+    await client.workflow
+      .getHandle(execution.workflowId)
+      .terminate('test isolation')
+      .catch(() => undefined);
+  }
+  await Promise.all(agents.map((agent) => agent.stop(5_000)));
+  agents = [];
+  await killEnginesOf(nodeIds);
+});
+
+afterAll(async () => {
+  await stopAll();
+  await killEnginesOf(nodeIds);
+  await closeClient?.();
+});
+
+describe('continue-as-new keeps every state', () => {
+  it('a Ready replica, a node with allocations and a deployment mid-scale hand over unchanged and carry on', async () => {
+    const { nodeId } = await host();
+    const deployment = await deploy('can', 'one-gpu', 2);
+    const [first] = await readyReplicas(deployment, 2);
+
+    const replica = client.workflow.getHandle(first!.replicaId);
+    const replicaBefore = replicaState(await replica.query(replicaStatusQuery));
+    await handOver(first!.replicaId);
+    expect(replicaState(await replica.query(replicaStatusQuery))).toEqual(replicaBefore);
+
+    const nodeHandle = client.workflow.getHandle(`node/${nodeId}`);
+    const nodeBefore = nodeState(await nodeHandle.query(describeNodeQuery));
+    expect(nodeBefore.allocations).toHaveLength(2);
+    await handOver(`node/${nodeId}`);
+    expect(nodeState(await nodeHandle.query(describeNodeQuery))).toEqual(nodeBefore);
+
+    // Mid-scale: the deployment hands over while its third replica is still being started.
+    await deployment.executeUpdate(scaleUpdate, { args: [3] });
+    const midScale = await eventually(
+      'the third replica started',
+      async () => {
+        const view = deploymentState(await deployment.query(deploymentStatusQuery));
+        return view.replicas.length === 3 ? view : undefined;
+      },
+      10_000,
+      50,
+    );
+    expect(midScale.desired).toBe(3);
+    await handOver(deployment.workflowId);
+    const after = deploymentState(await deployment.query(deploymentStatusQuery));
+    expect(after.desired).toBe(3);
+    expect(after.replicas.map(([id]) => id)).toEqual(midScale.replicas.map(([id]) => id));
+    await readyReplicas(deployment, 3);
+
+    // The continued replica still recovers its engine.
+    const pid = replicaBefore.shards[0]!.pid;
+    process.kill(pid, 'SIGKILL');
+    await eventually(
+      'the continued replica Ready with a new engine',
+      async () => {
+        const view = await replica.query(replicaStatusQuery);
+        return view.phase === 'Ready' && view.shards[0]!.pid !== pid ? view : undefined;
+      },
+      30_000,
+    );
+    await deployment.executeUpdate(undeployUpdate);
+  });
+
+  it('an Unschedulable replica hands over still waiting, then is placed when GPUs are freed', async () => {
+    await host();
+    const holder = await deploy('can', 'four-gpus', 2);
+    await readyReplicas(holder, 2);
+    const waiting = await deploy('can', 'four-gpus', 1);
+    const stuck = await eventually(
+      'an Unschedulable replica',
+      async () => (await waiting.query(deploymentStatusQuery)).replicas.find((r) => r.phase === 'Unschedulable'),
+      30_000,
+    );
+    const handle = client.workflow.getHandle(stuck.replicaId);
+    const before = replicaState(await handle.query(replicaStatusQuery));
+    await handOver(stuck.replicaId);
+    expect(replicaState(await handle.query(replicaStatusQuery))).toEqual(before);
+
+    await holder.executeUpdate(scaleUpdate, { args: [1] });
+    await readyReplicas(waiting, 1);
+    await Promise.all([holder.executeUpdate(undeployUpdate), waiting.executeUpdate(undeployUpdate)]);
+  });
+
+  it('an Unknown replica stays Unknown across the hand-over and is Ready again when its agent returns', async () => {
+    const { nodeId, proc, stateDir } = await host();
+    const deployment = await deploy('can', 'one-gpu', 1);
+    const [ready] = await readyReplicas(deployment, 1);
+    const handle = client.workflow.getHandle(ready!.replicaId);
+    const pid = ready!.shards[0]!.pid;
+
+    await proc.kill9();
+    await eventually('Unknown', async () => ((await handle.query(replicaStatusQuery)).phase === 'Unknown' ? true : undefined), 30_000);
+    const before = replicaState(await handle.query(replicaStatusQuery));
+    await handOver(ready!.replicaId);
+    expect(replicaState(await handle.query(replicaStatusQuery))).toEqual(before);
+    expect(before.phase).toBe('Unknown');
+
+    const restarted = await startSimAgent(nodeId, {
+      inventory: CAN,
+      stateDir,
+      extra: ['--node-continue-as-new-after-events', String(BOUND)],
+    });
+    agents.push(restarted.proc);
+    const back = await eventually(
+      'Ready again',
+      async () => {
+        const view = await handle.query(replicaStatusQuery);
+        return view.phase === 'Ready' ? view : undefined;
+      },
+      30_000,
+    ).catch(async (error: unknown) => {
+      const history = await handle.fetchHistory();
+      console.log(
+        JSON.stringify(await handle.query(replicaStatusQuery)),
+        JSON.stringify(await client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery)).slice(0, 1500),
+      );
+      console.log(
+        history.events
+          ?.map((e) => `${e.eventId} ${e.eventType} ${JSON.stringify(e.workflowExecutionSignaledEventAttributes?.signalName ?? '')}`)
+          .join('\n'),
+      );
+      throw error;
+    });
+    // The same engine kept serving: the agent adopted it, nothing restarted it.
+    expect(back.shards[0]!.pid).toBe(pid);
+    expect(enginesOf([nodeId]).map((e) => e.pid)).toContain(pid);
+    await deployment.executeUpdate(undeployUpdate);
+  });
+});
