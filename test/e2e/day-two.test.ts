@@ -207,6 +207,27 @@ describe('day-two safety', () => {
     );
   });
 
+  it('notices a waiting replica that the server ended without an engine, and replaces it', async () => {
+    await host();
+    const name = await deploy('four-gpus', 3);
+    const stuck = await eventually(
+      'Unschedulable',
+      async () => (await deployment(name).query()).replicas.find((r) => r.phase === 'Unschedulable'),
+      30_000,
+    );
+    await client.workflow.getHandle(stuck.replicaId).terminate('test: ended by the server');
+    const view = await eventually(
+      'the replica marked Failed and a replacement started',
+      async () => {
+        const v = await deployment(name).query();
+        const ended = v.replicas.find((r) => r.replicaId === stuck.replicaId);
+        return ended?.phase === 'Failed' && v.replicas.some((r) => r.seq > stuck.seq) ? v : undefined;
+      },
+      20_000,
+    );
+    expect(view.replicas.find((r) => r.replicaId === stuck.replicaId)!.reason).toMatch(/terminated/);
+  });
+
   it('never reuses a sequence number when a name is undeployed and deployed again', async () => {
     await host();
     const name = uniqueId('day-seq');
