@@ -96,42 +96,46 @@ afterAll(async () => {
 });
 
 describe('day-two safety', () => {
-  it(`leaves a replica Unschedulable for ${WAIT_SECONDS} s at a handful of events, and places it within 2 s of capacity being freed`, async () => {
-    const { nodeId } = await host();
-    const holder = await deploy('four-gpus', 2);
-    await ready(holder, 2);
-    const waiter = await deploy('four-gpus', 1);
-    const stuck = await eventually(
-      'Unschedulable',
-      async () => (await deployment(waiter).query()).replicas.find((r) => r.phase === 'Unschedulable'),
-      30_000,
-    );
-    expect(stuck.reason).toMatch(/needs 4 GPUs, 0 free/);
-    // Let the start settle (placement, the first publish), then measure the wait itself.
-    await sleep(2_000);
-    const replicaBefore = await historyLength(stuck.replicaId);
-    const nodeBefore = await historyLength(`node/${nodeId}`);
-    await sleep(WAIT_SECONDS * 1000);
-    const replicaAdded = (await historyLength(stuck.replicaId)) - replicaBefore;
-    const nodeAdded = (await historyLength(`node/${nodeId}`)) - nodeBefore;
-    console.log(`Unschedulable for ${WAIT_SECONDS} s: the replica added ${replicaAdded} events, its node ${nodeAdded}`);
-    expect(replicaAdded).toBeLessThanOrEqual(30);
-    expect(nodeAdded).toBeLessThanOrEqual(5);
+  it(
+    `leaves a replica Unschedulable for ${WAIT_SECONDS} s at a handful of events, and places it within 2 s of capacity being freed`,
+    async () => {
+      const { nodeId } = await host();
+      const holder = await deploy('four-gpus', 2);
+      await ready(holder, 2);
+      const waiter = await deploy('four-gpus', 1);
+      const stuck = await eventually(
+        'Unschedulable',
+        async () => (await deployment(waiter).query()).replicas.find((r) => r.phase === 'Unschedulable'),
+        30_000,
+      );
+      expect(stuck.reason).toMatch(/needs 4 GPUs, 0 free/);
+      // Let the start settle (placement, the first publish), then measure the wait itself.
+      await sleep(2_000);
+      const replicaBefore = await historyLength(stuck.replicaId);
+      const nodeBefore = await historyLength(`node/${nodeId}`);
+      await sleep(WAIT_SECONDS * 1000);
+      const replicaAdded = (await historyLength(stuck.replicaId)) - replicaBefore;
+      const nodeAdded = (await historyLength(`node/${nodeId}`)) - nodeBefore;
+      console.log(`Unschedulable for ${WAIT_SECONDS} s: the replica added ${replicaAdded} events, its node ${nodeAdded}`);
+      expect(replicaAdded).toBeLessThanOrEqual(30);
+      expect(nodeAdded).toBeLessThanOrEqual(5);
 
-    await client.workflow.getHandle(`deployment/${holder}`).executeUpdate(scaleUpdate, { args: [1] });
-    const node = client.workflow.getHandle(`node/${nodeId}`);
-    await eventually(
-      'four GPUs freed',
-      async () => ((await node.query(describeNodeQuery)).freeGpus.length >= 4 ? true : undefined),
-      30_000,
-      20,
-    );
-    const freedAt = Date.now();
-    await ready(waiter, 1, 20_000);
-    const latency = Date.now() - freedAt;
-    console.log(`Unschedulable → Ready ${latency} ms after capacity was freed`);
-    expect(latency).toBeLessThanOrEqual(2_000);
-  });
+      await client.workflow.getHandle(`deployment/${holder}`).executeUpdate(scaleUpdate, { args: [1] });
+      const node = client.workflow.getHandle(`node/${nodeId}`);
+      await eventually(
+        'four GPUs freed',
+        async () => ((await node.query(describeNodeQuery)).freeGpus.length >= 4 ? true : undefined),
+        30_000,
+        20,
+      );
+      const freedAt = Date.now();
+      await ready(waiter, 1, 20_000);
+      const latency = Date.now() - freedAt;
+      console.log(`Unschedulable → Ready ${latency} ms after capacity was freed`);
+      expect(latency).toBeLessThanOrEqual(2_000);
+    },
+    (WAIT_SECONDS + 100) * 1000,
+  );
 
   it('accepts `temporal workflow update execute --name scale` sent within 100 ms of `temporal workflow start`', async () => {
     await host();
