@@ -6,6 +6,12 @@ import type { CatalogSource } from '../catalog/watch.js';
 import { chooseProfile, profileSnapshot } from '../catalog/lookup.js';
 import { FailureType } from '../common/failures.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
+import { revisionOf } from '../common/revision.js';
+
+/** The snapshot with its revision digest, which deployments, replicas and `llmgw status` show. */
+function withRevision(snapshot: ProfileSnapshot): ProfileSnapshot {
+  return { ...snapshot, revision: revisionOf(snapshot) };
+}
 
 export interface ResolveRequest {
   model: string;
@@ -17,7 +23,7 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
   return {
     async resolveDeployment(
       request: ResolveRequest,
-    ): Promise<{ snapshot: ProfileSnapshot; maxReplicas: number; drainGraceSeconds: number }> {
+    ): Promise<{ snapshot: ProfileSnapshot; maxReplicas: number; drainGraceSeconds: number; drainTimeoutSeconds: number }> {
       const current = catalog.get();
       const choice = chooseProfile(current, request.model, { profile: request.profile, gpuClass: request.gpuClass });
       if (!choice.ok) throw ApplicationFailure.nonRetryable(choice.message, choice.failureType);
@@ -44,9 +50,10 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
         );
       }
       return {
-        snapshot: profileSnapshot(model, profile),
+        snapshot: withRevision(profileSnapshot(model, profile)),
         maxReplicas: current.defaults?.maxReplicas ?? 256,
         drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5,
+        drainTimeoutSeconds: current.defaults?.drainTimeoutSeconds ?? 600,
       };
     },
 

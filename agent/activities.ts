@@ -4,7 +4,7 @@ import { Context } from '@temporalio/activity';
 import { create } from '@bufbuild/protobuf';
 import type { KillProcesses, KillProcessesResult, Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import { KillProcessesResultSchema } from '../proto/gen/llmgw/v1/register_pb.js';
-import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult, WaitHealthy } from '../proto/gen/llmgw/v1/shard_pb.js';
+import type { DrainShard, DrainShardResult, RunningShard, ShardStatus, StartShard, StopShard, StopShardResult, WaitHealthy } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { AgentActivities, PresenceInput } from './activity-types.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 
@@ -15,6 +15,7 @@ export interface AgentActivityDeps {
   /** Called when a presence activity starts: the control plane is (again) talking to us. */
   onPresenceStarted(): void;
   presenceSummary(): Record<string, unknown>;
+  drain(request: DrainShard): Promise<DrainShardResult>;
 }
 
 export function createAgentActivities(deps: AgentActivityDeps): AgentActivities {
@@ -62,6 +63,10 @@ export function createAgentActivities(deps: AgentActivityDeps): AgentActivities 
       } finally {
         clearInterval(timer);
       }
+    },
+
+    async drainShard(request: DrainShard): Promise<DrainShardResult> {
+      return deps.drain(request);
     },
 
     async describe(): Promise<Register> {

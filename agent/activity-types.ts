@@ -1,5 +1,6 @@
 // The node-local activities an agent serves on its task queue `agent/<nodeId>`, as a
 // type that workflows import (type only) to call them.
+import type { DrainShard, DrainShardResult } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { KillProcesses, KillProcessesResult, Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult, WaitHealthy } from '../proto/gen/llmgw/v1/shard_pb.js';
 
@@ -31,4 +32,9 @@ export interface AgentActivities {
    */
   survey(): Promise<Register>;
   killProcesses(request: KillProcesses): Promise<KillProcessesResult>;
+  /**
+   * Watches the engine's in-flight requests locally and returns at once; the replica hears
+   * the transition to idle as a shardTransition (DRAINING, requests_in_flight 0).
+   */
+  drainShard(request: DrainShard): Promise<DrainShardResult>;
 }

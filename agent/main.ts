@@ -15,6 +15,7 @@ import { discoverHost, interfaceOf } from './host.js';
 import { buildRegister } from './register.js';
 import { createAgentActivities } from './activities.js';
 import { createTransitionNotifier } from './notifier.js';
+import { createDrainer } from './drain.js';
 import { startAdminServer } from './admin/server.js';
 import { createSupervisor } from './supervisor/supervisor.js';
 import { createRayWait } from './ray-wait.js';
@@ -156,8 +157,10 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   // If the node workflow is gone (Temporal lost its data) no presence activity comes:
   // the watchdog below registers again, which starts it anew.
   let lastPresence = Date.now();
+  const drainer = createDrainer({ statusOf: (shardId) => supervisor.status(shardId), send: (status) => notifier.send(status), log });
   const activities = createAgentActivities({
     supervisor,
+    drain: (request) => drainer.drain(request),
     describe,
     survey,
     onPresenceStarted: registerSoon,
@@ -214,6 +217,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   try {
     await worker.run();
   } finally {
+    drainer.close();
     notifier.close();
     supervisor.close();
     await admin.close();

@@ -196,7 +196,10 @@ export const CatalogModel = strictObject('a model', {
 }, always);
 
 export const CatalogDefaults = strictObject('defaults', {
+  /** Runs of the release before in-flight-aware drains: their fixed wait before a stop. */
   drainGraceSeconds: z.int().min(0).optional(),
+  /** A drain waits until the engine has no request in flight, or this long (default 600). */
+  drainTimeoutSeconds: z.int().min(0).optional(),
   maxReplicas: count(1).optional(),
 });
 

@@ -198,8 +198,14 @@ program
   .argument('<model>', 'a model from the catalog')
   .description('deploy a model (or change the replica count of an existing deployment)')
   .option('--name <name>', 'deployment name (default: the model name)')
-  .option('--replicas <n>', 'how many replicas', '1')
-  .option('--profile <profile>', 'catalog profile (default: the first, or the first for --gpu-class)')
+  .option('--replicas <n>', 'how many replicas (default 1; on an existing deployment, its count is kept unless given)')
+  .option(
+    '--profile <profile>',
+    'catalog profile (default: the first, or the first for --gpu-class); on an existing deployment, rolls out to it',
+  )
+  .option('--rollout <auto|manual>', 'auto: a catalog edit to its profile rolls out by itself (default manual)')
+  .option('--max-surge <n>', 'rollouts: replicas above the count while rolling (default 1)')
+  .option('--max-unavailable <n>', 'rollouts: routable replicas it may go below the count (default 0)')
   .option('--gpu-class <class>', 'pick the first profile for this GPU class')
   .option('--wait', "show each replica's progress and exit 0 when all are Ready, non-zero with the reason otherwise")
   .option('--timeout <seconds>', 'how long --wait waits', '600')
@@ -207,6 +213,26 @@ program
   .action(async (model: string, opts: import('./commands/deployments.js').DeployOptions) => {
     const { deployCommand } = await import('./commands/deployments.js');
     await deployCommand(model, opts);
+  });
+
+program
+  .command('rollout')
+  .argument('<name>', 'a deployment')
+  .description(
+    'move a deployment to another revision: surge when there is room, drain-first when not, counted once routers route to it, rolled back on failure',
+  )
+  .option('--profile <profile>', "the profile to roll to (default: the catalog's current revision of the profile it runs)")
+  .option('--max-surge <n>', 'replicas above the count while rolling (default 1)')
+  .option('--max-unavailable <n>', 'routable replicas it may go below the count (default 0)')
+  .option('--undo', 'roll back: abandon the rollout in progress, or return to the revision before the last one')
+  .option('--pause', 'hold the rollout where it is')
+  .option('--resume', 'go on with a paused rollout')
+  .option('--wait', 'print each step and exit 0 when it completes, non-zero when it rolls back or fails')
+  .option('--timeout <seconds>', 'how long --wait waits', '1800')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, opts: import('./commands/rollout.js').RolloutOptions) => {
+    const { rolloutCommand } = await import('./commands/rollout.js');
+    await rolloutCommand(name, opts);
   });
 
 program

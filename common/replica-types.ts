@@ -23,6 +23,10 @@ export interface ProfileSnapshot {
   env: Record<string, string>;
   startupTimeoutSeconds: number;
   minGpuMemoryMib: number;
+  /** The revision's short digest (common/revision.ts); snapshots taken before revisions lack it. */
+  revision?: string;
+  /** The control worker's signature of this revision (docs/security.md); the agent checks it. */
+  signature?: string;
 }
 
 export interface ShardPlacement {
@@ -45,6 +49,8 @@ export interface ReplicaInput {
   /** The deployModel workflow to tell about every phase change. */
   deploymentWorkflowId: string;
   drainGraceSeconds?: number;
+  /** A drain waits for the engine's in-flight requests this long at most. */
+  drainTimeoutSeconds?: number;
   labels?: Record<string, string>;
   /** Adopt shards that are already running (reconciliation) instead of placing new ones. */
   adopt?: ShardPlacement[];
@@ -78,6 +84,8 @@ export interface ReplicaView {
   placements: number;
   restarts: number;
   since: string;
+  /** The revision this replica runs. */
+  revision?: string;
 }
 
 /** The `route` memo the router reads from visibility. */
@@ -98,6 +106,10 @@ export interface DeployModelInput {
   labels?: Record<string, string>;
   /** Set when reconciliation rebuilds a deployment Temporal lost: desired = what was found. */
   rebuilt?: { reason: string };
+  /** auto: a catalog edit to its profile starts a rollout; manual (default): only `llmgw rollout`. */
+  rollout?: 'auto' | 'manual';
+  maxSurge?: number;
+  maxUnavailable?: number;
   /** State handed over by continue-as-new (honoured only in a run continued from ours). */
   carried?: unknown;
   /** Set by the hand-over to a new llmgw build (workflows/upgrade.ts). */
@@ -106,7 +118,40 @@ export interface DeployModelInput {
   continueAsNewAfterEvents?: number;
 }
 
-export type DeploymentPhase = 'Validating' | 'Progressing' | 'Ready' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
+export type DeploymentPhase = 'Validating' | 'Progressing' | 'Ready' | 'RollingOut' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
+
+/** A rollout as `llmgw status`, `llmgw rollout --wait` and the Web UI show it. */
+export interface RolloutView {
+  from: string;
+  to: string;
+  fromProfile: string;
+  toProfile: string;
+  /** surge: a new replica first, then an old one drained; drain-first: no room, one old replica at a time. */
+  mode: 'surge' | 'drain-first';
+  state: 'RollingOut' | 'Paused' | 'RollingBack' | 'Complete' | 'RolledBack' | 'Failed';
+  /** Replicas on the target revision that are Ready and routed, of the desired count. */
+  done: number;
+  desired: number;
+  maxSurge: number;
+  maxUnavailable: number;
+  reason: string;
+  startedAt: string;
+  finishedAt?: string;
+  /** What happened, oldest first (the last few steps). */
+  steps: string[];
+}
+
+/** The Workflow Update `rollout` on deployment/<name>, as plain JSON (Temporal CLI, Web UI). */
+export interface RolloutRequest {
+  /** The profile to roll to; leave out for the catalog's current revision of the profile it runs. */
+  profile?: string;
+  maxSurge?: number;
+  maxUnavailable?: number;
+  /** Roll back to the revision before (during a rollout: abandon it). */
+  undo?: boolean;
+  pause?: boolean;
+  resume?: boolean;
+}
 
 export interface DeploymentView {
   name: string;
@@ -120,4 +165,9 @@ export interface DeploymentView {
   reason: string;
   /** Why it was rebuilt, when reconciliation rebuilt it from running engines. */
   rebuilt?: string;
+  /** The revision it runs (or rolls out to). */
+  revision?: string;
+  /** The catalog's current revision of its profile, when it differs. */
+  catalogRevision?: string;
+  rollout?: RolloutView;
 }

@@ -6,6 +6,8 @@ import { Worker } from '@temporalio/worker';
 import { CONTROL_TASK_QUEUE } from '../common/names.js';
 import { connectWorkerConnection, llmgwDataConverter, connectClient } from '../temporal/connection.js';
 import { createControlActivities } from '../activities/index.js';
+import { createCatalogSource } from '../catalog/watch.js';
+import { watchCatalogForDeployments } from './catalog-notifier.js';
 import { bundleWithBuildId, describeDeployment, setCurrentVersion, versionName } from './versioning.js';
 
 export interface ControlWorkerOptions {
@@ -29,7 +31,8 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   const log = options.log ?? ((line: string) => console.log(`${new Date().toISOString()} worker: ${line}`));
   const { connection, namespace } = await connectWorkerConnection();
   const client = await connectClient();
-  const activities = createControlActivities({ catalogFile: options.catalogFile, client, log });
+  const catalog = createCatalogSource(options.catalogFile, { log });
+  const activities = createControlActivities({ catalogFile: options.catalogFile, catalog, client, log });
   const version = await bundleWithBuildId({
     workflowsPath: options.workflowsPath ?? join(__dirname, '../workflows/index.js'),
     buildId: options.buildId,
@@ -63,6 +66,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
   const running = worker.run();
+  const stopWatchingCatalog = watchCatalogForDeployments(client, catalog, log);
   const current = await describeDeployment(client, version.deploymentName).catch(() => undefined);
   if (options.makeCurrent || !current?.current) {
     await setCurrentVersion(client, version);
@@ -76,6 +80,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   try {
     await running;
   } finally {
+    stopWatchingCatalog();
     await connection.close();
     await client.connection.close();
   }

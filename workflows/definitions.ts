@@ -39,6 +39,13 @@ export const replicaStatusQuery = defineQuery<import('../common/replica-types.js
 export const replicaStatusSignal = defineSignal<[import('../common/replica-types.js').ReplicaView]>('replicaStatus');
 export const scaleUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, [number]>('scale');
 export const undeployUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, []>('undeploy');
+/** Roll to another revision (plain JSON `{"profile": "P"}`, or `{}` for the catalog's current one), pause, resume or undo. */
+export const rolloutUpdate = defineUpdate<
+  import('../common/replica-types.js').DeploymentView,
+  [import('../common/replica-types.js').RolloutRequest]
+>('rollout');
+/** The control worker saw the catalog's entry for this deployment's profile change. */
+export const catalogChangedSignal = defineSignal<[{ profile: string; revision: string }]>('catalogChanged');
 export const deploymentStatusQuery = defineQuery<import('../common/replica-types.js').DeploymentView>('status');
 
 // Reconciliation.

@@ -6,7 +6,14 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowNotF
 import { CliError, withClient } from './client.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId } from '../../common/names.js';
 import { DeployModelInputSchema, describeIssues } from '../../workflows/deploy-model/input.js';
-import { deploymentStatusQuery, describeNodeQuery, replicaStatusQuery, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
+import {
+  deploymentStatusQuery,
+  describeNodeQuery,
+  replicaStatusQuery,
+  rolloutUpdate,
+  scaleUpdate,
+  undeployUpdate,
+} from '../../workflows/definitions.js';
 import type { DeployModelInput, DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 
@@ -39,7 +46,10 @@ function failureMessage(error: unknown): string {
 
 export interface DeployOptions {
   name?: string;
-  replicas: string;
+  replicas?: string;
+  rollout?: string;
+  maxSurge?: string;
+  maxUnavailable?: string;
   profile?: string;
   gpuClass?: string;
   wait?: boolean;
@@ -50,7 +60,10 @@ export interface DeployOptions {
 export async function deployCommand(model: string, opts: DeployOptions): Promise<void> {
   const candidate: DeployModelInput = {
     model,
-    replicas: Number(opts.replicas),
+    replicas: Number(opts.replicas ?? '1'),
+    ...(opts.rollout ? { rollout: opts.rollout as 'auto' | 'manual' } : {}),
+    ...(opts.maxSurge !== undefined ? { maxSurge: Number(opts.maxSurge) } : {}),
+    ...(opts.maxUnavailable !== undefined ? { maxUnavailable: Number(opts.maxUnavailable) } : {}),
     ...(opts.name ? { name: opts.name } : {}),
     ...(opts.profile ? { profile: opts.profile } : {}),
     ...(opts.gpuClass ? { gpuClass: opts.gpuClass } : {}),
@@ -73,16 +86,27 @@ export async function deployCommand(model: string, opts: DeployOptions): Promise
       console.error(`started ${workflowId}`);
     } catch (error) {
       if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
-      // Deploying an existing name changes its count.
+      // Deploying an existing name: the same model may change its count and roll to another
+      // profile; another model under this name is refused rather than scaled.
       handle = client.workflow.getHandle(workflowId);
       const current = await readStatus(handle);
-      if (current && input.profile && input.profile !== current.profile) {
+      if (current && current.model !== model) {
         throw new CliError(
-          `deployment ${name} runs profile ${current.profile}; changing the profile of a running deployment is not supported yet: \`llmgw undeploy ${name}\` first`,
+          `deployment ${name} runs model ${current.model}, not ${model}: choose another --name, or \`llmgw undeploy ${name}\` first`,
         );
       }
-      await handle.executeUpdate(scaleUpdate, { args: [input.replicas] });
-      console.error(`${workflowId} exists: scaled to ${input.replicas}`);
+      if (current && input.profile && input.profile !== current.profile) {
+        await handle.executeUpdate(rolloutUpdate, { args: [{ profile: input.profile }] }).catch((e: unknown) => {
+          throw new CliError(failureMessage(e));
+        });
+        console.error(`${workflowId} exists: rolling out profile ${input.profile} (\`llmgw rollout ${name} --wait\` follows it)`);
+      }
+      if (opts.replicas !== undefined) {
+        await handle.executeUpdate(scaleUpdate, { args: [input.replicas] }).catch((e: unknown) => {
+          throw new CliError(failureMessage(e));
+        });
+        console.error(`${workflowId} exists: scaled to ${input.replicas}`);
+      }
     }
     const deadline = Date.now() + Number(opts.timeout) * 1000;
     let status: DeploymentView | undefined;
@@ -139,9 +163,17 @@ export async function statusCommand(name: string | undefined, opts: { json?: boo
       console.log('no deployments (`llmgw deploy demo --replicas 2`)');
       return;
     }
-    const table = new Table({ head: ['deployment', 'model', 'profile', 'state', 'ready', 'reason'] });
+    const table = new Table({ head: ['deployment', 'model', 'profile', 'revision', 'state', 'ready', 'reason'] });
     for (const v of views.sort((a, b) => a.name.localeCompare(b.name)))
-      table.push([v.name, v.model, v.profile, v.phase, `${v.ready}/${v.desired}`, v.reason || '—']);
+      table.push([
+        v.name,
+        v.model,
+        v.profile,
+        `${v.revision ?? '—'}${v.catalogRevision ? ` (catalog: ${v.catalogRevision})` : ''}`,
+        v.phase,
+        `${v.ready}/${v.desired}`,
+        v.reason || '—',
+      ]);
     console.log(table.toString());
   });
 }
@@ -212,22 +244,30 @@ function print(view: DeploymentView, json?: boolean): void {
     return;
   }
   console.log(
-    `${view.name}: ${view.phase} — ${view.ready}/${view.desired} Ready · ${view.model} (${view.profile}) served as "${view.servedName}"`,
+    `${view.name}: ${view.phase} — ${view.ready}/${view.desired} Ready · ${view.model} (${view.profile}, revision ${view.revision ?? '—'}) served as "${view.servedName}"`,
   );
   if (view.reason) console.log(`  ${view.reason}`);
+  if (view.catalogRevision) console.log(`  catalog has a newer revision (${view.catalogRevision}): \`llmgw rollout ${view.name}\``);
+  if (view.rollout && view.rollout.state !== 'Complete') {
+    const r = view.rollout;
+    console.log(
+      `  rollout ${r.fromProfile} ${r.from} → ${r.toProfile} ${r.to}: ${r.state}, ${r.done}/${r.desired} (${r.mode}, maxSurge ${r.maxSurge}, maxUnavailable ${r.maxUnavailable})`,
+    );
+  }
   if (!view.replicas.length) return;
   const table = new Table({
-    head: ['replica', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
-    colWidths: [null, null, null, null, null, 60],
+    head: ['replica', 'revision', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
+    colWidths: [null, null, null, null, null, null, 60],
     wordWrap: true,
   });
   for (const r of view.replicas) {
-    table.push([r.replicaId, r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
+    table.push([r.replicaId, r.revision ?? '—', r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
     // A multi-node replica: one line per rank, so a rank that is not up shows as such.
     if (r.shards.length > 1) {
       for (const s of [...r.shards].sort((a, b) => a.rank - b.rank))
         table.push([
           `  rank ${s.rank}`,
+          '',
           s.state ?? '—',
           s.nodeId,
           `${s.gpuIndices.join(',')}${s.hcas.length ? ` (${s.hcas.join(',')})` : ''}`,

@@ -5,6 +5,7 @@ import type { ControlActivities } from '../../activities/index.js';
 import { CONTROL_TASK_QUEUE, replicaWorkflowId } from '../../common/names.js';
 import { FailureType } from '../../common/failures.js';
 import type { ReplicaInput } from '../../common/replica-types.js';
+import { revisionOfSnapshot } from '../../common/revision.js';
 import type { replica } from '../replica/workflow.js';
 import type { DeploymentState } from './state.js';
 
@@ -39,6 +40,7 @@ export async function startReplica(
     profile: d.snapshot,
     deploymentWorkflowId: workflowInfo().workflowId,
     drainGraceSeconds: d.drainGraceSeconds,
+    ...(d.drainTimeoutSeconds !== undefined ? { drainTimeoutSeconds: d.drainTimeoutSeconds } : {}),
     labels: d.labels,
     ...(continueAsNewAfterEvents ? { continueAsNewAfterEvents } : {}),
   };
@@ -55,6 +57,7 @@ export async function startReplica(
     restarts: 0,
     since: new Date().toISOString(),
     stopping: false,
+    revision: revisionOfSnapshot(d.snapshot),
   };
   // Abandon, not terminate: killing a deployment workflow must never orphan running
   // engines; replicas drain only when asked to.

@@ -13,13 +13,21 @@ export const DeployModelInputSchema = z
     gpuClass: z.string().min(1).optional(),
     labels: z.record(z.string(), z.string()).optional(),
     rebuilt: z.object({ reason: z.string() }).strict().optional(),
+    /** auto: a catalog edit to its profile starts a rollout; manual (default): only `llmgw rollout`. */
+    rollout: z.enum(['auto', 'manual'], { error: 'rollout must be "auto" or "manual"' }).optional(),
+    maxSurge: z.int('maxSurge must be a whole number').min(0, 'maxSurge must be ≥ 0').optional(),
+    maxUnavailable: z.int('maxUnavailable must be a whole number').min(0, 'maxUnavailable must be ≥ 0').optional(),
     carried: z.unknown().optional(),
     /** Set by the hand-over to a new llmgw build (workflows/upgrade.ts). */
     upgrading: z.boolean().optional(),
     /** Tests: hand over after this many history events. */
     continueAsNewAfterEvents: z.int().min(10).optional(),
   })
-  .strict();
+  .strict()
+  .refine((input) => !(input.maxSurge === 0 && input.maxUnavailable === 0), {
+    message: 'maxSurge and maxUnavailable cannot both be 0: a rollout could never start a new replica nor stop an old one',
+    path: ['maxSurge'],
+  });
 
 export function describeIssues(error: z.ZodError): string {
   return error.issues.map((issue) => `${issue.path.length ? issue.path.join('.') : 'input'}: ${issue.message}`).join('; ');

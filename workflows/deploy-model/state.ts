@@ -2,8 +2,18 @@
 // pure rules that read it: the deployment's phase, its view, the Markdown the Web UI shows.
 // Workflow side; no commands here.
 import type { DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaView } from '../../common/replica-types.js';
+import { revisionOfSnapshot } from '../../common/revision.js';
+import { isActive, rolloutView, type RolloutState } from './rollout.js';
 
-export type TrackedReplica = ReplicaView & { stopping: boolean };
+/** A replica as its deployment tracks it; `routed` is false until routers confirm a replica a rollout started. */
+export type TrackedReplica = ReplicaView & { stopping: boolean; routed?: boolean };
+
+export interface RolloutPolicy {
+  maxSurge: number;
+  maxUnavailable: number;
+  /** A catalog edit to the profile it runs starts a rollout by itself. */
+  auto: boolean;
+}
 
 export interface DeploymentState {
   name: string;
@@ -21,7 +31,18 @@ export interface DeploymentState {
   rebuilt?: string;
   /** Set while the profile is no longer in the catalog: no new replica is started. */
   catalogProblem?: string;
+  policy?: RolloutPolicy;
+  /** The current or last rollout. */
+  rollout?: RolloutState;
+  /** The revision before the last rollout (for `llmgw rollout --undo` once it is complete). */
+  previous?: ProfileSnapshot;
+  /** The catalog's current revision of the profile, as the control worker last reported it. */
+  catalogRevision?: string;
+  /** How long a drain waits for in-flight requests before it stops the engine anyway. */
+  drainTimeoutSeconds?: number;
 }
+
+export const DEFAULT_POLICY: RolloutPolicy = { maxSurge: 1, maxUnavailable: 0, auto: false };
 
 /** Failures within this window count towards the replacement backoff. */
 export const FAILURE_WINDOW_MS = 10 * 60_000;
@@ -37,6 +58,7 @@ export function activeReplicas(s: DeploymentState): TrackedReplica[] {
 export function deploymentPhase(s: DeploymentState): DeploymentPhase {
   const active = activeReplicas(s);
   if (s.undeploying) return active.length ? 'Undeploying' : 'Undeployed';
+  if (isActive(s.rollout)) return 'RollingOut';
   const ready = active.filter((r) => r.phase === 'Ready' && !r.stopping).length;
   if (ready === s.desired && active.length === s.desired) return 'Ready';
   if (s.catalogProblem) return 'Degraded';
@@ -47,6 +69,15 @@ export function deploymentPhase(s: DeploymentState): DeploymentPhase {
 
 export function deploymentReason(s: DeploymentState): string {
   if (s.catalogProblem) return s.catalogProblem;
+  if (s.rollout && (isActive(s.rollout) || s.rollout.state === 'Paused')) {
+    const view = rolloutView(s.rollout, Object.values(s.replicas), s.desired);
+    const doing = s.rollout.state === 'RollingBack' ? 'rolling back to' : s.rollout.state === 'Paused' ? 'paused on the way to' : 'on';
+    return `${view.done}/${view.desired} ${doing} revision ${view.to} (${view.mode})${s.rollout.reason ? `: ${s.rollout.reason}` : ''}`;
+  }
+  if (s.rollout?.state === 'RolledBack' || s.rollout?.state === 'Failed') {
+    if (s.rollout.finishedAt && Date.now() - Date.parse(s.rollout.finishedAt) < 3_600_000)
+      return `rollout ${s.rollout.state}: ${s.rollout.reason}`;
+  }
   const stuck = Object.values(s.replicas).find((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown');
   return stuck ? `${stuck.replicaId} ${stuck.phase}: ${stuck.reason}` : '';
 }
@@ -63,6 +94,9 @@ export function deploymentView(s: DeploymentState): DeploymentView {
     replicas: Object.values(s.replicas).sort((a, b) => a.seq - b.seq),
     reason: deploymentReason(s),
     ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}),
+    revision: revisionOfSnapshot(s.snapshot),
+    ...(s.catalogRevision && s.catalogRevision !== revisionOfSnapshot(s.snapshot) ? { catalogRevision: s.catalogRevision } : {}),
+    ...(s.rollout ? { rollout: rolloutView(s.rollout, Object.values(s.replicas), s.desired) } : {}),
   };
 }
 
@@ -92,8 +126,17 @@ export function deploymentDetails(view: DeploymentView): string {
   const lines = [
     `**${view.name}** — **${view.phase}**: ${view.ready}/${view.desired} replicas Ready`,
     '',
-    `${view.model} · profile ${view.profile} · served as \`${view.servedName}\``,
+    `${view.model} · profile ${view.profile} · revision ${view.revision ?? '—'} · served as \`${view.servedName}\``,
     '',
+    ...(view.catalogRevision ? [`The catalog has a newer revision (${view.catalogRevision}): \`llmgw rollout ${view.name}\``, ''] : []),
+    ...(view.rollout
+      ? [
+          `Rollout ${view.rollout.fromProfile} ${view.rollout.from} → ${view.rollout.toProfile} ${view.rollout.to}: ${view.rollout.state}, ${view.rollout.done}/${view.rollout.desired} (${view.rollout.mode})`,
+          '',
+          ...view.rollout.steps.map((step) => `- ${step}`),
+          '',
+        ]
+      : []),
     ...(view.reason ? [view.reason, ''] : []),
     ...(view.rebuilt ? [`Rebuilt: ${view.rebuilt}`, ''] : []),
     '| replica | state | nodes | GPUs | endpoint | reason |',

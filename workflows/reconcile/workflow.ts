@@ -28,6 +28,8 @@ import { reconcileDetails } from './details.js';
 
 /** Marks runs that tell a deployment about a replica whose workflow closed under it. */
 const TELL_DEPLOYMENT_PATCH = 'tell-deployment-of-closed-replica';
+/** Marks runs that skip the reconcileAllocations Update when the node already holds exactly what runs. */
+const SKIP_NOOP_ALLOCATIONS_PATCH = 'skip-noop-allocations';
 
 function agent(nodeId: string, summary: string): AgentActivities {
   return proxyActivities<AgentActivities>({
@@ -165,8 +167,19 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
     }
   }
 
-  // The node holds exactly what runs, and frees what nothing holds.
-  if (facts.node) {
+  // The node holds exactly what runs, and frees what nothing holds. When it already does,
+  // nothing is sent: a steady node costs no Update per reconcile (runs before this patch sent one).
+  const alreadyHeld = (claim: (typeof plan.claims)[number]): boolean =>
+    (facts.node?.allocations ?? []).some(
+      (a) =>
+        a.shardId === claim.shardId &&
+        a.gpuIndices.length === claim.gpuIndices.length &&
+        a.gpuIndices.every((i) => claim.gpuIndices.includes(i)),
+    );
+  const nothingToChange = Boolean(facts.node) && plan.releases.length === 0 && plan.claims.every(alreadyHeld);
+  if (nothingToChange && patched(SKIP_NOOP_ALLOCATIONS_PATCH)) {
+    result.allocationsAfter = facts.node!.allocations;
+  } else if (facts.node) {
     const changed = await control(
       `reconcileAllocations ${nodeId}: ${plan.claims.length} claim(s), ${plan.releases.length} release(s)`,
     ).reconcileAllocations({ nodeId, claims: plan.claims, releases: plan.releases });

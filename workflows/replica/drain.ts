@@ -5,7 +5,7 @@
 // its agent returns. Workflow side.
 import { condition, log } from '@temporalio/workflow';
 import { create } from '@bufbuild/protobuf';
-import { StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { DrainShardSchema, ShardState, StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { ShardPlacement } from '../../common/replica-types.js';
 import { agent, control } from './calls.js';
 import type { ReplicaRun } from './run.js';
@@ -77,16 +77,43 @@ export async function stopAndRelease(run: ReplicaRun, reason: string, phase: 'Dr
   }
 }
 
-/** Draining: the route is withdrawn first, in-flight requests get the grace, then the engines stop. */
-export async function drain(run: ReplicaRun, graceMs: number): Promise<void> {
+/**
+ * Draining waits for work, never a fixed sleep: the route is withdrawn first (and the routers
+ * confirm it), then the leader's agent watches the engine's own in-flight count and tells the
+ * replica when it is idle; at the drain timeout the engine is stopped whatever is in flight.
+ * Interruptible by a hand-over: the deadline is in the state, and the next run asks again.
+ */
+export async function drain(run: ReplicaRun, limits: { graceMs: number; timeoutMs: number }): Promise<void> {
   const { state } = run;
   if (!state.shards.length) return;
   const reason = state.stopReason ?? 'stop requested';
-  state.drainUntil ??= new Date(Date.now() + graceMs).toISOString();
-  void run.setPhase('Draining', `${reason}; route withdrawn, stopping at ${state.drainUntil}`);
-  for (let remaining = Date.parse(state.drainUntil) - Date.now(); remaining > 0; remaining = Date.parse(state.drainUntil) - Date.now()) {
-    await condition(() => run.handOverDue(), remaining);
-    if (run.handOverDue()) await run.handOver();
+  state.drainUntil ??= new Date(Date.now() + limits.timeoutMs).toISOString();
+  await run.setPhase('Draining', `${reason}; route withdrawn, waiting for requests in flight (until ${state.drainUntil})`);
+  await control(`awaitUnrouted: every router has dropped ${run.replicaId}`)
+    .awaitRouted({ replicaId: run.replicaId, routed: false })
+    .catch((error: unknown) => log.warn(`routers did not confirm the withdrawal: ${String(error)}`));
+  const leader = state.shards.find((s) => s.rank === 0);
+  const remainingMs = (): number => Date.parse(state.drainUntil!) - Date.now();
+  let inFlight = -1;
+  if (leader && remainingMs() > 0) {
+    const result = await agent(leader.nodeId, { summary: `drainShard rank 0 on ${leader.nodeId}: wait for requests in flight`, startToCloseSeconds: 30 })
+      .drainShard(create(DrainShardSchema, { shardId: leader.shardId, replicaId: run.replicaId, timeoutSeconds: Math.ceil(remainingMs() / 1000) }))
+      .catch((error: unknown) => {
+        log.warn(`drainShard failed: ${String(error)}`);
+        return undefined;
+      });
+    inFlight = result?.requestsInFlight ?? -1;
   }
-  await stopAndRelease(run, reason, 'Draining');
+  // An engine whose load cannot be read gets the old fixed grace, within the timeout.
+  const until = inFlight < 0 ? Math.min(Date.parse(state.drainUntil), Date.now() + limits.graceMs) : Date.parse(state.drainUntil);
+  const idle = (): boolean =>
+    run.events.some((e) => e.kind === 'shard' && e.status.shardId === leader?.shardId && ((e.status.state === ShardState.DRAINING && e.status.requestsInFlight === 0) || e.status.state === ShardState.STOPPED || e.status.state === ShardState.FAILED));
+  if (inFlight !== 0) {
+    void run.setPhase('Draining', `${reason}; route withdrawn, ${inFlight > 0 ? `${inFlight} request(s) in flight` : 'in-flight count unknown'}, stopping when idle or at ${new Date(until).toISOString()}`);
+    for (let left = until - Date.now(); left > 0 && !idle(); left = until - Date.now()) {
+      await condition(() => idle() || run.handOverDue(), left);
+      if (!idle() && run.handOverDue()) await run.handOver();
+    }
+  }
+  await stopAndRelease(run, idle() || inFlight === 0 ? `${reason}; drained` : reason, 'Draining');
 }

@@ -1,6 +1,7 @@
 // What every step of a replica run shares: its input, its state, the events its handlers
 // queued, and how it publishes a phase (route memo, search attributes, details, the
 // deployment). Workflow side; the steps live in place.ts, start.ts, watch.ts and drain.ts.
+import { revisionOfSnapshot } from '../../common/revision.js';
 import { getExternalWorkflowHandle, log, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
 import { SA } from '../../common/search-attributes.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
@@ -72,7 +73,7 @@ export function createPublisher(
     ]);
     setCurrentDetails(replicaDetails(replicaId, profile, state));
     try {
-      await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(replicaStatusSignal, replicaView(replicaId, input.seq, state));
+      await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(replicaStatusSignal, replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)));
     } catch {
       // The deployment is gone (rebuilt later by reconciliation); the replica carries on.
     }

@@ -59,8 +59,9 @@ export function carriedReplicaState(carried: unknown): ReplicaState {
   };
 }
 
-export function replicaView(replicaId: string, seq: number, state: ReplicaState): ReplicaView {
+export function replicaView(replicaId: string, seq: number, state: ReplicaState, revision?: string): ReplicaView {
   return {
+    ...(revision ? { revision } : {}),
     replicaId,
     seq,
     phase: state.phase,

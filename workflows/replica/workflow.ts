@@ -2,6 +2,7 @@
 // loop over its steps: place (place.ts) → start and load (start.ts) → Ready (watch.ts) →
 // drain (drain.ts), with restarts, re-placement and giving up in between. State is one plain
 // object (state.ts) that crosses continue-as-new, which happens in one place (handOver).
+import { revisionOfSnapshot } from '../../common/revision.js';
 import { allHandlersFinished, ApplicationFailure, condition, patched, setHandler, workflowInfo } from '@temporalio/workflow';
 import { FailureType } from '../../common/failures.js';
 import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
@@ -57,7 +58,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     capacity.hint = nodeId;
   });
   setHandler(stopReplicaSignal, ({ reason }) => void (state.stopReason ??= reason));
-  setHandler(replicaStatusQuery, () => replicaView(replicaId, input.seq, state));
+  setHandler(replicaStatusQuery, () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)));
   const upgrade = watchUpgrades();
 
   const historyLimit = input.continueAsNewAfterEvents ?? HISTORY_LIMIT;
@@ -78,7 +79,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     // A run continued by this release got its predecessor's memo; one continued by the frozen
     // code did not, and publishes again.
     setPhase: createPublisher(input, replicaId, state, now, input.carried !== undefined && info.memo?.route !== undefined),
-    view: () => replicaView(replicaId, input.seq, state),
+    view: () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)),
   };
   await upgrade.park(input.upgrading);
   // A continued run whose memo did not come along publishes its state again (a no-op otherwise).
@@ -146,7 +147,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     outcome = { kind: 'restart', reason: '' };
   }
 
-  await drain(run, (input.drainGraceSeconds ?? 5) * 1000);
+  await drain(run, { graceMs: (input.drainGraceSeconds ?? 5) * 1000, timeoutMs: (input.drainTimeoutSeconds ?? 600) * 1000 });
   await run.setPhase('Stopped', state.stopReason ?? 'stopped');
   await condition(allHandlersFinished);
   return run.view();

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/shard.proto.
  */
 export const file_llmgw_v1_shard: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9zaGFyZC5wcm90bxIIbGxtZ3cudjEisgMKDUVuZ2luZVByb2ZpbGUSDAoEbmFtZRgBIAEoCRIgCgZlbmdpbmUYAiABKA4yEC5sbG1ndy52MS5FbmdpbmUSFAoMbW9kZWxfc291cmNlGAMgASgJEhMKC3NlcnZlZF9uYW1lGAQgASgJEhEKCWdwdV9jbGFzcxgFIAEoCRIXCg90ZW5zb3JfcGFyYWxsZWwYBiABKA0SGQoRcGlwZWxpbmVfcGFyYWxsZWwYByABKA0SFQoNZ3B1c19wZXJfbm9kZRgIIAEoDRINCgVub2RlcxgJIAEoDRIMCgRhcmdzGAogAygJEi0KA2VudhgLIAMoCzIgLmxsbWd3LnYxLkVuZ2luZVByb2ZpbGUuRW52RW50cnkSHwoXc3RhcnR1cF90aW1lb3V0X3NlY29uZHMYDCABKA0SGgoSbWluX2dwdV9tZW1vcnlfbWliGA0gASgNEiQKCGxhdW5jaGVyGA4gASgOMhIubGxtZ3cudjEuTGF1bmNoZXISDQoFbW9kZWwYDyABKAkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL7AgoKU3RhcnRTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEhIKCmRlcGxveW1lbnQYAyABKAkSDAoEcmFuaxgEIAEoDRIOCgZubm9kZXMYBSABKA0SFgoObGVhZGVyX2FkZHJlc3MYBiABKAkSEwoLbGVhZGVyX3BvcnQYByABKA0SEwoLZ3B1X2luZGljZXMYCCADKA0SDAoEaGNhcxgJIAMoCRIcChRtYW5hZ2VtZW50X2ludGVyZmFjZRgKIAEoCRIRCglodHRwX3BvcnQYCyABKA0SKAoHcHJvZmlsZRgMIAEoCzIXLmxsbWd3LnYxLkVuZ2luZVByb2ZpbGUSHwoXc3RhcnR1cF90aW1lb3V0X3NlY29uZHMYDSABKA0SDAoEcG9vbBgOIAEoCRIOCgZmYWJyaWMYDyABKAkSDwoHbm9kZV9pZBgQIAEoCRIaChJub3RpZnlfd29ya2Zsb3dfaWQYESABKAkiWAoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSFQoNZ3JhY2Vfc2Vjb25kcxgDIAEoDRIOCgZyZWFzb24YBCABKAkibgoPU3RvcFNoYXJkUmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEhMKC3dhc19ydW5uaW5nGAIgASgIEhYKCWV4aXRfY29kZRgDIAEoBUgAiAEBEg4KBnNpZ25hbBgEIAEoCUIMCgpfZXhpdF9jb2RlIjgKC1dhaXRIZWFsdGh5EhAKCHNoYXJkX2lkGAEgASgJEhcKD3RpbWVvdXRfc2Vjb25kcxgCIAEoDSKyAgoLU2hhcmRTdGF0dXMSEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEiMKBXN0YXRlGAQgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBSABKAUSEQoJaHR0cF9wb3J0GAYgASgNEhAKCGVuZHBvaW50GAcgASgJEhYKCWV4aXRfY29kZRgIIAEoBUgAiAEBEg4KBnNpZ25hbBgJIAEoCRIWCg5sYXN0X2xvZ19saW5lcxgKIAMoCRIPCgdtZXNzYWdlGAsgASgJEgwKBHJhbmsYDCABKA0SEwoLZ3B1X2luZGljZXMYDSADKA0SEwoLbGVhZGVyX3BvcnQYDiABKA1CDAoKX2V4aXRfY29kZSJ/CgxSdW5uaW5nU2hhcmQSIgoEc3BlYxgBIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmQSJQoGc3RhdHVzGAIgASgLMhUubGxtZ3cudjEuU2hhcmRTdGF0dXMSEwoLc3RhcnRfdGlja3MYAyABKAkSDwoHYWRvcHRlZBgEIAEoCCpVCgZFbmdpbmUSFgoSRU5HSU5FX1VOU1BFQ0lGSUVEEAASDwoLRU5HSU5FX1ZMTE0QARIRCg1FTkdJTkVfU0dMQU5HEAISDwoLRU5HSU5FX0ZBS0UQAypLCghMYXVuY2hlchIYChRMQVVOQ0hFUl9VTlNQRUNJRklFRBAAEhMKD0xBVU5DSEVSX05BVElWRRABEhAKDExBVU5DSEVSX1JBWRACKtcBCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTU0hBUkRfU1RBVEVfUEVORElORxABEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAISFwoTU0hBUkRfU1RBVEVfTE9BRElORxADEhUKEVNIQVJEX1NUQVRFX1JFQURZEAQSGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAdiBnByb3RvMw");
+  fileDesc("ChRsbG1ndy92MS9zaGFyZC5wcm90bxIIbGxtZ3cudjEisgMKDUVuZ2luZVByb2ZpbGUSDAoEbmFtZRgBIAEoCRIgCgZlbmdpbmUYAiABKA4yEC5sbG1ndy52MS5FbmdpbmUSFAoMbW9kZWxfc291cmNlGAMgASgJEhMKC3NlcnZlZF9uYW1lGAQgASgJEhEKCWdwdV9jbGFzcxgFIAEoCRIXCg90ZW5zb3JfcGFyYWxsZWwYBiABKA0SGQoRcGlwZWxpbmVfcGFyYWxsZWwYByABKA0SFQoNZ3B1c19wZXJfbm9kZRgIIAEoDRINCgVub2RlcxgJIAEoDRIMCgRhcmdzGAogAygJEi0KA2VudhgLIAMoCzIgLmxsbWd3LnYxLkVuZ2luZVByb2ZpbGUuRW52RW50cnkSHwoXc3RhcnR1cF90aW1lb3V0X3NlY29uZHMYDCABKA0SGgoSbWluX2dwdV9tZW1vcnlfbWliGA0gASgNEiQKCGxhdW5jaGVyGA4gASgOMhIubGxtZ3cudjEuTGF1bmNoZXISDQoFbW9kZWwYDyABKAkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL7AgoKU3RhcnRTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEhIKCmRlcGxveW1lbnQYAyABKAkSDAoEcmFuaxgEIAEoDRIOCgZubm9kZXMYBSABKA0SFgoObGVhZGVyX2FkZHJlc3MYBiABKAkSEwoLbGVhZGVyX3BvcnQYByABKA0SEwoLZ3B1X2luZGljZXMYCCADKA0SDAoEaGNhcxgJIAMoCRIcChRtYW5hZ2VtZW50X2ludGVyZmFjZRgKIAEoCRIRCglodHRwX3BvcnQYCyABKA0SKAoHcHJvZmlsZRgMIAEoCzIXLmxsbWd3LnYxLkVuZ2luZVByb2ZpbGUSHwoXc3RhcnR1cF90aW1lb3V0X3NlY29uZHMYDSABKA0SDAoEcG9vbBgOIAEoCRIOCgZmYWJyaWMYDyABKAkSDwoHbm9kZV9pZBgQIAEoCRIaChJub3RpZnlfd29ya2Zsb3dfaWQYESABKAkiWAoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSFQoNZ3JhY2Vfc2Vjb25kcxgDIAEoDRIOCgZyZWFzb24YBCABKAkibgoPU3RvcFNoYXJkUmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEhMKC3dhc19ydW5uaW5nGAIgASgIEhYKCWV4aXRfY29kZRgDIAEoBUgAiAEBEg4KBnNpZ25hbBgEIAEoCUIMCgpfZXhpdF9jb2RlIjgKC1dhaXRIZWFsdGh5EhAKCHNoYXJkX2lkGAEgASgJEhcKD3RpbWVvdXRfc2Vjb25kcxgCIAEoDSLOAgoLU2hhcmRTdGF0dXMSEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEiMKBXN0YXRlGAQgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBSABKAUSEQoJaHR0cF9wb3J0GAYgASgNEhAKCGVuZHBvaW50GAcgASgJEhYKCWV4aXRfY29kZRgIIAEoBUgAiAEBEg4KBnNpZ25hbBgJIAEoCRIWCg5sYXN0X2xvZ19saW5lcxgKIAMoCRIPCgdtZXNzYWdlGAsgASgJEgwKBHJhbmsYDCABKA0SEwoLZ3B1X2luZGljZXMYDSADKA0SEwoLbGVhZGVyX3BvcnQYDiABKA0SGgoScmVxdWVzdHNfaW5fZmxpZ2h0GA8gASgFQgwKCl9leGl0X2NvZGUiSwoKRHJhaW5TaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEhcKD3RpbWVvdXRfc2Vjb25kcxgDIAEoDSIuChBEcmFpblNoYXJkUmVzdWx0EhoKEnJlcXVlc3RzX2luX2ZsaWdodBgBIAEoBSJ/CgxSdW5uaW5nU2hhcmQSIgoEc3BlYxgBIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmQSJQoGc3RhdHVzGAIgASgLMhUubGxtZ3cudjEuU2hhcmRTdGF0dXMSEwoLc3RhcnRfdGlja3MYAyABKAkSDwoHYWRvcHRlZBgEIAEoCCpVCgZFbmdpbmUSFgoSRU5HSU5FX1VOU1BFQ0lGSUVEEAASDwoLRU5HSU5FX1ZMTE0QARIRCg1FTkdJTkVfU0dMQU5HEAISDwoLRU5HSU5FX0ZBS0UQAypLCghMYXVuY2hlchIYChRMQVVOQ0hFUl9VTlNQRUNJRklFRBAAEhMKD0xBVU5DSEVSX05BVElWRRABEhAKDExBVU5DSEVSX1JBWRACKtcBCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTU0hBUkRfU1RBVEVfUEVORElORxABEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAISFwoTU0hBUkRfU1RBVEVfTE9BRElORxADEhUKEVNIQVJEX1NUQVRFX1JFQURZEAQSGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAdiBnByb3RvMw");
 
 /**
  * What the catalog says about running one model on one class of GPU.
@@ -381,6 +381,14 @@ export type ShardStatus = Message<"llmgw.v1.ShardStatus"> & {
    * @generated from field: uint32 leader_port = 14;
    */
   leaderPort: number;
+
+  /**
+   * While draining: requests running or waiting in the engine (its own metrics, read by the
+   * agent); a DRAINING status with 0 tells the replica the engine is idle.
+   *
+   * @generated from field: int32 requests_in_flight = 15;
+   */
+  requestsInFlight: number;
 };
 
 /**
@@ -389,6 +397,57 @@ export type ShardStatus = Message<"llmgw.v1.ShardStatus"> & {
  */
 export const ShardStatusSchema: GenMessage<ShardStatus> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_shard, 5);
+
+/**
+ * Drain a shard: the agent reads the engine's own in-flight request count locally and tells
+ * the replica only the transition to idle (a ShardStatus DRAINING with requests_in_flight 0).
+ *
+ * @generated from message llmgw.v1.DrainShard
+ */
+export type DrainShard = Message<"llmgw.v1.DrainShard"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * @generated from field: string replica_id = 2;
+   */
+  replicaId: string;
+
+  /**
+   * Stop watching after this long; the replica stops the engine at its own deadline anyway.
+   *
+   * @generated from field: uint32 timeout_seconds = 3;
+   */
+  timeoutSeconds: number;
+};
+
+/**
+ * Describes the message llmgw.v1.DrainShard.
+ * Use `create(DrainShardSchema)` to create a new message.
+ */
+export const DrainShardSchema: GenMessage<DrainShard> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_shard, 6);
+
+/**
+ * @generated from message llmgw.v1.DrainShardResult
+ */
+export type DrainShardResult = Message<"llmgw.v1.DrainShardResult"> & {
+  /**
+   * Requests running or waiting when the drain began; -1 when the engine's metrics could not be read.
+   *
+   * @generated from field: int32 requests_in_flight = 1;
+   */
+  requestsInFlight: number;
+};
+
+/**
+ * Describes the message llmgw.v1.DrainShardResult.
+ * Use `create(DrainShardResultSchema)` to create a new message.
+ */
+export const DrainShardResultSchema: GenMessage<DrainShardResult> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_shard, 7);
 
 /**
  * A shard an agent reports running (or found dead) in its registration.
@@ -427,7 +486,7 @@ export type RunningShard = Message<"llmgw.v1.RunningShard"> & {
  * Use `create(RunningShardSchema)` to create a new message.
  */
 export const RunningShardSchema: GenMessage<RunningShard> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_shard, 6);
+  messageDesc(file_llmgw_v1_shard, 8);
 
 /**
  * @generated from enum llmgw.v1.Engine

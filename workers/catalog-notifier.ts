@@ -1,0 +1,72 @@
+// Tells running deployments when the catalog's entry for their profile changed, so that
+// `llmgw status` says "the catalog has a newer revision" and deployments started with
+// `rollout: auto` roll out by themselves. Control side, in the control worker.
+//
+// The catalog file is looked at every few seconds (process-local, no Temporal cost); only a
+// change lists the deployments, and only those whose memo shows another catalog revision are
+// signalled, so steady state and restarts of the worker cost nothing per deployment.
+import type { Client } from '@temporalio/client';
+import type { CatalogSource } from '../catalog/watch.js';
+import { profileSnapshot } from '../catalog/lookup.js';
+import { revisionOf } from '../common/revision.js';
+import { catalogChangedSignal } from '../workflows/definitions.js';
+
+const CHECK_EVERY_MS = 5_000;
+
+interface DeploymentMemo {
+  model?: string;
+  profile?: string;
+  revision?: string;
+  catalogRevision?: string;
+}
+
+/** The catalog's revision of each model/profile. */
+export function catalogRevisions(catalog: CatalogSource): Map<string, string> {
+  const revisions = new Map<string, string>();
+  for (const model of catalog.get().models) {
+    for (const profile of model.profiles) revisions.set(`${model.name}/${profile.name}`, revisionOf(profileSnapshot(model, profile)));
+  }
+  return revisions;
+}
+
+export async function notifyDeployments(client: Client, revisions: Map<string, string>, log: (line: string) => void): Promise<number> {
+  let told = 0;
+  for await (const execution of client.workflow.list({ query: `WorkflowType = 'deployModel' AND ExecutionStatus = 'Running'` })) {
+    const memo = execution.memo?.deployment as DeploymentMemo | undefined;
+    if (!memo?.model || !memo.profile) continue;
+    const revision = revisions.get(`${memo.model}/${memo.profile}`);
+    if (!revision || revision === (memo.catalogRevision ?? memo.revision)) continue;
+    await client.workflow
+      .getHandle(execution.workflowId)
+      .signal(catalogChangedSignal, { profile: memo.profile, revision })
+      .then(() => told++)
+      .catch((error: unknown) => log(`could not tell ${execution.workflowId} about the catalog: ${String(error)}`));
+  }
+  return told;
+}
+
+/** Starts watching; returns a function that stops it. */
+export function watchCatalogForDeployments(client: Client, catalog: CatalogSource, log: (line: string) => void): () => void {
+  let last = '';
+  let running = false;
+  const check = async (): Promise<void> => {
+    if (running) return;
+    running = true;
+    try {
+      const revisions = catalogRevisions(catalog);
+      const key = JSON.stringify([...revisions.entries()]);
+      if (key === last) return;
+      const told = await notifyDeployments(client, revisions, log);
+      last = key;
+      if (told) log(`catalog: told ${told} deployment(s) about a new revision of their profile`);
+    } catch (error) {
+      log(`catalog: could not check deployments against it: ${String(error)}`);
+    } finally {
+      running = false;
+    }
+  };
+  void check();
+  const timer = setInterval(() => void check(), CHECK_EVERY_MS);
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -1,0 +1,44 @@
+// What a deployment shows: its search attributes (LlmgwState, …), its memo (read by the CLI,
+// the catalog notifier and `llmgw upgrade`) and the Web UI's current details. Published only
+// when something visible changed, so a deployment that waits costs no events. Workflow side.
+import { setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { SA } from '../../common/search-attributes.js';
+import { deploymentDetails, deploymentPhase, deploymentView, type DeploymentState } from './state.js';
+
+export function createDeploymentPublisher(d: DeploymentState): () => void {
+  let published = '';
+  return () => {
+    const view = deploymentView(d);
+    const key = JSON.stringify([
+      view.phase,
+      d.desired,
+      view.ready,
+      view.reason,
+      view.revision,
+      d.catalogRevision,
+      view.rollout?.steps.length,
+      view.replicas.map((r) => [r.replicaId, r.phase, r.reason]),
+    ]);
+    if (key === published) return;
+    published = key;
+    upsertSearchAttributes([
+      { key: SA.deployment, value: d.name },
+      { key: SA.model, value: d.model },
+      { key: SA.state, value: deploymentPhase(d) },
+      { key: SA.gpuClass, value: d.snapshot.gpuClass },
+    ]);
+    upsertMemo({
+      deployment: {
+        name: d.name,
+        model: d.model,
+        profile: d.snapshot.profile,
+        revision: view.revision,
+        ...(d.catalogRevision ? { catalogRevision: d.catalogRevision } : {}),
+        desired: d.desired,
+        nextSeq: d.nextSeq,
+        ...(d.rebuilt ? { rebuilt: d.rebuilt } : {}),
+      },
+    });
+    setCurrentDetails(deploymentDetails(view));
+  };
+}

@@ -1,0 +1,74 @@
+// Checking a deployment against the catalog and the fleet: the first resolution (profile,
+// limits, the first sequence number no earlier incarnation used) and the check before each
+// replacement that its profile is still in the catalog. Workflow side.
+import { ActivityFailure, ApplicationFailure } from '@temporalio/workflow';
+import { FailureType } from '../../common/failures.js';
+import { catalog, control } from './calls.js';
+import type { DeployModelInputSchema } from './input.js';
+import { DEFAULT_POLICY, type DeploymentState } from './state.js';
+
+/** The catalog check and the first free sequence number; a refusal names the problem and the valid choices. */
+export async function resolveDeployment(
+  input: ReturnType<(typeof DeployModelInputSchema)['parse']>,
+  name: string,
+): Promise<DeploymentState> {
+  let resolved: Awaited<ReturnType<ReturnType<typeof control>['resolveDeployment']>>;
+  try {
+    resolved = await control('resolveDeployment: check the request against the catalog and the fleet').resolveDeployment({
+      model: input.model,
+      profile: input.profile,
+      gpuClass: input.gpuClass,
+    });
+  } catch (error) {
+    const cause = error instanceof ActivityFailure ? error.cause : error;
+    if (cause instanceof ApplicationFailure) throw ApplicationFailure.nonRetryable(cause.message, cause.type);
+    throw error;
+  }
+  if (input.replicas > resolved.maxReplicas) {
+    throw ApplicationFailure.nonRetryable(
+      `replicas ${input.replicas} is over the maximum of ${resolved.maxReplicas} (catalog defaults.maxReplicas)`,
+      FailureType.InvalidInput,
+    );
+  }
+  const nextSeq = await control(`nextReplicaSeq: the first sequence number no earlier ${name} used`).nextReplicaSeq({ deployment: name });
+  return {
+    name,
+    model: input.model,
+    snapshot: resolved.snapshot,
+    desired: input.replicas,
+    maxReplicas: resolved.maxReplicas,
+    drainGraceSeconds: resolved.drainGraceSeconds,
+    drainTimeoutSeconds: resolved.drainTimeoutSeconds,
+    policy: {
+      maxSurge: input.maxSurge ?? (input.maxUnavailable ? 0 : DEFAULT_POLICY.maxSurge),
+      maxUnavailable: input.maxUnavailable ?? DEFAULT_POLICY.maxUnavailable,
+      auto: input.rollout === 'auto',
+    },
+    nextSeq,
+    replicas: {},
+    failureTimes: [],
+    undeploying: false,
+    labels: input.labels ?? {},
+    ...(input.rebuilt ? { rebuilt: input.rebuilt.reason } : {}),
+  };
+}
+
+/**
+ * A replacement or scale-up runs the deployment's snapshot; if its profile has left the
+ * catalog since, starting it would bring back what the operator removed. The first
+ * replicas of a fresh deployment were checked by resolveDeployment a moment ago.
+ */
+export async function profileStillInCatalog(d: DeploymentState): Promise<boolean> {
+  if (!Object.keys(d.replicas).length && !d.rebuilt && !d.failureTimes.length) return true;
+  const present = await catalog.profileInCatalog({ model: d.model, profile: d.snapshot.profile });
+  d.catalogProblem = present
+    ? undefined
+    : `profile ${d.snapshot.profile} of model ${d.model} is no longer in the catalog: no replica is started (put it back, or undeploy ${d.name})`;
+  return present;
+}
+
+export function closeReason(error: unknown): string {
+  const cause = (error as { cause?: unknown })?.cause ?? error;
+  const text = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
+  return /terminat/i.test(text) ? 'terminated' : /timeout|timed out/i.test(text) ? 'timed out' : text;
+}

@@ -1,0 +1,165 @@
+// What the deployment workflow does for a rollout: start one (the `rollout` Update, a catalog
+// edit under `rollout: auto`), carry out the planner's next steps (rollout.ts), learn when
+// routers route to a new replica, and roll back. Workflow side.
+import { ActivityFailure, ApplicationFailure, getExternalWorkflowHandle, log } from '@temporalio/workflow';
+import { z } from 'zod';
+import { FailureType } from '../../common/failures.js';
+import type { ProfileSnapshot, RolloutRequest } from '../../common/replica-types.js';
+import { revisionOfSnapshot } from '../../common/revision.js';
+import { stopReplicaSignal } from '../definitions.js';
+import { control, startReplica } from './calls.js';
+import { isActive, newRollout, note, planRollout } from './rollout.js';
+import { DEFAULT_POLICY, type DeploymentState } from './state.js';
+
+export const RolloutRequestSchema = z
+  .strictObject({
+    profile: z.string().min(1, 'profile must not be empty').optional(),
+    maxSurge: z.int('maxSurge must be a whole number').min(0, 'maxSurge must be ≥ 0').optional(),
+    maxUnavailable: z.int('maxUnavailable must be a whole number').min(0, 'maxUnavailable must be ≥ 0').optional(),
+    undo: z.boolean().optional(),
+    pause: z.boolean().optional(),
+    resume: z.boolean().optional(),
+  })
+  .refine((r) => [r.undo, r.pause, r.resume].filter(Boolean).length <= 1, 'choose one of undo, pause and resume');
+
+/** The Update's validator: a bad request is refused before it is recorded, and changes nothing. */
+export function validateRolloutRequest(request: RolloutRequest, d: DeploymentState | undefined): void {
+  const parsed = RolloutRequestSchema.safeParse(request ?? {});
+  if (!parsed.success)
+    throw new Error(
+      `invalid rollout request: ${parsed.error.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ')}`,
+    );
+  const policy = { ...DEFAULT_POLICY, ...d?.policy };
+  const maxSurge = request.maxSurge ?? policy.maxSurge;
+  const maxUnavailable = request.maxUnavailable ?? policy.maxUnavailable;
+  if (maxSurge === 0 && maxUnavailable === 0)
+    throw new Error('maxSurge and maxUnavailable cannot both be 0: the rollout could never start a new replica nor stop an old one');
+  if (d?.undeploying) throw new Error(`deployment ${d.name} is being undeployed: nothing to roll out`);
+  if ((request.pause || request.resume) && d && !d.rollout)
+    throw new Error(`deployment ${d.name} has no rollout to ${request.pause ? 'pause' : 'resume'}`);
+}
+
+/** The catalog's current snapshot of a profile of this deployment's model; refusals name the valid choices. */
+export async function resolveTarget(d: DeploymentState, profile: string | undefined): Promise<ProfileSnapshot> {
+  try {
+    const resolved = await control(`resolve the rollout target: ${d.model} ${profile ?? d.snapshot.profile}`).resolveDeployment({
+      model: d.model,
+      profile: profile ?? d.snapshot.profile,
+    });
+    return resolved.snapshot;
+  } catch (error) {
+    const cause = error instanceof ActivityFailure ? error.cause : error;
+    if (cause instanceof ApplicationFailure) throw ApplicationFailure.nonRetryable(cause.message, cause.type);
+    throw error;
+  }
+}
+
+export function startRollout(d: DeploymentState, to: ProfileSnapshot, request: RolloutRequest, now: string, why: string): void {
+  const policy = { ...DEFAULT_POLICY, ...d.policy };
+  const from = d.snapshot;
+  const reason = `${why}: ${from.profile} ${revisionOfSnapshot(from)} → ${to.profile} ${revisionOfSnapshot(to)}`;
+  d.rollout = newRollout(
+    from,
+    to,
+    { maxSurge: request.maxSurge ?? policy.maxSurge, maxUnavailable: request.maxUnavailable ?? policy.maxUnavailable },
+    now,
+    reason,
+  );
+  d.snapshot = to;
+  log.info(reason);
+}
+
+export function rollBack(d: DeploymentState, now: string, reason: string): void {
+  const r = d.rollout!;
+  if (r.state === 'RollingBack') {
+    // The revision it came from fails too: stop moving and say so.
+    r.state = 'Failed';
+    r.reason = `rolling back failed as well: ${reason}; the deployment holds what it has (\`llmgw rollout ${d.name} --profile P\` to try another)`;
+    r.finishedAt = now;
+    note(r, now, r.reason);
+    return;
+  }
+  const failedTo = r.to;
+  d.rollout = { ...newRollout(failedTo, r.from, r, now, `rolling back: ${reason}`), state: 'RollingBack' };
+  d.snapshot = r.from;
+  log.warn(`rolling back ${d.name}: ${reason}`);
+}
+
+/** Carries out the planner's next steps; returns true if it changed something (look again). */
+export async function driveRollout(
+  d: DeploymentState,
+  now: string,
+  options: { continueAsNewAfterEvents?: number; markClosed: (id: string, why: string) => void },
+): Promise<void> {
+  const r = d.rollout!;
+  if (!isActive(r)) return;
+  const plan = planRollout(r, Object.values(d.replicas), d.desired, Date.parse(now));
+  if (plan.rollback) {
+    rollBack(d, now, plan.rollback);
+    note(d.rollout!, now, d.rollout!.reason);
+    return;
+  }
+  for (const text of plan.notes) note(r, now, text);
+  if (plan.mode) r.mode = plan.mode;
+  const target = revisionOfSnapshot(r.to);
+  const waiting = Object.values(d.replicas).some((x) => x.revision === target && x.phase === 'Unschedulable' && !x.stopping);
+  r.waitingSince = waiting ? (r.waitingSince ?? now) : undefined;
+  if (plan.complete) {
+    r.state = r.state === 'RollingBack' ? 'RolledBack' : 'Complete';
+    r.finishedAt = now;
+    if (r.state === 'Complete') d.previous = r.from;
+    note(r, now, r.state === 'Complete' ? `complete: every replica runs ${target}` : `rolled back: every replica runs ${target} again`);
+    return;
+  }
+  for (const victim of plan.drain) {
+    victim.stopping = true;
+    note(r, now, `draining ${victim.replicaId} (${victim.revision ?? 'older revision'})`);
+    await getExternalWorkflowHandle(victim.replicaId)
+      .signal(stopReplicaSignal, { reason: `rollout to ${target}` })
+      .catch(() => undefined);
+  }
+  for (let i = 0; i < plan.start; i++) {
+    const child = await startReplica(d, options.continueAsNewAfterEvents);
+    d.replicas[child.replicaId]!.routed = false;
+    note(r, now, `started ${child.replicaId} on ${target} (${r.mode})`);
+    void child.handle.result().then(
+      () => options.markClosed(child.replicaId, 'its workflow completed without a final report'),
+      (error: unknown) => options.markClosed(child.replicaId, `its workflow ended: ${String((error as Error)?.message ?? error)}`),
+    );
+  }
+}
+
+/**
+ * Replicas a rollout started count only once the routers route to them: for each that just
+ * turned Ready, ask the routes workflow to confirm (activities/routes.ts), once per run.
+ */
+export function confirmRouted(d: DeploymentState, asked: Record<string, boolean>, wake: () => void): void {
+  for (const replica of Object.values(d.replicas)) {
+    if (replica.routed !== false || replica.phase !== 'Ready' || replica.stopping || asked[replica.replicaId]) continue;
+    asked[replica.replicaId] = true;
+    void control(`awaitRouted: do the routers route to ${replica.replicaId}?`)
+      .awaitRouted({ replicaId: replica.replicaId })
+      .then(
+        (result) => {
+          const tracked = d.replicas[replica.replicaId];
+          if (tracked) tracked.routed = true;
+          if (d.rollout) note(d.rollout, new Date().toISOString(), `${replica.replicaId} routed (${result.summary})`);
+        },
+        (error: unknown) => {
+          const tracked = d.replicas[replica.replicaId];
+          if (tracked) tracked.routed = true;
+          if (d.rollout)
+            note(
+              d.rollout,
+              new Date().toISOString(),
+              `${replica.replicaId}: routers did not confirm (${String(error)}); counted as routed`,
+            );
+        },
+      )
+      .finally(wake);
+  }
+}
+
+export function rolloutFailure(message: string): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(message, FailureType.InvalidInput);
+}
