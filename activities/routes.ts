@@ -16,11 +16,12 @@ export function createRoutesActivities(client: Client) {
         const result = await client.workflow
           .getHandle(ROUTES_WORKFLOW_ID)
           .executeUpdate<{ routers: number }, [{ replicaId: string; routed: boolean }]>(AWAIT_ROUTED_UPDATE, {
-          args: [{ replicaId: request.replicaId, routed: request.routed ?? true }],
-        });
+            args: [{ replicaId: request.replicaId, routed: request.routed ?? true }],
+          });
         return { routers: result.routers, summary: result.routers ? `${result.routers} router(s) confirmed` : 'no router is running' };
       } catch (error) {
-        if (!(error instanceof WorkflowNotFoundError) && !/not found|no registered handler|unknown update/i.test(String(error))) throw error;
+        if (!(error instanceof WorkflowNotFoundError) && !/not found|no registered handler|unknown update/i.test(String(error)))
+          throw error;
         // No routes workflow: routers read visibility every 500 ms; give them that long.
         await new Promise((resolve) => setTimeout(resolve, VISIBILITY_POLL_SLACK_MS));
         return { routers: 0, summary: `no routes workflow; waited ${VISIBILITY_POLL_SLACK_MS} ms for routers polling visibility` };

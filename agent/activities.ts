@@ -4,7 +4,16 @@ import { Context } from '@temporalio/activity';
 import { create } from '@bufbuild/protobuf';
 import type { KillProcesses, KillProcessesResult, Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import { KillProcessesResultSchema } from '../proto/gen/llmgw/v1/register_pb.js';
-import type { DrainShard, DrainShardResult, RunningShard, ShardStatus, StartShard, StopShard, StopShardResult, WaitHealthy } from '../proto/gen/llmgw/v1/shard_pb.js';
+import type {
+  DrainShard,
+  DrainShardResult,
+  RunningShard,
+  ShardStatus,
+  StartShard,
+  StopShard,
+  StopShardResult,
+  WaitHealthy,
+} from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { AgentActivities, PresenceInput } from './activity-types.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 

@@ -3,7 +3,14 @@
 // and _queue_reqs) locally, a few times a second, and tell the replica only the transition to
 // idle. Nothing reaches Temporal while requests finish. Used by the drainShard activity.
 import { create } from '@bufbuild/protobuf';
-import { DrainShardResultSchema, ShardState, ShardStatusSchema, type DrainShard, type DrainShardResult, type ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
+import {
+  DrainShardResultSchema,
+  ShardState,
+  ShardStatusSchema,
+  type DrainShard,
+  type DrainShardResult,
+  type ShardStatus,
+} from '../proto/gen/llmgw/v1/shard_pb.js';
 
 const POLL_MS = 200;
 const FETCH_TIMEOUT_MS = 2_000;

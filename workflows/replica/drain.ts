@@ -96,8 +96,13 @@ export async function drain(run: ReplicaRun, limits: { graceMs: number; timeoutM
   const remainingMs = (): number => Date.parse(state.drainUntil!) - Date.now();
   let inFlight = -1;
   if (leader && remainingMs() > 0) {
-    const result = await agent(leader.nodeId, { summary: `drainShard rank 0 on ${leader.nodeId}: wait for requests in flight`, startToCloseSeconds: 30 })
-      .drainShard(create(DrainShardSchema, { shardId: leader.shardId, replicaId: run.replicaId, timeoutSeconds: Math.ceil(remainingMs() / 1000) }))
+    const result = await agent(leader.nodeId, {
+      summary: `drainShard rank 0 on ${leader.nodeId}: wait for requests in flight`,
+      startToCloseSeconds: 30,
+    })
+      .drainShard(
+        create(DrainShardSchema, { shardId: leader.shardId, replicaId: run.replicaId, timeoutSeconds: Math.ceil(remainingMs() / 1000) }),
+      )
       .catch((error: unknown) => {
         log.warn(`drainShard failed: ${String(error)}`);
         return undefined;
@@ -107,9 +112,19 @@ export async function drain(run: ReplicaRun, limits: { graceMs: number; timeoutM
   // An engine whose load cannot be read gets the old fixed grace, within the timeout.
   const until = inFlight < 0 ? Math.min(Date.parse(state.drainUntil), Date.now() + limits.graceMs) : Date.parse(state.drainUntil);
   const idle = (): boolean =>
-    run.events.some((e) => e.kind === 'shard' && e.status.shardId === leader?.shardId && ((e.status.state === ShardState.DRAINING && e.status.requestsInFlight === 0) || e.status.state === ShardState.STOPPED || e.status.state === ShardState.FAILED));
+    run.events.some(
+      (e) =>
+        e.kind === 'shard' &&
+        e.status.shardId === leader?.shardId &&
+        ((e.status.state === ShardState.DRAINING && e.status.requestsInFlight === 0) ||
+          e.status.state === ShardState.STOPPED ||
+          e.status.state === ShardState.FAILED),
+    );
   if (inFlight !== 0) {
-    void run.setPhase('Draining', `${reason}; route withdrawn, ${inFlight > 0 ? `${inFlight} request(s) in flight` : 'in-flight count unknown'}, stopping when idle or at ${new Date(until).toISOString()}`);
+    void run.setPhase(
+      'Draining',
+      `${reason}; route withdrawn, ${inFlight > 0 ? `${inFlight} request(s) in flight` : 'in-flight count unknown'}, stopping when idle or at ${new Date(until).toISOString()}`,
+    );
     for (let left = until - Date.now(); left > 0 && !idle(); left = until - Date.now()) {
       await condition(() => idle() || run.handOverDue(), left);
       if (!idle() && run.handOverDue()) await run.handOver();

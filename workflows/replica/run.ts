@@ -73,7 +73,10 @@ export function createPublisher(
     ]);
     setCurrentDetails(replicaDetails(replicaId, profile, state));
     try {
-      await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(replicaStatusSignal, replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)));
+      await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(
+        replicaStatusSignal,
+        replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)),
+      );
     } catch {
       // The deployment is gone (rebuilt later by reconciliation); the replica carries on.
     }
