@@ -1,0 +1,127 @@
+// The configuration of a one-node Temporal server on PostgreSQL: every service in one
+// process (like the upstream development-postgres12.yaml), persistence and visibility on
+// the postgres12 plugin, no Web UI, no archival; and the dynamic config llmgw relies on.
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { visibilityDatabase, type PostgresTarget } from './target.js';
+
+export interface ServerPorts {
+  frontend: number;
+  frontendHttp: number;
+  frontendMembership: number;
+  history: number;
+  historyMembership: number;
+  matching: number;
+  matchingMembership: number;
+  worker: number;
+  workerMembership: number;
+}
+
+export interface ServerConfigInput {
+  /** The folder the server's --root points at; the config goes into <root>/config. */
+  root: string;
+  target: PostgresTarget;
+  ip: string;
+  ports: ServerPorts;
+  /** Fixed for the life of the databases: Temporal refuses to start on a different count. */
+  numHistoryShards: number;
+}
+
+/**
+ * What llmgw needs from the server, set explicitly although 1.29.1 already defaults each
+ * on, so that a server upgrade which changes a default cannot take one away unnoticed.
+ */
+export const DYNAMIC_CONFIG: Record<string, unknown> = {
+  // Workflow Updates: the node workflow's reserve / release / claim.
+  'frontend.enableUpdateWorkflowExecution': true,
+  'frontend.enableUpdateWorkflowExecutionAsyncAccepted': true,
+  // Update-with-Start (ExecuteMultiOperation).
+  'frontend.enableExecuteMultiOperation': true,
+  // Worker Deployments and Worker Versioning (versioning v3): `temporal worker deployment …`.
+  'system.enableDeploymentVersions': true,
+  'frontend.workerVersioningWorkflowAPIs': true,
+};
+
+function datastore(target: PostgresTarget, database: string, maxConns: number): Record<string, unknown> {
+  return {
+    sql: {
+      pluginName: 'postgres12',
+      databaseName: database,
+      connectAddr: `${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`,
+      connectProtocol: 'tcp',
+      user: target.user,
+      password: target.password,
+      maxConns,
+      maxIdleConns: maxConns,
+      maxConnLifetime: '1h',
+      ...(target.tls.enabled
+        ? {
+            tls: { enabled: true, enableHostVerification: target.tls.verifyHost, caFile: target.tls.caFile ?? '', serverName: target.host },
+          }
+        : {}),
+    },
+  };
+}
+
+/** Writes <root>/config/development.yaml and <root>/config/dynamicconfig.yaml (owner-only: they hold the database password). */
+export function writeServerConfig(input: ServerConfigInput): { configDir: string; env: string } {
+  const { root, target, ip, ports } = input;
+  const configDir = join(root, 'config');
+  mkdirSync(configDir, { recursive: true, mode: 0o700 });
+  chmodSync(configDir, 0o700);
+  const dynamicConfigFile = join(configDir, 'dynamicconfig.yaml');
+  const service = (grpcPort: number, membershipPort: number, httpPort?: number): Record<string, unknown> => ({
+    rpc: { grpcPort, membershipPort, bindOnIP: ip, ...(httpPort ? { httpPort } : {}) },
+  });
+  const frontendAddress = `${ip}:${ports.frontend}`;
+  const config = {
+    log: { stdout: true, level: 'warn' },
+    persistence: {
+      defaultStore: 'postgres-default',
+      visibilityStore: 'postgres-visibility',
+      numHistoryShards: input.numHistoryShards,
+      datastores: {
+        'postgres-default': datastore(target, target.database, 20),
+        'postgres-visibility': datastore(target, visibilityDatabase(target), 10),
+      },
+    },
+    global: { membership: { maxJoinDuration: '30s', broadcastAddress: ip } },
+    services: {
+      frontend: service(ports.frontend, ports.frontendMembership, ports.frontendHttp),
+      history: service(ports.history, ports.historyMembership),
+      matching: service(ports.matching, ports.matchingMembership),
+      worker: service(ports.worker, ports.workerMembership),
+    },
+    clusterMetadata: {
+      enableGlobalNamespace: false,
+      failoverVersionIncrement: 10,
+      masterClusterName: 'active',
+      currentClusterName: 'active',
+      clusterInformation: {
+        active: {
+          enabled: true,
+          initialFailoverVersion: 1,
+          rpcName: 'frontend',
+          rpcAddress: frontendAddress,
+          httpAddress: `${ip}:${ports.frontendHttp}`,
+        },
+      },
+    },
+    dcRedirectionPolicy: { policy: 'noop' },
+    archival: { history: { state: 'disabled' }, visibility: { state: 'disabled' } },
+    namespaceDefaults: { archival: { history: { state: 'disabled' }, visibility: { state: 'disabled' } } },
+    publicClient: { hostPort: frontendAddress },
+    dynamicConfigClient: { filepath: dynamicConfigFile, pollInterval: '10s' },
+  };
+  const dynamic = Object.fromEntries(Object.entries(DYNAMIC_CONFIG).map(([key, value]) => [key, [{ value }]]));
+  const header = '# Written by llmgw (temporal/postgres); rewritten on every start.\n';
+  for (const [file, content] of [
+    [join(configDir, 'development.yaml'), stringify(config)],
+    [dynamicConfigFile, stringify(dynamic)],
+  ] as const) {
+    writeFileSync(file, header + content, { mode: 0o600 });
+    chmodSync(file, 0o600);
+  }
+  return { configDir, env: 'development' };
+}
