@@ -12,6 +12,7 @@ export interface StartPostgresFlags {
 }
 
 export async function startPostgresCommand(flags: StartPostgresFlags): Promise<void> {
+  const stateDirFlag = flags.stateDir ? ` --state-dir ${flags.stateDir}` : '';
   const server = await startPostgresTemporal({
     port: Number(flags.port),
     ip: flags.ip,
@@ -24,12 +25,11 @@ export async function startPostgresCommand(flags: StartPostgresFlags): Promise<v
   console.log(`log: ${server.logFile}`);
   console.log(`use it: export TEMPORAL_ADDRESS=${server.address} TEMPORAL_NAMESPACE=${server.namespace}`);
   if (flags.detach) {
-    const stateDirFlag = flags.stateDir ? ` --state-dir ${flags.stateDir}` : '';
     console.log(`stop it with: llmgw temporal stop-postgres${stateDirFlag}   (--purge also deletes its data)`);
     // The server is in its own process group with its output in its log: leaving is enough.
     process.exit(0);
   }
-  console.log('Ctrl-C stops it (its data stays; `llmgw temporal stop-postgres --purge` deletes it).');
+  console.log(`Ctrl-C stops it (its data stays; \`llmgw temporal stop-postgres${stateDirFlag} --purge\` deletes it).`);
   const stop = (): void => void server.stop();
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);

@@ -23,9 +23,10 @@ export function privateClusterPaths(stateDir: string): PrivateClusterPaths {
   return { root, dataDir: join(root, 'data'), passwordFile: join(root, 'password'), logFile: join(root, 'postgres.log') };
 }
 
+const USE_URL = 'or set LLMGW_POSTGRES_URL=postgres://USER:PASSWORD@HOST:5432/temporal to use a PostgreSQL that is already running.';
 const WHAT_TO_DO = [
   `Install PostgreSQL's server programs (e.g. \`apt-get install postgresql\`), or set ${POSTGRES_BIN_ENV} to the folder holding initdb and pg_ctl,`,
-  'or set LLMGW_POSTGRES_URL=postgres://USER:PASSWORD@HOST:5432/temporal to use a PostgreSQL that is already running.',
+  USE_URL,
 ].join('\n');
 
 /** The folder with initdb and pg_ctl: LLMGW_POSTGRES_BIN_DIR, the newest Debian-style /usr/lib/postgresql/N/bin, or PATH. */
@@ -148,7 +149,7 @@ export async function ensurePrivateCluster(stateDir: string, log: (line: string)
     throw new Error(
       `llmgw's PostgreSQL (${paths.dataDir}) did not start${start.timedOut ? ' within 90 s' : ''}:\n${lastLines(start.output)}\n` +
         `Its log (${paths.logFile}) ends:\n${lastLines(readLog(paths.logFile))}\n` +
-        `Remove ${paths.root} to start from a fresh cluster (\`llmgw temporal stop-postgres --purge\`), or ${WHAT_TO_DO}`,
+        `To start from a fresh cluster, delete it with \`llmgw temporal stop-postgres --state-dir ${stateDir} --purge\`,\n${USE_URL}`,
     );
   }
   log(`llmgw: PostgreSQL ready on 127.0.0.1:${port} (data ${paths.dataDir})`);

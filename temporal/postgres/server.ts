@@ -70,7 +70,7 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
   const running = previous && liveServerPid(previous, root);
   if (running)
     throw new Error(
-      `a Temporal server on PostgreSQL from ${stateDir} already runs (pid ${running}, ${previous.address}): use it with TEMPORAL_ADDRESS=${previous.address}, or stop it with \`llmgw temporal stop-postgres\`.`,
+      `a Temporal server on PostgreSQL from ${stateDir} already runs (pid ${running}, ${previous.address}): use it with TEMPORAL_ADDRESS=${previous.address}, or stop it with \`llmgw temporal stop-postgres${stateDir === resolve(defaultStateDir()) ? '' : ` --state-dir ${stateDir}`}\`.`,
     );
   const port = options.port === 0 ? await findFreePort(ip) : (options.port ?? DEFAULT_PORTS.temporal);
   if (!(await isPortFree(port, ip)))
