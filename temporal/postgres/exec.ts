@@ -64,3 +64,8 @@ export function withoutPostgresEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.Proces
   for (const [key, value] of Object.entries(process.env)) if (!key.startsWith('PG')) env[key] = value;
   return { ...env, ...extra };
 }
+
+/** The environment without TEMPORAL_* variables: a user's settings for their own cluster must not reach this local one. */
+export function withoutTemporalEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('TEMPORAL_')));
+}

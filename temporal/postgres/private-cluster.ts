@@ -131,9 +131,14 @@ export async function ensurePrivateCluster(stateDir: string, log: (line: string)
   const already = await runningPort(binDir, paths, user);
   if (already) return { target: target(already), startedHere: false, paths };
 
-  if (!existsSync(join(paths.dataDir, 'PG_VERSION')) || !existsSync(paths.passwordFile)) {
+  if (!existsSync(join(paths.dataDir, 'PG_VERSION'))) {
     log(`llmgw: creating a PostgreSQL cluster in ${paths.dataDir} (${binDir})`);
     await initCluster(binDir, paths, user);
+  } else if (!existsSync(paths.passwordFile)) {
+    throw new Error(
+      `llmgw's PostgreSQL in ${paths.dataDir} has lost its password file (${paths.passwordFile}); ` +
+        `delete the cluster with \`llmgw temporal stop-postgres --state-dir ${stateDir} --purge\` to start afresh.`,
+    );
   }
   const port = await findFreePort();
   if (!existsSync(paths.logFile)) {

@@ -4,6 +4,7 @@
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { findFreePort, isPortFree } from '../../common/ports.js';
 import { visibilityDatabase, type PostgresTarget } from './target.js';
 
 export interface ServerPorts {
@@ -16,6 +17,35 @@ export interface ServerPorts {
   matchingMembership: number;
   worker: number;
   workerMembership: number;
+}
+
+/** Free ports for every service; the frontend's is given. */
+export async function chooseServerPorts(ip: string, frontend: number): Promise<ServerPorts> {
+  // Membership ports go into a smallint column of the cluster's membership table, so they
+  // must lie below 32768, where the kernel's ephemeral ports (free-port picks) do not.
+  const [frontendMembership, historyMembership, matchingMembership, workerMembership] = await freePortsBelow32768(ip, 4);
+  return {
+    frontend,
+    frontendHttp: await findFreePort(ip),
+    frontendMembership: frontendMembership!,
+    history: await findFreePort(ip),
+    historyMembership: historyMembership!,
+    matching: await findFreePort(ip),
+    matchingMembership: matchingMembership!,
+    worker: await findFreePort(ip),
+    workerMembership: workerMembership!,
+  };
+}
+
+/** Free ports in 20000-32767 (above the engines' and Ray's default ranges), from a random start so concurrent starts rarely collide. */
+async function freePortsBelow32768(ip: string, count: number): Promise<number[]> {
+  const [low, high] = [20_000, 32_767];
+  const found: number[] = [];
+  let candidate = low + Math.floor(Math.random() * (high - low));
+  for (let tried = 0; found.length < count && tried <= high - low; tried++, candidate = candidate >= high ? low : candidate + 1)
+    if (await isPortFree(candidate, ip)) found.push(candidate);
+  if (found.length < count) throw new Error(`found no ${count} free ports between ${low} and ${high} on ${ip}`);
+  return found;
 }
 
 export interface ServerConfigInput {

@@ -34,8 +34,14 @@ function stateFile(stateDir: string): string {
 export function readState(stateDir: string): PostgresTemporalState | undefined {
   const file = stateFile(stateDir);
   if (!existsSync(file)) return undefined;
-  const parsed = PostgresTemporalState.safeParse(JSON.parse(readFileSync(file, 'utf8')));
-  if (!parsed.success) throw new Error(`${file} is not a state file llmgw understands (${parsed.error.issues[0]?.message}); remove it`);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch {
+    raw = undefined;
+  }
+  const parsed = PostgresTemporalState.safeParse(raw);
+  if (!parsed.success) throw new Error(`${file} is not a state file llmgw understands; stop what it started by hand and remove it`);
   return parsed.data;
 }
 
