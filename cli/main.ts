@@ -45,6 +45,12 @@ temporal
   .option('--history-shards <n>', 'history shards, fixed when the databases are first set up (default 4)')
   .option('--state-dir <dir>', 'where the private cluster, config and log live (default .llmgw)')
   .option('--detach', 'leave it running and return (stop it with `llmgw temporal stop-postgres`)')
+  .option(
+    '--dynamic-config-value <key=value>',
+    'a dynamic config value over the server defaults (repeatable), e.g. frontend.namespaceRPS.visibility=100',
+    (value: string, previous: string[]) => [...previous, value],
+    [] as string[],
+  )
   .action(async (opts: import('../temporal/postgres/command.js').StartPostgresFlags) => {
     const { startPostgresCommand } = await import('../temporal/postgres/command.js');
     await startPostgresCommand(opts);

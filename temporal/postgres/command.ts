@@ -1,5 +1,6 @@
 // `llmgw temporal start-postgres` and `stop-postgres`: Temporal on PostgreSQL from the
 // command line, in the foreground (Ctrl-C stops it) or detached for scripts.
+import { parseDynamicConfigFlags } from './server-config.js';
 import { startPostgresTemporal, stopPostgresTemporal } from './server.js';
 
 export interface StartPostgresFlags {
@@ -9,6 +10,7 @@ export interface StartPostgresFlags {
   historyShards?: string;
   stateDir?: string;
   detach?: boolean;
+  dynamicConfigValue: string[];
 }
 
 export async function startPostgresCommand(flags: StartPostgresFlags): Promise<void> {
@@ -19,6 +21,7 @@ export async function startPostgresCommand(flags: StartPostgresFlags): Promise<v
     namespace: flags.namespace,
     numHistoryShards: flags.historyShards ? Number(flags.historyShards) : undefined,
     stateDir: flags.stateDir,
+    dynamicConfig: parseDynamicConfigFlags(flags.dynamicConfigValue),
   });
   console.log(`Temporal on PostgreSQL ready at ${server.address}, namespace ${server.namespace} (pid ${server.pid})`);
   console.log(`databases: ${server.postgres}`);

@@ -56,6 +56,8 @@ export interface ServerConfigInput {
   ports: ServerPorts;
   /** Fixed for the life of the databases: Temporal refuses to start on a different count. */
   numHistoryShards: number;
+  /** Dynamic config values over DYNAMIC_CONFIG, e.g. { 'frontend.namespaceRPS.visibility': 100 }. */
+  dynamicConfig?: Record<string, unknown>;
 }
 
 /**
@@ -71,7 +73,26 @@ export const DYNAMIC_CONFIG: Record<string, unknown> = {
   // Worker Deployments and Worker Versioning (versioning v3): `temporal worker deployment …`.
   'system.enableDeploymentVersions': true,
   'frontend.workerVersioningWorkflowAPIs': true,
+  // Everything else keeps the server's defaults, as a self-hosted cluster would have them.
+  // Unlike start-dev (100), the visibility API (List/Count, which placement, the router
+  // and `llmgw nodes` use) is limited to 10 requests per second per frontend by default.
 };
+
+/** `KEY=VALUE` flags, VALUE as JSON when it parses (true, 100, "x", [..]) and as a string otherwise, like start-dev's. */
+export function parseDynamicConfigFlags(flags: string[]): Record<string, unknown> {
+  const values: Record<string, unknown> = {};
+  for (const flag of flags) {
+    const match = /^([A-Za-z][\w.]*)=(.*)$/s.exec(flag);
+    if (!match) throw new Error(`--dynamic-config-value ${flag}: expected KEY=VALUE, e.g. frontend.namespaceRPS.visibility=100`);
+    const [, key, raw] = match;
+    try {
+      values[key!] = JSON.parse(raw!);
+    } catch {
+      values[key!] = raw;
+    }
+  }
+  return values;
+}
 
 function datastore(target: PostgresTarget, database: string, maxConns: number): Record<string, unknown> {
   return {
@@ -144,7 +165,9 @@ export function writeServerConfig(input: ServerConfigInput): { configDir: string
     publicClient: { hostPort: frontendAddress },
     dynamicConfigClient: { filepath: dynamicConfigFile, pollInterval: '10s' },
   };
-  const dynamic = Object.fromEntries(Object.entries(DYNAMIC_CONFIG).map(([key, value]) => [key, [{ value }]]));
+  const dynamic = Object.fromEntries(
+    Object.entries({ ...DYNAMIC_CONFIG, ...input.dynamicConfig }).map(([key, value]) => [key, [{ value }]]),
+  );
   const header = '# Written by llmgw (temporal/postgres); rewritten on every start.\n';
   for (const [file, content] of [
     [join(configDir, 'development.yaml'), stringify(config)],

@@ -32,6 +32,8 @@ export interface PostgresTemporalOptions {
   postgresUrl?: string | null;
   /** Only on the databases' first use; Temporal cannot change it later. Default 4. */
   numHistoryShards?: number;
+  /** Dynamic config values over llmgw's (see server-config.ts); the rest are the server's defaults. */
+  dynamicConfig?: Record<string, unknown>;
   /** How long to wait for the server to accept workflows. Default 180 s. */
   readyTimeoutMs?: number;
   log?: Log;
@@ -139,7 +141,14 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
     writeState(stateDir, state);
 
     const ports = await chooseServerPorts(ip, port);
-    const { env } = writeServerConfig({ root, target, ip, ports, numHistoryShards: state.numHistoryShards });
+    const { env } = writeServerConfig({
+      root,
+      target,
+      ip,
+      ports,
+      numHistoryShards: state.numHistoryShards,
+      dynamicConfig: options.dynamicConfig,
+    });
     const logFd = openSync(logFile, 'a');
     try {
       const child = spawn(binaries.server, ['--root', root, '--config', 'config', '--env', env, '--allow-no-auth', 'start'], {
