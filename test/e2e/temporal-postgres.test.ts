@@ -64,7 +64,7 @@ async function eventually<T>(what: string, attempt: () => Promise<T | undefined>
 describe('Temporal on PostgreSQL', () => {
   beforeAll(async () => {
     skipReason = await missing();
-    if (skipReason) return;
+    if (skipReason) return console.warn(`skipping Temporal on PostgreSQL: it ${skipReason}`);
     mkdirSync(stateRoot, { recursive: true });
     // A build, on a machine that has never run it, takes minutes; later runs find the cache.
     await ensureTemporalServer((line) => console.log(line));
