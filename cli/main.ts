@@ -11,7 +11,7 @@ program
   .showHelpAfterError()
   .enablePositionalOptions();
 
-const temporal = program.command('temporal').description('the pinned Temporal CLI and its dev server');
+const temporal = program.command('temporal').description('the pinned Temporal CLI, its dev server, and Temporal on PostgreSQL');
 temporal
   .command('install')
   .description('make the pinned Temporal CLI available (build it with Go into the cache if needed) and print its path')
@@ -33,6 +33,36 @@ temporal
   .action(async (opts: { port: string; uiPort: string; ip: string; dbFile?: string; inMemory?: boolean; headless?: boolean }) => {
     const { runDevServerCommand } = await import('./commands/dev-server.js');
     await runDevServerCommand(opts);
+  });
+temporal
+  .command('start-postgres')
+  .description(
+    'run the pinned Temporal server on PostgreSQL (LLMGW_POSTGRES_URL, or a private cluster under .llmgw/postgres) with llmgw search attributes; returns once it accepts workflows',
+  )
+  .option('--port <port>', 'frontend port', '7233')
+  .option('--ip <ip>', 'address to listen on', '127.0.0.1')
+  .option('--namespace <ns>', 'namespace to create', 'default')
+  .option('--history-shards <n>', 'history shards, fixed when the databases are first set up (default 4)')
+  .option('--state-dir <dir>', 'where the private cluster, config and log live (default .llmgw)')
+  .option('--detach', 'leave it running and return (stop it with `llmgw temporal stop-postgres`)')
+  .option(
+    '--dynamic-config-value <key=value>',
+    'a dynamic config value over the server defaults (repeatable), e.g. frontend.namespaceRPS.visibility=100',
+    (value: string, previous: string[]) => [...previous, value],
+    [] as string[],
+  )
+  .action(async (opts: import('../temporal/postgres/command.js').StartPostgresFlags) => {
+    const { startPostgresCommand } = await import('../temporal/postgres/command.js');
+    await startPostgresCommand(opts);
+  });
+temporal
+  .command('stop-postgres')
+  .description('stop what `start-postgres` left running: the server and the private PostgreSQL')
+  .option('--purge', "also delete its data: the private cluster's files, or the databases llmgw created on LLMGW_POSTGRES_URL")
+  .option('--state-dir <dir>', 'as given to start-postgres (default .llmgw)')
+  .action(async (opts: { purge?: boolean; stateDir?: string }) => {
+    const { stopPostgresCommand } = await import('../temporal/postgres/command.js');
+    await stopPostgresCommand(opts);
   });
 temporal
   .command('register-search-attributes')

@@ -16,8 +16,12 @@ export function devServerSearchAttributeFlags(): string[] {
  * standard TEMPORAL_* settings, which the Temporal CLI reads itself). Attributes that
  * already exist with the right type are left alone, so this is safe to run again.
  */
-export async function registerSearchAttributes(temporalBin: string, extraArgs: string[] = []): Promise<string[]> {
-  const existing = await listSearchAttributes(temporalBin, extraArgs);
+export async function registerSearchAttributes(
+  temporalBin: string,
+  extraArgs: string[] = [],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<string[]> {
+  const existing = await listSearchAttributes(temporalBin, extraArgs, env);
   const created: string[] = [];
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) {
     const have = existing[name];
@@ -25,15 +29,21 @@ export async function registerSearchAttributes(temporalBin: string, extraArgs: s
     if (have) throw new Error(`search attribute ${name} exists with type ${have}, llmgw needs ${type}; remove it or use another namespace`);
     await execFileAsync(temporalBin, ['operator', 'search-attribute', 'create', '--name', name, '--type', type, ...extraArgs], {
       timeout: 30_000,
+      env,
     });
     created.push(name);
   }
   return created;
 }
 
-export async function listSearchAttributes(temporalBin: string, extraArgs: string[] = []): Promise<Record<string, string>> {
+export async function listSearchAttributes(
+  temporalBin: string,
+  extraArgs: string[] = [],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Record<string, string>> {
   const { stdout } = await execFileAsync(temporalBin, ['operator', 'search-attribute', 'list', '--output', 'json', ...extraArgs], {
     timeout: 30_000,
+    env,
   });
   const parsed: unknown = JSON.parse(stdout);
   const result: Record<string, string> = {};
