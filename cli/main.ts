@@ -35,6 +35,14 @@ temporal
     await runDevServerCommand(opts);
   });
 temporal
+  .command('install-server')
+  .description('make the pinned Temporal server and SQL tool available (build them with Go into the cache if needed) and print their paths')
+  .action(async () => {
+    const { ensureTemporalServer } = await import('../temporal/postgres/server-binary.js');
+    const binaries = await ensureTemporalServer();
+    console.log(Object.values(binaries).join('\n'));
+  });
+temporal
   .command('start-postgres')
   .description(
     'run the pinned Temporal server on PostgreSQL (LLMGW_POSTGRES_URL, or a private cluster under .llmgw/postgres) with llmgw search attributes; returns once it accepts workflows',
