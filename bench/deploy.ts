@@ -2,40 +2,9 @@
 // every replica Ready, with the fake engine's load time at 0: for 1 replica on 1 host
 // and 32 replicas over 8 simulated hosts. Prints the median of each phase (placement,
 // start, healthy) and the Temporal history events per replica. Figures, not asserts.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Client, Connection } from '@temporalio/client';
-import { startDevServer } from '../temporal/dev-server.js';
-import { findFreePort } from '../common/ports.js';
-import { llmgwDataConverter } from '../temporal/connection.js';
+import type { Client } from '@temporalio/client';
 import { deploymentStatusQuery } from '../workflows/definitions.js';
-import { signalGroup } from '../agent/supervisor/proc.js';
-import { killMarkedEngines } from '../agent/supervisor/markers.js';
-
-const BIN = join(__dirname, '../../bin/llmgw.js');
-const CATALOG = join(__dirname, '../../bench/catalog.yaml');
-const children: ChildProcess[] = [];
-
-function spawnPart(args: string[], env: Record<string, string>): Promise<void> {
-  const child = spawn(process.execPath, [BIN, ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true,
-  });
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    let text = '';
-    const onData = (chunk: Buffer): void => {
-      text += chunk.toString();
-      if (/serving task queue llmgw|registered with node\//.test(text)) resolve();
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`llmgw ${args[0]} exited (${code}): ${text.slice(-500)}`)));
-  });
-}
+import { startStack, type Stack } from './stack.js';
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -60,7 +29,8 @@ async function phases(client: Client, replicaId: string): Promise<{ placement: n
   return { placement: span('placeReplica'), start: span('startShard'), healthy: span('waitHealthy'), events: events.length };
 }
 
-async function run(client: Client, env: Record<string, string>, replicas: number): Promise<void> {
+async function run(stack: Stack, replicas: number): Promise<void> {
+  const client = stack.client;
   const name = `bench-${replicas}-${Date.now().toString(36)}`;
   const started = Date.now();
   await client.workflow.start('deployModel', {
@@ -82,49 +52,17 @@ async function run(client: Client, env: Record<string, string>, replicas: number
   console.log(
     `${String(replicas).padStart(2)} replica(s): all Ready in ${(total / 1000).toFixed(2)} s · median placement ${median(measured.map((m) => m.placement))} ms, start ${median(measured.map((m) => m.start))} ms, healthy ${median(measured.map((m) => m.healthy))} ms · ${median(measured.map((m) => m.events))} history events per replica (median, until Ready)`,
   );
-  const undeploy = spawn(process.execPath, [BIN, 'undeploy', name], { env: { ...process.env, ...env }, stdio: 'ignore' });
-  await new Promise((r) => undeploy.once('exit', r));
+  await stack.llmgw(['undeploy', name]);
 }
 
 async function main(): Promise<void> {
-  const port = await findFreePort();
-  const server = await startDevServer({ port, headless: true, inMemory: true, logFile: `.llmgw/bench/temporal-${port}.log` });
-  const env = { TEMPORAL_ADDRESS: server.address };
-  const nodeIds = Array.from({ length: 8 }, (_, i) => `bench-${i}`);
+  const stack = await startStack({ hosts: 8 });
   try {
-    await spawnPart(['worker', '--catalog', CATALOG], env);
-    await Promise.all(
-      nodeIds.map((nodeId, i) =>
-        spawnPart(
-          [
-            'agent',
-            '--node-id',
-            nodeId,
-            '--gpus',
-            'builtin:h100x8',
-            '--state-dir',
-            mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
-            '--admin-addr',
-            '127.0.0.1:0',
-            '--port-range',
-            `${41000 + i * 100}-${41000 + i * 100 + 99}`,
-          ],
-          env,
-        ),
-      ),
-    );
-    const connection = await Connection.connect({ address: server.address });
-    const client = new Client({ connection, dataConverter: llmgwDataConverter() });
     console.log('deploy benchmark: fake engine, load time 0, 8 simulated 8×H100 hosts, dev server in memory, 2-core machine');
-    await run(client, env, 1);
-    await run(client, env, 32);
-    await connection.close();
+    await run(stack, 1);
+    await run(stack, 32);
   } finally {
-    for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGTERM');
-    await new Promise((r) => setTimeout(r, 3_000));
-    killMarkedEngines(nodeIds);
-    for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGKILL');
-    await server.stop();
+    await stack.stop();
   }
 }
 

@@ -1,0 +1,92 @@
+// npm run bench:rollout — rolling 8 replicas on 8 simulated hosts (fake engine, 2 s load time)
+// to a revision with other args, under router load: once with room to surge (a replica per
+// GPU) and once on full hosts (a replica per host: drain-first). Prints the total rollout time,
+// the longest stretch with fewer than 8 routable replicas, and the requests that failed
+// (goal 0), side by side. Figures, not asserts.
+import { request } from 'undici';
+import { deploymentStatusQuery, rolloutUpdate } from '../workflows/definitions.js';
+import { startStack, type Stack } from './stack.js';
+
+const REPLICAS = 8;
+
+async function roll(stack: Stack, from: string, to: string): Promise<string> {
+  const name = `roll-${from}-${Date.now().toString(36)}`;
+  const handle = stack.client.workflow.getHandle(`deployment/${name}`);
+  await stack.client.workflow.start('deployModel', {
+    workflowId: handle.workflowId,
+    taskQueue: 'llmgw',
+    args: [{ model: 'rollbench', name, profile: from, replicas: REPLICAS }],
+  });
+  for (const started = Date.now(); (await handle.query(deploymentStatusQuery).catch(() => undefined))?.phase !== 'Ready';) {
+    if (Date.now() - started > 300_000) throw new Error(`${name} not Ready in 300 s`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await new Promise((r) => setTimeout(r, 2_000)); // routers have every replica
+
+  let running = true;
+  let ok = 0;
+  let failed = 0;
+  const clients = Array.from({ length: 4 }, async () => {
+    while (running) {
+      try {
+        const response = await request(`${stack.routerUrl}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'rollbench', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }),
+        });
+        await response.body.text();
+        if (response.statusCode === 200) ok++;
+        else failed++;
+      } catch {
+        failed++;
+      }
+    }
+  });
+
+  let below = 0;
+  let longestBelow = 0;
+  let belowSince: number | undefined;
+  const started = Date.now();
+  await handle.executeUpdate(rolloutUpdate, { args: [{ profile: to }] });
+  let mode = '';
+  for (;;) {
+    const view = await handle.query(deploymentStatusQuery);
+    const routable = view.replicas.filter((r) => r.phase === 'Ready').length;
+    if (routable < REPLICAS) belowSince ??= Date.now();
+    else if (belowSince !== undefined) {
+      longestBelow = Math.max(longestBelow, Date.now() - belowSince);
+      below += Date.now() - belowSince;
+      belowSince = undefined;
+    }
+    mode = view.rollout?.mode ?? mode;
+    if (view.rollout?.state === 'Complete' || view.rollout?.state === 'RolledBack' || view.rollout?.state === 'Failed') {
+      if (view.rollout.state !== 'Complete') console.log(`  ${name}: ${view.rollout.state}: ${view.rollout.reason}`);
+      break;
+    }
+    if (Date.now() - started > 900_000) throw new Error(`${name}: rollout not done in 900 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const total = Date.now() - started;
+  running = false;
+  await Promise.all(clients);
+  await stack.llmgw(['undeploy', name]);
+  return `${from} → ${to} (${mode}): rollout ${(total / 1000).toFixed(1)} s · longest with < ${REPLICAS} routable ${(longestBelow / 1000).toFixed(1)} s (${(below / 1000).toFixed(1)} s in all) · requests ${ok} ok, ${failed} failed`;
+}
+
+async function main(): Promise<void> {
+  const stack = await startStack({ hosts: 8, router: true });
+  try {
+    console.log(
+      `rollout benchmark: ${REPLICAS} replicas on 8 simulated 8×H100 hosts, fake engine with a 2 s load time, 4 clients through the router, dev server in memory`,
+    );
+    console.log(`  ${await roll(stack, 'a1', 'b1')}`);
+    console.log(`  ${await roll(stack, 'a8', 'b8')}`);
+  } finally {
+    await stack.stop();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
