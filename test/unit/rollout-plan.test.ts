@@ -109,6 +109,27 @@ describe('rollout planner', () => {
     expect(planRollout(long, [...old, waiting], 1, Date.parse(NOW) + UNSCHEDULABLE_LIMIT_MS + 1).rollback).toMatch(/waited for GPUs/);
   });
 
+  it('holds while a new replica is restarting: no drain, no start, even if it waits for GPUs', () => {
+    const old = [replica(from.revision, 'Ready'), replica(from.revision, 'Ready')];
+    const restarting = replica(to.revision, 'Unschedulable', { routed: false, restarts: 3, reason: 'only nodes it failed on have room' });
+    const plan = planRollout(rollout(), [...old, restarting], 2, Date.parse(NOW));
+    expect(plan).toMatchObject({ start: 0, drain: [] });
+    expect(plan.mode).toBeUndefined();
+  });
+
+  it('drains only one old replica below the count in drain-first mode until the new one is routed', () => {
+    const old = [replica(from.revision, 'Ready'), replica(from.revision, 'Stopped', { stopping: true })];
+    const waiting = replica(to.revision, 'Unschedulable', { routed: false });
+    expect(planRollout({ ...rollout(), mode: 'drain-first' }, [...old, waiting], 2, Date.parse(NOW)).drain).toEqual([]);
+  });
+
+  it('rolls back to exactly the revision it came from', () => {
+    const r = rollout();
+    const back = newRollout(r.to, r.from, { maxSurge: r.maxSurge, maxUnavailable: r.maxUnavailable }, NOW, 'rolling back');
+    expect(back.to.revision).toBe(from.revision);
+    expect(back.from.revision).toBe(to.revision);
+  });
+
   it('completes once every replica runs the new revision and is routed', () => {
     const fresh = [replica(to.revision, 'Ready', { routed: true }), replica(to.revision, 'Ready', { routed: true })];
     expect(planRollout(rollout(), [...fresh, replica(from.revision, 'Stopped')], 2, Date.parse(NOW)).complete).toBe(true);

@@ -80,7 +80,8 @@ export function rollBack(d: DeploymentState, now: string, reason: string): void 
     return;
   }
   const failedTo = r.to;
-  d.rollout = { ...newRollout(failedTo, r.from, r, now, `rolling back: ${reason}`), state: 'RollingBack' };
+  const policy = { maxSurge: r.maxSurge, maxUnavailable: r.maxUnavailable };
+  d.rollout = { ...newRollout(failedTo, r.from, policy, now, `rolling back: ${reason}`), state: 'RollingBack' };
   d.snapshot = r.from;
   log.warn(`rolling back ${d.name}: ${reason}`);
 }

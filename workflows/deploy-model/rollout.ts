@@ -57,7 +57,9 @@ export function isActive(rollout: RolloutState | undefined): boolean {
   return rollout?.state === 'RollingOut' || rollout?.state === 'RollingBack';
 }
 
+/** Records a step; the same words twice in a row are one step. */
 export function note(rollout: RolloutState, now: string, text: string): void {
+  if (rollout.steps[rollout.steps.length - 1]?.slice(9) === text) return;
   rollout.steps = [...rollout.steps, `${now.slice(11, 19)} ${text}`].slice(-STEPS_KEPT);
 }
 
@@ -77,6 +79,13 @@ export function planRollout(rollout: RolloutState, replicas: TrackedReplica[], d
   const failed = replicas.find((r) => isNew(r) && r.phase === 'Failed' && r.since >= rollout.startedAt);
   if (failed) {
     plan.rollback = `${failed.replicaId} of revision ${target} failed: ${failed.reason}`;
+    return plan;
+  }
+  // A new replica that already restarted is failing, not waiting for room: hold everything
+  // (no drain, no start) until it is Ready or has failed for good, which rolls back.
+  const failing = fresh.find((r) => r.restarts > 0 && !available(r));
+  if (failing) {
+    plan.notes.push(`holding: ${failing.replicaId} is restarting; the rollout waits for it to be Ready or to fail`);
     return plan;
   }
   const waiting = fresh.find((r) => r.phase === 'Unschedulable');
@@ -111,7 +120,7 @@ export function planRollout(rollout: RolloutState, replicas: TrackedReplica[], d
     if (availableNow - 1 >= desired - rollout.maxUnavailable) {
       plan.drain.push(r);
       availableNow--;
-    } else if (drainFirst && waiting && !draining && !plan.drain.length) {
+    } else if (drainFirst && waiting && !draining && !plan.drain.length && availableNow >= desired - rollout.maxUnavailable) {
       // No room: the waiting new replica takes this one's GPUs.
       plan.drain.push(r);
       break;

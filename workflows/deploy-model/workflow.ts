@@ -105,10 +105,13 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
     if (d.rollout?.state === 'Paused' && !d.undeploying) {
       // Held where it is until resumed or undone: neither the rollout nor the count moves.
     } else if (isActive(d.rollout) && !d.undeploying) {
+      const before = `${d.rollout?.state}/${d.rollout?.mode}/${d.rollout?.startedAt}`;
       await driveRollout(d, new Date().toISOString(), {
         continueAsNewAfterEvents: input.continueAsNewAfterEvents,
         markClosed: run.markClosed,
       });
+      // A rollback or a change of mode is planned again at once, not at the next report.
+      if (`${d.rollout?.state}/${d.rollout?.mode}/${d.rollout?.startedAt}` !== before) run.dirty = true;
       confirmRouted(d, routedAsked, () => void (run.dirty = true));
       // Waiting replicas give up after a while: look again then even if nothing reports.
       if (d.rollout?.waitingSince) waitMs = 30_000;
