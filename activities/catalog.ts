@@ -7,6 +7,7 @@ import { chooseProfile, profileSnapshot } from '../catalog/lookup.js';
 import { FailureType } from '../common/failures.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
 import { revisionOf } from '../common/revision.js';
+import type { AutoscaleSettings } from '../common/autoscale.js';
 
 /** The snapshot with its revision digest, which deployments, replicas and `llmgw status` show. */
 function withRevision(snapshot: ProfileSnapshot): ProfileSnapshot {
@@ -23,7 +24,14 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
   return {
     async resolveDeployment(
       request: ResolveRequest,
-    ): Promise<{ snapshot: ProfileSnapshot; maxReplicas: number; drainGraceSeconds: number; drainTimeoutSeconds: number }> {
+    ): Promise<{
+      snapshot: ProfileSnapshot;
+      maxReplicas: number;
+      drainGraceSeconds: number;
+      drainTimeoutSeconds: number;
+      /** The catalog's autoscaling for this profile (profile, else model, else defaults). */
+      autoscale?: AutoscaleSettings;
+    }> {
       const current = catalog.get();
       const choice = chooseProfile(current, request.model, { profile: request.profile, gpuClass: request.gpuClass });
       if (!choice.ok) throw ApplicationFailure.nonRetryable(choice.message, choice.failureType);
@@ -54,6 +62,7 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
         maxReplicas: current.defaults?.maxReplicas ?? 256,
         drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5,
         drainTimeoutSeconds: current.defaults?.drainTimeoutSeconds ?? 600,
+        ...((profile.autoscale ?? model.autoscale ?? current.defaults?.autoscale) ? { autoscale: profile.autoscale ?? model.autoscale ?? current.defaults?.autoscale } : {}),
       };
     },
 

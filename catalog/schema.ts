@@ -2,6 +2,7 @@
 // which GPU class. Pure zod, no I/O: the control worker, the CLI and tests all parse with it.
 import { z } from 'zod';
 import { ENGINE_MARKER_ENV } from '../common/names.js';
+import { AutoscaleSchema } from '../common/autoscale.js';
 
 export const ENGINES = ['vllm', 'sglang', 'fake'] as const;
 export type EngineName = (typeof ENGINES)[number];
@@ -105,6 +106,8 @@ export const CatalogProfile = strictObject('a profile', {
   env: Env.default({}),
   startupTimeoutSeconds: count(1).default(600),
   minGpuMemoryMib: count(1).optional(),
+  /** Autoscaling for deployments of this profile (over the model's and the defaults'). */
+  autoscale: AutoscaleSchema.optional(),
 }).superRefine(
   (profile, ctx) => {
     const parallel = profile.tensorParallel * profile.pipelineParallel;
@@ -190,6 +193,8 @@ export const CatalogModel = strictObject('a model', {
   // The name clients put in "model"; the model's name when absent.
   servedName: z.string().min(1).optional(),
   description: z.string().optional(),
+  /** Autoscaling for deployments of this model, unless the profile has its own. */
+  autoscale: AutoscaleSchema.optional(),
   profiles: z.array(CatalogProfile).min(1, 'a model needs at least one profile'),
 }).superRefine((model, ctx) => {
   reportDuplicates(ctx, listOf(model.profiles), 'profiles', 'name', nameOf, 'profile name');
@@ -201,6 +206,8 @@ export const CatalogDefaults = strictObject('defaults', {
   /** A drain waits until the engine has no request in flight, or this long (default 600). */
   drainTimeoutSeconds: z.int().min(0).optional(),
   maxReplicas: count(1).optional(),
+  /** Autoscaling for every deployment whose model and profile have none. */
+  autoscale: AutoscaleSchema.optional(),
 });
 
 export const Catalog = strictObject('the catalog', {

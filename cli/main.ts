@@ -286,11 +286,15 @@ program
 program
   .command('scale')
   .argument('<name>')
-  .argument('<replicas>')
-  .description('set the number of replicas of a deployment')
+  .argument('[replicas]')
+  .description('set the number of replicas of a deployment, or the bounds of an autoscaled one (--min/--max)')
+  .option('--min <n>', 'autoscaling: the fewest replicas (0 lets it go Idle)')
+  .option('--max <n>', 'autoscaling: the most replicas')
+  .option('--idle-to-zero <seconds>', 'autoscaling with --min 0: go Idle after this long with no request')
+  .option('--no-autoscale', 'turn autoscaling off, keeping the current count')
   .option('--json', 'machine-readable output')
-  .action(async (name: string, replicas: string, opts: { json?: boolean }) => {
-    const { scaleCommand } = await import('./commands/deployments.js');
+  .action(async (name: string, replicas: string | undefined, opts: import('./commands/scale.js').ScaleOptions) => {
+    const { scaleCommand } = await import('./commands/scale.js');
     await scaleCommand(name, replicas, opts);
   });
 
@@ -301,7 +305,7 @@ program
   .option('--no-wait', 'return once the drain has begun')
   .option('--json', 'machine-readable output')
   .action(async (name: string, opts: { wait: boolean; json?: boolean }) => {
-    const { undeployCommand } = await import('./commands/deployments.js');
+    const { undeployCommand } = await import('./commands/scale.js');
     await undeployCommand(name, opts);
   });
 
@@ -313,7 +317,7 @@ program
   .option('-n, --lines <n>', 'how many lines first', '100')
   .option('-f, --follow', 'keep printing new lines')
   .action(async (replica: string, opts: { lines: string; follow?: boolean; rank: string }) => {
-    const { logsCommand } = await import('./commands/deployments.js');
+    const { logsCommand } = await import('./commands/scale.js');
     await logsCommand(replica, opts);
   });
 

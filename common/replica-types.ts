@@ -101,7 +101,10 @@ export interface DeployModelInput {
   model: string;
   name?: string;
   profile?: string;
-  replicas: number;
+  /** Default 1 (or the autoscaling minimum, at least 1). */
+  replicas?: number;
+  /** Follow load between min and max (common/autoscale.ts); over the catalog's. */
+  autoscale?: import('./autoscale.js').AutoscaleSettings;
   gpuClass?: string;
   labels?: Record<string, string>;
   /** Set when reconciliation rebuilds a deployment Temporal lost: desired = what was found. */
@@ -118,7 +121,28 @@ export interface DeployModelInput {
   continueAsNewAfterEvents?: number;
 }
 
-export type DeploymentPhase = 'Validating' | 'Progressing' | 'Ready' | 'RollingOut' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
+export type DeploymentPhase = 'Validating' | 'Progressing' | 'Ready' | 'Idle' | 'RollingOut' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
+
+/** What an autoscaler sends when the load asks for another count (the `autoscale` Update). */
+export interface AutoscaleDecision {
+  desired: number;
+  /** Why, in words: the signal values and the rule that fired. */
+  reason: string;
+  /** The signal values it decided on (requests in flight, waiting, KV-cache use, queued at routers). */
+  signals?: Record<string, number>;
+  /** Who decided (a router id). */
+  by?: string;
+}
+
+/** Autoscaling as `llmgw status` and the Web UI show it. */
+export interface AutoscaleView {
+  min: number;
+  max: number;
+  metric: string;
+  target: number;
+  idleToZeroSeconds?: number;
+  lastDecision?: AutoscaleDecision & { at: string; from: number };
+}
 
 /** A rollout as `llmgw status`, `llmgw rollout --wait` and the Web UI show it. */
 export interface RolloutView {
@@ -167,6 +191,7 @@ export interface DeploymentView {
   rebuilt?: string;
   /** The revision it runs (or rolls out to). */
   revision?: string;
+  autoscale?: AutoscaleView;
   /** The catalog's current revision of its profile, when it differs. */
   catalogRevision?: string;
   rollout?: RolloutView;

@@ -44,6 +44,18 @@ export const rolloutUpdate = defineUpdate<
   import('../common/replica-types.js').DeploymentView,
   [import('../common/replica-types.js').RolloutRequest]
 >('rollout');
+/** An autoscaler's decision: a new desired count (refused when it changes nothing, so it costs no event). */
+export const autoscaleUpdate = defineUpdate<
+  import('../common/replica-types.js').DeploymentView,
+  [import('../common/replica-types.js').AutoscaleDecision]
+>('autoscale');
+/** A router holds requests for a deployment at zero replicas: start one (a no-op when it has one). */
+export const wakeUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, [{ reason: string; by?: string }]>('wake');
+/** Change the autoscaling bounds (plain JSON settings), or turn it off (null) keeping the current count. */
+export const setAutoscaleUpdate = defineUpdate<
+  import('../common/replica-types.js').DeploymentView,
+  [import('../common/autoscale.js').AutoscaleSettings | null]
+>('setAutoscale');
 /** The control worker saw the catalog's entry for this deployment's profile change. */
 export const catalogChangedSignal = defineSignal<[{ profile: string; revision: string }]>('catalogChanged');
 export const deploymentStatusQuery = defineQuery<import('../common/replica-types.js').DeploymentView>('status');

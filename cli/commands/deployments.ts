@@ -1,50 +1,36 @@
-// `llmgw deploy | status | scale | undeploy | logs`: the operator's commands, all
-// through Temporal (the deployModel workflow's Updates and queries), so they behave
-// exactly like a deployment started from the Temporal CLI or the Web UI.
+// `llmgw deploy | status`: start a deployment (or change an existing one: its count, a rollout
+// to another profile), and show deployments. Through Temporal (the deployModel workflow's
+// Updates and queries), so they behave exactly like the Temporal CLI or the Web UI.
+import { setTimeout as sleep } from 'node:timers/promises';
 import Table from 'cli-table3';
-import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { CliError, withClient } from './client.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId } from '../../common/names.js';
 import { DeployModelInputSchema, describeIssues } from '../../workflows/deploy-model/input.js';
-import {
-  deploymentStatusQuery,
-  describeNodeQuery,
-  replicaStatusQuery,
-  rolloutUpdate,
-  scaleUpdate,
-  undeployUpdate,
-} from '../../workflows/definitions.js';
-import type { DeployModelInput, DeploymentView, ReplicaView } from '../../common/replica-types.js';
-import { connectAdmin } from '../../agent/admin/client.js';
+import { rolloutUpdate, scaleUpdate } from '../../workflows/definitions.js';
+import type { DeployModelInput, DeploymentView } from '../../common/replica-types.js';
+import { failureMessage, print, readStatus } from './deployment-view.js';
 
-/** The deployment's status, or the reason its workflow failed, or undefined while it validates. */
-async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | undefined> {
-  const description = await handle.describe();
-  if (description.status.name === 'FAILED') {
-    try {
-      await handle.result();
-    } catch (error) {
-      throw new CliError(failureMessage(error));
-    }
-  }
-  if (description.status.name !== 'RUNNING' && description.status.name !== 'COMPLETED')
-    throw new CliError(`deployment workflow ${handle.workflowId} is ${description.status.name}`);
-  try {
-    const view = await handle.query(deploymentStatusQuery);
-    if (view.phase === 'Failed') throw new CliError(view.reason);
-    return view.phase === 'Validating' ? undefined : view;
-  } catch (error) {
-    if (error instanceof CliError) throw error;
-    return undefined; // the first workflow task has not run yet
-  }
-}
-
-function failureMessage(error: unknown): string {
-  if (error instanceof WorkflowFailedError) return error.cause?.message ?? error.message;
-  return error instanceof Error ? error.message : String(error);
+function autoscaleFromFlags(opts: DeployOptions): Pick<DeployModelInput, 'autoscale'> {
+  if (opts.minReplicas === undefined && opts.maxReplicas === undefined && opts.idleToZero === undefined) return {};
+  const min = Number(opts.minReplicas ?? '1');
+  return {
+    autoscale: {
+      min,
+      max: Number(opts.maxReplicas ?? String(Math.max(1, min))),
+      ...(opts.idleToZero !== undefined ? { idleToZeroSeconds: Number(opts.idleToZero) } : {}),
+      ...(opts.autoscaleMetric ? { metric: opts.autoscaleMetric as 'inFlight' } : {}),
+      ...(opts.autoscaleTarget !== undefined ? { target: Number(opts.autoscaleTarget) } : {}),
+    },
+  };
 }
 
 export interface DeployOptions {
+  minReplicas?: string;
+  maxReplicas?: string;
+  idleToZero?: string;
+  autoscaleMetric?: string;
+  autoscaleTarget?: string;
   name?: string;
   replicas?: string;
   rollout?: string;
@@ -64,6 +50,7 @@ export async function deployCommand(model: string, opts: DeployOptions): Promise
     ...(opts.rollout ? { rollout: opts.rollout as 'auto' | 'manual' } : {}),
     ...(opts.maxSurge !== undefined ? { maxSurge: Number(opts.maxSurge) } : {}),
     ...(opts.maxUnavailable !== undefined ? { maxUnavailable: Number(opts.maxUnavailable) } : {}),
+    ...autoscaleFromFlags(opts),
     ...(opts.name ? { name: opts.name } : {}),
     ...(opts.profile ? { profile: opts.profile } : {}),
     ...(opts.gpuClass ? { gpuClass: opts.gpuClass } : {}),
@@ -176,109 +163,4 @@ export async function statusCommand(name: string | undefined, opts: { json?: boo
       ]);
     console.log(table.toString());
   });
-}
-
-export async function scaleCommand(name: string, replicas: string, opts: { json?: boolean }): Promise<void> {
-  const count = Number(replicas);
-  if (!Number.isInteger(count) || count < 0) throw new CliError(`replicas must be a whole number ≥ 0, got ${replicas}`);
-  await withClient(async (client) => {
-    try {
-      const view = await client.workflow.getHandle(deploymentWorkflowId(name)).executeUpdate(scaleUpdate, { args: [count] });
-      print(view, opts.json);
-    } catch (error) {
-      if (error instanceof WorkflowNotFoundError) throw new CliError(`no deployment named ${name}`);
-      throw new CliError(failureMessage(error));
-    }
-  });
-}
-
-export async function undeployCommand(name: string, opts: { wait: boolean; json?: boolean }): Promise<void> {
-  await withClient(async (client) => {
-    const handle = client.workflow.getHandle(deploymentWorkflowId(name));
-    try {
-      await handle.executeUpdate(undeployUpdate);
-    } catch (error) {
-      if (error instanceof WorkflowNotFoundError) throw new CliError(`no deployment named ${name}`);
-      throw new CliError(failureMessage(error));
-    }
-    console.error(`undeploying ${name}: draining every replica`);
-    if (!opts.wait) return;
-    const final = (await handle.result()) as DeploymentView;
-    print(final, opts.json);
-  });
-}
-
-export async function logsCommand(replica: string, opts: { lines: string; follow?: boolean; rank: string }): Promise<void> {
-  const replicaId = replica.startsWith('replica/') ? replica : `replica/${replica}`;
-  await withClient(async (client) => {
-    const view = (await client.workflow
-      .getHandle(replicaId)
-      .query(replicaStatusQuery)
-      .catch(() => {
-        throw new CliError(`no running replica ${replicaId} (\`llmgw status NAME\` lists them)`);
-      })) as ReplicaView;
-    const shard = view.shards.find((s) => s.rank === Number(opts.rank));
-    if (!shard) throw new CliError(`${replicaId} has no rank ${opts.rank} placed (${view.phase}: ${view.reason})`);
-    const node = await client.workflow.getHandle(`node/${shard.nodeId}`).query(describeNodeQuery);
-    const address = node.inventory?.adminAddress;
-    if (!address) throw new CliError(`node ${shard.nodeId} has not reported its admin address`);
-    const admin = connectAdmin(address);
-    await new Promise<void>((resolve, reject) => {
-      const stream = admin.tail(shard.shardId, Number(opts.lines), Boolean(opts.follow));
-      stream.on('data', (chunk: { lines: string[] }) => {
-        for (const line of chunk.lines) console.log(line);
-      });
-      stream.on('end', () => resolve());
-      stream.on('error', (error: Error) => reject(new CliError(`agent ${shard.nodeId} (${address}): ${error.message}`)));
-      process.once('SIGINT', () => {
-        stream.cancel();
-        resolve();
-      });
-    }).finally(() => admin.close());
-  });
-}
-
-function print(view: DeploymentView, json?: boolean): void {
-  if (json) {
-    console.log(JSON.stringify(view, null, 2));
-    return;
-  }
-  console.log(
-    `${view.name}: ${view.phase} — ${view.ready}/${view.desired} Ready · ${view.model} (${view.profile}, revision ${view.revision ?? '—'}) served as "${view.servedName}"`,
-  );
-  if (view.reason) console.log(`  ${view.reason}`);
-  if (view.catalogRevision) console.log(`  catalog has a newer revision (${view.catalogRevision}): \`llmgw rollout ${view.name}\``);
-  if (view.rollout && view.rollout.state !== 'Complete') {
-    const r = view.rollout;
-    console.log(
-      `  rollout ${r.fromProfile} ${r.from} → ${r.toProfile} ${r.to}: ${r.state}, ${r.done}/${r.desired} (${r.mode}, maxSurge ${r.maxSurge}, maxUnavailable ${r.maxUnavailable})`,
-    );
-  }
-  if (!view.replicas.length) return;
-  const table = new Table({
-    head: ['replica', 'revision', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
-    colWidths: [null, null, null, null, null, null, 60],
-    wordWrap: true,
-  });
-  for (const r of view.replicas) {
-    table.push([r.replicaId, r.revision ?? '—', r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
-    // A multi-node replica: one line per rank, so a rank that is not up shows as such.
-    if (r.shards.length > 1) {
-      for (const s of [...r.shards].sort((a, b) => a.rank - b.rank))
-        table.push([
-          `  rank ${s.rank}`,
-          '',
-          s.state ?? '—',
-          s.nodeId,
-          `${s.gpuIndices.join(',')}${s.hcas.length ? ` (${s.hcas.join(',')})` : ''}`,
-          s.pid ? `pid ${s.pid}` : '—',
-          s.shardId,
-        ]);
-    }
-  }
-  console.log(table.toString());
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -16,6 +16,7 @@ import {
   undeployUpdate,
 } from '../definitions.js';
 import { isActive, note } from './rollout.js';
+import { registerAutoscaleHandlers } from './autoscale-handlers.js';
 import { resolveTarget, rollBack, rolloutFailure, startRollout, validateRolloutRequest } from './rollout-steps.js';
 import { activeReplicas, deploymentView, isTerminal, type DeploymentState } from './state.js';
 
@@ -64,6 +65,7 @@ export function createDeploymentRun(input: DeployModelInput, name: string, carri
 }
 
 export function registerDeploymentHandlers(run: DeploymentRun): void {
+  registerAutoscaleHandlers(run);
   // Every handler first. Until the catalog check is done, signals and updates wait for it.
   setHandler(deploymentStatusQuery, (): DeploymentView =>
     run.s
@@ -74,7 +76,7 @@ export function registerDeploymentHandlers(run: DeploymentRun): void {
           profile: run.input.profile ?? '',
           servedName: '',
           phase: run.failed ? 'Failed' : 'Validating',
-          desired: run.input.replicas,
+          desired: run.input.replicas ?? 1,
           ready: 0,
           replicas: [],
           reason: run.failed ?? 'checking the request against the catalog and the fleet',
@@ -136,6 +138,12 @@ export function registerDeploymentHandlers(run: DeploymentRun): void {
           throw new Error(`replicas must be a whole number from 0 to ${run.s.maxReplicas}, got ${replicas}`);
         if (run.s?.undeploying) throw new Error(`deployment ${run.s.name} is being undeployed`);
         if (run.failed) throw new Error(run.failed);
+        if (run.s?.autoscale) {
+          const { min, max } = run.s.autoscale;
+          throw new Error(
+            `deployment ${run.s.name} is autoscaled between ${min} and ${max}: change its bounds (\`llmgw scale ${run.s.name} --min A --max B\`, the setAutoscale Update) or turn autoscaling off (\`--no-autoscale\`), rather than fight it`,
+          );
+        }
       },
     },
   );

@@ -1,6 +1,7 @@
 // The deployModel input schema: plain JSON from `llmgw deploy`, the Temporal CLI or the
 // Web UI's start form, validated here so every way in behaves the same.
 import { z } from 'zod';
+import { AutoscaleSchema } from '../../common/autoscale.js';
 
 export const DEPLOYMENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -9,7 +10,12 @@ export const DeployModelInputSchema = z
     model: z.string().min(1, 'model is required'),
     name: z.string().regex(DEPLOYMENT_NAME, 'name must be lowercase letters, digits, ".", "_" or "-" (at most 63)').optional(),
     profile: z.string().min(1).optional(),
-    replicas: z.number({ error: 'replicas must be a number' }).int('replicas must be a whole number').min(0, 'replicas must be ≥ 0'),
+    replicas: z
+      .number({ error: 'replicas must be a number' })
+      .int('replicas must be a whole number')
+      .min(0, 'replicas must be ≥ 0')
+      .optional(),
+    autoscale: AutoscaleSchema.optional(),
     gpuClass: z.string().min(1).optional(),
     labels: z.record(z.string(), z.string()).optional(),
     rebuilt: z.object({ reason: z.string() }).strict().optional(),

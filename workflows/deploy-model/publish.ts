@@ -1,13 +1,36 @@
 // What a deployment shows: its search attributes (LlmgwState, …), its memo (read by the CLI,
 // the catalog notifier and `llmgw upgrade`) and the Web UI's current details. Published only
 // when something visible changed, so a deployment that waits costs no events. Workflow side.
-import { setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { getExternalWorkflowHandle, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { autoscalePolicy } from '../../common/autoscale.js';
 import { SA } from '../../common/search-attributes.js';
 import { deploymentDetails, deploymentPhase, deploymentView, type DeploymentState } from './state.js';
 
+/** The routes workflow (workflows/routes/), which routers long-poll for their tables. */
+const ROUTES_WORKFLOW_ID = 'routes';
+
 export function createDeploymentPublisher(d: DeploymentState): () => void {
   let published = '';
+  let announced = '';
   return () => {
+    // What routers need of a deployment even at zero replicas: its name stays in /v1/models,
+    // and a request for it is held and wakes it.
+    const phase = deploymentPhase(d);
+    const entry = {
+      name: d.name,
+      servedName: d.snapshot.servedName,
+      model: d.model,
+      phase,
+      desired: d.desired,
+      ...(d.autoscale ? { autoscale: autoscalePolicy(d.autoscale) } : {}),
+    };
+    const entryKey = JSON.stringify(entry);
+    if (entryKey !== announced) {
+      announced = entryKey;
+      void getExternalWorkflowHandle(ROUTES_WORKFLOW_ID)
+        .signal('deploymentChanged', entry)
+        .catch(() => undefined);
+    }
     const view = deploymentView(d);
     const key = JSON.stringify([
       view.phase,

@@ -24,9 +24,20 @@ export async function resolveDeployment(
     if (cause instanceof ApplicationFailure) throw ApplicationFailure.nonRetryable(cause.message, cause.type);
     throw error;
   }
-  if (input.replicas > resolved.maxReplicas) {
+  const autoscale = input.autoscale ?? resolved.autoscale;
+  // An autoscaled deployment starts within its bounds, with one replica at least (a deployment
+  // at zero is Idle until a request wakes it).
+  const replicas = input.replicas ?? (autoscale ? Math.min(autoscale.max, Math.max(1, autoscale.min)) : 1);
+  const limit = Math.max(resolved.maxReplicas, 0);
+  if (replicas > limit || (autoscale && autoscale.max > limit)) {
     throw ApplicationFailure.nonRetryable(
-      `replicas ${input.replicas} is over the maximum of ${resolved.maxReplicas} (catalog defaults.maxReplicas)`,
+      `${autoscale && autoscale.max > limit ? `autoscale.max ${autoscale.max}` : `replicas ${replicas}`} is over the maximum of ${limit} (catalog defaults.maxReplicas)`,
+      FailureType.InvalidInput,
+    );
+  }
+  if (autoscale && (replicas < autoscale.min || replicas > autoscale.max)) {
+    throw ApplicationFailure.nonRetryable(
+      `replicas ${replicas} is outside autoscale bounds ${autoscale.min}–${autoscale.max}`,
       FailureType.InvalidInput,
     );
   }
@@ -35,7 +46,8 @@ export async function resolveDeployment(
     name,
     model: input.model,
     snapshot: resolved.snapshot,
-    desired: input.replicas,
+    desired: replicas,
+    ...(autoscale ? { autoscale } : {}),
     maxReplicas: resolved.maxReplicas,
     drainGraceSeconds: resolved.drainGraceSeconds,
     drainTimeoutSeconds: resolved.drainTimeoutSeconds,

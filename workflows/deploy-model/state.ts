@@ -1,7 +1,8 @@
 // The deployModel workflow's state (one plain object that crosses continue-as-new) and the
 // pure rules that read it: the deployment's phase, its view, the Markdown the Web UI shows.
 // Workflow side; no commands here.
-import type { DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaView } from '../../common/replica-types.js';
+import type { AutoscaleDecision, DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaView } from '../../common/replica-types.js';
+import { autoscalePolicy, type AutoscaleSettings } from '../../common/autoscale.js';
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { isActive, rolloutView, type RolloutState } from './rollout.js';
 
@@ -40,6 +41,9 @@ export interface DeploymentState {
   catalogRevision?: string;
   /** How long a drain waits for in-flight requests before it stops the engine anyway. */
   drainTimeoutSeconds?: number;
+  /** Follows load between min and max (common/autoscale.ts); the autoscaler sets `desired`. */
+  autoscale?: AutoscaleSettings;
+  lastDecision?: AutoscaleDecision & { at: string; from: number };
 }
 
 export const DEFAULT_POLICY: RolloutPolicy = { maxSurge: 1, maxUnavailable: 0, auto: false };
@@ -59,6 +63,8 @@ export function deploymentPhase(s: DeploymentState): DeploymentPhase {
   const active = activeReplicas(s);
   if (s.undeploying) return active.length ? 'Undeploying' : 'Undeployed';
   if (isActive(s.rollout)) return 'RollingOut';
+  // Scaled to zero by its autoscaler: nothing runs, and a request wakes it.
+  if (s.autoscale && s.desired === 0 && !active.length) return 'Idle';
   const ready = active.filter((r) => r.phase === 'Ready' && !r.stopping).length;
   if (ready === s.desired && active.length === s.desired) return 'Ready';
   if (s.catalogProblem) return 'Degraded';
@@ -97,6 +103,19 @@ export function deploymentView(s: DeploymentState): DeploymentView {
     revision: revisionOfSnapshot(s.snapshot),
     ...(s.catalogRevision && s.catalogRevision !== revisionOfSnapshot(s.snapshot) ? { catalogRevision: s.catalogRevision } : {}),
     ...(s.rollout ? { rollout: rolloutView(s.rollout, Object.values(s.replicas), s.desired) } : {}),
+    ...(s.autoscale ? { autoscale: autoscaleView(s) } : {}),
+  };
+}
+
+function autoscaleView(s: DeploymentState): NonNullable<DeploymentView['autoscale']> {
+  const policy = autoscalePolicy(s.autoscale!);
+  return {
+    min: policy.min,
+    max: policy.max,
+    metric: policy.metric,
+    target: policy.target,
+    ...(policy.idleToZeroSeconds !== undefined ? { idleToZeroSeconds: policy.idleToZeroSeconds } : {}),
+    ...(s.lastDecision ? { lastDecision: s.lastDecision } : {}),
   };
 }
 
@@ -128,6 +147,12 @@ export function deploymentDetails(view: DeploymentView): string {
     '',
     `${view.model} · profile ${view.profile} · revision ${view.revision ?? '—'} · served as \`${view.servedName}\``,
     '',
+    ...(view.autoscale
+      ? [
+          `Autoscaled ${view.autoscale.min}–${view.autoscale.max} on ${view.autoscale.metric} (target ${view.autoscale.target} per replica${view.autoscale.idleToZeroSeconds ? `, idle to zero after ${view.autoscale.idleToZeroSeconds} s` : ''})${view.autoscale.lastDecision ? `; last decision ${view.autoscale.lastDecision.from} → ${view.autoscale.lastDecision.desired} at ${view.autoscale.lastDecision.at}: ${view.autoscale.lastDecision.reason}` : ''}`,
+          '',
+        ]
+      : []),
     ...(view.catalogRevision ? [`The catalog has a newer revision (${view.catalogRevision}): \`llmgw rollout ${view.name}\``, ''] : []),
     ...(view.rollout
       ? [

@@ -11,6 +11,9 @@ import { replicaStatusSignal } from '../definitions.js';
 import { replicaDetails } from './details.js';
 import { endpointOf, replicaView, type ReplicaState } from './state.js';
 
+/** The routes workflow, which routers long-poll for their tables. */
+const ROUTES_WORKFLOW_ID = 'routes';
+
 export type ReplicaEvent = { kind: 'shard'; status: ShardStatus } | { kind: 'node'; status: NodeStatusSignal };
 
 export interface ReplicaRun {
@@ -72,6 +75,10 @@ export function createPublisher(
       { key: SA.nodes, value: [...new Set(state.shards.map((s) => s.nodeId))] },
     ]);
     setCurrentDetails(replicaDetails(replicaId, profile, state));
+    // Routers learn routes from the routes workflow (workflows/routes/), told of every change.
+    void getExternalWorkflowHandle(ROUTES_WORKFLOW_ID)
+      .signal('routeChanged', { ...route, revision: revisionOfSnapshot(profile) })
+      .catch(() => undefined);
     try {
       await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(
         replicaStatusSignal,

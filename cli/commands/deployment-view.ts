@@ -1,0 +1,84 @@
+// How the CLI reads and shows a deployment: its status (or why its workflow failed) and the
+// table of its replicas, revision, rollout and autoscaling. Operator side.
+import Table from 'cli-table3';
+import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { CliError } from './client.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import { deploymentStatusQuery } from '../../workflows/definitions.js';
+
+/** The deployment's status, or the reason its workflow failed, or undefined while it validates. */
+export async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | undefined> {
+  const description = await handle.describe();
+  if (description.status.name === 'FAILED') {
+    try {
+      await handle.result();
+    } catch (error) {
+      throw new CliError(failureMessage(error));
+    }
+  }
+  if (description.status.name !== 'RUNNING' && description.status.name !== 'COMPLETED')
+    throw new CliError(`deployment workflow ${handle.workflowId} is ${description.status.name}`);
+  try {
+    const view = await handle.query(deploymentStatusQuery);
+    if (view.phase === 'Failed') throw new CliError(view.reason);
+    return view.phase === 'Validating' ? undefined : view;
+  } catch (error) {
+    if (error instanceof CliError) throw error;
+    return undefined; // the first workflow task has not run yet
+  }
+}
+
+export function failureMessage(error: unknown): string {
+  if (error instanceof WorkflowFailedError) return error.cause?.message ?? error.message;
+  return error instanceof Error ? error.message : String(error);
+}
+
+export function print(view: DeploymentView, json?: boolean): void {
+  if (json) {
+    console.log(JSON.stringify(view, null, 2));
+    return;
+  }
+  console.log(
+    `${view.name}: ${view.phase} — ${view.ready}/${view.desired} Ready · ${view.model} (${view.profile}, revision ${view.revision ?? '—'}) served as "${view.servedName}"`,
+  );
+  if (view.reason) console.log(`  ${view.reason}`);
+  if (view.autoscale) {
+    const a = view.autoscale;
+    const last = a.lastDecision
+      ? `; last decision ${a.lastDecision.from} → ${a.lastDecision.desired} at ${a.lastDecision.at.slice(11, 19)}: ${a.lastDecision.reason}`
+      : '';
+    console.log(
+      `  autoscaled ${a.min}–${a.max} on ${a.metric} (target ${a.target}/replica${a.idleToZeroSeconds ? `, idle to zero after ${a.idleToZeroSeconds} s` : ''})${last}`,
+    );
+  }
+  if (view.catalogRevision) console.log(`  catalog has a newer revision (${view.catalogRevision}): \`llmgw rollout ${view.name}\``);
+  if (view.rollout && view.rollout.state !== 'Complete') {
+    const r = view.rollout;
+    console.log(
+      `  rollout ${r.fromProfile} ${r.from} → ${r.toProfile} ${r.to}: ${r.state}, ${r.done}/${r.desired} (${r.mode}, maxSurge ${r.maxSurge}, maxUnavailable ${r.maxUnavailable})`,
+    );
+  }
+  if (!view.replicas.length) return;
+  const table = new Table({
+    head: ['replica', 'revision', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
+    colWidths: [null, null, null, null, null, null, 60],
+    wordWrap: true,
+  });
+  for (const r of view.replicas) {
+    table.push([r.replicaId, r.revision ?? '—', r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
+    // A multi-node replica: one line per rank, so a rank that is not up shows as such.
+    if (r.shards.length > 1) {
+      for (const s of [...r.shards].sort((a, b) => a.rank - b.rank))
+        table.push([
+          `  rank ${s.rank}`,
+          '',
+          s.state ?? '—',
+          s.nodeId,
+          `${s.gpuIndices.join(',')}${s.hcas.length ? ` (${s.hcas.join(',')})` : ''}`,
+          s.pid ? `pid ${s.pid}` : '—',
+          s.shardId,
+        ]);
+    }
+  }
+  console.log(table.toString());
+}
