@@ -3,7 +3,8 @@
 // manages. Agent side. They hold GPUs placement would hand out again, so they are killed.
 import { ENGINE_MARKER_ENV } from '../../common/names.js';
 import type { MarkedProcess } from './markers.js';
-import { groupMembers, readCmdline, readEnviron, readStat, selfAndAncestors } from './proc.js';
+import type { Launcher } from './launcher.js';
+import { membersOf } from './process-table.js';
 import type { KillTarget } from './terminate.js';
 
 /** A process on a managed GPU, as a GPU-aware caller found it (e.g. nvidia-smi's compute apps). */
@@ -23,14 +24,14 @@ export interface Stranger {
   target: KillTarget;
 }
 
-function gpuIndicesOf(pid: number): number[] {
-  const value = readEnviron(pid)?.CUDA_VISIBLE_DEVICES ?? '';
+function gpuIndicesOf(launcher: Launcher, pid: number): number[] {
+  const value = launcher.readEnviron(pid)?.CUDA_VISIBLE_DEVICES ?? '';
   if (!/^\d+(,\d+)*$/.test(value)) return [];
   return value.split(',').map(Number);
 }
 
-function commandOf(pid: number): string {
-  return (readCmdline(pid) ?? []).join(' ');
+function commandOf(launcher: Launcher, pid: number): string {
+  return (launcher.readCmdline(pid) ?? []).join(' ');
 }
 
 /**
@@ -39,14 +40,19 @@ function commandOf(pid: number): string {
  * when every live member of it is such a stranger (an engine and the helpers it forked);
  * otherwise only the process itself, so that nothing unmarked is ever signalled.
  */
-export function markedStrangers(marked: MarkedProcess[], described: ReadonlySet<string>, corrupt: ReadonlyMap<string, string>): Stranger[] {
+export function markedStrangers(
+  launcher: Launcher,
+  marked: MarkedProcess[],
+  described: ReadonlySet<string>,
+  corrupt: ReadonlyMap<string, string>,
+): Stranger[] {
   const strangers = marked.filter((m) => !described.has(m.shardId));
   const strangerPids = new Set(strangers.map((s) => s.pid));
   const wholeGroup = new Map<number, boolean>();
   const groupOk = (pgid: number): boolean => {
     let ok = wholeGroup.get(pgid);
     if (ok === undefined) {
-      const members = groupMembers(pgid);
+      const members = membersOf(launcher, pgid);
       ok = pgid > 1 && members.length > 0 && members.every((m) => strangerPids.has(m.pid));
       wholeGroup.set(pgid, ok);
     }
@@ -62,8 +68,8 @@ export function markedStrangers(marked: MarkedProcess[], described: ReadonlySet<
       startTicks: m.startTicks,
       shardId: m.shardId,
       reason,
-      gpuIndices: gpuIndicesOf(m.pid),
-      command: commandOf(m.pid),
+      gpuIndices: gpuIndicesOf(launcher, m.pid),
+      command: commandOf(launcher, m.pid),
       target: { pid: m.pid, startTicks: m.startTicks, group },
     };
   });
@@ -75,19 +81,20 @@ export function markedStrangers(marked: MarkedProcess[], described: ReadonlySet<
  * describe (`ours` says which pids those are). Only the process itself is signalled.
  */
 export function gpuStrangers(
+  launcher: Launcher,
   found: GpuProcess[],
   nodeId: string,
   described: ReadonlySet<string>,
   ours: ReadonlySet<number>,
   log: (line: string) => void,
 ): Stranger[] {
-  const skip = selfAndAncestors();
+  const skip = launcher.selfAndAncestors();
   const out: Stranger[] = [];
   for (const g of found) {
     if (skip.has(g.pid) || ours.has(g.pid)) continue;
-    const stat = readStat(g.pid);
+    const stat = launcher.readStat(g.pid);
     if (!stat || stat.state === 'Z') continue;
-    const env = readEnviron(g.pid);
+    const env = launcher.readEnviron(g.pid);
     const node = env?.[ENGINE_MARKER_ENV.nodeId];
     const shardId = env?.[ENGINE_MARKER_ENV.shardId] ?? '';
     if (node !== undefined && node !== nodeId) {
@@ -101,7 +108,7 @@ export function gpuStrangers(
       shardId,
       reason: g.reason,
       gpuIndices: g.gpuIndices,
-      command: commandOf(g.pid),
+      command: commandOf(launcher, g.pid),
       target: { pid: g.pid, startTicks: stat.startTicks, group: false },
     });
   }

@@ -1,0 +1,83 @@
+// The engine supervisor's settings, and their defaults in one place. Agent side.
+import type { ShardStatus, StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import type { EngineContext, ProcessSpec } from '../engines/index.js';
+import type { Launcher } from './launcher.js';
+import type { PortRange } from './ports.js';
+import type { GpuProcess } from './strangers.js';
+
+export interface SupervisorOptions {
+  nodeId: string;
+  stateDir: string;
+  /** The agent's own engine port range, inclusive. */
+  portRange: PortRange;
+  /** Where engines bind and are reached (by the router, other ranks, and our health probes). */
+  advertiseAddress: string;
+  /** How to invoke each engine here; the supervisor fills in the address and the chosen port. */
+  engineContext: Omit<EngineContext, 'httpPort' | 'advertiseAddress'>;
+  /** How engine processes are started, signalled and seen (default: real child processes and /proc). */
+  launcher?: Launcher;
+  healthIntervalMs?: number;
+  healthTimeoutMs?: number;
+  /** Consecutive failed probes after which a Ready engine is reported unhealthy. */
+  unhealthyAfterFailures?: number;
+  stopGraceSeconds?: number;
+  /** SIGTERM-to-SIGKILL grace for processes nobody describes. */
+  unidentifiedGraceMs?: number;
+  /** A worker rank (no HTTP) is Ready once its process has been up this long. */
+  workerReadyAfterMs?: number;
+  maxLogBytes?: number;
+  logCheckIntervalMs?: number;
+  /** Variables of the agent's own environment that engines also get (besides PATH, HOME, LANG, …). */
+  passEnv?: string[];
+  /** Called only on transitions (Ready, unhealthy, back to Ready, exited), never on every poll. */
+  onTransition?: (status: ShardStatus) => void;
+  log?: (line: string) => void;
+  /** On real GPUs: compute processes on the GPUs this agent manages (e.g. from nvidia-smi). */
+  extraUnidentified?: () => Promise<GpuProcess[]>;
+  /**
+   * Resolves once the Ray cluster at `process.rayAddress` has `process.waitForRayNodes` nodes
+   * (see engines/ray.ts: rayStatusArgs, parseRayStatusNodeCount). The supervisor does not run
+   * `ray status` itself; the agent provides this. Must honour `signal` (a stop cancels it).
+   */
+  waitForRay?: (spec: StartShard, process: ProcessSpec, signal: AbortSignal) => Promise<void>;
+  /** Test hook: runs just before each spawn, after the spec record has been written. */
+  beforeSpawn?: (info: { shardId: string; recordFile: string; process: ProcessSpec }) => void | Promise<void>;
+  /** Test hook: runs after every process of a start is spawned, before start() returns. */
+  afterSpawn?: (info: { shardId: string }) => void | Promise<void>;
+}
+
+/** The options with every default filled in. */
+export type ResolvedOptions = SupervisorOptions &
+  Required<
+    Pick<
+      SupervisorOptions,
+      | 'launcher'
+      | 'healthIntervalMs'
+      | 'healthTimeoutMs'
+      | 'unhealthyAfterFailures'
+      | 'stopGraceSeconds'
+      | 'unidentifiedGraceMs'
+      | 'workerReadyAfterMs'
+      | 'maxLogBytes'
+      | 'logCheckIntervalMs'
+      | 'passEnv'
+      | 'log'
+    >
+  >;
+
+export function resolveOptions(options: SupervisorOptions, defaultLauncher: Launcher): ResolvedOptions {
+  return {
+    ...options,
+    launcher: options.launcher ?? defaultLauncher,
+    healthIntervalMs: options.healthIntervalMs ?? 1000,
+    healthTimeoutMs: options.healthTimeoutMs ?? 2000,
+    unhealthyAfterFailures: options.unhealthyAfterFailures ?? 3,
+    stopGraceSeconds: options.stopGraceSeconds ?? 10,
+    unidentifiedGraceMs: options.unidentifiedGraceMs ?? 5000,
+    workerReadyAfterMs: options.workerReadyAfterMs ?? 1000,
+    maxLogBytes: options.maxLogBytes ?? 64 * 1024 * 1024,
+    logCheckIntervalMs: options.logCheckIntervalMs ?? 10_000,
+    passEnv: options.passEnv ?? [],
+    log: options.log ?? (() => {}),
+  };
+}
