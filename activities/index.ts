@@ -2,6 +2,7 @@
 // queue `llmgw` beside the workflows and reach Temporal through a Client.
 import type { Client } from '@temporalio/client';
 import { createCatalogSource } from '../catalog/watch.js';
+import type { LineLog } from '../common/logger.js';
 import { createCatalogActivities } from './catalog.js';
 import { createPlacementActivities } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
@@ -9,11 +10,11 @@ import { createReconcileActivities } from './reconcile.js';
 export interface ControlActivityDeps {
   catalogFile: string;
   client: Client;
-  log: (line: string) => void;
+  log: LineLog;
 }
 
 export function createControlActivities(deps: ControlActivityDeps) {
-  const catalog = createCatalogSource(deps.catalogFile, { log: deps.log });
+  const catalog = createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
   return {
     ...createCatalogActivities(catalog, deps.client),
     ...createPlacementActivities(deps.client),

@@ -6,7 +6,8 @@ import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
 import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
-import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
+import { createLogger, lineLog } from '../common/logger.js';
+import { installRuntime, llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
 import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
@@ -22,7 +23,10 @@ import { tailLines } from './supervisor/logs.js';
 
 export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const config = parseAgentFlags(flags);
-  const log = (line: string): void => console.log(`${new Date().toISOString()} agent ${config.nodeId}: ${line}`);
+  const logger = createLogger('agent').child({ nodeId: config.nodeId });
+  const log = lineLog(logger);
+  // Before any connection: the SDK's logs (and Core's) go through our logger.
+  installRuntime({ logger });
   // An agent that cannot write specs cannot start engines safely, nor identify them after
   // a restart: refuse to run rather than half-work.
   checkStateDirWritable(config.stateDir);
@@ -88,7 +92,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     tailLines,
   });
   const adminAddress = `${config.adminAddr.replace(/:\d+$/, '')}:${admin.port}`;
-  log(`admin API on ${adminAddress}`);
+  log(`admin API on ${adminAddress} (Describe, TailLogs, gRPC health)`);
 
   const describe = async () => {
     if (config.gpus === 'real') host = await discoverHost(config);
@@ -124,7 +128,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   };
   const registerSoon = (): void => {
     register().catch((error: unknown) =>
-      log(`registration failed (will retry): ${error instanceof Error ? error.message : String(error)}`),
+      log(`registration failed (will retry): ${error instanceof Error ? error.message : String(error)}`, 'warn'),
     );
   };
 
@@ -140,6 +144,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
       connection = undefined;
       log(
         `cannot reach Temporal at ${connectionOptions.address} (attempt ${attempt}): ${error instanceof Error ? error.message : String(error)}; retrying`,
+        'warn',
       );
       await new Promise((r) => setTimeout(r, Math.min(10_000, 1_000 * attempt)));
     }
@@ -193,7 +198,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     // With Temporal unreachable the worker would wait for ever to report its last
     // activities; nothing on the host needs that, so leave after a bounded wait.
     setTimeout(() => {
-      log('Temporal did not confirm the shutdown in 15 s; exiting anyway');
+      log('Temporal did not confirm the shutdown in 15 s; exiting anyway', 'warn');
       process.exit(0);
     }, 15_000).unref();
   };

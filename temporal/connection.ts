@@ -2,11 +2,12 @@
 // TEMPORAL_NAMESPACE, TLS and API-key settings (and the Temporal CLI's config file),
 // read through @temporalio/envconfig, with our payload converter on every client.
 import { Client, Connection } from '@temporalio/client';
-import { NativeConnection } from '@temporalio/worker';
+import { NativeConnection, Runtime } from '@temporalio/worker';
 import { loadClientConnectConfig } from '@temporalio/envconfig';
 import type { DataConverter } from '@temporalio/common';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { temporalLogger, type Logger } from '../common/logger.js';
 
 export function temporalConfig(): {
   address: string;
@@ -57,4 +58,28 @@ export async function connectWorkerConnection(): Promise<{ connection: NativeCon
   const { connectionOptions, namespace } = temporalConfig();
   const connection = await NativeConnection.connect(connectionOptions);
   return { connection, namespace };
+}
+
+export interface RuntimeSettings {
+  /** Where the SDK's logs go (its own and Core's, forwarded): the process's logger. */
+  logger: Logger;
+  /**
+   * host:port of the Prometheus endpoint (`/metrics`) that serves the SDK's metrics and ours
+   * (made through `Runtime.metricMeter`); undefined: no endpoint.
+   */
+  metricsAddress?: string;
+}
+
+/**
+ * Installs the Temporal Runtime of a worker process (the agent, the control worker): once, before
+ * any NativeConnection or Worker. One logger for the SDK and us, and one metrics endpoint.
+ */
+export function installRuntime(settings: RuntimeSettings): Runtime {
+  return Runtime.install({
+    logger: temporalLogger(settings.logger),
+    telemetryOptions: {
+      logging: { forward: {}, filter: { core: 'WARN', other: 'ERROR' } },
+      ...(settings.metricsAddress ? { metrics: { prometheus: { bindAddress: settings.metricsAddress } } } : {}),
+    },
+  });
 }

@@ -4,16 +4,20 @@
 import { join } from 'node:path';
 import { Worker } from '@temporalio/worker';
 import { CONTROL_TASK_QUEUE } from '../common/names.js';
-import { connectWorkerConnection, llmgwDataConverter, connectClient } from '../temporal/connection.js';
+import { createLogger, lineLog, type Logger } from '../common/logger.js';
+import { connectWorkerConnection, installRuntime, llmgwDataConverter, connectClient } from '../temporal/connection.js';
 import { createControlActivities } from '../activities/index.js';
 
 export interface ControlWorkerOptions {
   catalogFile: string;
-  log?: (line: string) => void;
+  logger?: Logger;
 }
 
 export async function runControlWorker(options: ControlWorkerOptions): Promise<void> {
-  const log = options.log ?? ((line: string) => console.log(`${new Date().toISOString()} worker: ${line}`));
+  const logger = options.logger ?? createLogger('worker');
+  const log = lineLog(logger);
+  // Before any connection: the SDK's logs (and Core's) go through our logger.
+  installRuntime({ logger });
   const { connection, namespace } = await connectWorkerConnection();
   const client = await connectClient();
   const activities = createControlActivities({ catalogFile: options.catalogFile, client, log });

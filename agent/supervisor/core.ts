@@ -2,6 +2,7 @@
 // ports promised to starts in flight, and the one way a change is announced. Agent side.
 // The rooms (recovery, start, watch, stop, unidentified) are functions over this state.
 import { EventEmitter } from 'node:events';
+import type { LineLevel } from '../../common/logger.js';
 import { ShardState, type RunningShard, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { Launcher } from './launcher.js';
 import { KeyedLock } from './lock.js';
@@ -43,8 +44,8 @@ export class SupervisorCore {
     return this.options.launcher;
   }
 
-  log(line: string): void {
-    this.options.log(line);
+  log(line: string, level?: LineLevel): void {
+    this.options.log(line, level);
   }
 
   assertOpen(): void {
@@ -87,7 +88,7 @@ export class SupervisorCore {
     try {
       this.options.onTransition(this.statusOf(shard));
     } catch (err) {
-      this.log(`onTransition for shard ${shard.spec.shardId} threw: ${errorText(err)}`);
+      this.log(`onTransition for shard ${shard.spec.shardId} threw: ${errorText(err)}`, 'error');
     }
   }
 

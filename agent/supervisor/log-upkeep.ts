@@ -10,7 +10,7 @@ export async function enforceLogLimits(core: SupervisorCore): Promise<void> {
       if (enforceLogLimit(shard.logFile, max))
         core.log(`shard ${shard.spec.shardId}: log over ${max} bytes; kept the previous part as ${shard.logFile}.1`);
     } catch (err) {
-      core.log(`shard ${shard.spec.shardId}: could not bound its log: ${errorText(err)}`);
+      core.log(`shard ${shard.spec.shardId}: could not bound its log: ${errorText(err)}`, 'warn');
     }
   }
 }

@@ -1,4 +1,5 @@
 // The engine supervisor's settings, and their defaults in one place. Agent side.
+import type { LineLog } from '../../common/logger.js';
 import type { ShardStatus, StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { EngineContext, ProcessSpec } from '../engines/index.js';
 import type { Launcher } from './launcher.js';
@@ -31,7 +32,8 @@ export interface SupervisorOptions {
   passEnv?: string[];
   /** Called only on transitions (Ready, unhealthy, back to Ready, exited), never on every poll. */
   onTransition?: (status: ShardStatus) => void;
-  log?: (line: string) => void;
+  /** Narration of what the supervisor does; warnings carry level 'warn'. */
+  log?: LineLog;
   /** On real GPUs: compute processes on the GPUs this agent manages (e.g. from nvidia-smi). */
   extraUnidentified?: () => Promise<GpuProcess[]>;
   /**

@@ -38,7 +38,7 @@ export async function recover(core: SupervisorCore): Promise<RecoveryReport> {
   const { records, unreadable } = readAllRecords(stateDir);
   for (const u of unreadable) {
     core.corrupt.set(u.shardId, u.error);
-    core.log(`spec file ${u.file} cannot be read: ${u.error}`);
+    core.log(`spec file ${u.file} cannot be read: ${u.error}`, 'warn');
   }
 
   const marked = scanMarked(core.nodeId, core.launcher);
@@ -89,13 +89,13 @@ function recoverRecord(core: SupervisorCore, record: ShardRecord, marked: Marked
         writeRecordAtomic(core.options.stateDir, record);
       } catch (err) {
         // The engine is adopted all the same; only the adoption time is lost.
-        core.log(`shard ${id}: could not rewrite its spec after adoption: ${errorText(err)}`);
+        core.log(`shard ${id}: could not rewrite its spec after adoption: ${errorText(err)}`, 'warn');
       }
       const pid = mainProcess(shard)?.pid ?? 0;
       try {
         appendLogLine(shard.logFile, adoptionLine(core.nodeId, pid, now));
       } catch (err) {
-        core.log(`shard ${id}: could not write to ${shard.logFile}: ${errorText(err)}`);
+        core.log(`shard ${id}: could not write to ${shard.logFile}: ${errorText(err)}`, 'warn');
       }
       const found = verdict.foundUnrecorded
         ? ` (found pid ${verdict.foundUnrecorded.pid} by its markers: the previous agent died before recording it)`
@@ -121,7 +121,7 @@ function setAsideCorruptRecords(core: SupervisorCore, unreadable: UnreadableReco
       const kept = setAsideCorrupt(u.file);
       core.log(`moved the unreadable spec file ${u.file} to ${kept}`);
     } catch (err) {
-      core.log(`could not move the unreadable spec file ${u.file} aside: ${errorText(err)}`);
+      core.log(`could not move the unreadable spec file ${u.file} aside: ${errorText(err)}`, 'warn');
     }
   }
 }

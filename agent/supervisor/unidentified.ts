@@ -29,7 +29,7 @@ export async function killStrangers(core: SupervisorCore, marked: MarkedProcess[
       const found = await core.options.extraUnidentified();
       strangers.push(...gpuStrangers(core.launcher, found, core.nodeId, described, ours, (line) => core.log(line)));
     } catch (err) {
-      core.log(`could not list the processes on this host's GPUs: ${errorText(err)}`);
+      core.log(`could not list the processes on this host's GPUs: ${errorText(err)}`, 'warn');
     }
   }
   if (strangers.length === 0) return [];
@@ -49,6 +49,7 @@ export async function killStrangers(core: SupervisorCore, marked: MarkedProcess[
       killed
         ? `killed pid ${s.pid}${marker}: ${s.reason}`
         : `could not kill pid ${s.pid}${marker} (${s.reason}): still alive after SIGKILL`,
+      'warn',
     );
     return create(UnidentifiedProcessSchema, {
       pid: s.pid,
@@ -97,10 +98,10 @@ export async function killOnRequest(core: SupervisorCore, pids: number[], reason
   const survived = new Set(survivors.map((t) => t.pid));
   for (const t of targets) {
     if (survived.has(t.pid)) {
-      core.log(`could not kill pid ${t.pid} (${reason}): still alive after SIGKILL`);
+      core.log(`could not kill pid ${t.pid} (${reason}): still alive after SIGKILL`, 'warn');
       result.refused.push(t.pid);
     } else {
-      core.log(`killed pid ${t.pid}: ${reason}`);
+      core.log(`killed pid ${t.pid}: ${reason}`, 'warn');
       result.killed.push(t.pid);
     }
   }

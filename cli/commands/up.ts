@@ -14,6 +14,7 @@ import { deploymentStatusQuery, describeNodeQuery, releaseUpdate, scaleUpdate } 
 import type { DeploymentView } from '../../common/replica-types.js';
 import { signalGroup } from '../../agent/supervisor/proc.js';
 import { killMarkedEngines } from '../../agent/supervisor/markers.js';
+import { createLogger } from '../../common/logger.js';
 
 const SIM_NODES = [
   { nodeId: 'sim-a', admin: '127.0.0.1:7401', ports: '18000-18499' },
@@ -28,7 +29,8 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
   let server: DevServer | undefined;
   let stopping = false;
 
-  const say = (line: string): void => console.log(`llmgw up: ${line}`);
+  const logger = createLogger('up');
+  const say = (line: string): void => logger.info(line);
   const spawnPart = (name: string, args: string[]): void => {
     const fd = openSync(join(logDir, `${name}.log`), 'a');
     const child = spawn(process.execPath, [join(__dirname, '../../../bin/llmgw.js'), ...args], {
