@@ -60,6 +60,11 @@ export const AgentFlags = z
     /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
     reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
     reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
+    /**
+     * Compute processes on managed GPUs that this agent did not start: report them (and keep
+     * their GPUs out of placement), or kill them. Report by default: a host may run other jobs.
+     */
+    foreignGpuProcesses: z.enum(['report', 'kill'], { error: 'use report or kill' }).default('report'),
   })
   .superRefine((flags, ctx) => {
     const { portRange: engines, rayWorkerPorts: ray } = flags;

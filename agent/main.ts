@@ -5,6 +5,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
+import type { GpuProcess } from './supervisor/strangers.js';
 import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
 import { createLogger, lineLog } from '../common/logger.js';
 import { installRuntime, llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
@@ -25,8 +26,6 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const config = parseAgentFlags(flags);
   const logger = createLogger('agent').child({ nodeId: config.nodeId });
   const log = lineLog(logger);
-  // Before any connection: the SDK's logs (and Core's) go through our logger.
-  installRuntime({ logger });
   // An agent that cannot write specs cannot start engines safely, nor identify them after
   // a restart: refuse to run rather than half-work.
   checkStateDirWritable(config.stateDir);
@@ -60,30 +59,27 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
     onTransition: (status) => notifier.send(status),
     log,
-    // On real GPUs, a compute process on a GPU we manage that no spec describes holds
-    // memory placement would hand out again: the supervisor kills it.
-    extraUnidentified:
-      config.gpus === 'real'
-        ? async () => {
-            const managed = config.managedGpus ?? host.gpus.map((gpu) => gpu.index);
-            const fresh = await discoverHost(config);
-            return fresh.computeProcesses
-              .filter((process) => process.gpuIndices.some((index) => managed.includes(index)))
-              .map((process) => ({
-                pid: process.pid,
-                gpuIndices: process.gpuIndices,
-                reason: `compute process on managed GPU(s) ${process.gpuIndices.join(',')} (${process.usedMemoryMib} MiB)`,
-              }));
-          }
-        : undefined,
+    dryRun: config.reconcile === 'dry-run',
+    foreignGpuProcesses: config.foreignGpuProcesses,
   });
-  // Before anything can start a new engine: adopt what is ours, kill what nobody can describe.
-  const recovered = await supervisor.recover();
+  // On real GPUs, the compute processes nvidia-smi lists on the GPUs this agent manages:
+  // those it did not start are foreign (reported, their GPUs withheld; killed only in kill mode).
+  const gpuProcesses = (): GpuProcess[] => {
+    const managed = config.managedGpus ?? host.gpus.map((gpu) => gpu.index);
+    return host.computeProcesses
+      .filter((process) => process.gpuIndices.some((index) => managed.includes(index)))
+      .map((process) => ({ pid: process.pid, gpuIndices: process.gpuIndices, usedMemoryMib: process.usedMemoryMib }));
+  };
+  // Before anything can start a new engine: adopt what is ours, end what nobody can describe.
+  const recovered = await supervisor.recover(gpuProcesses());
   const unidentified: UnidentifiedProcess[] = [...recovered.unidentified];
   // Kills not yet named in a survey: reconciliation's result lists each exactly once.
   let unreportedKills: UnidentifiedProcess[] = [...recovered.unidentified];
+  // Foreign processes killed at start (kill mode) stay named in every registration.
+  const foreignKilledAtStart = recovered.foreign.filter((f) => f.killed);
+  const dry = config.reconcile === 'dry-run' ? ' (dry run: nothing killed)' : '';
   log(
-    `recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.length} unidentified killed`,
+    `recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.filter((u) => u.killed).length} unidentified killed, ${recovered.foreign.length} foreign on our GPUs${dry}`,
   );
 
   const admin = await startAdminServer(config.adminAddr, {
@@ -96,14 +92,15 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
 
   const describe = async () => {
     if (config.gpus === 'real') host = await discoverHost(config);
-    return buildRegister(config, host, supervisor.list(), unidentified, adminAddress);
+    const foreign = [...foreignKilledAtStart, ...supervisor.foreignProcesses(gpuProcesses())];
+    return buildRegister(config, host, supervisor.list(), unidentified, foreign, adminAddress);
   };
   const survey = async () => {
     if (config.gpus === 'real') host = await discoverHost(config);
-    const killed = await supervisor.findUnidentified();
-    const named = [...unreportedKills, ...killed];
+    const found = await supervisor.survey(gpuProcesses());
+    const named = [...unreportedKills, ...found.unidentified];
     unreportedKills = [];
-    return buildRegister(config, host, supervisor.list(), named, adminAddress);
+    return buildRegister(config, host, supervisor.list(), named, [...foreignKilledAtStart, ...found.foreign], adminAddress);
   };
 
   const { connectionOptions, namespace } = temporalConfig();
@@ -134,6 +131,9 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
 
   // Temporal may be down when the agent starts: engines keep running and the agent keeps
   // trying, because nothing about the host depends on the control plane being up.
+  // Before any connection: the SDK's logs (and Core's) go through our logger. Not earlier:
+  // a Runtime keeps the process alive, and a bad flag or inventory must end the agent.
+  installRuntime({ logger });
   let connection: NativeConnection | undefined;
   for (let attempt = 1; !connection; attempt++) {
     try {

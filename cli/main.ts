@@ -97,6 +97,11 @@ program
   )
   .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
   .option('--reconcile-every-seconds <s>', "how often the node's reconcile Schedule runs (0: only on registration)", '180')
+  .option(
+    '--foreign-gpu-processes <report|kill>',
+    'compute processes on managed GPUs that this agent did not start: report them and withhold their GPUs, or kill them (never in dry-run)',
+    'report',
+  )
   .action(async (opts: Record<string, unknown>) => {
     const { runAgent } = await import('../agent/main.js');
     await runAgent(opts);

@@ -6,7 +6,7 @@ import type { LineLevel } from '../../common/logger.js';
 import { ShardState, type RunningShard, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { Launcher } from './launcher.js';
 import { KeyedLock } from './lock.js';
-import type { ResolvedOptions } from './options.js';
+import type { ResolvedOptions, SupervisorEvent } from './options.js';
 import { runningShard, shardStatus, type Shard } from './shard.js';
 import { logPath, type ShardRecord } from './spec-store.js';
 
@@ -46,6 +46,14 @@ export class SupervisorCore {
 
   log(line: string, level?: LineLevel): void {
     this.options.log(line, level);
+  }
+
+  count(event: SupervisorEvent): void {
+    try {
+      this.options.count?.(event);
+    } catch (err) {
+      this.log(`counting ${event.kind} failed: ${errorText(err)}`, 'warn');
+    }
   }
 
   assertOpen(): void {

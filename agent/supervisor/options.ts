@@ -4,7 +4,14 @@ import type { ShardStatus, StartShard } from '../../proto/gen/llmgw/v1/shard_pb.
 import type { EngineContext, ProcessSpec } from '../engines/index.js';
 import type { Launcher } from './launcher.js';
 import type { PortRange } from './ports.js';
-import type { GpuProcess } from './strangers.js';
+
+export type ForeignGpuProcessMode = 'report' | 'kill';
+
+/** Why a process was killed: ours and undescribed, foreign (kill mode), or asked by reconciliation. */
+export type KillReason = 'unidentified' | 'foreign' | 'control-plane';
+
+export type SupervisorEvent =
+  { kind: 'kill'; reason: KillReason } | { kind: 'adopt' } | { kind: 'start'; restart: boolean } | { kind: 'exit' };
 
 export interface SupervisorOptions {
   nodeId: string;
@@ -34,8 +41,15 @@ export interface SupervisorOptions {
   onTransition?: (status: ShardStatus) => void;
   /** Narration of what the supervisor does; warnings carry level 'warn'. */
   log?: LineLog;
-  /** On real GPUs: compute processes on the GPUs this agent manages (e.g. from nvidia-smi). */
-  extraUnidentified?: () => Promise<GpuProcess[]>;
+  /**
+   * Dry-run (`--reconcile dry-run`): nothing is ever killed, at start or later; reports say
+   * what act mode would do. Stops the control plane asks for are still carried out.
+   */
+  dryRun?: boolean;
+  /** What to do with compute processes on our GPUs that we did not start (default report). */
+  foreignGpuProcesses?: ForeignGpuProcessMode;
+  /** Counts what happens (the agent's metrics); called synchronously, must not throw. */
+  count?: (event: SupervisorEvent) => void;
   /**
    * Resolves once the Ray cluster at `process.rayAddress` has `process.waitForRayNodes` nodes
    * (see engines/ray.ts: rayStatusArgs, parseRayStatusNodeCount). The supervisor does not run
@@ -64,6 +78,8 @@ export type ResolvedOptions = SupervisorOptions &
       | 'logCheckIntervalMs'
       | 'passEnv'
       | 'log'
+      | 'dryRun'
+      | 'foreignGpuProcesses'
     >
   >;
 
@@ -81,5 +97,7 @@ export function resolveOptions(options: SupervisorOptions, defaultLauncher: Laun
     logCheckIntervalMs: options.logCheckIntervalMs ?? 10_000,
     passEnv: options.passEnv ?? [],
     log: options.log ?? (() => {}),
+    dryRun: options.dryRun ?? false,
+    foreignGpuProcesses: options.foreignGpuProcesses ?? 'report',
   };
 }

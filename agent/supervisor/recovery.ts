@@ -1,7 +1,7 @@
 // Recovery at agent start: takes over the engines a previous agent left running (same pid,
 // watched by polling), reports those that died while no agent watched, and hands what no
 // readable spec describes to unidentified.ts. Agent side; runs once, before any start.
-import type { UnidentifiedProcess } from '../../proto/gen/llmgw/v1/register_pb.js';
+import type { ForeignProcess, UnidentifiedProcess } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { ShardState, type RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { judgeRecord } from './adopt.js';
 import { errorText, type SupervisorCore } from './core.js';
@@ -16,21 +16,26 @@ import {
   type ShardRecord,
   type UnreadableRecord,
 } from './spec-store.js';
-import { killStrangers } from './unidentified.js';
+import type { GpuProcess } from './strangers.js';
+import { survey } from './unidentified.js';
 import { watch } from './watch.js';
 
 export interface RecoveryReport {
   adopted: RunningShard[];
   /** Shards whose engine died while no agent was watching: reported as Failed, record kept. */
   exited: RunningShard[];
+  /** Marked as ours, described by no readable spec: killed (in dry-run: what act mode would kill). */
   unidentified: UnidentifiedProcess[];
+  /** Compute processes on our GPUs that we did not start: reported, killed only in kill mode. */
+  foreign: ForeignProcess[];
 }
 
 /**
  * Runs once at agent start, before anything else: adopts the engines a previous agent left
- * running, reports those that died meanwhile, and kills marked processes nobody describes.
+ * running, reports those that died meanwhile, kills marked processes nobody describes, and
+ * sorts out the compute processes on our GPUs (`gpuProcesses`) that are not ours.
  */
-export async function recover(core: SupervisorCore): Promise<RecoveryReport> {
+export async function recover(core: SupervisorCore, gpuProcesses: GpuProcess[]): Promise<RecoveryReport> {
   if (core.recovered) throw new Error('recover() runs once, when the agent starts');
   core.recovered = true;
   const { stateDir } = core.options;
@@ -52,9 +57,9 @@ export async function recover(core: SupervisorCore): Promise<RecoveryReport> {
     else if (outcome === 'failed') exited.push(core.running(shard));
   }
 
-  const unidentified = await killStrangers(core, marked);
+  const { unidentified, foreign } = await survey(core, gpuProcesses, marked);
   setAsideCorruptRecords(core, unreadable);
-  return { adopted, exited, unidentified };
+  return { adopted, exited, unidentified, foreign };
 }
 
 function recoverRecord(core: SupervisorCore, record: ShardRecord, marked: MarkedProcess[]): 'adopted' | 'failed' | 'not-started' {
@@ -101,6 +106,7 @@ function recoverRecord(core: SupervisorCore, record: ShardRecord, marked: Marked
         ? ` (found pid ${verdict.foundUnrecorded.pid} by its markers: the previous agent died before recording it)`
         : '';
       core.log(`adopted shard ${id}: pid ${pid}${found}`);
+      core.count({ kind: 'adopt' });
       watch(core, shard);
       return 'adopted';
     }

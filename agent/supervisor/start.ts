@@ -132,6 +132,7 @@ async function startLocked(core: SupervisorCore, spec: StartShard): Promise<Runn
   core.log(
     `started shard ${id}: ${shard.procs.map((p) => `${p.role} pid ${p.pid}`).join(', ')}${port ? ` on port ${port}` : ''}${later.length ? `; ${shard.message}` : ''}`,
   );
+  core.count({ kind: 'start', restart: existing !== undefined });
   core.emitChange(id);
   watch(core, shard);
   if (later.length) void startAfterRay(core, shard, later, launch.servesHttp);

@@ -1,6 +1,7 @@
-// Finds the engines nobody can describe: processes marked with this agent's node id whose
-// shard no readable spec names, and (on real GPUs) compute processes on the GPUs this agent
-// manages. Agent side. They hold GPUs placement would hand out again, so they are killed.
+// Sorts the processes this agent did not start from a spec: strangers (marked with this
+// agent's node id, yet no readable spec names their shard: ours, and nobody can describe
+// them) and foreign processes (computing on a GPU this agent manages without our markers:
+// someone else's). Agent side; reads the process table, signals nothing.
 import { ENGINE_MARKER_ENV } from '../../common/names.js';
 import type { MarkedProcess } from './markers.js';
 import type { Launcher } from './launcher.js';
@@ -11,7 +12,18 @@ import type { KillTarget } from './terminate.js';
 export interface GpuProcess {
   pid: number;
   gpuIndices: number[];
-  reason: string;
+  usedMemoryMib?: number;
+}
+
+/** A compute process on a managed GPU that this agent did not start. */
+export interface Foreign {
+  pid: number;
+  startTicks: string;
+  gpuIndices: number[];
+  command: string;
+  usedMemoryMib: number;
+  /** The node id of the llmgw agent whose engine it is; '' when it is not llmgw's at all. */
+  agent: string;
 }
 
 export interface Stranger {
@@ -32,6 +44,19 @@ function gpuIndicesOf(launcher: Launcher, pid: number): number[] {
 
 function commandOf(launcher: Launcher, pid: number): string {
   return (launcher.readCmdline(pid) ?? []).join(' ');
+}
+
+/**
+ * What a foreign process is, in a few words: its program and script, never its options or
+ * values, which may hold its owner's secrets (this goes into registrations and logs).
+ */
+export function foreignCommand(argv: string[] | undefined): string {
+  if (!argv || argv.length === 0) return '(unreadable)';
+  const shown = [argv[0]!];
+  const script = argv[1];
+  if (script !== undefined && !script.startsWith('-') && !script.includes('=')) shown.push(script);
+  const text = shown.map((word) => (word.length > 80 ? `${word.slice(0, 77)}...` : word)).join(' ');
+  return argv.length > shown.length ? `${text} …` : text;
 }
 
 /**
@@ -76,20 +101,13 @@ export function markedStrangers(
 }
 
 /**
- * The GPU processes a caller found that are not ours to keep: never this agent or its
- * ancestors, never another agent's engine (another node id), never a process of a shard we
- * describe (`ours` says which pids those are). Only the process itself is signalled.
+ * The GPU processes a caller found that this agent did not start: never this agent or its
+ * ancestors, never a process of a shard we describe (`ours` says which pids those are), and
+ * not the strangers marked with our node id either (markedStrangers finds those).
  */
-export function gpuStrangers(
-  launcher: Launcher,
-  found: GpuProcess[],
-  nodeId: string,
-  described: ReadonlySet<string>,
-  ours: ReadonlySet<number>,
-  log: (line: string) => void,
-): Stranger[] {
+export function foreignProcesses(launcher: Launcher, found: GpuProcess[], nodeId: string, ours: ReadonlySet<number>): Foreign[] {
   const skip = launcher.selfAndAncestors();
-  const out: Stranger[] = [];
+  const out: Foreign[] = [];
   for (const g of found) {
     if (skip.has(g.pid) || ours.has(g.pid)) continue;
     const stat = launcher.readStat(g.pid);
@@ -97,19 +115,15 @@ export function gpuStrangers(
     const env = launcher.readEnviron(g.pid);
     const node = env?.[ENGINE_MARKER_ENV.nodeId];
     const shardId = env?.[ENGINE_MARKER_ENV.shardId] ?? '';
-    if (node !== undefined && node !== nodeId) {
-      log(`left pid ${g.pid} on GPU(s) ${g.gpuIndices.join(',')} alone: it belongs to agent ${node}`);
-      continue;
-    }
-    if (node === nodeId && described.has(shardId)) continue;
+    // Marked with our node id: ours (described), or a stranger markedStrangers reports.
+    if (node === nodeId && shardId !== '') continue;
     out.push({
       pid: g.pid,
       startTicks: stat.startTicks,
-      shardId,
-      reason: g.reason,
-      gpuIndices: g.gpuIndices,
-      command: commandOf(launcher, g.pid),
-      target: { pid: g.pid, startTicks: stat.startTicks, group: false },
+      gpuIndices: [...g.gpuIndices],
+      command: foreignCommand(launcher.readCmdline(g.pid)),
+      usedMemoryMib: g.usedMemoryMib ?? 0,
+      agent: node !== undefined && node !== nodeId ? node : '',
     });
   }
   return out;

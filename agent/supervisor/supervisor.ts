@@ -13,7 +13,7 @@
 //   unidentified.ts  processes no spec describes
 //   log-upkeep.ts    engine log size and retention
 //   launcher.ts      the process boundary (spawn, pids, exits, signals, the process table)
-import type { KillProcessesResult, UnidentifiedProcess } from '../../proto/gen/llmgw/v1/register_pb.js';
+import type { ForeignProcess, KillProcessesResult } from '../../proto/gen/llmgw/v1/register_pb.js';
 import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { EXITED_WHILE_DOWN } from './adopt.js';
 import { SupervisorCore } from './core.js';
@@ -25,7 +25,8 @@ import { recover, type RecoveryReport } from './recovery.js';
 import { logPath } from './spec-store.js';
 import { start } from './start.js';
 import { stop } from './stop.js';
-import { findUnidentified, killOnRequest } from './unidentified.js';
+import type { GpuProcess } from './strangers.js';
+import { foreignNow, killOnRequest, survey, type SurveyReport } from './unidentified.js';
 import { waitUntilReady, type WaitHealthyOptions } from './wait-healthy.js';
 import { clearTimer } from './watch.js';
 
@@ -46,15 +47,25 @@ export class Supervisor {
 
   /**
    * Runs once at agent start, before anything else: adopts the engines a previous agent left
-   * running, reports those that died meanwhile, and kills marked processes nobody describes.
+   * running, reports those that died meanwhile, kills marked processes nobody describes, and
+   * sorts out the compute processes on our GPUs (`gpuProcesses`, from discovery) that are not ours.
    */
-  recover(): Promise<RecoveryReport> {
-    return recover(this.core);
+  recover(gpuProcesses: GpuProcess[] = []): Promise<RecoveryReport> {
+    return recover(this.core, gpuProcesses);
   }
 
-  /** Finds and kills processes no spec describes (marked with this node id, or reported on our GPUs). */
-  findUnidentified(): Promise<UnidentifiedProcess[]> {
-    return findUnidentified(this.core);
+  /**
+   * Reconciliation's look at what no spec describes: kills the strangers marked as ours, and
+   * reports (or, with `--foreign-gpu-processes kill`, kills) foreign processes on our GPUs.
+   * In dry-run nothing is killed and the report says what act mode would do.
+   */
+  survey(gpuProcesses: GpuProcess[] = []): Promise<SurveyReport> {
+    return survey(this.core, gpuProcesses);
+  }
+
+  /** The foreign processes on our GPUs now (for a registration); kills nothing. */
+  foreignProcesses(gpuProcesses: GpuProcess[]): ForeignProcess[] {
+    return foreignNow(this.core, gpuProcesses);
   }
 
   /**
@@ -142,4 +153,4 @@ export function createSupervisor(options: SupervisorOptions): Supervisor {
 }
 
 export { EXITED_WHILE_DOWN };
-export type { RecoveryReport, SupervisorOptions, WaitHealthyOptions };
+export type { RecoveryReport, SupervisorOptions, SurveyReport, WaitHealthyOptions };

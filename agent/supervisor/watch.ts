@@ -31,6 +31,7 @@ export function markExited(core: SupervisorCore, shard: Shard, how: { message: s
   shard.signal = how.exit?.signal ?? '';
   shard.lastLogLines = tailLines(shard.logFile, LOG_TAIL_LINES);
   clearTimer(shard);
+  core.count({ kind: 'exit' });
   core.emitChange(shard.spec.shardId);
 }
 

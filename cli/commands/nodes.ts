@@ -33,6 +33,10 @@ export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
     const problems = [
       ...(inv?.problems ?? []),
       ...(inv?.gpus.filter((gpu) => gpu.problems.length).map((gpu) => `GPU ${gpu.index}: ${gpu.problems.join('; ')}`) ?? []),
+      // Live foreign processes show as their GPUs' problems above; say also what the agent killed.
+      ...(inv?.foreignProcesses ?? [])
+        .filter((f) => f.killed)
+        .map((f) => `killed pid ${f.pid} (${f.command}) on GPU ${f.gpuIndices.join(',')}: ${f.note}`),
     ];
     table.push([
       view.nodeId,
