@@ -4,8 +4,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, type Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { chooseProfile, profileSnapshot } from '../catalog/lookup.js';
+import { readCatalogKeys } from '../common/catalog-key.js';
 import { FailureType } from '../common/failures.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
+import { signSnapshot } from '../common/revision-signature.js';
 
 export interface ResolveRequest {
   model: string;
@@ -13,7 +15,13 @@ export interface ResolveRequest {
   gpuClass?: string;
 }
 
-export function createCatalogActivities(catalog: CatalogSource, client: Client) {
+/**
+ * `catalogKeyFile`: the key the control worker signs every resolved revision with, so that
+ * agents start only what the catalog allows (docs/security.md). Read on every resolve, so a
+ * rotated file needs no restart. Without one, revisions go out unsigned (agents refuse them
+ * unless started with --insecure-unsigned).
+ */
+export function createCatalogActivities(catalog: CatalogSource, client: Client, catalogKeyFile?: string) {
   return {
     async resolveDeployment(
       request: ResolveRequest,
@@ -43,8 +51,9 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
           FailureType.UnknownGpuClass,
         );
       }
+      const snapshot = profileSnapshot(model, profile);
       return {
-        snapshot: profileSnapshot(model, profile),
+        snapshot: catalogKeyFile === undefined ? snapshot : signSnapshot(snapshot, readCatalogKeys(catalogKeyFile)),
         maxReplicas: current.defaults?.maxReplicas ?? 256,
         drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5,
       };

@@ -9,6 +9,8 @@ import { createReconcileActivities } from './reconcile.js';
 
 export interface ControlActivityDeps {
   catalogFile: string;
+  /** The catalog key file revisions are signed with; unsigned without one. */
+  catalogKeyFile?: string;
   client: Client;
   log: LineLog;
 }
@@ -16,7 +18,7 @@ export interface ControlActivityDeps {
 export function createControlActivities(deps: ControlActivityDeps) {
   const catalog = createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
   return {
-    ...createCatalogActivities(catalog, deps.client),
+    ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createPlacementActivities(deps.client),
     ...createReconcileActivities(catalog, deps.client),
   };

@@ -65,8 +65,19 @@ export const AgentFlags = z
      * their GPUs out of placement), or kill them. Report by default: a host may run other jobs.
      */
     foreignGpuProcesses: z.enum(['report', 'kill'], { error: 'use report or kill' }).default('report'),
+    /** The control worker's catalog key file (LLMGW_CATALOG_KEY_FILE): only revisions it signed start. */
+    catalogKey: z.string().min(1, '--catalog-key must name a file').optional(),
+    /** Start revisions nobody signed: anyone who can start a workflow can then run anything here. */
+    insecureUnsigned: z.boolean().default(false),
   })
   .superRefine((flags, ctx) => {
+    if (flags.catalogKey !== undefined && flags.insecureUnsigned) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['insecureUnsigned'],
+        message: 'give either a catalog key (verify every start) or --insecure-unsigned (verify nothing), not both',
+      });
+    }
     const { portRange: engines, rayWorkerPorts: ray } = flags;
     if (ray.from <= engines.to && engines.from <= ray.to) {
       ctx.addIssue({
@@ -80,7 +91,9 @@ export const AgentFlags = z
 export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };
 
 export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
-  const parsed = AgentFlags.safeParse(flags);
+  // LLMGW_CATALOG_KEY_FILE stands in for --catalog-key; an explicit --insecure-unsigned wins over it.
+  const fromEnv = flags.insecureUnsigned ? undefined : process.env.LLMGW_CATALOG_KEY_FILE || undefined;
+  const parsed = AgentFlags.safeParse({ catalogKey: fromEnv, ...flags });
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => `--${kebab(String(issue.path[0] ?? ''))}: ${issue.message}`);
     throw new Error(`bad agent settings:\n  ${problems.join('\n  ')}`);
@@ -89,6 +102,7 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
   return {
     ...value,
     stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
+    catalogKey: value.catalogKey === undefined ? undefined : resolve(value.catalogKey),
     // Engines of the `fake` kind are this same program; spawn it with the same Node.
     fakeEngineCommand: [process.execPath, resolve(__dirname, '../../bin/llmgw.js'), 'fake-engine'],
   };

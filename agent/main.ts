@@ -21,6 +21,9 @@ import { createSupervisor } from './supervisor/supervisor.js';
 import { createRayWait } from './ray-wait.js';
 import { checkStateDirWritable, logPath } from './supervisor/spec-store.js';
 import { tailLines } from './supervisor/logs.js';
+import { createRevisionCheck, type RevisionPolicy } from './revision-check.js';
+import { keyFileWarnings, readCatalogKeys } from '../common/catalog-key.js';
+import type { LineLog } from '../common/logger.js';
 
 export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const config = parseAgentFlags(flags);
@@ -29,6 +32,8 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   // An agent that cannot write specs cannot start engines safely, nor identify them after
   // a restart: refuse to run rather than half-work.
   checkStateDirWritable(config.stateDir);
+
+  const revisionPolicy = revisionPolicyOf(config, log);
 
   let host = await discoverHost(config);
   log(`host: ${host.gpus.length}× ${host.gpuClass || 'no GPU'}${host.problems.length ? `; problems: ${host.problems.join('; ')}` : ''}`);
@@ -61,6 +66,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     log,
     dryRun: config.reconcile === 'dry-run',
     foreignGpuProcesses: config.foreignGpuProcesses,
+    checkRevision: createRevisionCheck(revisionPolicy),
   });
   // On real GPUs, the compute processes nvidia-smi lists on the GPUs this agent manages:
   // those it did not start are foreign (reported, their GPUs withheld; killed only in kill mode).
@@ -216,6 +222,27 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     await admin.close();
     await connection.close();
   }
+}
+
+/** Which revisions this agent starts; a key file that cannot be read stops the agent now. */
+function revisionPolicyOf(config: AgentConfig, log: LineLog): RevisionPolicy {
+  if (config.catalogKey !== undefined) {
+    const keys = readCatalogKeys(config.catalogKey);
+    for (const warning of keyFileWarnings(config.catalogKey)) log(warning, 'warn');
+    log(
+      `catalog key(s) ${keys.all.map((k) => k.id).join(', ')} from ${config.catalogKey}: only revisions the control worker signed start here`,
+    );
+    return { kind: 'keys', file: config.catalogKey };
+  }
+  if (config.insecureUnsigned) {
+    log('--insecure-unsigned: starting revisions nobody signed; anyone who can start a workflow can run anything on this host', 'warn');
+    return { kind: 'insecure-unsigned' };
+  }
+  log(
+    'no catalog key (--catalog-key FILE or LLMGW_CATALOG_KEY_FILE): this agent adopts and reports, but starts no engine (see docs/security.md)',
+    'warn',
+  );
+  return { kind: 'no-key' };
 }
 
 export type { AgentConfig };

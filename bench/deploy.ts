@@ -13,6 +13,7 @@ import { llmgwDataConverter } from '../temporal/connection.js';
 import { deploymentStatusQuery } from '../workflows/definitions.js';
 import { signalGroup } from '../agent/supervisor/proc.js';
 import { killMarkedEngines } from '../agent/supervisor/markers.js';
+import { ensureCatalogKeyFile } from '../common/catalog-key.js';
 
 const BIN = join(__dirname, '../../bin/llmgw.js');
 const CATALOG = join(__dirname, '../../bench/catalog.yaml');
@@ -89,7 +90,10 @@ async function run(client: Client, env: Record<string, string>, replicas: number
 async function main(): Promise<void> {
   const port = await findFreePort();
   const server = await startDevServer({ port, headless: true, inMemory: true, logFile: `.llmgw/bench/temporal-${port}.log` });
-  const env = { TEMPORAL_ADDRESS: server.address };
+  // The worker signs revisions with this key and the agents verify them, as in production.
+  const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-key-')), 'catalog.key');
+  ensureCatalogKeyFile(keyFile);
+  const env = { TEMPORAL_ADDRESS: server.address, LLMGW_CATALOG_KEY_FILE: keyFile };
   const nodeIds = Array.from({ length: 8 }, (_, i) => `bench-${i}`);
   try {
     await spawnPart(['worker', '--catalog', CATALOG], env);

@@ -102,6 +102,8 @@ program
     'compute processes on managed GPUs that this agent did not start: report them and withhold their GPUs, or kill them (never in dry-run)',
     'report',
   )
+  .option('--catalog-key <file>', "the control worker's catalog key file (or LLMGW_CATALOG_KEY_FILE): only revisions it signed start here")
+  .option('--insecure-unsigned', 'start revisions nobody signed (unsafe: anyone who can start a workflow can run anything here)')
   .action(async (opts: Record<string, unknown>) => {
     const { runAgent } = await import('../agent/main.js');
     await runAgent(opts);
@@ -115,9 +117,14 @@ program
     'catalog YAML (or LLMGW_CATALOG); edits are picked up without a restart',
     process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml',
   )
-  .action(async (opts: { catalog: string }) => {
+  .option(
+    '--catalog-key <file>',
+    'key file every resolved revision is signed with; agents start only signed revisions (or LLMGW_CATALOG_KEY_FILE)',
+    process.env.LLMGW_CATALOG_KEY_FILE || undefined,
+  )
+  .action(async (opts: { catalog: string; catalogKey?: string }) => {
     const { runControlWorker } = await import('../workers/control-worker.js');
-    await runControlWorker({ catalogFile: opts.catalog });
+    await runControlWorker({ catalogFile: opts.catalog, catalogKeyFile: opts.catalogKey });
   });
 
 const nodes = program

@@ -6,6 +6,12 @@ export type ReplicaPhase =
 
 export const ROUTABLE_PHASES: ReplicaPhase[] = ['Ready', 'Unknown'];
 
+/**
+ * A variable's value in a profile: a literal, or a reference to a variable of the agent's own
+ * host (`--pass-env`, `--env-file`), resolved only at spawn: a secret's value never leaves it.
+ */
+export type EnvValue = string | { fromHost: string };
+
 /** What a replica runs: the catalog profile, copied at deploy time (plain JSON). */
 export interface ProfileSnapshot {
   model: string;
@@ -20,9 +26,15 @@ export interface ProfileSnapshot {
   gpusPerNode: number;
   nodes: number;
   args: string[];
-  env: Record<string, string>;
+  env: Record<string, EnvValue>;
   startupTimeoutSeconds: number;
   minGpuMemoryMib: number;
+  /**
+   * The control worker's signature of this revision (common/revision-signature.ts), made when
+   * it resolved it from the catalog; agents start only revisions whose signature verifies.
+   * Absent or '' when unsigned (a control worker without a catalog key, older histories).
+   */
+  signature?: string;
 }
 
 export interface ShardPlacement {

@@ -1,7 +1,8 @@
 // `llmgw worker`: the control worker on task queue `llmgw`. Hosts the workflows
 // (deployModel, replica, node, reconcileNode) and the control activities. Stateless:
 // any number can run, and killing one loses nothing (Temporal holds the state).
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { keyFileWarnings, readCatalogKeys } from '../common/catalog-key.js';
 import { Worker } from '@temporalio/worker';
 import { CONTROL_TASK_QUEUE } from '../common/names.js';
 import { createLogger, lineLog, type Logger } from '../common/logger.js';
@@ -10,17 +11,31 @@ import { createControlActivities } from '../activities/index.js';
 
 export interface ControlWorkerOptions {
   catalogFile: string;
+  /** The catalog key file (--catalog-key, LLMGW_CATALOG_KEY_FILE) every resolved revision is signed with. */
+  catalogKeyFile?: string;
   logger?: Logger;
 }
 
 export async function runControlWorker(options: ControlWorkerOptions): Promise<void> {
   const logger = options.logger ?? createLogger('worker');
   const log = lineLog(logger);
+  // A key file that cannot be read stops the worker now, not at the first deploy.
+  const catalogKeyFile = options.catalogKeyFile === undefined ? undefined : resolve(options.catalogKeyFile);
+  if (catalogKeyFile === undefined) {
+    log(
+      'no catalog key (--catalog-key FILE or LLMGW_CATALOG_KEY_FILE): revisions go out unsigned, and agents with a key refuse them',
+      'warn',
+    );
+  } else {
+    const keys = readCatalogKeys(catalogKeyFile);
+    for (const warning of keyFileWarnings(catalogKeyFile)) log(warning, 'warn');
+    log(`signing revisions with catalog key ${keys.signing.id} from ${catalogKeyFile}`);
+  }
   // Before any connection: the SDK's logs (and Core's) go through our logger.
   installRuntime({ logger });
   const { connection, namespace } = await connectWorkerConnection();
   const client = await connectClient();
-  const activities = createControlActivities({ catalogFile: options.catalogFile, client, log });
+  const activities = createControlActivities({ catalogFile: options.catalogFile, catalogKeyFile, client, log });
   const worker = await Worker.create({
     connection,
     namespace,

@@ -48,6 +48,11 @@ export interface SupervisorOptions {
   dryRun?: boolean;
   /** What to do with compute processes on our GPUs that we did not start (default report). */
   foreignGpuProcesses?: ForeignGpuProcessMode;
+  /**
+   * Throws (a non-retryable failure saying why) for a StartShard this host must not run: the
+   * agent checks the catalog signature here (agent/revision-check.ts). Absent: no check.
+   */
+  checkRevision?: (spec: StartShard) => void;
   /** Counts what happens (the agent's metrics); called synchronously, must not throw. */
   count?: (event: SupervisorEvent) => void;
   /**

@@ -47,6 +47,8 @@ export async function start(core: SupervisorCore, requested: StartShard): Promis
       FailureType.InvalidSpec,
     );
   }
+  // Before anything is written or spawned: only revisions the catalog allows run here.
+  core.options.checkRevision?.(spec);
   return core.locks.run(id, () => startLocked(core, spec));
 }
 

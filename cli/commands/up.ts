@@ -15,6 +15,7 @@ import type { DeploymentView } from '../../common/replica-types.js';
 import { signalGroup } from '../../agent/supervisor/proc.js';
 import { killMarkedEngines } from '../../agent/supervisor/markers.js';
 import { createLogger } from '../../common/logger.js';
+import { ensureCatalogKeyFile } from '../../common/catalog-key.js';
 
 const SIM_NODES = [
   { nodeId: 'sim-a', admin: '127.0.0.1:7401', ports: '18000-18499' },
@@ -22,20 +23,24 @@ const SIM_NODES = [
 ];
 
 export async function upCommand(opts: { catalog: string; routerPort: string; replicas: string }): Promise<void> {
+  const logger = createLogger('up');
+  const say = (line: string): void => logger.info(line);
   const stateDir = resolve('.llmgw');
   const logDir = join(stateDir, 'logs');
   mkdirSync(logDir, { recursive: true });
+  // One catalog key for the worker and both agents (kept across runs, 0600), unless given.
+  const keyFile = process.env.LLMGW_CATALOG_KEY_FILE || join(stateDir, 'catalog.key');
+  if (ensureCatalogKeyFile(keyFile))
+    say(`created the catalog key ${keyFile} (0600): the worker signs revisions with it, the agents verify them`);
   const children: { name: string; child: ChildProcess }[] = [];
   let server: DevServer | undefined;
   let stopping = false;
 
-  const logger = createLogger('up');
-  const say = (line: string): void => logger.info(line);
   const spawnPart = (name: string, args: string[]): void => {
     const fd = openSync(join(logDir, `${name}.log`), 'a');
     const child = spawn(process.execPath, [join(__dirname, '../../../bin/llmgw.js'), ...args], {
       stdio: ['ignore', fd, fd],
-      env: process.env,
+      env: { ...process.env, LLMGW_CATALOG_KEY_FILE: keyFile },
       detached: true,
     });
     closeSync(fd);

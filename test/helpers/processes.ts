@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
+import { testCatalogKeyFile } from './catalog-key.js';
 import { temporalAddress } from './temporal.js';
 
 const LLMGW_BIN = join(__dirname, '../../bin/llmgw.js');
@@ -21,7 +22,8 @@ export interface LlmgwProcess {
 
 export function spawnLlmgw(args: string[], env: Record<string, string> = {}): LlmgwProcess {
   const child = spawn(process.execPath, [LLMGW_BIN, ...args], {
-    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), ...env },
+    // Every worker and agent shares the run's catalog key, as a real deployment shares one.
+    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), LLMGW_CATALOG_KEY_FILE: testCatalogKeyFile(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
