@@ -27,6 +27,11 @@ const Labels = z.string().transform((text, ctx) => {
   return labels;
 });
 
+const EnvNames = z
+  .string()
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, 'expected variable names like HF_TOKEN,HF_HOME')
+  .transform((text) => text.split(','));
+
 const GpuList = z
   .string()
   .regex(/^\d+(,\d+)*$/, 'expected GPU indices like 0,1,2,3')
@@ -69,6 +74,10 @@ export const AgentFlags = z
     catalogKey: z.string().min(1, '--catalog-key must name a file').optional(),
     /** Start revisions nobody signed: anyone who can start a workflow can then run anything here. */
     insecureUnsigned: z.boolean().default(false),
+    /** Variables of the agent's environment every engine gets (HF_HOME, LD_LIBRARY_PATH, NCCL tuning, a token). */
+    passEnv: EnvNames.default([]),
+    /** NAME=value lines engines get only by reference ({fromHost: NAME} in the catalog): secrets. */
+    envFile: z.string().min(1, '--env-file must name a file').optional(),
   })
   .superRefine((flags, ctx) => {
     if (flags.catalogKey !== undefined && flags.insecureUnsigned) {
@@ -103,6 +112,7 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
     ...value,
     stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
     catalogKey: value.catalogKey === undefined ? undefined : resolve(value.catalogKey),
+    envFile: value.envFile === undefined ? undefined : resolve(value.envFile),
     // Engines of the `fake` kind are this same program; spawn it with the same Node.
     fakeEngineCommand: [process.execPath, resolve(__dirname, '../../bin/llmgw.js'), 'fake-engine'],
   };

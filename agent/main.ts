@@ -22,6 +22,7 @@ import { createRayWait } from './ray-wait.js';
 import { checkStateDirWritable, logPath } from './supervisor/spec-store.js';
 import { tailLines } from './supervisor/logs.js';
 import { createRevisionCheck, type RevisionPolicy } from './revision-check.js';
+import { envFileWarnings, readEnvFile } from './host-env.js';
 import { keyFileWarnings, readCatalogKeys } from '../common/catalog-key.js';
 import type { LineLog } from '../common/logger.js';
 
@@ -34,6 +35,13 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   checkStateDirWritable(config.stateDir);
 
   const revisionPolicy = revisionPolicyOf(config, log);
+  // Secrets stay on the host: a bad env file stops the agent now; names only are logged.
+  if (config.envFile !== undefined) {
+    const names = Object.keys(readEnvFile(config.envFile));
+    for (const warning of envFileWarnings(config.envFile)) log(warning, 'warn');
+    log(`env file ${config.envFile}: ${names.length} variable(s) engines may reference (${names.join(', ') || 'none'})`);
+  }
+  if (config.passEnv.length > 0) log(`passing ${config.passEnv.join(', ')} from this agent's environment to every engine`);
 
   let host = await discoverHost(config);
   log(`host: ${host.gpus.length}× ${host.gpuClass || 'no GPU'}${host.problems.length ? `; problems: ${host.problems.join('; ')}` : ''}`);
@@ -64,6 +72,8 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
     onTransition: (status) => notifier.send(status),
     log,
+    passEnv: config.passEnv,
+    ...(config.envFile !== undefined ? { envFile: config.envFile } : {}),
     dryRun: config.reconcile === 'dry-run',
     foreignGpuProcesses: config.foreignGpuProcesses,
     checkRevision: createRevisionCheck(revisionPolicy),

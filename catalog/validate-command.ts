@@ -2,6 +2,8 @@
 // and prints every problem at once with its path and line.
 import { formatCatalogErrors, loadCatalogFile } from './load.js';
 
+const SECRET_NAME = /TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY|CREDENTIAL/i;
+
 export function validateCatalogCommand(file: string): { exitCode: 0 | 1; output: string } {
   const result = loadCatalogFile(file);
   if (!result.ok) {
@@ -23,6 +25,18 @@ export function validateCatalogCommand(file: string): { exitCode: 0 | 1; output:
         const users = needed.get(value.fromHost) ?? [];
         users.push(`${model.name}/${profile.name} ${name}`);
         needed.set(value.fromHost, users);
+      }
+    }
+  }
+  // A literal value under a secret's name travels through Temporal in plaintext: say so.
+  for (const model of result.catalog.models) {
+    for (const profile of model.profiles) {
+      for (const [name, value] of Object.entries(profile.env)) {
+        if (typeof value === 'string' && SECRET_NAME.test(name)) {
+          lines.push(
+            `warning: ${model.name}/${profile.name} env ${name} is a literal value and travels in every StartShard; keep secrets on the hosts: ${name}: {fromHost: ${name}}`,
+          );
+        }
       }
     }
   }

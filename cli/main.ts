@@ -104,6 +104,8 @@ program
   )
   .option('--catalog-key <file>', "the control worker's catalog key file (or LLMGW_CATALOG_KEY_FILE): only revisions it signed start here")
   .option('--insecure-unsigned', 'start revisions nobody signed (unsafe: anyone who can start a workflow can run anything here)')
+  .option('--pass-env <names>', "variables of the agent's environment every engine gets, e.g. HF_HOME,LD_LIBRARY_PATH,NCCL_IB_TIMEOUT")
+  .option('--env-file <file>', 'NAME=value lines (0600) that engines get only where the catalog references them: {fromHost: NAME}')
   .action(async (opts: Record<string, unknown>) => {
     const { runAgent } = await import('../agent/main.js');
     await runAgent(opts);

@@ -1,16 +1,13 @@
 // Per-shard engine log files. Agent side. The engine writes straight into its file: a pipe
 // through the agent would break when the agent dies, and take the engine down with it.
-import { appendFileSync, closeSync, copyFileSync, fstatSync, openSync, readSync, statSync, truncateSync } from 'node:fs';
+import { appendFileSync, chmodSync, closeSync, copyFileSync, fstatSync, openSync, readSync, statSync, truncateSync } from 'node:fs';
 
 const TAIL_WINDOW_BYTES = 64 * 1024;
 
-/** An O_APPEND descriptor for the child's stdout and stderr; the caller closes its copy after spawn. */
-export function openLogForChild(file: string): number {
-  return openSync(file, 'a', 0o644);
-}
-
+/** Appends one line of the agent's own; the file is kept 0600 (an older agent's 0644 is tightened). */
 export function appendLogLine(file: string, line: string): void {
-  appendFileSync(file, `${line}\n`);
+  appendFileSync(file, `${line}\n`, { mode: 0o600 });
+  chmodSync(file, 0o600);
 }
 
 /**

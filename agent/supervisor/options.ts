@@ -37,6 +37,8 @@ export interface SupervisorOptions {
   logCheckIntervalMs?: number;
   /** Variables of the agent's own environment that engines also get (besides PATH, HOME, LANG, …). */
   passEnv?: string[];
+  /** NAME=value lines an engine's profile may reference ({fromHost: NAME}); read at every spawn. */
+  envFile?: string;
   /** Called only on transitions (Ready, unhealthy, back to Ready, exited), never on every poll. */
   onTransition?: (status: ShardStatus) => void;
   /** Narration of what the supervisor does; warnings carry level 'warn'. */

@@ -7,6 +7,7 @@ import { FailureType } from '../../common/failures.js';
 import { isSafeShardId } from '../../common/names.js';
 import { ShardState, StartShardSchema, type RunningShard, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { buildEngineLaunch, type EngineLaunch, type ProcessSpec } from '../engines/index.js';
+import { hostEnvironment, resolveHostReferences, type HostEnvSource } from '../host-env.js';
 import { errorText, type SupervisorCore } from './core.js';
 import { appendLogLine } from './logs.js';
 import { PORT_MARKER_ENV } from './markers.js';
@@ -71,6 +72,8 @@ async function startLocked(core: SupervisorCore, spec: StartShard): Promise<Runn
   }
 
   checkStateDirWritable(stateDir);
+  // A reference to a host variable this agent was not given fails now, before any spec or port.
+  resolveHostReferences(spec, hostSource(core));
   const port = await choosePort(core, spec, existing);
   if (spec.rank === 0 && spec.nnodes > 1 && spec.leaderPort === 0) {
     // Rank 0's host chooses the rendezvous port; the replica hands it to the other ranks.
@@ -154,7 +157,7 @@ export async function spawnProcess(core: SupervisorCore, shard: Shard, p: Proces
   const id = shard.spec.shardId;
   if (p.argv[0] === undefined)
     throw ApplicationFailure.nonRetryable(`shard ${id}: the ${p.role} has an empty command`, FailureType.InvalidSpec);
-  const env = processEnv(core, p, shard.record.httpPort);
+  const env = processEnv(core, shard.spec, p, shard.record.httpPort);
   appendLogLine(
     shard.logFile,
     `--- llmgw agent ${core.nodeId} starting the ${p.role} of shard ${id} at ${new Date().toISOString()}: ${p.argv.join(' ')} ---`,
@@ -175,12 +178,23 @@ export async function spawnProcess(core: SupervisorCore, shard: Shard, p: Proces
   writeRecordAtomic(core.options.stateDir, shard.record);
 }
 
-function processEnv(core: SupervisorCore, p: ProcessSpec, port: number): Record<string, string> {
+function hostSource(core: SupervisorCore): HostEnvSource {
+  return { passEnv: core.options.passEnv, ...(core.options.envFile ? { envFile: core.options.envFile } : {}) };
+}
+
+/**
+ * A few basics of the agent's own environment, the --pass-env variables, the values of the
+ * profile's host references, then the shard's own variables, which win (markers, GPUs).
+ */
+function processEnv(core: SupervisorCore, spec: StartShard, p: ProcessSpec, port: number): Record<string, string> {
   const env: Record<string, string> = {};
-  for (const name of [...BASE_ENV, ...core.options.passEnv]) {
+  for (const name of BASE_ENV) {
     const value = process.env[name];
     if (value !== undefined) env[name] = value;
   }
+  const source = hostSource(core);
+  Object.assign(env, hostEnvironment({ passEnv: source.passEnv }).passed);
+  Object.assign(env, resolveHostReferences(spec, source));
   Object.assign(env, p.env);
   if (port > 0) env[PORT_MARKER_ENV] = String(port);
   return env;

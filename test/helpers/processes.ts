@@ -138,28 +138,31 @@ export async function runLlmgw(
 /** Starts a simulated agent and waits for it to register. */
 export async function startSimAgent(
   nodeId: string,
-  options: { inventory: string; stateDir?: string; range?: string; extra?: string[] },
+  options: { inventory: string; stateDir?: string; range?: string; extra?: string[]; env?: Record<string, string> },
 ): Promise<{ proc: LlmgwProcess; stateDir: string }> {
   const { mkdtempSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
   const from = 30000 + Math.floor(Math.random() * 300) * 100;
-  const proc = spawnLlmgw([
-    'agent',
-    '--node-id',
-    nodeId,
-    '--gpus',
-    options.inventory,
-    '--state-dir',
-    stateDir,
-    '--admin-addr',
-    '127.0.0.1:0',
-    '--port-range',
-    options.range ?? `${from}-${from + 99}`,
-    '--presence-heartbeat-seconds',
-    '5',
-    ...(options.extra ?? []),
-  ]);
+  const proc = spawnLlmgw(
+    [
+      'agent',
+      '--node-id',
+      nodeId,
+      '--gpus',
+      options.inventory,
+      '--state-dir',
+      stateDir,
+      '--admin-addr',
+      '127.0.0.1:0',
+      '--port-range',
+      options.range ?? `${from}-${from + 99}`,
+      '--presence-heartbeat-seconds',
+      '5',
+      ...(options.extra ?? []),
+    ],
+    options.env,
+  );
   await proc.waitForOutput(/registered with node\//, 60_000);
   return { proc, stateDir };
 }
