@@ -4,7 +4,7 @@ import type { Client } from '@temporalio/client';
 import { createCatalogSource } from '../catalog/watch.js';
 import type { LineLog } from '../common/logger.js';
 import { createCatalogActivities } from './catalog.js';
-import { createPlacementActivities } from './placement.js';
+import { createPlacementActivities, type PlacementMetric } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
 
 export interface ControlActivityDeps {
@@ -13,13 +13,15 @@ export interface ControlActivityDeps {
   catalogKeyFile?: string;
   client: Client;
   log: LineLog;
+  /** Counts placements (the control worker's metrics); nothing when absent. */
+  placementMetric?: PlacementMetric;
 }
 
 export function createControlActivities(deps: ControlActivityDeps) {
   const catalog = createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
   return {
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
-    ...createPlacementActivities(deps.client),
+    ...createPlacementActivities(deps.client, deps.placementMetric),
     ...createReconcileActivities(catalog, deps.client),
   };
 }

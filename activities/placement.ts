@@ -43,7 +43,10 @@ interface Candidate {
   siblings: number;
 }
 
-export function createPlacementActivities(client: Client) {
+/** Counts each placement by outcome, with its latency (the control worker's metrics). */
+export type PlacementMetric = (outcome: 'placed' | 'unschedulable' | 'error', ms: number) => void;
+
+export function createPlacementActivities(client: Client, metric: PlacementMetric = () => undefined) {
   const reserveOn = (nodeId: string, request: PlaceRequest, rank: number): Promise<ReserveResult> =>
     client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
       args: [
@@ -74,23 +77,35 @@ export function createPlacementActivities(client: Client) {
     pid: 0,
   });
 
+  const place = async (request: PlaceRequest): Promise<PlaceResult> => {
+    const candidates = await listCandidates(client, request);
+    if (!candidates.length) {
+      const avoided = request.avoidNodes.length ? ` (avoiding ${request.avoidNodes.join(', ')} after failures there)` : '';
+      return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${avoided}` };
+    }
+    const reasons: string[] = [];
+    if (request.nodes <= 1) {
+      for (const candidate of candidates) {
+        const result = await reserveOn(candidate.nodeId, request, 0);
+        if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
+        reasons.push(result.reason);
+      }
+      return { ok: false, reason: summariseReasons(reasons) };
+    }
+    return placeGang(client, request, candidates, reserveOn, placement);
+  };
+
   return {
     async placeReplica(request: PlaceRequest): Promise<PlaceResult> {
-      const candidates = await listCandidates(client, request);
-      if (!candidates.length) {
-        const avoided = request.avoidNodes.length ? ` (avoiding ${request.avoidNodes.join(', ')} after failures there)` : '';
-        return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${avoided}` };
+      const started = performance.now();
+      try {
+        const result = await place(request);
+        metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
+        return result;
+      } catch (error) {
+        metric('error', performance.now() - started);
+        throw error;
       }
-      const reasons: string[] = [];
-      if (request.nodes <= 1) {
-        for (const candidate of candidates) {
-          const result = await reserveOn(candidate.nodeId, request, 0);
-          if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
-          reasons.push(result.reason);
-        }
-        return { ok: false, reason: summariseReasons(reasons) };
-      }
-      return placeGang(client, request, candidates, reserveOn, placement);
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {

@@ -76,6 +76,8 @@ export const AgentFlags = z
     insecureUnsigned: z.boolean().default(false),
     /** Variables of the agent's environment every engine gets (HF_HOME, LD_LIBRARY_PATH, NCCL tuning, a token). */
     passEnv: EnvNames.default([]),
+    /** host:port of /metrics, or off; unset: LLMGW_METRICS_ADDR, else 127.0.0.1:9465 (temporal/connection.ts). */
+    metricsAddr: z.string().min(1).optional(),
     /** NAME=value lines engines get only by reference ({fromHost: NAME} in the catalog): secrets. */
     envFile: z.string().min(1, '--env-file must name a file').optional(),
   })

@@ -4,47 +4,47 @@
 // running across its own restarts and across Temporal outages.
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import type { UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
-import type { GpuProcess } from './supervisor/strangers.js';
-import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
+import { agentTaskQueue, CONTROL_TASK_QUEUE, DEFAULT_AGENT_METRICS_ADDR, nodeWorkflowId } from '../common/names.js';
 import { createLogger, lineLog } from '../common/logger.js';
-import { installRuntime, llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
+import {
+  installRuntime,
+  llmgwDataConverter,
+  metricsAddressOf,
+  QUICK_RECONNECT_CHANNEL_ARGS,
+  temporalConfig,
+} from '../temporal/connection.js';
 import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
 import { discoverHost, interfaceOf } from './host.js';
-import { buildRegister } from './register.js';
 import { createAgentActivities } from './activities.js';
 import { createTransitionNotifier } from './notifier.js';
 import { startAdminServer } from './admin/server.js';
 import { createSupervisor } from './supervisor/supervisor.js';
 import { createRayWait } from './ray-wait.js';
-import { checkStateDirWritable, logPath } from './supervisor/spec-store.js';
+import { logPath } from './supervisor/spec-store.js';
 import { tailLines } from './supervisor/logs.js';
-import { createRevisionCheck, type RevisionPolicy } from './revision-check.js';
-import { envFileWarnings, readEnvFile } from './host-env.js';
-import { keyFileWarnings, readCatalogKeys } from '../common/catalog-key.js';
-import type { LineLog } from '../common/logger.js';
+import { createRevisionCheck } from './revision-check.js';
+import { preflight } from './preflight.js';
+import { createHostReports, gpuProcessesOf } from './reports.js';
+import { createAgentMetrics } from './metrics.js';
 
 export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const config = parseAgentFlags(flags);
   const logger = createLogger('agent').child({ nodeId: config.nodeId });
   const log = lineLog(logger);
-  // An agent that cannot write specs cannot start engines safely, nor identify them after
-  // a restart: refuse to run rather than half-work.
-  checkStateDirWritable(config.stateDir);
+  const revisionPolicy = preflight(config, log);
 
-  const revisionPolicy = revisionPolicyOf(config, log);
-  // Secrets stay on the host: a bad env file stops the agent now; names only are logged.
-  if (config.envFile !== undefined) {
-    const names = Object.keys(readEnvFile(config.envFile));
-    for (const warning of envFileWarnings(config.envFile)) log(warning, 'warn');
-    log(`env file ${config.envFile}: ${names.length} variable(s) engines may reference (${names.join(', ') || 'none'})`);
-  }
-  if (config.passEnv.length > 0) log(`passing ${config.passEnv.join(', ')} from this agent's environment to every engine`);
-
-  let host = await discoverHost(config);
-  log(`host: ${host.gpus.length}× ${host.gpuClass || 'no GPU'}${host.problems.length ? `; problems: ${host.problems.join('; ')}` : ''}`);
+  const discovered = await discoverHost(config);
+  log(
+    `host: ${discovered.gpus.length}× ${discovered.gpuClass || 'no GPU'}${discovered.problems.length ? `; problems: ${discovered.problems.join('; ')}` : ''}`,
+  );
+  // Before anything the SDK or our metrics do: one logger, one /metrics endpoint. After the
+  // checks above: an installed Runtime keeps the process alive until it exits.
+  const metricsAddress = metricsAddressOf(config.metricsAddr, DEFAULT_AGENT_METRICS_ADDR);
+  const runtime = installRuntime({ logger, ...(metricsAddress ? { metricsAddress } : {}), globalTags: { llmgw_node: config.nodeId } });
+  const metrics = createAgentMetrics(runtime.metricMeter);
+  if (metricsAddress) log(`metrics on http://${metricsAddress}/metrics`);
 
   let client: Client | undefined;
   const notifier = createTransitionNotifier(() => client, log);
@@ -77,47 +77,29 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     dryRun: config.reconcile === 'dry-run',
     foreignGpuProcesses: config.foreignGpuProcesses,
     checkRevision: createRevisionCheck(revisionPolicy),
+    count: (event) => metrics.count(event),
   });
-  // On real GPUs, the compute processes nvidia-smi lists on the GPUs this agent manages:
-  // those it did not start are foreign (reported, their GPUs withheld; killed only in kill mode).
-  const gpuProcesses = (): GpuProcess[] => {
-    const managed = config.managedGpus ?? host.gpus.map((gpu) => gpu.index);
-    return host.computeProcesses
-      .filter((process) => process.gpuIndices.some((index) => managed.includes(index)))
-      .map((process) => ({ pid: process.pid, gpuIndices: process.gpuIndices, usedMemoryMib: process.usedMemoryMib }));
-  };
-  // Before anything can start a new engine: adopt what is ours, end what nobody can describe.
-  const recovered = await supervisor.recover(gpuProcesses());
-  const unidentified: UnidentifiedProcess[] = [...recovered.unidentified];
-  // Kills not yet named in a survey: reconciliation's result lists each exactly once.
-  let unreportedKills: UnidentifiedProcess[] = [...recovered.unidentified];
-  // Foreign processes killed at start (kill mode) stay named in every registration.
-  const foreignKilledAtStart = recovered.foreign.filter((f) => f.killed);
+  // Before anything can start a new engine: adopt what is ours, end what nobody can describe,
+  // and sort out the compute processes on our GPUs that are not ours.
+  const recovered = await supervisor.recover(gpuProcessesOf(config, discovered));
   const dry = config.reconcile === 'dry-run' ? ' (dry run: nothing killed)' : '';
   log(
     `recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.filter((u) => u.killed).length} unidentified killed, ${recovered.foreign.length} foreign on our GPUs${dry}`,
   );
 
+  let adminAddress = '';
+  const hostReports = createHostReports({ config, supervisor, host: discovered, recovered, adminAddress: () => adminAddress });
+  const { describe, survey } = hostReports;
   const admin = await startAdminServer(config.adminAddr, {
-    describe: () => describe(),
+    describe,
     logFile: (shardId) => logPath(config.stateDir, shardId),
     tailLines,
   });
-  const adminAddress = `${config.adminAddr.replace(/:\d+$/, '')}:${admin.port}`;
+  adminAddress = `${config.adminAddr.replace(/:\d+$/, '')}:${admin.port}`;
   log(`admin API on ${adminAddress} (Describe, TailLogs, gRPC health)`);
-
-  const describe = async () => {
-    if (config.gpus === 'real') host = await discoverHost(config);
-    const foreign = [...foreignKilledAtStart, ...supervisor.foreignProcesses(gpuProcesses())];
-    return buildRegister(config, host, supervisor.list(), unidentified, foreign, adminAddress);
-  };
-  const survey = async () => {
-    if (config.gpus === 'real') host = await discoverHost(config);
-    const found = await supervisor.survey(gpuProcesses());
-    const named = [...unreportedKills, ...found.unidentified];
-    unreportedKills = [];
-    return buildRegister(config, host, supervisor.list(), named, [...foreignKilledAtStart, ...found.foreign], adminAddress);
-  };
+  const gauges = setInterval(() => metrics.observe(hostReports.view()), 5_000);
+  gauges.unref();
+  metrics.observe(hostReports.view());
 
   const { connectionOptions, namespace } = temporalConfig();
   const nodeInput = {
@@ -147,9 +129,6 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
 
   // Temporal may be down when the agent starts: engines keep running and the agent keeps
   // trying, because nothing about the host depends on the control plane being up.
-  // Before any connection: the SDK's logs (and Core's) go through our logger. Not earlier:
-  // a Runtime keeps the process alive, and a bad flag or inventory must end the agent.
-  installRuntime({ logger });
   let connection: NativeConnection | undefined;
   for (let attempt = 1; !connection; attempt++) {
     try {
@@ -176,6 +155,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     onPresenceStarted: registerSoon,
     presenceSummary: () => {
       lastPresence = Date.now();
+      const host = hostReports.host();
       return {
         shards: supervisor.list().length,
         gpus: host.gpus.length,
@@ -205,6 +185,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const stop = (signal: string): void => {
     log(`${signal}: shutting down (engines keep running; a restarted agent adopts them)`);
     clearInterval(watchdog);
+    clearInterval(gauges);
     // Say so, so the node is NotReady now rather than after a heartbeat timeout.
     void client?.workflow
       .getHandle(nodeWorkflowId(config.nodeId))
@@ -232,27 +213,6 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     await admin.close();
     await connection.close();
   }
-}
-
-/** Which revisions this agent starts; a key file that cannot be read stops the agent now. */
-function revisionPolicyOf(config: AgentConfig, log: LineLog): RevisionPolicy {
-  if (config.catalogKey !== undefined) {
-    const keys = readCatalogKeys(config.catalogKey);
-    for (const warning of keyFileWarnings(config.catalogKey)) log(warning, 'warn');
-    log(
-      `catalog key(s) ${keys.all.map((k) => k.id).join(', ')} from ${config.catalogKey}: only revisions the control worker signed start here`,
-    );
-    return { kind: 'keys', file: config.catalogKey };
-  }
-  if (config.insecureUnsigned) {
-    log('--insecure-unsigned: starting revisions nobody signed; anyone who can start a workflow can run anything on this host', 'warn');
-    return { kind: 'insecure-unsigned' };
-  }
-  log(
-    'no catalog key (--catalog-key FILE or LLMGW_CATALOG_KEY_FILE): this agent adopts and reports, but starts no engine (see docs/security.md)',
-    'warn',
-  );
-  return { kind: 'no-key' };
 }
 
 export type { AgentConfig };

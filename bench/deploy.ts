@@ -93,7 +93,7 @@ async function main(): Promise<void> {
   // The worker signs revisions with this key and the agents verify them, as in production.
   const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-key-')), 'catalog.key');
   ensureCatalogKeyFile(keyFile);
-  const env = { TEMPORAL_ADDRESS: server.address, LLMGW_CATALOG_KEY_FILE: keyFile };
+  const env = { TEMPORAL_ADDRESS: server.address, LLMGW_CATALOG_KEY_FILE: keyFile, LLMGW_METRICS_ADDR: 'off' };
   const nodeIds = Array.from({ length: 8 }, (_, i) => `bench-${i}`);
   try {
     await spawnPart(['worker', '--catalog', CATALOG], env);

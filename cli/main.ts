@@ -106,6 +106,10 @@ program
   .option('--insecure-unsigned', 'start revisions nobody signed (unsafe: anyone who can start a workflow can run anything here)')
   .option('--pass-env <names>', "variables of the agent's environment every engine gets, e.g. HF_HOME,LD_LIBRARY_PATH,NCCL_IB_TIMEOUT")
   .option('--env-file <file>', 'NAME=value lines (0600) that engines get only where the catalog references them: {fromHost: NAME}')
+  .option(
+    '--metrics-addr <host:port|off>',
+    'Prometheus /metrics: Temporal SDK and agent metrics (default LLMGW_METRICS_ADDR, else 127.0.0.1:9465)',
+  )
   .action(async (opts: Record<string, unknown>) => {
     const { runAgent } = await import('../agent/main.js');
     await runAgent(opts);
@@ -124,9 +128,13 @@ program
     'key file every resolved revision is signed with; agents start only signed revisions (or LLMGW_CATALOG_KEY_FILE)',
     process.env.LLMGW_CATALOG_KEY_FILE || undefined,
   )
-  .action(async (opts: { catalog: string; catalogKey?: string }) => {
+  .option(
+    '--metrics-addr <host:port|off>',
+    'Prometheus /metrics: Temporal SDK and worker metrics (default LLMGW_METRICS_ADDR, else 127.0.0.1:9464)',
+  )
+  .action(async (opts: { catalog: string; catalogKey?: string; metricsAddr?: string }) => {
     const { runControlWorker } = await import('../workers/control-worker.js');
-    await runControlWorker({ catalogFile: opts.catalog, catalogKeyFile: opts.catalogKey });
+    await runControlWorker({ catalogFile: opts.catalog, catalogKeyFile: opts.catalogKey, metricsAddr: opts.metricsAddr });
   });
 
 const nodes = program
@@ -268,7 +276,9 @@ export async function main(argv: string[]): Promise<void> {
     await program.parseAsync(argv);
   } catch (error) {
     console.error(`llmgw: ${error instanceof Error ? error.message : String(error)}`);
-    process.exitCode = 1;
+    // Exit now: a long-running command that failed while starting may hold handles (a
+    // Temporal Runtime, a half-started server) that would keep the process alive.
+    process.exit(1);
   }
 }
 

@@ -9,7 +9,13 @@ import { join, resolve } from 'node:path';
 import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
 import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { connectClient } from '../../temporal/connection.js';
-import { CONTROL_TASK_QUEUE, DEFAULT_PORTS, deploymentWorkflowId, nodeWorkflowId } from '../../common/names.js';
+import {
+  CONTROL_TASK_QUEUE,
+  DEFAULT_PORTS,
+  DEFAULT_WORKER_METRICS_ADDR,
+  deploymentWorkflowId,
+  nodeWorkflowId,
+} from '../../common/names.js';
 import { deploymentStatusQuery, describeNodeQuery, releaseUpdate, scaleUpdate } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { signalGroup } from '../../agent/supervisor/proc.js';
@@ -18,8 +24,8 @@ import { createLogger } from '../../common/logger.js';
 import { ensureCatalogKeyFile } from '../../common/catalog-key.js';
 
 const SIM_NODES = [
-  { nodeId: 'sim-a', admin: '127.0.0.1:7401', ports: '18000-18499' },
-  { nodeId: 'sim-b', admin: '127.0.0.1:7402', ports: '18500-18999' },
+  { nodeId: 'sim-a', admin: '127.0.0.1:7401', metrics: '127.0.0.1:9465', ports: '18000-18499' },
+  { nodeId: 'sim-b', admin: '127.0.0.1:7402', metrics: '127.0.0.1:9466', ports: '18500-18999' },
 ];
 
 export async function upCommand(opts: { catalog: string; routerPort: string; replicas: string }): Promise<void> {
@@ -78,7 +84,7 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
   killSimEngines();
   for (const node of SIM_NODES) rmSync(join(stateDir, 'agents', node.nodeId, 'shards'), { recursive: true, force: true });
 
-  spawnPart('worker', ['worker', '--catalog', opts.catalog]);
+  spawnPart('worker', ['worker', '--catalog', opts.catalog, '--metrics-addr', DEFAULT_WORKER_METRICS_ADDR]);
   for (const node of SIM_NODES) {
     spawnPart(`agent-${node.nodeId}`, [
       'agent',
@@ -90,6 +96,8 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
       join(stateDir, 'agents', node.nodeId),
       '--admin-addr',
       node.admin,
+      '--metrics-addr',
+      node.metrics,
       '--port-range',
       node.ports,
       '--lost-grace-seconds',

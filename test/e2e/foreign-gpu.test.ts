@@ -12,7 +12,7 @@ import { isAlive, signalGroup } from '../../agent/supervisor/proc.js';
 import { findFreePort } from '../../common/ports.js';
 import type { NodeView } from '../../common/node-types.js';
 import type { ReconcileResult } from '../../common/reconcile-types.js';
-import { describeNodeQuery, reserveUpdate } from '../../workflows/definitions.js';
+import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../../workflows/definitions.js';
 import { eventually, runLlmgw, spawnControlWorker, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
 import { testClient, uniqueId } from '../helpers/temporal.js';
 
@@ -67,27 +67,53 @@ function nodeView(nodeId: string): Promise<NodeView> {
   return client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
 }
 
-/** The reconciliation the first registration started, once it has finished. */
+/**
+ * The reconciliation a registration started, once it has finished. Its id counts the
+ * registrations so far, which may be more than one by the time it starts.
+ */
 async function firstReconcile(nodeId: string): Promise<ReconcileResult> {
-  const id = `reconcile/${nodeId}/registration-1`;
-  await eventually(`${id} started`, () => client.workflow.getHandle(id).describe(), 30_000);
+  const id = await eventually(
+    `a reconcile/${nodeId}/registration-N`,
+    async () => {
+      for (let n = 1; n <= 5; n++) {
+        const candidate = `reconcile/${nodeId}/registration-${n}`;
+        if (
+          await client.workflow
+            .getHandle(candidate)
+            .describe()
+            .then(
+              () => true,
+              () => false,
+            )
+        )
+          return candidate;
+      }
+      return undefined;
+    },
+    30_000,
+  );
   return client.workflow.getHandle(id).result();
 }
 
 /**
- * One-GPU reserves until the node refuses: the GPUs placement can hand out. Call it once the
- * registration's reconciliation has run, which frees allocations no replica backs (these).
+ * What placement can hand out: the node's free GPUs, and one reserve of as many as it says
+ * are free (atomic, so a reconciliation freeing allocations meanwhile cannot blur it), which
+ * is then released.
  */
 async function allocatable(nodeId: string): Promise<number[]> {
   const handle = client.workflow.getHandle(`node/${nodeId}`);
-  const granted: number[] = [];
-  for (let i = 0; i < 8; i++) {
-    const result = await handle.executeUpdate(reserveUpdate, {
-      args: [{ shardId: `probe.${i}.r0.a1`, replicaId: `replica/probe/${i}`, count: 1 }],
-    });
-    if (result.ok) granted.push(...result.gpuIndices);
-  }
-  return granted.sort();
+  const free = (await nodeView(nodeId)).freeGpus;
+  const all = await handle.executeUpdate(reserveUpdate, { args: [{ shardId: 'probe.9.r0.a1', replicaId: 'replica/probe/9', count: 8 }] });
+  if (free.length < 8) expect(all.ok).toBe(false);
+  else await handle.executeUpdate(releaseUpdate, { args: [{ shardId: 'probe.9.r0.a1' }] });
+  const granted = await handle.executeUpdate(reserveUpdate, {
+    args: [{ shardId: 'probe.1.r0.a1', replicaId: 'replica/probe/1', count: free.length }],
+  });
+  expect(granted.ok).toBe(true);
+  await handle.executeUpdate(releaseUpdate, { args: [{ shardId: 'probe.1.r0.a1' }] });
+  const indices = granted.ok ? [...granted.gpuIndices].sort() : [];
+  expect(indices).toEqual([...free].sort());
+  return indices;
 }
 
 beforeAll(async () => {
@@ -145,8 +171,6 @@ describe('compute processes on our GPUs that we did not start', () => {
     const job = foreignJob();
     const agent = await startRealAgent(nodeId, job.computeApps, ['--foreign-gpu-processes', 'kill']);
     await eventually('the job killed', () => !isAlive(job.pid), 15_000);
-    // Reconciliation frees allocations no replica backs: let it run before probing with some.
-    await firstReconcile(nodeId);
     expect(agent.output()).toMatch(new RegExp(`killed foreign process pid ${job.pid} \\(sleep 600\\) on GPU\\(s\\) 3`));
     const view = await nodeView(nodeId);
     expect(view.inventory?.foreignProcesses).toEqual([expect.objectContaining({ pid: job.pid, gpuIndices: [3], killed: true })]);

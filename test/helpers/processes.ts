@@ -22,8 +22,15 @@ export interface LlmgwProcess {
 
 export function spawnLlmgw(args: string[], env: Record<string, string> = {}): LlmgwProcess {
   const child = spawn(process.execPath, [LLMGW_BIN, ...args], {
-    // Every worker and agent shares the run's catalog key, as a real deployment shares one.
-    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), LLMGW_CATALOG_KEY_FILE: testCatalogKeyFile(), ...env },
+    // Every worker and agent shares the run's catalog key, as a real deployment shares one;
+    // many run side by side, so none serves /metrics unless a test asks (--metrics-addr).
+    env: {
+      ...process.env,
+      TEMPORAL_ADDRESS: temporalAddress(),
+      LLMGW_CATALOG_KEY_FILE: testCatalogKeyFile(),
+      LLMGW_METRICS_ADDR: 'off',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
