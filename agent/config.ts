@@ -32,6 +32,22 @@ const EnvNames = z
   .regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, 'expected variable names like HF_TOKEN,HF_HOME')
   .transform((text) => text.split(','));
 
+const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const Duration = z
+  .string()
+  .regex(/^\d+[smhd]$/, 'expected a duration like 7d, 12h, 30m or 90s')
+  .transform((text) => Number(text.slice(0, -1)) * UNIT_MS[text.slice(-1)]!);
+
+const UNIT_BYTES: Record<string, number> = { '': 1, K: 1024, M: 1024 ** 2, G: 1024 ** 3 };
+const Size = z
+  .string()
+  .regex(/^\d+([KMG]i?B?)?$/, 'expected a size like 64M, 512K or 1G')
+  .transform((text) => {
+    const [, digits, unit] = /^(\d+)([KMG]?)/.exec(text)!;
+    return Number(digits) * UNIT_BYTES[unit ?? '']!;
+  })
+  .refine((bytes) => bytes >= 64 * 1024, "a log cap under 64K would cut an engine's last words");
+
 const GpuList = z
   .string()
   .regex(/^\d+(,\d+)*$/, 'expected GPU indices like 0,1,2,3')
@@ -76,6 +92,10 @@ export const AgentFlags = z
     insecureUnsigned: z.boolean().default(false),
     /** Variables of the agent's environment every engine gets (HF_HOME, LD_LIBRARY_PATH, NCCL tuning, a token). */
     passEnv: EnvNames.default([]),
+    /** Logs and corrupt specs of stopped shards are deleted once this old. */
+    logRetention: Duration.default(7 * 86_400_000),
+    /** A running shard's log beyond this is cut by copy-truncate, keeping the previous part as .1. */
+    maxLogSize: Size.default(64 * 1024 ** 2),
     /** host:port of /metrics, or off; unset: LLMGW_METRICS_ADDR, else 127.0.0.1:9465 (temporal/connection.ts). */
     metricsAddr: z.string().min(1).optional(),
     /** NAME=value lines engines get only by reference ({fromHost: NAME} in the catalog): secrets. */

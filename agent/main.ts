@@ -73,6 +73,8 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     onTransition: (status) => notifier.send(status),
     log,
     passEnv: config.passEnv,
+    maxLogBytes: config.maxLogSize,
+    logRetentionMs: config.logRetention,
     ...(config.envFile !== undefined ? { envFile: config.envFile } : {}),
     dryRun: config.reconcile === 'dry-run',
     foreignGpuProcesses: config.foreignGpuProcesses,

@@ -33,8 +33,12 @@ export interface SupervisorOptions {
   unidentifiedGraceMs?: number;
   /** A worker rank (no HTTP) is Ready once its process has been up this long. */
   workerReadyAfterMs?: number;
+  /** A running shard's log is cut (copy-truncate to `<log>.1`) beyond this size. */
   maxLogBytes?: number;
   logCheckIntervalMs?: number;
+  /** Logs and corrupt specs of shards no longer run are deleted once this old (default 7 days). */
+  logRetentionMs?: number;
+  retentionCheckIntervalMs?: number;
   /** Variables of the agent's own environment that engines also get (besides PATH, HOME, LANG, …). */
   passEnv?: string[];
   /** NAME=value lines an engine's profile may reference ({fromHost: NAME}); read at every spawn. */
@@ -83,6 +87,8 @@ export type ResolvedOptions = SupervisorOptions &
       | 'workerReadyAfterMs'
       | 'maxLogBytes'
       | 'logCheckIntervalMs'
+      | 'logRetentionMs'
+      | 'retentionCheckIntervalMs'
       | 'passEnv'
       | 'log'
       | 'dryRun'
@@ -102,6 +108,8 @@ export function resolveOptions(options: SupervisorOptions, defaultLauncher: Laun
     workerReadyAfterMs: options.workerReadyAfterMs ?? 1000,
     maxLogBytes: options.maxLogBytes ?? 64 * 1024 * 1024,
     logCheckIntervalMs: options.logCheckIntervalMs ?? 10_000,
+    logRetentionMs: options.logRetentionMs ?? 7 * 86_400_000,
+    retentionCheckIntervalMs: options.retentionCheckIntervalMs ?? 10 * 60_000,
     passEnv: options.passEnv ?? [],
     log: options.log ?? (() => {}),
     dryRun: options.dryRun ?? false,

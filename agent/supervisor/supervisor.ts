@@ -11,14 +11,14 @@
 //   watch.ts         exits, health probes and the transitions they cause
 //   stop.ts          stopping a shard
 //   unidentified.ts  processes no spec describes
-//   log-upkeep.ts    engine log size and retention
+//   log-upkeep.ts    engine log size, and retention of stopped shards' files
 //   launcher.ts      the process boundary (spawn, pids, exits, signals, the process table)
 import type { ForeignProcess, KillProcessesResult } from '../../proto/gen/llmgw/v1/register_pb.js';
 import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { EXITED_WHILE_DOWN } from './adopt.js';
 import { SupervisorCore } from './core.js';
 import { childProcessLauncher } from './launcher.js';
-import { enforceLogLimits } from './log-upkeep.js';
+import { enforceLogLimits, every, sweepOldFiles } from './log-upkeep.js';
 import { resolveOptions, type SupervisorOptions } from './options.js';
 import { validatePortRange } from './ports.js';
 import { recover, type RecoveryReport } from './recovery.js';
@@ -32,13 +32,16 @@ import { clearTimer } from './watch.js';
 
 export class Supervisor {
   private readonly core: SupervisorCore;
-  private readonly logTimer: NodeJS.Timeout;
+  private readonly stopTimers: (() => void)[];
 
   constructor(options: SupervisorOptions) {
     validatePortRange(options.portRange);
     this.core = new SupervisorCore(resolveOptions(options, childProcessLauncher));
-    this.logTimer = setInterval(() => void enforceLogLimits(this.core), this.core.options.logCheckIntervalMs);
-    this.logTimer.unref();
+    const { logCheckIntervalMs, retentionCheckIntervalMs } = this.core.options;
+    this.stopTimers = [
+      every(logCheckIntervalMs, () => enforceLogLimits(this.core)),
+      every(retentionCheckIntervalMs, () => sweepOldFiles(this.core)),
+    ];
   }
 
   get nodeId(): string {
@@ -50,8 +53,16 @@ export class Supervisor {
    * running, reports those that died meanwhile, kills marked processes nobody describes, and
    * sorts out the compute processes on our GPUs (`gpuProcesses`, from discovery) that are not ours.
    */
-  recover(gpuProcesses: GpuProcess[] = []): Promise<RecoveryReport> {
-    return recover(this.core, gpuProcesses);
+  async recover(gpuProcesses: GpuProcess[] = []): Promise<RecoveryReport> {
+    const report = await recover(this.core, gpuProcesses);
+    // Only now are the shards known whose files must stay.
+    await sweepOldFiles(this.core);
+    return report;
+  }
+
+  /** Deletes the files of stopped shards older than the retention now (the timer's work); returns them. */
+  sweepOldFiles(now = Date.now()): Promise<string[]> {
+    return sweepOldFiles(this.core, now);
   }
 
   /**
@@ -137,7 +148,7 @@ export class Supervisor {
   close(): void {
     const core = this.core;
     core.closed = true;
-    clearInterval(this.logTimer);
+    for (const stopTimer of this.stopTimers) stopTimer();
     for (const shard of core.shards.values()) {
       clearTimer(shard);
       shard.startAbort.abort(new Error('the agent is shutting down'));

@@ -2,7 +2,7 @@
 // idempotent starts, engines that outlive the agent and are adopted (same pid) by the next
 // one, strangers killed, crashes reported with their exit code and log, ports never shared.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -588,13 +588,43 @@ describe('helpers', () => {
     expect(readStat(process.pid)?.pid).toBe(process.pid);
   });
 
-  it('bounds a log by copy-truncate and tails its last lines', () => {
+  it('bounds a log by copy-truncate and tails its last lines', async () => {
     const file = join(tempDir(), 'x.log');
     writeFileSync(file, Array.from({ length: 100 }, (_, i) => `line ${i}`).join('\n') + '\n');
     expect(tailLines(file, 3)).toEqual(['line 97', 'line 98', 'line 99']);
-    expect(enforceLogLimit(file, 100)).toBe(true);
+    expect(await enforceLogLimit(file, 100)).toBe(true);
     expect(readFileSync(file, 'utf8')).toBe('');
     expect(tailLines(`${file}.1`, 1)).toEqual(['line 99']);
+  });
+});
+
+describe('engine log retention', () => {
+  it('deletes the logs and corrupt specs of stopped shards once older than the retention, and keeps a running shard’s', async () => {
+    const node = nodeId('retention');
+    const stateDir = tempDir();
+    const portRange = await freeRange(4);
+    const first = supervisor({ nodeId: node, stateDir, portRange });
+    await first.sup.start(fakeSpec(node, 'demo.50.r0.a1', []));
+    first.sup.close();
+    const logs = join(stateDir, 'logs');
+    const shards = join(stateDir, 'shards');
+    const old = ['gone.1.r0.a1.log', 'gone.1.r0.a1.log.1'].map((name) => join(logs, name));
+    const corrupt = join(shards, 'gone.2.r0.a1.json.corrupt');
+    const recent = join(logs, 'gone.3.r0.a1.log');
+    for (const file of [...old, corrupt, recent]) writeFileSync(file, 'x\n');
+    const eightDaysAgo = new Date(Date.now() - 8 * 86_400_000);
+    for (const file of [...old, corrupt, logPath(stateDir, 'demo.50.r0.a1')]) utimesSync(file, eightDaysAgo, eightDaysAgo);
+
+    const second = supervisor({ nodeId: node, stateDir, portRange, logRetentionMs: 7 * 86_400_000 });
+    expect((await second.sup.recover()).adopted).toHaveLength(1);
+    for (const file of [...old, corrupt]) expect(existsSync(file), file).toBe(false);
+    expect(existsSync(recent)).toBe(true);
+    // Later sweeps (on a timer) find what has aged since.
+    utimesSync(recent, eightDaysAgo, eightDaysAgo);
+    expect(await second.sup.sweepOldFiles()).toEqual([recent]);
+    // The running (adopted) shard keeps its log however old.
+    expect(existsSync(logPath(stateDir, 'demo.50.r0.a1'))).toBe(true);
+    expect(second.logs).toContainEqual(expect.stringMatching(/deleted 3 file\(s\) of stopped shards older than 7 day\(s\)/));
   });
 });
 
