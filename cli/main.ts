@@ -264,7 +264,9 @@ program
   .option('--catalog <file>', 'catalog for the control worker', process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml')
   .option('--router-port <port>', 'router port', '8080')
   .option('--replicas <n>', 'demo replicas', '2')
-  .action(async (opts: { catalog: string; routerPort: string; replicas: string }) => {
+  .option('--port-offset <n>', 'added to every port the stack opens (Temporal, Web UI, router, agents, metrics, engines)', '0')
+  .option('--node-prefix <prefix>', 'the simulated agents are <prefix>-a and <prefix>-b', 'sim')
+  .action(async (opts: import('./commands/up.js').UpOptions) => {
     const { upCommand } = await import('./commands/up.js');
     await upCommand(opts);
   });

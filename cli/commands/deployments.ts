@@ -1,7 +1,7 @@
 // `llmgw deploy | status | scale | undeploy | logs`: the operator's commands, all
 // through Temporal (the deployModel workflow's Updates and queries), so they behave
 // exactly like a deployment started from the Temporal CLI or the Web UI.
-import Table from 'cli-table3';
+import { newTable } from './table.js';
 import { WorkflowExecutionAlreadyStartedError, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { CliError, withClient } from './client.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId } from '../../common/names.js';
@@ -137,7 +137,7 @@ export async function statusCommand(name: string | undefined, opts: { json?: boo
       console.log('no deployments (`llmgw deploy demo --replicas 2`)');
       return;
     }
-    const table = new Table({ head: ['deployment', 'model', 'profile', 'state', 'ready', 'reason'] });
+    const table = newTable({ head: ['deployment', 'model', 'profile', 'state', 'ready', 'reason'] });
     for (const v of views.sort((a, b) => a.name.localeCompare(b.name)))
       table.push([v.name, v.model, v.profile, v.phase, `${v.ready}/${v.desired}`, v.reason || '—']);
     console.log(table.toString());
@@ -214,7 +214,7 @@ function print(view: DeploymentView, json?: boolean): void {
   );
   if (view.reason) console.log(`  ${view.reason}`);
   if (!view.replicas.length) return;
-  const table = new Table({
+  const table = newTable({
     head: ['replica', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
     colWidths: [null, null, null, null, null, 60],
     wordWrap: true,

@@ -20,8 +20,9 @@ export interface LlmgwProcess {
   kill9(): Promise<void>;
 }
 
-export function spawnLlmgw(args: string[], env: Record<string, string> = {}): LlmgwProcess {
+export function spawnLlmgw(args: string[], env: Record<string, string> = {}, options: { cwd?: string } = {}): LlmgwProcess {
   const child = spawn(process.execPath, [LLMGW_BIN, ...args], {
+    ...(options.cwd ? { cwd: options.cwd } : {}),
     // Every worker and agent shares the run's catalog key, as a real deployment shares one;
     // many run side by side, so none serves /metrics unless a test asks (--metrics-addr).
     env: {
