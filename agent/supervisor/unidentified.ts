@@ -39,6 +39,7 @@ export async function survey(core: SupervisorCore, gpuProcesses: GpuProcess[], m
 
 /** The foreign processes on our GPUs now, as a registration reports them; signals nothing. */
 export function foreignNow(core: SupervisorCore, gpuProcesses: GpuProcess[]): ForeignProcess[] {
+  if (gpuProcesses.length === 0) return [];
   const marked = scanMarked(core.nodeId, core.launcher);
   return foreignProcesses(core.launcher, gpuProcesses, core.nodeId, core.ourPids(marked)).map((f) =>
     foreignMessage(f, false, whatHappens(core, f)),
