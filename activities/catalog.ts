@@ -4,10 +4,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, type Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { chooseProfile, profileSnapshot } from '../catalog/lookup.js';
+import { readCatalogKeys } from '../common/catalog-key.js';
 import { FailureType } from '../common/failures.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
 import { revisionOf } from '../common/revision.js';
 import type { AutoscaleSettings } from '../common/autoscale.js';
+import { signSnapshot } from '../common/revision-signature.js';
 
 /** The snapshot with its revision digest, which deployments, replicas and `llmgw status` show. */
 function withRevision(snapshot: ProfileSnapshot): ProfileSnapshot {
@@ -20,11 +22,15 @@ export interface ResolveRequest {
   gpuClass?: string;
 }
 
-export function createCatalogActivities(catalog: CatalogSource, client: Client) {
+/**
+ * `catalogKeyFile`: the key the control worker signs every resolved revision with, so that
+ * agents start only what the catalog allows (docs/security.md). Read on every resolve, so a
+ * rotated file needs no restart. Without one, revisions go out unsigned (agents refuse them
+ * unless started with --insecure-unsigned).
+ */
+export function createCatalogActivities(catalog: CatalogSource, client: Client, catalogKeyFile?: string) {
   return {
-    async resolveDeployment(
-      request: ResolveRequest,
-    ): Promise<{
+    async resolveDeployment(request: ResolveRequest): Promise<{
       snapshot: ProfileSnapshot;
       maxReplicas: number;
       drainGraceSeconds: number;
@@ -57,12 +63,16 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client) 
           FailureType.UnknownGpuClass,
         );
       }
+      const snapshot = profileSnapshot(model, profile);
       return {
-        snapshot: withRevision(profileSnapshot(model, profile)),
+        snapshot:
+          catalogKeyFile === undefined ? withRevision(snapshot) : signSnapshot(withRevision(snapshot), readCatalogKeys(catalogKeyFile)),
         maxReplicas: current.defaults?.maxReplicas ?? 256,
         drainGraceSeconds: current.defaults?.drainGraceSeconds ?? 5,
         drainTimeoutSeconds: current.defaults?.drainTimeoutSeconds ?? 600,
-        ...((profile.autoscale ?? model.autoscale ?? current.defaults?.autoscale) ? { autoscale: profile.autoscale ?? model.autoscale ?? current.defaults?.autoscale } : {}),
+        ...((profile.autoscale ?? model.autoscale ?? current.defaults?.autoscale)
+          ? { autoscale: profile.autoscale ?? model.autoscale ?? current.defaults?.autoscale }
+          : {}),
       };
     },
 

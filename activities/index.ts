@@ -2,10 +2,11 @@
 // queue `llmgw` beside the workflows and reach Temporal through a Client.
 import type { Client } from '@temporalio/client';
 import { createCatalogSource, type CatalogSource } from '../catalog/watch.js';
+import type { LineLog } from '../common/logger.js';
 import { createCatalogActivities } from './catalog.js';
 import { createCapacityActivities } from './capacity.js';
 import { createDeploymentActivities } from './deployments.js';
-import { createPlacementActivities } from './placement.js';
+import { createPlacementActivities, type PlacementMetric } from './placement.js';
 import { createRoutesActivities } from './routes.js';
 import { createReconcileActivities } from './reconcile.js';
 
@@ -13,15 +14,19 @@ export interface ControlActivityDeps {
   catalogFile: string;
   /** The worker's live catalog, when it watches it itself (workers/catalog-notifier.ts). */
   catalog?: CatalogSource;
+  /** The catalog key file revisions are signed with; unsigned without one. */
+  catalogKeyFile?: string;
   client: Client;
-  log: (line: string) => void;
+  log: LineLog;
+  /** Counts placements (the control worker's metrics); nothing when absent. */
+  placementMetric?: PlacementMetric;
 }
 
 export function createControlActivities(deps: ControlActivityDeps) {
-  const catalog = deps.catalog ?? createCatalogSource(deps.catalogFile, { log: deps.log });
+  const catalog = deps.catalog ?? createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
   return {
-    ...createCatalogActivities(catalog, deps.client),
-    ...createPlacementActivities(deps.client, deps.log),
+    ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
+    ...createPlacementActivities(deps.client, { log: deps.log, ...(deps.placementMetric ? { metric: deps.placementMetric } : {}) }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
     ...createRoutesActivities(deps.client),

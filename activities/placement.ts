@@ -58,7 +58,12 @@ export interface IndexedNode {
 /** Reserves tried per placement before the index is considered stale. */
 const MAX_RESERVES = 3;
 
-export function createPlacementActivities(client: Client, log: (line: string) => void = () => undefined) {
+/** Counts each placement by outcome, with its latency (the control worker's metrics). */
+export type PlacementMetric = (outcome: 'placed' | 'unschedulable' | 'error', ms: number) => void;
+
+export function createPlacementActivities(client: Client, options: { log?: (line: string) => void; metric?: PlacementMetric } = {}) {
+  const log = options.log ?? (() => undefined);
+  const metric = options.metric ?? (() => undefined);
   const reserveOn = (nodeId: string, request: PlaceRequest, rank: number): Promise<ReserveResult> =>
     client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
       args: [
@@ -88,45 +93,57 @@ export function createPlacementActivities(client: Client, log: (line: string) =>
     pid: 0,
   });
 
+  const place = async (request: PlaceRequest): Promise<PlaceResult> => {
+    const index = await readCapacityIndex(client, request);
+    const ready = index.filter((n) => n.state === 'Ready');
+    if (!ready.length) {
+      const others = index.length ? ` (${index.map((n) => `${n.nodeId} ${n.state}`).join(', ')})` : '';
+      return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${others}` };
+    }
+    const fits = (n: IndexedNode): boolean => n.free >= request.gpusPerNode;
+    const candidates = rankCandidates(
+      ready.filter((n) => !request.avoidNodes.includes(n.nodeId) && fits(n)),
+      request,
+    );
+    const needHosts = Math.max(1, request.nodes);
+    if (candidates.length < needHosts) {
+      const avoidedFit = ready.some((n) => request.avoidNodes.includes(n.nodeId) && fits(n));
+      const largest = [...ready].sort((a, b) => b.free - a.free)[0]!;
+      const shortOf =
+        needHosts > 1
+          ? `${candidates.length} of ${needHosts} hosts needed have ${request.gpusPerNode} free ${request.gpuClass} GPUs`
+          : `no Ready ${request.gpuClass} node has room: needs ${request.gpusPerNode} GPUs, ${largest.free} free at most (${largest.nodeId}, of ${ready.length} Ready node${ready.length > 1 ? 's' : ''})`;
+      if (avoidedFit) {
+        return {
+          ok: false,
+          reason: `${shortOf}; only nodes it failed on have room (${request.avoidNodes.join(', ')})`,
+          retryInMs: 10_000,
+          onlyAvoidedFit: true,
+        };
+      }
+      return { ok: false, reason: shortOf };
+    }
+    if (request.nodes > 1) return placeGang(client, request, candidates, reserveOn, placement);
+    const reasons: string[] = [];
+    for (const candidate of candidates.slice(0, MAX_RESERVES)) {
+      const result = await reserveOn(candidate.nodeId, request, 0);
+      if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
+      reasons.push(result.reason);
+    }
+    return { ok: false, reason: summariseReasons(reasons), retryInMs: 1_000 };
+  };
+
   return {
     async placeReplica(request: PlaceRequest): Promise<PlaceResult> {
-      const index = await readCapacityIndex(client, request);
-      const ready = index.filter((n) => n.state === 'Ready');
-      if (!ready.length) {
-        const others = index.length ? ` (${index.map((n) => `${n.nodeId} ${n.state}`).join(', ')})` : '';
-        return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${others}` };
+      const started = performance.now();
+      try {
+        const result = await place(request);
+        metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
+        return result;
+      } catch (error) {
+        metric('error', performance.now() - started);
+        throw error;
       }
-      const fits = (n: IndexedNode): boolean => n.free >= request.gpusPerNode;
-      const candidates = rankCandidates(
-        ready.filter((n) => !request.avoidNodes.includes(n.nodeId) && fits(n)),
-        request,
-      );
-      const needHosts = Math.max(1, request.nodes);
-      if (candidates.length < needHosts) {
-        const avoidedFit = ready.some((n) => request.avoidNodes.includes(n.nodeId) && fits(n));
-        const largest = [...ready].sort((a, b) => b.free - a.free)[0]!;
-        const shortOf =
-          needHosts > 1
-            ? `${candidates.length} of ${needHosts} hosts needed have ${request.gpusPerNode} free ${request.gpuClass} GPUs`
-            : `no Ready ${request.gpuClass} node has room: needs ${request.gpusPerNode} GPUs, ${largest.free} free at most (${largest.nodeId}, of ${ready.length} Ready node${ready.length > 1 ? 's' : ''})`;
-        if (avoidedFit) {
-          return {
-            ok: false,
-            reason: `${shortOf}; only nodes it failed on have room (${request.avoidNodes.join(', ')})`,
-            retryInMs: 10_000,
-            onlyAvoidedFit: true,
-          };
-        }
-        return { ok: false, reason: shortOf };
-      }
-      if (request.nodes > 1) return placeGang(client, request, candidates, reserveOn, placement);
-      const reasons: string[] = [];
-      for (const candidate of candidates.slice(0, MAX_RESERVES)) {
-        const result = await reserveOn(candidate.nodeId, request, 0);
-        if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
-        reasons.push(result.reason);
-      }
-      return { ok: false, reason: summariseReasons(reasons), retryInMs: 1_000 };
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {

@@ -116,6 +116,9 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
         memo: { rebuilt: true },
         staticSummary: `${action.deployment}: ${action.snapshot.model} (${action.snapshot.profile}), rebuilt from running engines`,
       });
+      // The snapshot was read back from the running engine's spec (snapshotFromEngineProfile),
+      // signature included: the engine was verified when it started, and a restart of it by
+      // the rebuilt replica verifies again against the same signature.
       const input: ReplicaInput = {
         deployment: action.deployment,
         seq: action.seq,

@@ -27,6 +27,27 @@ const Labels = z.string().transform((text, ctx) => {
   return labels;
 });
 
+const EnvNames = z
+  .string()
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, 'expected variable names like HF_TOKEN,HF_HOME')
+  .transform((text) => text.split(','));
+
+const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const Duration = z
+  .string()
+  .regex(/^\d+[smhd]$/, 'expected a duration like 7d, 12h, 30m or 90s')
+  .transform((text) => Number(text.slice(0, -1)) * UNIT_MS[text.slice(-1)]!);
+
+const UNIT_BYTES: Record<string, number> = { '': 1, K: 1024, M: 1024 ** 2, G: 1024 ** 3 };
+const Size = z
+  .string()
+  .regex(/^\d+([KMG]i?B?)?$/, 'expected a size like 64M, 512K or 1G')
+  .transform((text) => {
+    const [, digits, unit] = /^(\d+)([KMG]?)/.exec(text)!;
+    return Number(digits) * UNIT_BYTES[unit ?? '']!;
+  })
+  .refine((bytes) => bytes >= 64 * 1024, "a log cap under 64K would cut an engine's last words");
+
 const GpuList = z
   .string()
   .regex(/^\d+(,\d+)*$/, 'expected GPU indices like 0,1,2,3')
@@ -62,8 +83,34 @@ export const AgentFlags = z
     reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
     /** Tests: the node workflow hands over (continue-as-new) after this many history events. */
     nodeContinueAsNewAfterEvents: z.coerce.number().int().min(10).optional(),
+    /**
+     * Compute processes on managed GPUs that this agent did not start: report them (and keep
+     * their GPUs out of placement), or kill them. Report by default: a host may run other jobs.
+     */
+    foreignGpuProcesses: z.enum(['report', 'kill'], { error: 'use report or kill' }).default('report'),
+    /** The control worker's catalog key file (LLMGW_CATALOG_KEY_FILE): only revisions it signed start. */
+    catalogKey: z.string().min(1, '--catalog-key must name a file').optional(),
+    /** Start revisions nobody signed: anyone who can start a workflow can then run anything here. */
+    insecureUnsigned: z.boolean().default(false),
+    /** Variables of the agent's environment every engine gets (HF_HOME, LD_LIBRARY_PATH, NCCL tuning, a token). */
+    passEnv: EnvNames.default([]),
+    /** Logs and corrupt specs of stopped shards are deleted once this old. */
+    logRetention: Duration.default(7 * 86_400_000),
+    /** A running shard's log beyond this is cut by copy-truncate, keeping the previous part as .1. */
+    maxLogSize: Size.default(64 * 1024 ** 2),
+    /** host:port of /metrics, or off; unset: LLMGW_METRICS_ADDR, else 127.0.0.1:9465 (temporal/connection.ts). */
+    metricsAddr: z.string().min(1).optional(),
+    /** NAME=value lines engines get only by reference ({fromHost: NAME} in the catalog): secrets. */
+    envFile: z.string().min(1, '--env-file must name a file').optional(),
   })
   .superRefine((flags, ctx) => {
+    if (flags.catalogKey !== undefined && flags.insecureUnsigned) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['insecureUnsigned'],
+        message: 'give either a catalog key (verify every start) or --insecure-unsigned (verify nothing), not both',
+      });
+    }
     const { portRange: engines, rayWorkerPorts: ray } = flags;
     if (ray.from <= engines.to && engines.from <= ray.to) {
       ctx.addIssue({
@@ -77,7 +124,9 @@ export const AgentFlags = z
 export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };
 
 export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
-  const parsed = AgentFlags.safeParse(flags);
+  // LLMGW_CATALOG_KEY_FILE stands in for --catalog-key; an explicit --insecure-unsigned wins over it.
+  const fromEnv = flags.insecureUnsigned ? undefined : process.env.LLMGW_CATALOG_KEY_FILE || undefined;
+  const parsed = AgentFlags.safeParse({ catalogKey: fromEnv, ...flags });
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => `--${kebab(String(issue.path[0] ?? ''))}: ${issue.message}`);
     throw new Error(`bad agent settings:\n  ${problems.join('\n  ')}`);
@@ -86,6 +135,8 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
   return {
     ...value,
     stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
+    catalogKey: value.catalogKey === undefined ? undefined : resolve(value.catalogKey),
+    envFile: value.envFile === undefined ? undefined : resolve(value.envFile),
     // Engines of the `fake` kind are this same program; spawn it with the same Node.
     fakeEngineCommand: [process.execPath, resolve(__dirname, '../../bin/llmgw.js'), 'fake-engine'],
   };

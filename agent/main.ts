@@ -4,33 +4,49 @@
 // running across its own restarts and across Temporal outages.
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import type { UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
-import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
-import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
+import { agentTaskQueue, CONTROL_TASK_QUEUE, DEFAULT_AGENT_METRICS_ADDR, nodeWorkflowId } from '../common/names.js';
+import { createLogger, lineLog } from '../common/logger.js';
+import {
+  installRuntime,
+  llmgwDataConverter,
+  metricsAddressOf,
+  QUICK_RECONNECT_CHANNEL_ARGS,
+  temporalConfig,
+} from '../temporal/connection.js';
 import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import type { AgentSettings } from '../common/node-types.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
 import { discoverHost, interfaceOf } from './host.js';
-import { buildRegister } from './register.js';
 import { createAgentActivities } from './activities.js';
 import { createTransitionNotifier } from './notifier.js';
 import { createDrainer } from './drain.js';
 import { startAdminServer } from './admin/server.js';
 import { createSupervisor } from './supervisor/supervisor.js';
 import { createRayWait } from './ray-wait.js';
-import { checkStateDirWritable, logPath } from './supervisor/spec-store.js';
+import { logPath } from './supervisor/spec-store.js';
 import { tailLines } from './supervisor/logs.js';
+import { createRevisionCheck } from './revision-check.js';
+import { preflight } from './preflight.js';
+import { createHostReports, gpuProcessesOf } from './reports.js';
+import { createAgentMetrics } from './metrics.js';
 
 export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const config = parseAgentFlags(flags);
-  const log = (line: string): void => console.log(`${new Date().toISOString()} agent ${config.nodeId}: ${line}`);
-  // An agent that cannot write specs cannot start engines safely, nor identify them after
-  // a restart: refuse to run rather than half-work.
-  checkStateDirWritable(config.stateDir);
+  const logger = createLogger('agent').child({ nodeId: config.nodeId });
+  const log = lineLog(logger);
+  const revisionPolicy = preflight(config, log);
 
-  let host = await discoverHost(config);
-  log(`host: ${host.gpus.length}× ${host.gpuClass || 'no GPU'}${host.problems.length ? `; problems: ${host.problems.join('; ')}` : ''}`);
+  const discovered = await discoverHost(config);
+  log(
+    `host: ${discovered.gpus.length}× ${discovered.gpuClass || 'no GPU'}${discovered.problems.length ? `; problems: ${discovered.problems.join('; ')}` : ''}`,
+  );
+  // Before anything the SDK or our metrics do: one logger, one /metrics endpoint. After the
+  // checks above: an installed Runtime keeps the process alive until it exits.
+  const metricsAddress = metricsAddressOf(config.metricsAddr, DEFAULT_AGENT_METRICS_ADDR);
+  const runtime = installRuntime({ logger, ...(metricsAddress ? { metricsAddress } : {}), globalTags: { llmgw_node: config.nodeId } });
+  const metrics = createAgentMetrics(runtime.metricMeter);
+  if (metricsAddress) log(`metrics on http://${metricsAddress}/metrics`);
 
   let client: Client | undefined;
   const notifier = createTransitionNotifier(() => client, log);
@@ -58,51 +74,36 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
     onTransition: (status) => notifier.send(status),
     log,
-    // On real GPUs, a compute process on a GPU we manage that no spec describes holds
-    // memory placement would hand out again: the supervisor kills it.
-    extraUnidentified:
-      config.gpus === 'real'
-        ? async () => {
-            const managed = config.managedGpus ?? host.gpus.map((gpu) => gpu.index);
-            const fresh = await discoverHost(config);
-            return fresh.computeProcesses
-              .filter((process) => process.gpuIndices.some((index) => managed.includes(index)))
-              .map((process) => ({
-                pid: process.pid,
-                gpuIndices: process.gpuIndices,
-                reason: `compute process on managed GPU(s) ${process.gpuIndices.join(',')} (${process.usedMemoryMib} MiB)`,
-              }));
-          }
-        : undefined,
+    passEnv: config.passEnv,
+    maxLogBytes: config.maxLogSize,
+    logRetentionMs: config.logRetention,
+    ...(config.envFile !== undefined ? { envFile: config.envFile } : {}),
+    dryRun: config.reconcile === 'dry-run',
+    foreignGpuProcesses: config.foreignGpuProcesses,
+    checkRevision: createRevisionCheck(revisionPolicy),
+    count: (event) => metrics.count(event),
   });
-  // Before anything can start a new engine: adopt what is ours, kill what nobody can describe.
-  const recovered = await supervisor.recover();
-  const unidentified: UnidentifiedProcess[] = [...recovered.unidentified];
-  // Kills not yet named in a survey: reconciliation's result lists each exactly once.
-  let unreportedKills: UnidentifiedProcess[] = [...recovered.unidentified];
+  // Before anything can start a new engine: adopt what is ours, end what nobody can describe,
+  // and sort out the compute processes on our GPUs that are not ours.
+  const recovered = await supervisor.recover(gpuProcessesOf(config, discovered));
+  const dry = config.reconcile === 'dry-run' ? ' (dry run: nothing killed)' : '';
   log(
-    `recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.length} unidentified killed`,
+    `recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${recovered.unidentified.filter((u) => u.killed).length} unidentified killed, ${recovered.foreign.length} foreign on our GPUs${dry}`,
   );
 
+  let adminAddress = '';
+  const hostReports = createHostReports({ config, supervisor, host: discovered, recovered, adminAddress: () => adminAddress });
+  const { describe, survey } = hostReports;
   const admin = await startAdminServer(config.adminAddr, {
-    describe: () => describe(),
+    describe,
     logFile: (shardId) => logPath(config.stateDir, shardId),
     tailLines,
   });
-  const adminAddress = `${config.adminAddr.replace(/:\d+$/, '')}:${admin.port}`;
-  log(`admin API on ${adminAddress}`);
-
-  const describe = async () => {
-    if (config.gpus === 'real') host = await discoverHost(config);
-    return buildRegister(config, host, supervisor.list(), unidentified, adminAddress);
-  };
-  const survey = async () => {
-    if (config.gpus === 'real') host = await discoverHost(config);
-    const killed = await supervisor.findUnidentified();
-    const named = [...unreportedKills, ...killed];
-    unreportedKills = [];
-    return buildRegister(config, host, supervisor.list(), named, adminAddress);
-  };
+  adminAddress = `${config.adminAddr.replace(/:\d+$/, '')}:${admin.port}`;
+  log(`admin API on ${adminAddress} (Describe, TailLogs, gRPC health)`);
+  const gauges = setInterval(() => metrics.observe(hostReports.view()), 5_000);
+  gauges.unref();
+  metrics.observe(hostReports.view());
 
   const { connectionOptions, namespace } = temporalConfig();
   const nodeInput = {
@@ -133,7 +134,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   };
   const registerSoon = (): void => {
     register().catch((error: unknown) =>
-      log(`registration failed (will retry): ${error instanceof Error ? error.message : String(error)}`),
+      log(`registration failed (will retry): ${error instanceof Error ? error.message : String(error)}`, 'warn'),
     );
   };
 
@@ -149,6 +150,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
       connection = undefined;
       log(
         `cannot reach Temporal at ${connectionOptions.address} (attempt ${attempt}): ${error instanceof Error ? error.message : String(error)}; retrying`,
+        'warn',
       );
       await new Promise((r) => setTimeout(r, Math.min(10_000, 1_000 * attempt)));
     }
@@ -166,6 +168,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     onPresenceStarted: registerSoon,
     presenceSummary: () => {
       lastPresence = Date.now();
+      const host = hostReports.host();
       return {
         shards: supervisor.list().length,
         gpus: host.gpus.length,
@@ -195,6 +198,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   const stop = (signal: string): void => {
     log(`${signal}: shutting down (engines keep running; a restarted agent adopts them)`);
     clearInterval(watchdog);
+    clearInterval(gauges);
     // Say so, so the node is NotReady now rather than after a heartbeat timeout.
     void client?.workflow
       .getHandle(nodeWorkflowId(config.nodeId))
@@ -204,7 +208,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     // With Temporal unreachable the worker would wait for ever to report its last
     // activities; nothing on the host needs that, so leave after a bounded wait.
     setTimeout(() => {
-      log('Temporal did not confirm the shutdown in 15 s; exiting anyway');
+      log('Temporal did not confirm the shutdown in 15 s; exiting anyway', 'warn');
       process.exit(0);
     }, 15_000).unref();
   };

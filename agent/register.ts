@@ -1,8 +1,10 @@
 // Builds the agent's report of its host (Register): inventory and health from
-// discovery, the shards the supervisor runs, and what it could not identify.
-import { create } from '@bufbuild/protobuf';
+// discovery, the shards the supervisor runs, what it could not identify, and the foreign
+// processes on its GPUs (whose GPUs it reports with a problem, so placement skips them).
+import { clone, create } from '@bufbuild/protobuf';
 import { hostname } from 'node:os';
-import { RegisterSchema, type Register, type UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
+import { GPUSchema, GpuHealthSchema, type GPU } from '../proto/gen/llmgw/v1/gpu_pb.js';
+import { RegisterSchema, type ForeignProcess, type Register, type UnidentifiedProcess } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { RunningShard } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { DiscoveredHost } from './discovery/inventory.js';
 import type { AgentConfig } from './config.js';
@@ -15,6 +17,7 @@ export function buildRegister(
   host: DiscoveredHost,
   shards: RunningShard[],
   unidentified: UnidentifiedProcess[],
+  foreign: ForeignProcess[],
   adminAddress: string,
 ): Register {
   return create(RegisterSchema, {
@@ -24,15 +27,36 @@ export function buildRegister(
     labels: config.labels,
     agentVersion: AGENT_VERSION,
     engineVersions: host.cudaVersion ? { cuda: host.cudaVersion, driver: host.driverVersion ?? '' } : {},
-    gpus: host.gpus,
+    gpus: withForeignProblems(host.gpus, foreign),
     fabrics: host.fabrics,
     runningShards: shards,
     problems: host.problems,
     unidentified,
+    foreignProcesses: foreign,
     adminAddress,
     gpuSource: gpuSource(config),
     managedGpus: config.managedGpus ?? host.gpus.map((gpu) => gpu.index),
     gpuClass: host.gpuClass,
     reportedAt: new Date().toISOString(),
+  });
+}
+
+/**
+ * A GPU a foreign process computes on is not free, whatever the node's allocations say: it is
+ * reported with a problem, which placement already honours (a GPU with problems is never
+ * handed out). The problem goes when the process does.
+ */
+export function withForeignProblems(gpus: GPU[], foreign: ForeignProcess[]): GPU[] {
+  const live = foreign.filter((f) => !f.killed);
+  if (live.length === 0) return gpus;
+  return gpus.map((gpu) => {
+    const holders = live.filter((f) => f.gpuIndices.includes(gpu.index));
+    if (holders.length === 0) return gpu;
+    const copy = clone(GPUSchema, gpu);
+    const health = copy.health ?? create(GpuHealthSchema, {});
+    for (const f of holders)
+      health.problems.push(`in use by pid ${f.pid} (${f.command}), which llmgw did not start: withheld from placement`);
+    copy.health = health;
+    return copy;
   });
 }

@@ -10,6 +10,7 @@ import { findFreePort } from '../common/ports.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
 import { signalGroup } from '../agent/supervisor/proc.js';
 import { killMarkedEngines } from '../agent/supervisor/markers.js';
+import { ensureCatalogKeyFile } from '../common/catalog-key.js';
 
 export const BIN = join(__dirname, '../../bin/llmgw.js');
 export const BENCH_CATALOG = join(__dirname, '../../bench/catalog.yaml');
@@ -48,7 +49,10 @@ function spawnPart(children: ChildProcess[], args: string[], env: Record<string,
 export async function startStack(options: { hosts: number; router?: boolean }): Promise<Stack> {
   const port = await findFreePort();
   const server = await startDevServer({ port, headless: true, inMemory: true, logFile: `.llmgw/bench/temporal-${port}.log` });
-  const env = { TEMPORAL_ADDRESS: server.address };
+  // The worker signs revisions with this key and the agents verify them, as in production.
+  const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-key-')), 'catalog.key');
+  ensureCatalogKeyFile(keyFile);
+  const env = { TEMPORAL_ADDRESS: server.address, LLMGW_CATALOG_KEY_FILE: keyFile, LLMGW_METRICS_ADDR: 'off' };
   const children: ChildProcess[] = [];
   const nodeIds = Array.from({ length: options.hosts }, (_, i) => `bench-${i}`);
   await spawnPart(children, ['worker', '--catalog', BENCH_CATALOG], env, /serving task queue llmgw/);

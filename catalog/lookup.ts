@@ -106,7 +106,9 @@ export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): P
     gpusPerNode: profile.gpusPerNode,
     nodes: profile.nodes,
     args: [...profile.args],
-    env: { ...profile.env },
+    env: Object.fromEntries(
+      Object.entries(profile.env).map(([name, value]) => [name, typeof value === 'string' ? value : { fromHost: value.fromHost }]),
+    ),
     startupTimeoutSeconds: profile.startupTimeoutSeconds,
     minGpuMemoryMib: profile.minGpuMemoryMib ?? 0,
   };

@@ -84,7 +84,28 @@ const EnvName = z
     message: 'is set by the agent on every engine it starts and cannot be set in the catalog',
   });
 
-const Env = z.record(EnvName, z.string({ error: (issue) => `env values must be strings, got ${describeValue(issue.input)}` }), {
+/**
+ * A value the agent takes from its own host at spawn (its --pass-env and --env-file set), so
+ * that a secret is named in the catalog but its value never leaves the host.
+ */
+const FromHost = z.strictObject(
+  { fromHost: z.string().regex(ENV_NAME_PATTERN, 'fromHost must name a variable (letters, digits and "_", not starting with a digit)') },
+  {
+    error: (issue) =>
+      issue.code === 'unrecognized_keys'
+        ? `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((key) => `"${key}"`).join(', ')} in an env reference (allowed: fromHost)`
+        : undefined,
+  },
+);
+
+const EnvValue = z.union([z.string(), FromHost], {
+  error: (issue) =>
+    issue.code === 'invalid_union'
+      ? `env values must be strings or {fromHost: NAME} (a variable of the agent's host), got ${describeValue(issue.input)}`
+      : undefined,
+});
+
+const Env = z.record(EnvName, EnvValue, {
   // A bad key arrives as one "invalid key" issue wrapping the key schema's own; surface the inner one.
   error: (issue) => {
     if (issue.code !== 'invalid_key') return undefined;

@@ -135,6 +135,19 @@ program
   )
   .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
   .option('--reconcile-every-seconds <s>', "how often the node's reconcile Schedule runs (0: only on registration)", '180')
+  .option(
+    '--foreign-gpu-processes <report|kill>',
+    'compute processes on managed GPUs that this agent did not start: report them and withhold their GPUs, or kill them (never in dry-run)',
+    'report',
+  )
+  .option('--catalog-key <file>', "the control worker's catalog key file (or LLMGW_CATALOG_KEY_FILE): only revisions it signed start here")
+  .option('--insecure-unsigned', 'start revisions nobody signed (unsafe: anyone who can start a workflow can run anything here)')
+  .option('--pass-env <names>', "variables of the agent's environment every engine gets, e.g. HF_HOME,LD_LIBRARY_PATH,NCCL_IB_TIMEOUT")
+  .option('--env-file <file>', 'NAME=value lines (0600) that engines get only where the catalog references them: {fromHost: NAME}')
+  .option(
+    '--metrics-addr <host:port|off>',
+    'Prometheus /metrics: Temporal SDK and agent metrics (default LLMGW_METRICS_ADDR, else 127.0.0.1:9465)',
+  )
   // Tests of the node workflow's continue-as-new; not for operators.
   .addOption(new Option('--node-continue-as-new-after-events <n>').hideHelp())
   .action(async (opts: Record<string, unknown>) => {
@@ -151,6 +164,15 @@ program
     process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml',
   )
   .option(
+    '--catalog-key <file>',
+    'key file every resolved revision is signed with; agents start only signed revisions (or LLMGW_CATALOG_KEY_FILE)',
+    process.env.LLMGW_CATALOG_KEY_FILE || undefined,
+  )
+  .option(
+    '--metrics-addr <host:port|off>',
+    'Prometheus /metrics: Temporal SDK and worker metrics (default LLMGW_METRICS_ADDR, else 127.0.0.1:9464)',
+  )
+  .option(
     '--build-id <id>',
     "this build's Worker Deployment build id (LLMGW_BUILD_ID; default: package version + a hash of the workflow code)",
   )
@@ -161,16 +183,28 @@ program
   )
   // The upgrade test's second build; not for operators.
   .addOption(new Option('--workflows-module <path>').hideHelp())
-  .action(async (opts: { catalog: string; buildId?: string; deploymentName: string; makeCurrent?: boolean; workflowsModule?: string }) => {
-    const { runControlWorker } = await import('../workers/control-worker.js');
-    await runControlWorker({
-      catalogFile: opts.catalog,
-      buildId: opts.buildId,
-      deploymentName: opts.deploymentName,
-      makeCurrent: opts.makeCurrent,
-      workflowsPath: opts.workflowsModule,
-    });
-  });
+  .action(
+    async (opts: {
+      catalog: string;
+      catalogKey?: string;
+      metricsAddr?: string;
+      buildId?: string;
+      deploymentName: string;
+      makeCurrent?: boolean;
+      workflowsModule?: string;
+    }) => {
+      const { runControlWorker } = await import('../workers/control-worker.js');
+      await runControlWorker({
+        catalogFile: opts.catalog,
+        catalogKeyFile: opts.catalogKey,
+        metricsAddr: opts.metricsAddr,
+        buildId: opts.buildId,
+        deploymentName: opts.deploymentName,
+        makeCurrent: opts.makeCurrent,
+        workflowsPath: opts.workflowsModule,
+      });
+    },
+  );
 
 program
   .command('upgrade')
@@ -343,7 +377,9 @@ program
   .option('--catalog <file>', 'catalog for the control worker', process.env.LLMGW_CATALOG ?? 'examples/catalog.yaml')
   .option('--router-port <port>', 'router port', '8080')
   .option('--replicas <n>', 'demo replicas', '2')
-  .action(async (opts: { catalog: string; routerPort: string; replicas: string }) => {
+  .option('--port-offset <n>', 'added to every port the stack opens (Temporal, Web UI, router, agents, metrics, engines)', '0')
+  .option('--node-prefix <prefix>', 'the simulated agents are <prefix>-a and <prefix>-b', 'sim')
+  .action(async (opts: import('./commands/up.js').UpOptions) => {
     const { upCommand } = await import('./commands/up.js');
     await upCommand(opts);
   });
@@ -355,7 +391,9 @@ export async function main(argv: string[]): Promise<void> {
     await program.parseAsync(argv);
   } catch (error) {
     console.error(`llmgw: ${error instanceof Error ? error.message : String(error)}`);
-    process.exitCode = 1;
+    // Exit now: a long-running command that failed while starting may hold handles (a
+    // Temporal Runtime, a half-started server) that would keep the process alive.
+    process.exit(1);
   }
 }
 

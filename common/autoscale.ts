@@ -30,7 +30,10 @@ export const AutoscaleSchema = z
     tolerance: z.number().min(0, 'tolerance must be ≥ 0').max(1, 'tolerance must be ≤ 1').optional(),
   })
   .refine((a) => a.min <= a.max, { message: 'min must not be above max', path: ['min'] })
-  .refine((a) => a.idleToZeroSeconds === undefined || a.min === 0, { message: 'idleToZeroSeconds needs min 0', path: ['idleToZeroSeconds'] })
+  .refine((a) => a.idleToZeroSeconds === undefined || a.min === 0, {
+    message: 'idleToZeroSeconds needs min 0',
+    path: ['idleToZeroSeconds'],
+  })
   .refine((a) => a.metric !== 'kvCache' || (a.target ?? 0.8) <= 1, { message: 'a kvCache target is a fraction (≤ 1)', path: ['target'] });
 
 export type AutoscaleSettings = z.infer<typeof AutoscaleSchema>;

@@ -22,6 +22,13 @@ export const FailureType = {
   NoFreePort: 'NoFreePort',
   InvalidInput: 'InvalidInput',
   ShardNotFound: 'ShardNotFound',
+  /**
+   * The agent refused a StartShard whose profile is not a revision the control worker signed
+   * from the catalog (no signature, a key the agent lacks, or a profile changed after signing).
+   */
+  UnsignedRevision: 'UnsignedRevision',
+  /** A catalog env reference names a host variable the agent was not given (--pass-env, --env-file). */
+  HostEnvMissing: 'HostEnvMissing',
 } as const;
 
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];
@@ -35,4 +42,6 @@ export const NON_RETRYABLE_AGENT_FAILURES: FailureType[] = [
   FailureType.EngineExited,
   FailureType.StartupTimeout,
   FailureType.ShardNotFound,
+  FailureType.UnsignedRevision,
+  FailureType.HostEnvMissing,
 ];

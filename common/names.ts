@@ -62,12 +62,17 @@ export const DEFAULT_PORTS = {
   webUi: 8233,
   router: 8080,
   agentAdmin: 7401,
+  /** Prometheus /metrics of the control worker, and of an agent (`llmgw up`'s second agent: 9466). */
+  workerMetrics: 9464,
+  agentMetrics: 9465,
   enginesFrom: 18000,
   /** Ray's worker processes: from here up to the engine range (Ray's own default overlaps it). */
   rayWorkersFrom: 10002,
 } as const;
 
 export const DEFAULT_AGENT_ADMIN_ADDR = `127.0.0.1:${DEFAULT_PORTS.agentAdmin}`;
+export const DEFAULT_AGENT_METRICS_ADDR = `127.0.0.1:${DEFAULT_PORTS.agentMetrics}`;
+export const DEFAULT_WORKER_METRICS_ADDR = `127.0.0.1:${DEFAULT_PORTS.workerMetrics}`;
 
 /**
  * A shard id names one start of one rank of one replica. It is also the file name of

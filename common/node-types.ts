@@ -25,6 +25,16 @@ export interface FabricInfo {
   rateGbps: number;
 }
 
+/** A compute process on one of the node's GPUs that its agent did not start (see Register). */
+export interface ForeignProcessInfo {
+  pid: number;
+  gpuIndices: number[];
+  command: string;
+  usedMemoryMib: number;
+  killed: boolean;
+  note: string;
+}
+
 export interface NodeInventory {
   nodeId: string;
   hostname: string;
@@ -37,6 +47,8 @@ export interface NodeInventory {
   managedGpus: number[];
   fabrics: FabricInfo[];
   problems: string[];
+  /** Compute processes on managed GPUs that the agent did not start; absent in older registrations. */
+  foreignProcesses?: ForeignProcessInfo[];
   agentVersion: string;
   gpuSource: string;
   reportedAt: string;

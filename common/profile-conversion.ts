@@ -9,7 +9,7 @@ import {
   type EngineProfile,
   type StartShard,
 } from '../proto/gen/llmgw/v1/shard_pb.js';
-import type { ProfileSnapshot, ShardPlacement } from './replica-types.js';
+import type { EnvValue, ProfileSnapshot, ShardPlacement } from './replica-types.js';
 
 function engineToWire(engine: ProfileSnapshot['engine']): Engine {
   switch (engine) {
@@ -31,7 +31,19 @@ function launcherToWire(launcher: ProfileSnapshot['launcher']): Launcher {
   }
 }
 
+/** The wire keeps literal values and host references apart: a reference is only a name. */
+function splitEnv(env: Record<string, EnvValue>): { literal: Record<string, string>; fromHost: Record<string, string> } {
+  const literal: Record<string, string> = {};
+  const fromHost: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (typeof value === 'string') literal[name] = value;
+    else fromHost[name] = value.fromHost;
+  }
+  return { literal, fromHost };
+}
+
 export function engineProfileFromSnapshot(snapshot: ProfileSnapshot): EngineProfile {
+  const env = splitEnv(snapshot.env);
   return create(EngineProfileSchema, {
     name: snapshot.profile,
     engine: engineToWire(snapshot.engine),
@@ -43,11 +55,13 @@ export function engineProfileFromSnapshot(snapshot: ProfileSnapshot): EngineProf
     gpusPerNode: snapshot.gpusPerNode,
     nodes: snapshot.nodes,
     args: snapshot.args,
-    env: snapshot.env,
+    env: env.literal,
+    envFromHost: env.fromHost,
     startupTimeoutSeconds: snapshot.startupTimeoutSeconds,
     minGpuMemoryMib: snapshot.minGpuMemoryMib,
     launcher: launcherToWire(snapshot.launcher),
     model: snapshot.model,
+    signature: snapshot.signature ?? '',
   });
 }
 
@@ -67,7 +81,9 @@ function engineFromWire(engine: Engine): ProfileSnapshot['engine'] {
  * rebuilds a lost replica with exactly what runs, not with what the catalog says today.
  */
 export function snapshotFromEngineProfile(profile: EngineProfile): ProfileSnapshot {
-  return {
+  const env: Record<string, EnvValue> = { ...profile.env };
+  for (const [name, hostName] of Object.entries(profile.envFromHost)) env[name] = { fromHost: hostName };
+  const snapshot: ProfileSnapshot = {
     model: profile.model,
     modelSource: profile.modelSource,
     servedName: profile.servedName,
@@ -80,10 +96,13 @@ export function snapshotFromEngineProfile(profile: EngineProfile): ProfileSnapsh
     gpusPerNode: profile.gpusPerNode,
     nodes: profile.nodes,
     args: [...profile.args],
-    env: { ...profile.env },
+    env,
     startupTimeoutSeconds: profile.startupTimeoutSeconds,
     minGpuMemoryMib: profile.minGpuMemoryMib,
   };
+  // Adopted engines keep the signature they were started with (a rebuilt replica restarts them with it).
+  if (profile.signature !== '') snapshot.signature = profile.signature;
+  return snapshot;
 }
 
 export interface StartShardContext {

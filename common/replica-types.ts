@@ -6,6 +6,12 @@ export type ReplicaPhase =
 
 export const ROUTABLE_PHASES: ReplicaPhase[] = ['Ready', 'Unknown'];
 
+/**
+ * A variable's value in a profile: a literal, or a reference to a variable of the agent's own
+ * host (`--pass-env`, `--env-file`), resolved only at spawn: a secret's value never leaves it.
+ */
+export type EnvValue = string | { fromHost: string };
+
 /** What a replica runs: the catalog profile, copied at deploy time (plain JSON). */
 export interface ProfileSnapshot {
   model: string;
@@ -20,12 +26,16 @@ export interface ProfileSnapshot {
   gpusPerNode: number;
   nodes: number;
   args: string[];
-  env: Record<string, string>;
+  env: Record<string, EnvValue>;
   startupTimeoutSeconds: number;
   minGpuMemoryMib: number;
   /** The revision's short digest (common/revision.ts); snapshots taken before revisions lack it. */
   revision?: string;
-  /** The control worker's signature of this revision (docs/security.md); the agent checks it. */
+  /**
+   * The control worker's signature of this revision (common/revision-signature.ts), made when
+   * it resolved it from the catalog; agents start only revisions whose signature verifies.
+   * Absent or '' when unsigned (a control worker without a catalog key, older histories).
+   */
   signature?: string;
 }
 
@@ -121,7 +131,8 @@ export interface DeployModelInput {
   continueAsNewAfterEvents?: number;
 }
 
-export type DeploymentPhase = 'Validating' | 'Progressing' | 'Ready' | 'Idle' | 'RollingOut' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
+export type DeploymentPhase =
+  'Validating' | 'Progressing' | 'Ready' | 'Idle' | 'RollingOut' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
 
 /** What an autoscaler sends when the load asks for another count (the `autoscale` Update). */
 export interface AutoscaleDecision {

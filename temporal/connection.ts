@@ -2,11 +2,13 @@
 // TEMPORAL_NAMESPACE, TLS and API-key settings (and the Temporal CLI's config file),
 // read through @temporalio/envconfig, with our payload converter on every client.
 import { Client, Connection } from '@temporalio/client';
-import { NativeConnection } from '@temporalio/worker';
+import { NativeConnection, Runtime } from '@temporalio/worker';
 import { loadClientConnectConfig } from '@temporalio/envconfig';
 import type { DataConverter } from '@temporalio/common';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { temporalLogger, type Logger } from '../common/logger.js';
+import { HISTOGRAM_BUCKETS } from '../common/metrics.js';
 
 export function temporalConfig(): {
   address: string;
@@ -57,4 +59,52 @@ export async function connectWorkerConnection(): Promise<{ connection: NativeCon
   const { connectionOptions, namespace } = temporalConfig();
   const connection = await NativeConnection.connect(connectionOptions);
   return { connection, namespace };
+}
+
+export interface RuntimeSettings {
+  /** Where the SDK's logs go (its own and Core's, forwarded): the process's logger. */
+  logger: Logger;
+  /**
+   * host:port of the Prometheus endpoint (`/metrics`) that serves the SDK's metrics and ours
+   * (made through `Runtime.metricMeter`); undefined: no endpoint.
+   */
+  metricsAddress?: string;
+  /** Labels on every metric of the process (e.g. the agent's node id). */
+  globalTags?: Record<string, string>;
+}
+
+/**
+ * Installs the Temporal Runtime of a worker process (the agent, the control worker): once, before
+ * any NativeConnection or Worker. One logger for the SDK and us, and one metrics endpoint.
+ */
+export function installRuntime(settings: RuntimeSettings): Runtime {
+  const metrics = settings.metricsAddress
+    ? {
+        metrics: {
+          prometheus: { bindAddress: settings.metricsAddress, histogramBucketOverrides: HISTOGRAM_BUCKETS },
+          ...(settings.globalTags ? { globalTags: settings.globalTags } : {}),
+        },
+      }
+    : {};
+  try {
+    return Runtime.install({
+      logger: temporalLogger(settings.logger),
+      telemetryOptions: { logging: { forward: {}, filter: { core: 'WARN', other: 'ERROR' } }, ...metrics },
+    });
+  } catch (error) {
+    if (!settings.metricsAddress) throw error;
+    throw new Error(
+      `cannot serve metrics on ${settings.metricsAddress} (--metrics-addr, or LLMGW_METRICS_ADDR; "off" serves none): ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error },
+    );
+  }
+}
+
+/** `--metrics-addr`: host:port, or off; LLMGW_METRICS_ADDR replaces the process's default. */
+export function metricsAddressOf(flag: string | undefined, fallback: string): string | undefined {
+  const value = (flag ?? process.env.LLMGW_METRICS_ADDR ?? fallback).trim();
+  if (value === '' || value === 'off') return undefined;
+  if (!/^[^\s:]+:\d+$|^\[[0-9a-fA-F:]+\]:\d+$/.test(value))
+    throw new Error(`--metrics-addr ${value}: expected HOST:PORT (e.g. 127.0.0.1:9465) or off`);
+  return value;
 }

@@ -1,10 +1,13 @@
 // `llmgw worker`: the control worker on task queue `llmgw`. Hosts the workflows
 // (deployModel, replica, node, reconcileNode) and the control activities. Stateless:
 // any number can run, and killing one loses nothing (Temporal holds the state).
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { keyFileWarnings, readCatalogKeys } from '../common/catalog-key.js';
 import { Worker } from '@temporalio/worker';
-import { CONTROL_TASK_QUEUE } from '../common/names.js';
-import { connectWorkerConnection, llmgwDataConverter, connectClient } from '../temporal/connection.js';
+import { CONTROL_TASK_QUEUE, DEFAULT_WORKER_METRICS_ADDR } from '../common/names.js';
+import { createLogger, lineLog, type Logger } from '../common/logger.js';
+import { connectWorkerConnection, installRuntime, llmgwDataConverter, connectClient, metricsAddressOf } from '../temporal/connection.js';
+import { createControlMetrics, watchDeployments } from './metrics.js';
 import { createControlActivities } from '../activities/index.js';
 import { createCatalogSource } from '../catalog/watch.js';
 import { watchCatalogForDeployments } from './catalog-notifier.js';
@@ -12,7 +15,11 @@ import { bundleWithBuildId, describeDeployment, setCurrentVersion, versionName }
 
 export interface ControlWorkerOptions {
   catalogFile: string;
-  log?: (line: string) => void;
+  /** The catalog key file (--catalog-key, LLMGW_CATALOG_KEY_FILE) every resolved revision is signed with. */
+  catalogKeyFile?: string;
+  /** host:port of /metrics, or off (default LLMGW_METRICS_ADDR, else 127.0.0.1:9464). */
+  metricsAddr?: string;
+  logger?: Logger;
   /** Overrides the build id derived from the workflow code (LLMGW_BUILD_ID). */
   buildId?: string;
   /** The Worker Deployment name (LLMGW_DEPLOYMENT_NAME, default llmgw). */
@@ -28,17 +35,45 @@ export interface ControlWorkerOptions {
 }
 
 export async function runControlWorker(options: ControlWorkerOptions): Promise<void> {
-  const log = options.log ?? ((line: string) => console.log(`${new Date().toISOString()} worker: ${line}`));
+  const logger = options.logger ?? createLogger('worker');
+  const log = lineLog(logger);
+  // A key file that cannot be read stops the worker now, not at the first deploy.
+  const catalogKeyFile = options.catalogKeyFile === undefined ? undefined : resolve(options.catalogKeyFile);
+  if (catalogKeyFile === undefined) {
+    log(
+      'no catalog key (--catalog-key FILE or LLMGW_CATALOG_KEY_FILE): revisions go out unsigned, and agents with a key refuse them',
+      'warn',
+    );
+  } else {
+    const keys = readCatalogKeys(catalogKeyFile);
+    for (const warning of keyFileWarnings(catalogKeyFile)) log(warning, 'warn');
+    log(`signing revisions with catalog key ${keys.signing.id} from ${catalogKeyFile}`);
+  }
+  // Before any connection: the SDK's logs (and Core's) go through our logger, and one
+  // /metrics serves the SDK's metrics and ours.
+  const metricsAddress = metricsAddressOf(options.metricsAddr, DEFAULT_WORKER_METRICS_ADDR);
+  const runtime = installRuntime({ logger, ...(metricsAddress ? { metricsAddress } : {}) });
+  if (metricsAddress) log(`metrics on http://${metricsAddress}/metrics`);
+  const metrics = createControlMetrics(runtime.metricMeter);
   const { connection, namespace } = await connectWorkerConnection();
   const client = await connectClient();
   const catalog = createCatalogSource(options.catalogFile, { log });
-  const activities = createControlActivities({ catalogFile: options.catalogFile, catalog, client, log });
+  const activities = createControlActivities({
+    catalogFile: options.catalogFile,
+    catalog,
+    catalogKeyFile,
+    client,
+    log,
+    placementMetric: (outcome, ms) => metrics.placement(outcome, ms),
+  });
+  const stopWatchingDeployments = watchDeployments(client, runtime.metricMeter);
   const version = await bundleWithBuildId({
     workflowsPath: options.workflowsPath ?? join(__dirname, '../workflows/index.js'),
     buildId: options.buildId,
     deploymentName: options.deploymentName,
-    // Another workflows module may bring interceptors of its own (the upgrade test's second build).
-    interceptorModules: options.workflowsPath ? [options.workflowsPath] : undefined,
+    // Our workflow interceptors (reconcile metrics) are part of the bundle, and so of the build;
+    // another workflows module may bring its own (the upgrade test's second build).
+    interceptorModules: [require.resolve('./workflow-interceptors'), ...(options.workflowsPath ? [options.workflowsPath] : [])],
   });
   const worker = await Worker.create({
     connection,
@@ -59,6 +94,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   });
   const stop = (signal: string): void => {
     log(`${signal}: shutting down`);
+    stopWatchingDeployments();
     worker.shutdown();
     // Temporal unreachable: the worker holds no state, so a bounded wait is enough.
     setTimeout(() => process.exit(0), 20_000).unref();

@@ -1,7 +1,8 @@
 // Takes stock of the engines a previous agent left running: for each spec record in the state
 // dir, decides whether its processes are still the ones it describes (adopt them), are gone
 // (report the exit), or were never started. Agent side; reads /proc, changes nothing.
-import { isSameProcess } from './proc.js';
+import type { Launcher } from './launcher.js';
+import { sameProcess } from './process-table.js';
 import type { MarkedProcess } from './markers.js';
 import type { RecordedProcess, ShardRecord } from './spec-store.js';
 
@@ -36,12 +37,12 @@ function findUnrecorded(record: ShardRecord, marked: MarkedProcess[]): RecordedP
   return { role, pid: candidate.pid, startTicks: candidate.startTicks, pgid: candidate.pid };
 }
 
-export function judgeRecord(record: ShardRecord, marked: MarkedProcess[]): RecordVerdict {
+export function judgeRecord(launcher: Launcher, record: ShardRecord, marked: MarkedProcess[]): RecordVerdict {
   const foundUnrecorded = findUnrecorded(record, marked);
   const processes = foundUnrecorded ? [...record.processes, foundUnrecorded] : [...record.processes];
   if (processes.length === 0) return { kind: 'not-started' };
 
-  const gone = processes.filter((p) => !isSameProcess(p.pid, p.startTicks));
+  const gone = processes.filter((p) => !sameProcess(launcher, p.pid, p.startTicks));
   if (gone.length > 0) {
     const which = gone.map((p) => `${p.role} pid ${p.pid}`).join(', ');
     return { kind: 'failed', processes, message: `${EXITED_WHILE_DOWN} (${which}; exit code unknown)` };

@@ -1,33 +1,33 @@
 // Per-shard engine log files. Agent side. The engine writes straight into its file: a pipe
 // through the agent would break when the agent dies, and take the engine down with it.
-import { appendFileSync, closeSync, copyFileSync, fstatSync, openSync, readSync, statSync, truncateSync } from 'node:fs';
+import { appendFileSync, chmodSync, closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { copyFile, stat, truncate } from 'node:fs/promises';
 
 const TAIL_WINDOW_BYTES = 64 * 1024;
 
-/** An O_APPEND descriptor for the child's stdout and stderr; the caller closes its copy after spawn. */
-export function openLogForChild(file: string): number {
-  return openSync(file, 'a', 0o644);
-}
-
+/** Appends one line of the agent's own; the file is kept 0600 (an older agent's 0644 is tightened). */
 export function appendLogLine(file: string, line: string): void {
-  appendFileSync(file, `${line}\n`);
+  appendFileSync(file, `${line}\n`, { mode: 0o600 });
+  chmodSync(file, 0o600);
 }
 
 /**
  * Bounds the log by copy-truncate: the file is copied to `<file>.1` and truncated in place.
  * The engine keeps its O_APPEND descriptor, so its next write lands at the new end, where a
  * rename would leave it writing into the old file for ever. Returns true when it truncated.
+ * Asynchronous (libuv's thread pool): copying a large log must not stall the event loop,
+ * which carries health probes and Temporal's heartbeats.
  */
-export function enforceLogLimit(file: string, maxBytes: number): boolean {
+export async function enforceLogLimit(file: string, maxBytes: number): Promise<boolean> {
   let size: number;
   try {
-    size = statSync(file).size;
+    size = (await stat(file)).size;
   } catch {
     return false;
   }
   if (size <= maxBytes) return false;
-  copyFileSync(file, `${file}.1`);
-  truncateSync(file, 0);
+  await copyFile(file, `${file}.1`);
+  await truncate(file, 0);
   return true;
 }
 

@@ -2,7 +2,7 @@
 // Agent side: several agents can share one host, so an agent only ever judges processes
 // marked with its own node id; everything else on the machine is someone else's.
 import { ENGINE_MARKER_ENV } from '../../common/names.js';
-import { listPids, readEnviron, readStat, selfAndAncestors, signalGroup } from './proc.js';
+import { childProcessLauncher, type Launcher } from './launcher.js';
 
 /**
  * Set on every process the supervisor spawns with an HTTP port, so that another agent on
@@ -25,16 +25,16 @@ export interface MarkedProcess {
  * cannot read (other users') cannot be ours. The agent itself and its ancestors are never
  * included, even if someone started the agent with the markers set.
  */
-export function scanMarked(nodeId: string): MarkedProcess[] {
-  const skip = selfAndAncestors();
+export function scanMarked(nodeId: string, launcher: Launcher = childProcessLauncher): MarkedProcess[] {
+  const skip = launcher.selfAndAncestors();
   const found: MarkedProcess[] = [];
-  for (const pid of listPids()) {
+  for (const pid of launcher.listPids()) {
     if (skip.has(pid)) continue;
-    const env = readEnviron(pid);
+    const env = launcher.readEnviron(pid);
     if (!env || env[ENGINE_MARKER_ENV.nodeId] !== nodeId) continue;
     const shardId = env[ENGINE_MARKER_ENV.shardId] ?? '';
     if (shardId === '') continue;
-    const stat = readStat(pid);
+    const stat = launcher.readStat(pid);
     if (!stat || stat.state === 'Z' || stat.state === 'X') continue;
     found.push({
       pid,
@@ -48,30 +48,30 @@ export function scanMarked(nodeId: string): MarkedProcess[] {
   return found;
 }
 
-/** Ports that engines started by any llmgw agent on this host were given (see PORT_MARKER_ENV). */
 /**
  * Ends every engine that carries one of these node ids (SIGKILL to its process group).
  * For tearing down simulated hosts (`llmgw up`, benchmarks); agents stop their own shards.
  */
-export function killMarkedEngines(nodeIds: string[]): number {
+export function killMarkedEngines(nodeIds: string[], launcher: Launcher = childProcessLauncher): number {
   let killed = 0;
   for (const nodeId of nodeIds) {
-    for (const engine of scanMarked(nodeId)) {
-      signalGroup(engine.pgrp, 'SIGKILL');
+    for (const engine of scanMarked(nodeId, launcher)) {
+      launcher.signalGroup(engine.pgrp, 'SIGKILL');
       killed++;
     }
   }
   return killed;
 }
 
-export function portsMarkedOnHost(): Set<number> {
-  const skip = selfAndAncestors();
+/** Ports that engines started by any llmgw agent on this host were given (see PORT_MARKER_ENV). */
+export function portsMarkedOnHost(launcher: Launcher = childProcessLauncher): Set<number> {
+  const skip = launcher.selfAndAncestors();
   const ports = new Set<number>();
-  for (const pid of listPids()) {
+  for (const pid of launcher.listPids()) {
     if (skip.has(pid)) continue;
-    const value = readEnviron(pid)?.[PORT_MARKER_ENV];
+    const value = launcher.readEnviron(pid)?.[PORT_MARKER_ENV];
     if (value === undefined || !/^\d+$/.test(value)) continue;
-    const stat = readStat(pid);
+    const stat = launcher.readStat(pid);
     if (stat && stat.state !== 'Z') ports.add(Number(value));
   }
   return ports;

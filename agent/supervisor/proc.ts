@@ -1,17 +1,9 @@
 // Linux /proc readers and process-group signalling for the agent's supervisor. Agent side:
 // the supervisor's only way to see engines it did not start itself (adopted, or left behind).
 import { readdirSync, readFileSync } from 'node:fs';
+import { aliveIn, membersOf, sameProcess, type ProcessTable, type ProcStat } from './process-table.js';
 
-export interface ProcStat {
-  pid: number;
-  /** One letter: R, S, D, Z, T, … (field 3). */
-  state: string;
-  ppid: number;
-  /** The process group id (field 5). */
-  pgrp: number;
-  /** Clock ticks after boot at which the process started (field 22), as a decimal string. */
-  startTicks: string;
-}
+export type { ProcStat } from './process-table.js';
 
 /**
  * Parses /proc/<pid>/stat. The command name (field 2) is in parentheses and may itself
@@ -84,33 +76,21 @@ export function listPids(): number[] {
   return pids;
 }
 
-function isLive(stat: ProcStat | undefined): stat is ProcStat {
-  // A zombie has exited and holds nothing but its exit status: it is dead to us.
-  return stat !== undefined && stat.state !== 'Z' && stat.state !== 'X';
-}
+/** The host's real process table, read from /proc. */
+export const hostProcessTable: ProcessTable = { listPids, readStat };
 
-/**
- * True when `pid` is alive and is the very process that started at `startTicks`: a pid
- * the kernel has handed to some other program since is never mistaken for our engine.
- */
+/** See process-table.ts sameProcess; on the host's real process table. */
 export function isSameProcess(pid: number, startTicks: string): boolean {
-  if (startTicks === '') return false;
-  const stat = readStat(pid);
-  return isLive(stat) && stat.startTicks === startTicks;
+  return sameProcess(hostProcessTable, pid, startTicks);
 }
 
 export function isAlive(pid: number): boolean {
-  return isLive(readStat(pid));
+  return aliveIn(hostProcessTable, pid);
 }
 
 /** The live (non-zombie) members of a process group. */
 export function groupMembers(pgid: number): ProcStat[] {
-  const members: ProcStat[] = [];
-  for (const pid of listPids()) {
-    const stat = readStat(pid);
-    if (isLive(stat) && stat.pgrp === pgid) members.push(stat);
-  }
-  return members;
+  return membersOf(hostProcessTable, pgid);
 }
 
 export function processGroupAlive(pgid: number): boolean {

@@ -1,6 +1,5 @@
 // The supervisor's in-memory view of one shard, and its one conversion to the wire's
 // ShardStatus and RunningShard. Agent side.
-import type { ChildProcess } from 'node:child_process';
 import { create } from '@bufbuild/protobuf';
 import {
   RunningShardSchema,
@@ -12,25 +11,22 @@ import {
 } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { hostPort } from '../engines/plan.js';
 import type { ProcessRole } from '../engines/types.js';
+import type { ProcessExit } from './launcher.js';
 import type { ShardRecord } from './spec-store.js';
+
+export type { ProcessExit } from './launcher.js';
 
 /** How many lines of an engine's log go into a failure (its last words). */
 export const LOG_TAIL_LINES = 20;
-
-export interface ProcessExit {
-  code: number | null;
-  signal: string | null;
-}
 
 export interface ShardProcess {
   role: ProcessRole;
   pid: number;
   startTicks: string;
   pgid: number;
-  /** Only for processes this agent spawned: adopted ones are not our children. */
-  child?: ChildProcess;
+  /** Only for processes this agent launched: adopted ones are not our children. */
   exit?: ProcessExit;
-  /** Resolves when a child of ours has been reaped (its exit status is known). */
+  /** Resolves when a process this agent launched has been reaped (its exit status is known). */
   exited?: Promise<void>;
 }
 

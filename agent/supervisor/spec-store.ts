@@ -2,6 +2,7 @@
 // spawned, so that an agent restarted after any crash can tell its own engines from strangers.
 // Agent side. Layout: <stateDir>/shards/<shardId>.json and <stateDir>/logs/<shardId>.log.
 import {
+  chmodSync,
   closeSync,
   copyFileSync,
   fsyncSync,
@@ -121,7 +122,8 @@ export function writeRecordAtomic(stateDir: string, record: ShardRecord): void {
     startedAt: record.startedAt,
   };
   if (record.adoptedAt !== undefined) body.adoptedAt = record.adoptedAt;
-  const fd = openSync(tmp, 'w', 0o644);
+  // 0600: a spec names no secret's value, but it is the agent's business alone.
+  const fd = openSync(tmp, 'w', 0o600);
   try {
     writeSync(fd, `${JSON.stringify(body, null, 2)}\n`);
     fsyncSync(fd);
@@ -214,18 +216,20 @@ export function removeStaleTempFiles(stateDir: string): string[] {
 }
 
 /**
- * Creates the dirs and proves a file can be written and synced. Without that no spec can be
+ * Creates the dirs (0700: specs and engine logs are the agent's alone; older agents' dirs are
+ * tightened) and proves a file can be written and synced. Without that no spec can be
  * recorded, and an engine started without one would be killed as a stranger after a restart.
  */
 export function checkStateDirWritable(stateDir: string): void {
   let path = stateDir;
   try {
-    path = shardsDir(stateDir);
-    mkdirSync(path, { recursive: true });
-    path = logsDir(stateDir);
-    mkdirSync(path, { recursive: true });
+    for (const dir of [stateDir, shardsDir(stateDir), logsDir(stateDir)]) {
+      path = dir;
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      chmodSync(dir, 0o700);
+    }
     path = join(shardsDir(stateDir), `.probe-${process.pid}`);
-    const fd = openSync(path, 'w');
+    const fd = openSync(path, 'w', 0o600);
     try {
       writeSync(fd, 'probe\n');
       fsyncSync(fd);

@@ -1,16 +1,29 @@
-// Finds the engines nobody can describe: processes marked with this agent's node id whose
-// shard no readable spec names, and (on real GPUs) compute processes on the GPUs this agent
-// manages. Agent side. They hold GPUs placement would hand out again, so they are killed.
+// Sorts the processes this agent did not start from a spec: strangers (marked with this
+// agent's node id, yet no readable spec names their shard: ours, and nobody can describe
+// them) and foreign processes (computing on a GPU this agent manages without our markers:
+// someone else's). Agent side; reads the process table, signals nothing.
 import { ENGINE_MARKER_ENV } from '../../common/names.js';
 import type { MarkedProcess } from './markers.js';
-import { groupMembers, readCmdline, readEnviron, readStat, selfAndAncestors } from './proc.js';
+import type { Launcher } from './launcher.js';
+import { membersOf } from './process-table.js';
 import type { KillTarget } from './terminate.js';
 
 /** A process on a managed GPU, as a GPU-aware caller found it (e.g. nvidia-smi's compute apps). */
 export interface GpuProcess {
   pid: number;
   gpuIndices: number[];
-  reason: string;
+  usedMemoryMib?: number;
+}
+
+/** A compute process on a managed GPU that this agent did not start. */
+export interface Foreign {
+  pid: number;
+  startTicks: string;
+  gpuIndices: number[];
+  command: string;
+  usedMemoryMib: number;
+  /** The node id of the llmgw agent whose engine it is; '' when it is not llmgw's at all. */
+  agent: string;
 }
 
 export interface Stranger {
@@ -23,14 +36,27 @@ export interface Stranger {
   target: KillTarget;
 }
 
-function gpuIndicesOf(pid: number): number[] {
-  const value = readEnviron(pid)?.CUDA_VISIBLE_DEVICES ?? '';
+function gpuIndicesOf(launcher: Launcher, pid: number): number[] {
+  const value = launcher.readEnviron(pid)?.CUDA_VISIBLE_DEVICES ?? '';
   if (!/^\d+(,\d+)*$/.test(value)) return [];
   return value.split(',').map(Number);
 }
 
-function commandOf(pid: number): string {
-  return (readCmdline(pid) ?? []).join(' ');
+function commandOf(launcher: Launcher, pid: number): string {
+  return (launcher.readCmdline(pid) ?? []).join(' ');
+}
+
+/**
+ * What a foreign process is, in a few words: its program and script, never its options or
+ * values, which may hold its owner's secrets (this goes into registrations and logs).
+ */
+export function foreignCommand(argv: string[] | undefined): string {
+  if (!argv || argv.length === 0) return '(unreadable)';
+  const shown = [argv[0]!];
+  const script = argv[1];
+  if (script !== undefined && !script.startsWith('-') && !script.includes('=')) shown.push(script);
+  const text = shown.map((word) => (word.length > 80 ? `${word.slice(0, 77)}...` : word)).join(' ');
+  return argv.length > shown.length ? `${text} …` : text;
 }
 
 /**
@@ -39,14 +65,19 @@ function commandOf(pid: number): string {
  * when every live member of it is such a stranger (an engine and the helpers it forked);
  * otherwise only the process itself, so that nothing unmarked is ever signalled.
  */
-export function markedStrangers(marked: MarkedProcess[], described: ReadonlySet<string>, corrupt: ReadonlyMap<string, string>): Stranger[] {
+export function markedStrangers(
+  launcher: Launcher,
+  marked: MarkedProcess[],
+  described: ReadonlySet<string>,
+  corrupt: ReadonlyMap<string, string>,
+): Stranger[] {
   const strangers = marked.filter((m) => !described.has(m.shardId));
   const strangerPids = new Set(strangers.map((s) => s.pid));
   const wholeGroup = new Map<number, boolean>();
   const groupOk = (pgid: number): boolean => {
     let ok = wholeGroup.get(pgid);
     if (ok === undefined) {
-      const members = groupMembers(pgid);
+      const members = membersOf(launcher, pgid);
       ok = pgid > 1 && members.length > 0 && members.every((m) => strangerPids.has(m.pid));
       wholeGroup.set(pgid, ok);
     }
@@ -62,47 +93,37 @@ export function markedStrangers(marked: MarkedProcess[], described: ReadonlySet<
       startTicks: m.startTicks,
       shardId: m.shardId,
       reason,
-      gpuIndices: gpuIndicesOf(m.pid),
-      command: commandOf(m.pid),
+      gpuIndices: gpuIndicesOf(launcher, m.pid),
+      command: commandOf(launcher, m.pid),
       target: { pid: m.pid, startTicks: m.startTicks, group },
     };
   });
 }
 
 /**
- * The GPU processes a caller found that are not ours to keep: never this agent or its
- * ancestors, never another agent's engine (another node id), never a process of a shard we
- * describe (`ours` says which pids those are). Only the process itself is signalled.
+ * The GPU processes a caller found that this agent did not start: never this agent or its
+ * ancestors, never a process of a shard we describe (`ours` says which pids those are), and
+ * not the strangers marked with our node id either (markedStrangers finds those).
  */
-export function gpuStrangers(
-  found: GpuProcess[],
-  nodeId: string,
-  described: ReadonlySet<string>,
-  ours: ReadonlySet<number>,
-  log: (line: string) => void,
-): Stranger[] {
-  const skip = selfAndAncestors();
-  const out: Stranger[] = [];
+export function foreignProcesses(launcher: Launcher, found: GpuProcess[], nodeId: string, ours: ReadonlySet<number>): Foreign[] {
+  const skip = launcher.selfAndAncestors();
+  const out: Foreign[] = [];
   for (const g of found) {
     if (skip.has(g.pid) || ours.has(g.pid)) continue;
-    const stat = readStat(g.pid);
+    const stat = launcher.readStat(g.pid);
     if (!stat || stat.state === 'Z') continue;
-    const env = readEnviron(g.pid);
+    const env = launcher.readEnviron(g.pid);
     const node = env?.[ENGINE_MARKER_ENV.nodeId];
     const shardId = env?.[ENGINE_MARKER_ENV.shardId] ?? '';
-    if (node !== undefined && node !== nodeId) {
-      log(`left pid ${g.pid} on GPU(s) ${g.gpuIndices.join(',')} alone: it belongs to agent ${node}`);
-      continue;
-    }
-    if (node === nodeId && described.has(shardId)) continue;
+    // Marked with our node id: ours (described), or a stranger markedStrangers reports.
+    if (node === nodeId && shardId !== '') continue;
     out.push({
       pid: g.pid,
       startTicks: stat.startTicks,
-      shardId,
-      reason: g.reason,
-      gpuIndices: g.gpuIndices,
-      command: commandOf(g.pid),
-      target: { pid: g.pid, startTicks: stat.startTicks, group: false },
+      gpuIndices: [...g.gpuIndices],
+      command: foreignCommand(launcher.readCmdline(g.pid)),
+      usedMemoryMib: g.usedMemoryMib ?? 0,
+      agent: node !== undefined && node !== nodeId ? node : '',
     });
   }
   return out;

@@ -1,6 +1,7 @@
 // Ending processes: SIGTERM, a grace period, then SIGKILL, for whole process groups or single
 // pids. Agent side; used to stop shards and to kill engines nobody can describe.
-import { groupMembers, isSameProcess, signalGroup, signalPid } from './proc.js';
+import type { Launcher } from './launcher.js';
+import { membersOf, sameProcess } from './process-table.js';
 
 export interface KillTarget {
   pid: number;
@@ -19,36 +20,36 @@ export interface TerminateResult {
 const POLL_MS = 100;
 const AFTER_KILL_MS = 3000;
 
-export function targetAlive(t: KillTarget): boolean {
-  if (t.group) return groupMembers(t.pid).length > 0;
-  return isSameProcess(t.pid, t.startTicks);
+export function targetAlive(launcher: Launcher, t: KillTarget): boolean {
+  if (t.group) return membersOf(launcher, t.pid).length > 0;
+  return sameProcess(launcher, t.pid, t.startTicks);
 }
 
-function send(t: KillTarget, signal: NodeJS.Signals): void {
-  if (t.group) signalGroup(t.pid, signal);
+function send(launcher: Launcher, t: KillTarget, signal: NodeJS.Signals): void {
+  if (t.group) launcher.signalGroup(t.pid, signal);
   // A pid that is not the process we judged any more belongs to someone else now.
-  else if (isSameProcess(t.pid, t.startTicks)) signalPid(t.pid, signal);
+  else if (sameProcess(launcher, t.pid, t.startTicks)) launcher.signalPid(t.pid, signal);
 }
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-async function waitGone(targets: KillTarget[], ms: number): Promise<KillTarget[]> {
+async function waitGone(launcher: Launcher, targets: KillTarget[], ms: number): Promise<KillTarget[]> {
   const deadline = Date.now() + ms;
-  let alive = targets.filter(targetAlive);
+  let alive = targets.filter((t) => targetAlive(launcher, t));
   while (alive.length > 0 && Date.now() < deadline) {
     await sleep(POLL_MS);
-    alive = alive.filter(targetAlive);
+    alive = alive.filter((t) => targetAlive(launcher, t));
   }
   return alive;
 }
 
-export async function terminate(targets: KillTarget[], graceMs: number): Promise<TerminateResult> {
-  const alive = targets.filter(targetAlive);
-  for (const t of alive) send(t, 'SIGTERM');
-  const stubborn = await waitGone(alive, graceMs);
+export async function terminate(launcher: Launcher, targets: KillTarget[], graceMs: number): Promise<TerminateResult> {
+  const alive = targets.filter((t) => targetAlive(launcher, t));
+  for (const t of alive) send(launcher, t, 'SIGTERM');
+  const stubborn = await waitGone(launcher, alive, graceMs);
   if (stubborn.length === 0) return { survivors: [], finalSignal: 'SIGTERM' };
-  for (const t of stubborn) send(t, 'SIGKILL');
-  return { survivors: await waitGone(stubborn, AFTER_KILL_MS), finalSignal: 'SIGKILL' };
+  for (const t of stubborn) send(launcher, t, 'SIGKILL');
+  return { survivors: await waitGone(launcher, stubborn, AFTER_KILL_MS), finalSignal: 'SIGKILL' };
 }

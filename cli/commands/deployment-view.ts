@@ -1,6 +1,6 @@
 // How the CLI reads and shows a deployment: its status (or why its workflow failed) and the
 // table of its replicas, revision, rollout and autoscaling. Operator side.
-import Table from 'cli-table3';
+import { newTable } from './table.js';
 import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { CliError } from './client.js';
 import type { DeploymentView } from '../../common/replica-types.js';
@@ -59,7 +59,7 @@ export function print(view: DeploymentView, json?: boolean): void {
     );
   }
   if (!view.replicas.length) return;
-  const table = new Table({
+  const table = newTable({
     head: ['replica', 'revision', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
     colWidths: [null, null, null, null, null, null, 60],
     wordWrap: true,

@@ -2,7 +2,7 @@
 // to another profile), and show deployments. Through Temporal (the deployModel workflow's
 // Updates and queries), so they behave exactly like the Temporal CLI or the Web UI.
 import { setTimeout as sleep } from 'node:timers/promises';
-import Table from 'cli-table3';
+import { newTable } from './table.js';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import { CliError, withClient } from './client.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId } from '../../common/names.js';
@@ -150,7 +150,7 @@ export async function statusCommand(name: string | undefined, opts: { json?: boo
       console.log('no deployments (`llmgw deploy demo --replicas 2`)');
       return;
     }
-    const table = new Table({ head: ['deployment', 'model', 'profile', 'revision', 'state', 'ready', 'reason'] });
+    const table = newTable({ head: ['deployment', 'model', 'profile', 'revision', 'state', 'ready', 'reason'] });
     for (const v of views.sort((a, b) => a.name.localeCompare(b.name)))
       table.push([
         v.name,

@@ -1,6 +1,6 @@
 // `llmgw nodes`: every node workflow, read through its describe query; and what an
 // operator does to one host: cordon, uncordon, remove.
-import Table from 'cli-table3';
+import { newTable } from './table.js';
 import { ScheduleNotFoundError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { withClient } from './client.js';
 import { cordonUpdate, describeNodeQuery, uncordonUpdate } from '../../workflows/definitions.js';
@@ -27,12 +27,16 @@ export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
     console.log('no nodes: start an agent (`llmgw agent --gpus builtin:h100x8 --node-id sim-a`)');
     return;
   }
-  const table = new Table({ head: ['node', 'state', 'GPUs free/total', 'class', 'address', 'problems'] });
+  const table = newTable({ head: ['node', 'state', 'GPUs free/total', 'class', 'address', 'problems'] });
   for (const view of views) {
     const inv = view.inventory;
     const problems = [
       ...(inv?.problems ?? []),
       ...(inv?.gpus.filter((gpu) => gpu.problems.length).map((gpu) => `GPU ${gpu.index}: ${gpu.problems.join('; ')}`) ?? []),
+      // Live foreign processes show as their GPUs' problems above; say also what the agent killed.
+      ...(inv?.foreignProcesses ?? [])
+        .filter((f) => f.killed)
+        .map((f) => `killed pid ${f.pid} (${f.command}) on GPU ${f.gpuIndices.join(',')}: ${f.note}`),
     ];
     table.push([
       view.nodeId,

@@ -1,6 +1,6 @@
 // `llmgw reconcile [node…]`: runs reconcileNode now for each node (all Ready nodes when
 // none is named) and prints every action with its reason, as the Web UI shows it.
-import Table from 'cli-table3';
+import { newTable } from './table.js';
 import { CONTROL_TASK_QUEUE } from '../../common/names.js';
 import type { ReconcileNodeInput, ReconcileResult } from '../../common/reconcile-types.js';
 import { withClient } from './client.js';
@@ -45,7 +45,7 @@ export async function reconcileCommand(nodeIds: string[], opts: { json?: boolean
       `${result.nodeId}: ${result.changed ? `${result.changed} change(s)` : 'nothing to change'} (report taken ${result.reportedAt})`,
     );
     if (!result.actions.length) continue;
-    const table = new Table({ head: ['action', 'target', 'reason', 'outcome'], colWidths: [9, 28, 60, 30], wordWrap: true });
+    const table = newTable({ head: ['action', 'target', 'reason', 'outcome'], colWidths: [9, 28, 60, 30], wordWrap: true });
     for (const a of result.actions) {
       const target =
         a.kind === 'kill' ? `pid ${a.pid}` : a.kind === 'rebuild' ? a.replicaId : `${a.shardId} (GPUs ${a.gpuIndices.join(',')})`;

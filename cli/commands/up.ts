@@ -2,170 +2,193 @@
 // server (unless TEMPORAL_ADDRESS names one), the control worker, the router, and two
 // simulated 8×H100 agents — then the demo deployment with two replicas. Ctrl-C stops
 // everything it started, engines included, and gives their GPUs back, so the next
-// `npm start` comes up clean.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, closeSync, rmSync } from 'node:fs';
+// `npm start` comes up clean; within 20 s whatever Temporal's state (up-teardown.ts), and
+// at once on a second Ctrl-C.
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
-import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
-import { connectClient } from '../../temporal/connection.js';
-import { CONTROL_TASK_QUEUE, DEFAULT_PORTS, deploymentWorkflowId, nodeWorkflowId } from '../../common/names.js';
-import { deploymentStatusQuery, describeNodeQuery, releaseUpdate, scaleUpdate } from '../../workflows/definitions.js';
-import type { DeploymentView } from '../../common/replica-types.js';
-import { signalGroup } from '../../agent/supervisor/proc.js';
+import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { killMarkedEngines } from '../../agent/supervisor/markers.js';
+import { ensureCatalogKeyFile } from '../../common/catalog-key.js';
+import { createLogger } from '../../common/logger.js';
+import { CONTROL_TASK_QUEUE, DEFAULT_PORTS, deploymentWorkflowId, nodeWorkflowId } from '../../common/names.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import { connectClient } from '../../temporal/connection.js';
+import { startDevServer } from '../../temporal/dev-server.js';
+import { deploymentStatusQuery, describeNodeQuery, scaleUpdate } from '../../workflows/definitions.js';
+import { killStack, releaseOrphanedAllocations, stopStack, STOP_BUDGET_MS, type Stack } from './up-teardown.js';
 
-const SIM_NODES = [
-  { nodeId: 'sim-a', admin: '127.0.0.1:7401', ports: '18000-18499' },
-  { nodeId: 'sim-b', admin: '127.0.0.1:7402', ports: '18500-18999' },
-];
+export interface UpOptions {
+  catalog: string;
+  routerPort: string;
+  replicas: string;
+  /** Added to every port this stack opens (two stacks side by side, tests). */
+  portOffset?: string;
+  /** The simulated agents are `<prefix>-a` and `<prefix>-b`. */
+  nodePrefix?: string;
+}
 
-export async function upCommand(opts: { catalog: string; routerPort: string; replicas: string }): Promise<void> {
+export async function upCommand(opts: UpOptions): Promise<void> {
+  const logger = createLogger('up');
+  const say = (line: string): void => logger.info(line);
+  const offset = Number(opts.portOffset ?? 0);
+  if (!Number.isInteger(offset) || offset < 0 || offset > 40_000) throw new Error(`--port-offset ${opts.portOffset}: use 0-40000`);
+  const port = (base: number): number => base + offset;
+  const prefix = opts.nodePrefix ?? 'sim';
+  const engines = port(DEFAULT_PORTS.enginesFrom);
+  const simNodes = [
+    {
+      nodeId: `${prefix}-a`,
+      admin: port(DEFAULT_PORTS.agentAdmin),
+      metrics: port(DEFAULT_PORTS.agentMetrics),
+      ports: `${engines}-${engines + 499}`,
+    },
+    {
+      nodeId: `${prefix}-b`,
+      admin: port(DEFAULT_PORTS.agentAdmin) + 1,
+      metrics: port(DEFAULT_PORTS.agentMetrics) + 1,
+      ports: `${engines + 500}-${engines + 999}`,
+    },
+  ];
+  const routerPort = Number(opts.routerPort) + offset;
+  const workerMetrics = port(DEFAULT_PORTS.workerMetrics);
+
   const stateDir = resolve('.llmgw');
   const logDir = join(stateDir, 'logs');
   mkdirSync(logDir, { recursive: true });
-  const children: { name: string; child: ChildProcess }[] = [];
-  let server: DevServer | undefined;
-  let stopping = false;
+  // One catalog key for the worker and both agents (kept across runs, 0600), unless given.
+  const keyFile = process.env.LLMGW_CATALOG_KEY_FILE || join(stateDir, 'catalog.key');
+  if (ensureCatalogKeyFile(keyFile))
+    say(`created the catalog key ${keyFile} (0600): the worker signs revisions with it, the agents verify them`);
 
-  const say = (line: string): void => console.log(`llmgw up: ${line}`);
+  const stack: Stack = { children: [], server: undefined, client: undefined, nodeIds: simNodes.map((n) => n.nodeId), say };
+  let stopping = false;
   const spawnPart = (name: string, args: string[]): void => {
     const fd = openSync(join(logDir, `${name}.log`), 'a');
     const child = spawn(process.execPath, [join(__dirname, '../../../bin/llmgw.js'), ...args], {
       stdio: ['ignore', fd, fd],
-      env: process.env,
+      env: { ...process.env, LLMGW_CATALOG_KEY_FILE: keyFile },
       detached: true,
     });
     closeSync(fd);
     child.once('exit', (code) => {
       if (!stopping) say(`${name} exited (code ${code}); see ${join(logDir, `${name}.log`)}`);
     });
-    children.push({ name, child });
+    stack.children.push({ name, child });
   };
 
-  const shutdown = async (signal: string): Promise<void> => {
-    if (stopping) return;
-    stopping = true;
-    say(`${signal}: stopping everything this started`);
-    await teardownDemo().catch((error: unknown) => say(`cleanup: ${error instanceof Error ? error.message : String(error)}`));
-    for (const { child } of children.reverse()) if (child.pid) signalGroup(child.pid, 'SIGTERM');
-    await Promise.all(children.map(({ child }) => (child.exitCode === null ? new Promise((r) => child.once('exit', r)) : undefined)));
-    killSimEngines();
-    await server?.stop();
-    say('stopped');
-    process.exit(0);
-  };
-  process.once('SIGINT', () => void shutdown('Ctrl-C'));
-  process.once('SIGTERM', () => void shutdown('SIGTERM'));
-
-  if (process.env.TEMPORAL_ADDRESS) {
-    say(`using the Temporal server at ${process.env.TEMPORAL_ADDRESS}`);
-  } else {
-    say('starting the Temporal dev server (the first run builds the pinned CLI; that takes a few minutes)');
-    server = await startDevServer({ port: DEFAULT_PORTS.temporal, uiPort: DEFAULT_PORTS.webUi, stateDir });
-    process.env.TEMPORAL_ADDRESS = server.address;
-    say(`Temporal ${server.address}, data in ${server.dbFile}`);
-  }
-
-  // Engines left by an earlier run that did not stop cleanly are not ours to keep.
-  killSimEngines();
-  for (const node of SIM_NODES) rmSync(join(stateDir, 'agents', node.nodeId, 'shards'), { recursive: true, force: true });
-
-  spawnPart('worker', ['worker', '--catalog', opts.catalog, '--make-current']);
-  for (const node of SIM_NODES) {
-    spawnPart(`agent-${node.nodeId}`, [
-      'agent',
-      '--node-id',
-      node.nodeId,
-      '--gpus',
-      'builtin:h100x8',
-      '--state-dir',
-      join(stateDir, 'agents', node.nodeId),
-      '--admin-addr',
-      node.admin,
-      '--port-range',
-      node.ports,
-      '--lost-grace-seconds',
-      '60',
-    ]);
-  }
-  if (existsSync(join(__dirname, '../../router/main.js'))) spawnPart('router', ['router', '--port', opts.routerPort]);
-
-  const client = await connectClient();
-  await waitFor('both simulated agents to register', async () => {
-    for (const node of SIM_NODES) {
-      const view = await client.workflow.getHandle(nodeWorkflowId(node.nodeId)).query(describeNodeQuery);
-      if (view.phase !== 'Ready') return false;
+  const onSignal = (signal: string): void => {
+    if (stopping) {
+      say(`${signal} again: killing everything this started, now`);
+      killStack(stack);
+      process.exit(130);
     }
-    return true;
-  });
-  await releaseOrphanedAllocations(client);
+    stopping = true;
+    const startedAt = Date.now();
+    say(`${signal}: stopping everything this started (within ${STOP_BUDGET_MS / 1000} s; ${signal} again to kill it all now)`);
+    void stopStack(stack, startedAt)
+      .catch((error: unknown) => say(`stopping: ${error instanceof Error ? error.message : String(error)}`))
+      .finally(() => {
+        say(`stopped in ${((Date.now() - startedAt) / 1000).toFixed(1)} s`);
+        process.exit(0);
+      });
+  };
+  process.on('SIGINT', () => onSignal('Ctrl-C'));
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
 
-  const replicas = Number(opts.replicas);
   try {
-    await client.workflow.start('deployModel', {
-      workflowId: deploymentWorkflowId('demo'),
-      taskQueue: CONTROL_TASK_QUEUE,
-      args: [{ model: 'demo', replicas }],
-      staticSummary: 'deployment demo (llmgw up)',
-    });
+    await bringUp();
   } catch (error) {
-    if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
-    await client.workflow.getHandle(deploymentWorkflowId('demo')).executeUpdate(scaleUpdate, { args: [replicas] });
+    // Whatever started must not outlive a failed start.
+    if (!stopping) {
+      stopping = true;
+      say(`could not bring the stack up: ${error instanceof Error ? error.message : String(error)}; stopping what started`);
+      await stopStack(stack);
+    }
+    throw error;
   }
-  const started = Date.now();
-  const status = await waitFor('the demo replicas to be Ready', async () => {
-    const view: DeploymentView = await client.workflow.getHandle(deploymentWorkflowId('demo')).query(deploymentStatusQuery);
-    return view.phase === 'Ready' ? view : undefined;
-  });
-  const ui = `http://127.0.0.1:${DEFAULT_PORTS.webUi}/namespaces/default/workflows/${encodeURIComponent('deployment/demo')}`;
-  console.log(`
+
+  async function bringUp(): Promise<void> {
+    if (process.env.TEMPORAL_ADDRESS) {
+      say(`using the Temporal server at ${process.env.TEMPORAL_ADDRESS}`);
+    } else {
+      say('starting the Temporal dev server (the first run builds the pinned CLI; that takes a few minutes)');
+      stack.server = await startDevServer({ port: port(DEFAULT_PORTS.temporal), uiPort: port(DEFAULT_PORTS.webUi), stateDir });
+      process.env.TEMPORAL_ADDRESS = stack.server.address;
+      say(`Temporal ${stack.server.address} (pid ${stack.server.pid}), data in ${stack.server.dbFile}`);
+    }
+
+    // Engines left by an earlier run that did not stop cleanly are not ours to keep.
+    killMarkedEngines(stack.nodeIds);
+    for (const node of simNodes) rmSync(join(stateDir, 'agents', node.nodeId, 'shards'), { recursive: true, force: true });
+
+    spawnPart('worker', ['worker', '--catalog', opts.catalog, '--make-current', '--metrics-addr', `127.0.0.1:${workerMetrics}`]);
+    for (const node of simNodes) {
+      spawnPart(`agent-${node.nodeId}`, [
+        'agent',
+        '--node-id',
+        node.nodeId,
+        '--gpus',
+        'builtin:h100x8',
+        '--state-dir',
+        join(stateDir, 'agents', node.nodeId),
+        '--admin-addr',
+        `127.0.0.1:${node.admin}`,
+        '--metrics-addr',
+        `127.0.0.1:${node.metrics}`,
+        '--port-range',
+        node.ports,
+        '--lost-grace-seconds',
+        '60',
+      ]);
+    }
+    // Loopback only: the demo router has no API keys.
+    if (existsSync(join(__dirname, '../../router/main.js')))
+      spawnPart('router', ['router', '--port', String(routerPort), '--host', '127.0.0.1']);
+
+    const client = await connectClient();
+    stack.client = client;
+    await waitFor('both simulated agents to register', async () => {
+      for (const node of simNodes) {
+        const view = await client.workflow.getHandle(nodeWorkflowId(node.nodeId)).query(describeNodeQuery);
+        if (view.phase !== 'Ready') return false;
+      }
+      return true;
+    });
+    await releaseOrphanedAllocations(stack, Date.now() + 30_000);
+
+    const replicas = Number(opts.replicas);
+    try {
+      await client.workflow.start('deployModel', {
+        workflowId: deploymentWorkflowId('demo'),
+        taskQueue: CONTROL_TASK_QUEUE,
+        args: [{ model: 'demo', replicas }],
+        staticSummary: 'deployment demo (llmgw up)',
+      });
+    } catch (error) {
+      if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
+      await client.workflow.getHandle(deploymentWorkflowId('demo')).executeUpdate(scaleUpdate, { args: [replicas] });
+    }
+    const started = Date.now();
+    const status = await waitFor('the demo replicas to be Ready', async () => {
+      const view: DeploymentView = await client.workflow.getHandle(deploymentWorkflowId('demo')).query(deploymentStatusQuery);
+      return view.phase === 'Ready' ? view : undefined;
+    });
+    const ui = `${stack.server?.uiUrl ?? ''}/namespaces/default/workflows/${encodeURIComponent('deployment/demo')}`;
+    const metrics = [`127.0.0.1:${workerMetrics}`, ...simNodes.map((node) => `127.0.0.1:${node.metrics}`)];
+    console.log(`
 llmgw is up: deployment "demo" has ${status.ready}/${status.desired} replicas Ready (${((Date.now() - started) / 1000).toFixed(1)} s after deploy)
 
-  Web UI      ${server ? ui : '(your Temporal UI) workflow deployment/demo'}
-  Router      http://127.0.0.1:${opts.routerPort}/v1
+  Web UI      ${stack.server ? ui : '(your Temporal UI) workflow deployment/demo'}
+  Router      http://127.0.0.1:${routerPort}/v1
   Status      TEMPORAL_ADDRESS=${process.env.TEMPORAL_ADDRESS} npx llmgw status demo
+  Metrics     ${metrics.map((address) => `http://${address}/metrics`).join('  ')}
 
-  curl http://127.0.0.1:${opts.routerPort}/v1/chat/completions -H 'content-type: application/json' \\
+  curl http://127.0.0.1:${routerPort}/v1/chat/completions -H 'content-type: application/json' \\
     -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}]}'
 
 Logs are in ${logDir}. Ctrl-C stops everything.`);
-
-  async function teardownDemo(): Promise<void> {
-    // Terminate (not drain) on Ctrl-C: the engines are killed below and their GPUs given
-    // back to the node workflows, which stay in the dev server's data file.
-    const handle = client.workflow.getHandle(deploymentWorkflowId('demo'));
-    const view = await handle.query(deploymentStatusQuery).catch(() => undefined);
-    for (const replica of view?.replicas ?? [])
-      await client.workflow
-        .getHandle(replica.replicaId)
-        .terminate('llmgw up stopped')
-        .catch(() => undefined);
-    await handle.terminate('llmgw up stopped').catch(() => undefined);
-    await releaseOrphanedAllocations(client);
   }
-}
-
-/** GPUs held for replicas whose workflows are no longer running (an earlier run's). */
-async function releaseOrphanedAllocations(client: Client): Promise<void> {
-  for (const node of SIM_NODES) {
-    const handle = client.workflow.getHandle(nodeWorkflowId(node.nodeId));
-    const view = await handle.query(describeNodeQuery).catch(() => undefined);
-    for (const allocation of view?.allocations ?? []) {
-      const status = await client.workflow
-        .getHandle(allocation.replicaId)
-        .describe()
-        .then(
-          (d) => d.status.name,
-          () => 'NOT_FOUND',
-        );
-      if (status !== 'RUNNING') await handle.executeUpdate(releaseUpdate, { args: [{ shardId: allocation.shardId }] });
-    }
-  }
-}
-
-function killSimEngines(): void {
-  killMarkedEngines(SIM_NODES.map((node) => node.nodeId));
 }
 
 async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 120_000): Promise<T> {

@@ -226,7 +226,8 @@ describe('agent and node workflow', () => {
       detached: true,
     });
     await eventually('ghost engine up', async () => (await health(ghostPort)) === 200);
-    const second = await startAgent(nodeId, { stateDir: first.stateDir });
+    // Act mode: in dry-run an agent kills nothing at all.
+    const second = await startAgent(nodeId, { stateDir: first.stateDir, extra: ['--reconcile', 'act'] });
     const output = second.proc.output();
     expect(output).toMatch(new RegExp(`pid ${ghost.pid}\\b.*no (readable )?spec`));
     expect(output).toMatch(new RegExp(`pid ${corrupted.status!.pid}\\b`));

@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
+import { testCatalogKeyFile } from './catalog-key.js';
 import { temporalAddress } from './temporal.js';
 
 const LLMGW_BIN = join(__dirname, '../../bin/llmgw.js');
@@ -19,9 +20,18 @@ export interface LlmgwProcess {
   kill9(): Promise<void>;
 }
 
-export function spawnLlmgw(args: string[], env: Record<string, string> = {}): LlmgwProcess {
+export function spawnLlmgw(args: string[], env: Record<string, string> = {}, options: { cwd?: string } = {}): LlmgwProcess {
   const child = spawn(process.execPath, [LLMGW_BIN, ...args], {
-    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), ...env },
+    ...(options.cwd ? { cwd: options.cwd } : {}),
+    // Every worker and agent shares the run's catalog key, as a real deployment shares one;
+    // many run side by side, so none serves /metrics unless a test asks (--metrics-addr).
+    env: {
+      ...process.env,
+      TEMPORAL_ADDRESS: temporalAddress(),
+      LLMGW_CATALOG_KEY_FILE: testCatalogKeyFile(),
+      LLMGW_METRICS_ADDR: 'off',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
@@ -136,28 +146,31 @@ export async function runLlmgw(
 /** Starts a simulated agent and waits for it to register. */
 export async function startSimAgent(
   nodeId: string,
-  options: { inventory: string; stateDir?: string; range?: string; extra?: string[] },
+  options: { inventory: string; stateDir?: string; range?: string; extra?: string[]; env?: Record<string, string> },
 ): Promise<{ proc: LlmgwProcess; stateDir: string }> {
   const { mkdtempSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
   const from = 30000 + Math.floor(Math.random() * 300) * 100;
-  const proc = spawnLlmgw([
-    'agent',
-    '--node-id',
-    nodeId,
-    '--gpus',
-    options.inventory,
-    '--state-dir',
-    stateDir,
-    '--admin-addr',
-    '127.0.0.1:0',
-    '--port-range',
-    options.range ?? `${from}-${from + 99}`,
-    '--presence-heartbeat-seconds',
-    '5',
-    ...(options.extra ?? []),
-  ]);
+  const proc = spawnLlmgw(
+    [
+      'agent',
+      '--node-id',
+      nodeId,
+      '--gpus',
+      options.inventory,
+      '--state-dir',
+      stateDir,
+      '--admin-addr',
+      '127.0.0.1:0',
+      '--port-range',
+      options.range ?? `${from}-${from + 99}`,
+      '--presence-heartbeat-seconds',
+      '5',
+      ...(options.extra ?? []),
+    ],
+    options.env,
+  );
   await proc.waitForOutput(/registered with node\//, 60_000);
   return { proc, stateDir };
 }

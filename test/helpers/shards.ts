@@ -1,7 +1,9 @@
-// Building StartShard specs for tests, the way the replica workflow will.
+// Building StartShard specs for tests, the way the replica workflow will: profiles signed
+// with the run's catalog key, as the control worker signs what it resolves.
 import { create } from '@bufbuild/protobuf';
 import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { shardId as makeShardId } from '../../common/names.js';
+import { signWithTestKey } from './catalog-key.js';
 
 export function fakeShardSpec(options: {
   nodeId: string;
@@ -24,20 +26,22 @@ export function fakeShardSpec(options: {
     nodeId: options.nodeId,
     notifyWorkflowId: replicaId,
     startupTimeoutSeconds: 30,
-    profile: create(EngineProfileSchema, {
-      name: 'fake-test',
-      engine: options.engine ?? Engine.FAKE,
-      model: 'demo',
-      modelSource: 'llmgw/fake-demo',
-      servedName: options.deployment,
-      gpuClass: 'H100',
-      tensorParallel: options.gpus.length,
-      pipelineParallel: 1,
-      gpusPerNode: options.gpus.length,
-      nodes: 1,
-      args: options.args ?? ['--load-time', '1'],
-      launcher: Launcher.NATIVE,
-      startupTimeoutSeconds: 30,
-    }),
+    profile: signWithTestKey(
+      create(EngineProfileSchema, {
+        name: 'fake-test',
+        engine: options.engine ?? Engine.FAKE,
+        model: 'demo',
+        modelSource: 'llmgw/fake-demo',
+        servedName: options.deployment,
+        gpuClass: 'H100',
+        tensorParallel: options.gpus.length,
+        pipelineParallel: 1,
+        gpusPerNode: options.gpus.length,
+        nodes: 1,
+        args: options.args ?? ['--load-time', '1'],
+        launcher: Launcher.NATIVE,
+        startupTimeoutSeconds: 30,
+      }),
+    ),
   });
 }

@@ -1,21 +1,31 @@
 // vitest global setup: one real Temporal dev server (the pinned CLI, built once per
 // machine) for the whole run, on free ports, in memory; or the server TEMPORAL_ADDRESS
-// names. LLMGW_SKIP_TEMPORAL=1 skips it for runs of pure unit tests.
+// names. LLMGW_SKIP_TEMPORAL=1 skips it for runs of pure unit tests. One catalog key for the
+// whole run, too: test files share the dev server, so one file's worker may resolve a revision
+// that another file's agent starts.
 import type { TestProject } from 'vitest/node' with { 'resolution-mode': 'import' };
 import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { ensureTemporalCli } from '../../temporal/cli-binary.js';
 import { findFreePort } from '../../common/ports.js';
+import { ensureCatalogKeyFile } from '../../common/catalog-key.js';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     temporalAddress: string;
     temporalBin: string;
+    catalogKeyFile: string;
   }
 }
 
 let server: DevServer | undefined;
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const catalogKeyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-test-key-')), 'catalog.key');
+  ensureCatalogKeyFile(catalogKeyFile);
+  project.provide('catalogKeyFile', catalogKeyFile);
   if (process.env.LLMGW_SKIP_TEMPORAL === '1') {
     project.provide('temporalAddress', '');
     project.provide('temporalBin', '');

@@ -2,7 +2,7 @@
 // idempotent starts, engines that outlive the agent and are adopted (same pid) by the next
 // one, strangers killed, crashes reported with their exit code and log, ports never shared.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -24,6 +24,7 @@ import { scanMarked } from '../../agent/supervisor/markers.js';
 import { isAlive, parseStat, readEnviron, readStat } from '../../agent/supervisor/proc.js';
 import { checkStateDirWritable, logPath, readAllRecords, recordPath, writeRecordAtomic } from '../../agent/supervisor/spec-store.js';
 import { createSupervisor, type Supervisor, type SupervisorOptions } from '../../agent/supervisor/supervisor.js';
+import { parseEnvFile } from '../../agent/host-env.js';
 
 const BIN = resolve(__dirname, '../../bin/llmgw.js');
 const FAKE_ENGINE = [process.execPath, BIN, 'fake-engine'];
@@ -422,38 +423,77 @@ describe('an agent restart', () => {
 });
 
 describe('processes on our GPUs', () => {
-  it('kills a GPU process no spec describes, but never one of another agent or one of our shards', async () => {
+  const sleeper = (env: Record<string, string>) => {
+    const child = spawn('sleep', ['30'], { detached: true, stdio: 'ignore', env: { PATH: process.env.PATH ?? '', ...env } });
+    child.unref();
+    if (child.pid === undefined) throw new Error('spawn failed');
+    extraPids.push(child.pid);
+    return child.pid;
+  };
+  const onGpu1 = (pids: number[]) => pids.map((pid) => ({ pid, gpuIndices: [1], usedMemoryMib: 512 }));
+
+  it('reports a GPU process it did not start and leaves it running, by default; never kills another agent’s or our own', async () => {
     const node = nodeId('gpus');
     const other = nodeId('gpus-other');
-    const sleeper = (env: Record<string, string>) => {
-      const child = spawn('sleep', ['30'], { detached: true, stdio: 'ignore', env: { PATH: process.env.PATH ?? '', ...env } });
-      child.unref();
-      if (child.pid === undefined) throw new Error('spawn failed');
-      extraPids.push(child.pid);
-      return child.pid;
-    };
     const stray = sleeper({});
     const theirs = sleeper({ LLMGW_NODE_ID: other, LLMGW_SHARD_ID: 'x' });
     await waitFor('the sleepers', () => (readEnviron(stray) && readEnviron(theirs) ? true : undefined));
-    const ourShardPids: number[] = [];
-    const { sup, logs } = supervisor({
-      nodeId: node,
-      stateDir: tempDir(),
-      portRange: await freeRange(4),
-      extraUnidentified: async () =>
-        ourShardPids.concat([stray, theirs]).map((pid) => ({ pid, gpuIndices: [1], reason: 'compute process on GPU 1' })),
-    });
+    const { sup, logs } = supervisor({ nodeId: node, stateDir: tempDir(), portRange: await freeRange(4) });
     const started = await sup.start(fakeSpec(node, 'demo.13.r0.a1', []));
-    ourShardPids.push(started.status?.pid ?? 0);
+    const ours = started.status?.pid ?? 0;
 
-    const found = await sup.findUnidentified();
-    expect(found.map((u) => [u.pid, u.killed, u.reason, u.gpuIndices])).toEqual([[stray, true, 'compute process on GPU 1', [1]]]);
+    const found = await sup.survey(onGpu1([ours, stray, theirs]));
+    expect(found.unidentified).toEqual([]);
+    expect(found.foreign.map((f) => [f.pid, f.killed, f.command, f.gpuIndices, f.usedMemoryMib])).toEqual([
+      [stray, false, 'sleep 30', [1], 512],
+      [theirs, false, 'sleep 30', [1], 512],
+    ]);
+    expect(found.foreign[0]?.note).toMatch(/not started by llmgw: reported and left running; GPU 1 withheld from placement/);
+    expect(found.foreign[1]?.note).toMatch(new RegExp(`an engine of llmgw agent ${other}: left alone`));
+    expect([isAlive(stray), isAlive(theirs), isAlive(ours)]).toEqual([true, true, true]);
+    expect(logs).toContainEqual(expect.stringContaining(`foreign process pid ${stray} (sleep 30) on GPU(s) 1, 512 MiB`));
+    expect(sup.foreignProcesses(onGpu1([stray])).map((f) => f.pid)).toEqual([stray]);
+    // Reconciliation cannot make it kill them either: they carry no marker of ours.
+    const refused = await sup.kill([ours, theirs, stray], 'test');
+    expect(refused).toMatchObject({ refused: [ours, theirs, stray], killed: [] });
+  });
+
+  it('kills a foreign GPU process with --foreign-gpu-processes kill, naming it, but never one of another agent', async () => {
+    const node = nodeId('gpus-kill');
+    const other = nodeId('gpus-kill-other');
+    const stray = sleeper({});
+    const theirs = sleeper({ LLMGW_NODE_ID: other, LLMGW_SHARD_ID: 'x' });
+    await waitFor('the sleepers', () => (readEnviron(stray) && readEnviron(theirs) ? true : undefined));
+    const { sup, logs } = supervisor({ nodeId: node, stateDir: tempDir(), portRange: await freeRange(4), foreignGpuProcesses: 'kill' });
+    const { foreign } = await sup.recover(onGpu1([stray, theirs]));
+    expect(foreign.map((f) => [f.pid, f.killed])).toEqual([
+      [stray, true],
+      [theirs, false],
+    ]);
     expect(isAlive(stray)).toBe(false);
     expect(isAlive(theirs)).toBe(true);
-    expect(isAlive(ourShardPids[0] ?? 0)).toBe(true);
-    expect(logs).toContainEqual(expect.stringContaining(`left pid ${theirs} on GPU(s) 1 alone: it belongs to agent ${other}`));
-    const refused = await sup.kill([ourShardPids[0] ?? 0, theirs, stray], 'test');
-    expect(refused).toMatchObject({ refused: [ourShardPids[0], theirs], alreadyGone: [stray], killed: [] });
+    expect(logs).toContainEqual(expect.stringContaining(`killed foreign process pid ${stray} (sleep 30) on GPU(s) 1`));
+  });
+
+  it('kills nothing at all in dry-run, at start or later, and says what act mode would do', async () => {
+    const node = nodeId('gpus-dry');
+    const stateDir = tempDir();
+    const portRange = await freeRange(4);
+    const stray = sleeper({});
+    const ghost = sleeper({ LLMGW_NODE_ID: node, LLMGW_SHARD_ID: 'ghost' });
+    await waitFor('the sleepers', () => (readEnviron(stray) && readEnviron(ghost) ? true : undefined));
+    const { sup, logs } = supervisor({ nodeId: node, stateDir, portRange, dryRun: true, foreignGpuProcesses: 'kill' });
+    const recovered = await sup.recover(onGpu1([stray]));
+    expect(recovered.unidentified.map((u) => [u.pid, u.killed, u.reason])).toEqual([
+      [ghost, false, 'no spec describes it (dry run: act mode would kill it)'],
+    ]);
+    expect(recovered.foreign.map((f) => [f.pid, f.killed])).toEqual([[stray, false]]);
+    expect(recovered.foreign[0]?.note).toMatch(/dry run: act mode would kill it/);
+    const later = await sup.survey(onGpu1([stray]));
+    expect(later.unidentified.map((u) => u.killed)).toEqual([false]);
+    expect(await sup.kill([ghost, stray], 'reconciliation')).toMatchObject({ killed: [], refused: [ghost, stray] });
+    expect([isAlive(stray), isAlive(ghost)]).toEqual([true, true]);
+    expect(logs).toContainEqual(expect.stringContaining(`dry run: would kill pid ${ghost} (LLMGW_SHARD_ID=ghost): no spec describes it`));
   });
 });
 
@@ -548,12 +588,99 @@ describe('helpers', () => {
     expect(readStat(process.pid)?.pid).toBe(process.pid);
   });
 
-  it('bounds a log by copy-truncate and tails its last lines', () => {
+  it('bounds a log by copy-truncate and tails its last lines', async () => {
     const file = join(tempDir(), 'x.log');
     writeFileSync(file, Array.from({ length: 100 }, (_, i) => `line ${i}`).join('\n') + '\n');
     expect(tailLines(file, 3)).toEqual(['line 97', 'line 98', 'line 99']);
-    expect(enforceLogLimit(file, 100)).toBe(true);
+    expect(await enforceLogLimit(file, 100)).toBe(true);
     expect(readFileSync(file, 'utf8')).toBe('');
     expect(tailLines(`${file}.1`, 1)).toEqual(['line 99']);
+  });
+});
+
+describe('engine log retention', () => {
+  it('deletes the logs and corrupt specs of stopped shards once older than the retention, and keeps a running shard’s', async () => {
+    const node = nodeId('retention');
+    const stateDir = tempDir();
+    const portRange = await freeRange(4);
+    const first = supervisor({ nodeId: node, stateDir, portRange });
+    await first.sup.start(fakeSpec(node, 'demo.50.r0.a1', []));
+    first.sup.close();
+    const logs = join(stateDir, 'logs');
+    const shards = join(stateDir, 'shards');
+    const old = ['gone.1.r0.a1.log', 'gone.1.r0.a1.log.1'].map((name) => join(logs, name));
+    const corrupt = join(shards, 'gone.2.r0.a1.json.corrupt');
+    const recent = join(logs, 'gone.3.r0.a1.log');
+    for (const file of [...old, corrupt, recent]) writeFileSync(file, 'x\n');
+    const eightDaysAgo = new Date(Date.now() - 8 * 86_400_000);
+    for (const file of [...old, corrupt, logPath(stateDir, 'demo.50.r0.a1')]) utimesSync(file, eightDaysAgo, eightDaysAgo);
+
+    const second = supervisor({ nodeId: node, stateDir, portRange, logRetentionMs: 7 * 86_400_000 });
+    expect((await second.sup.recover()).adopted).toHaveLength(1);
+    for (const file of [...old, corrupt]) expect(existsSync(file), file).toBe(false);
+    expect(existsSync(recent)).toBe(true);
+    // Later sweeps (on a timer) find what has aged since.
+    utimesSync(recent, eightDaysAgo, eightDaysAgo);
+    expect(await second.sup.sweepOldFiles()).toEqual([recent]);
+    // The running (adopted) shard keeps its log however old.
+    expect(existsSync(logPath(stateDir, 'demo.50.r0.a1'))).toBe(true);
+    expect(second.logs).toContainEqual(expect.stringMatching(/deleted 3 file\(s\) of stopped shards older than 7 day\(s\)/));
+  });
+});
+
+describe('secrets stay on the host', () => {
+  it('gives an engine the host variables its profile references, from --env-file and --pass-env, and nothing else of the agent', async () => {
+    const node = nodeId('secrets');
+    const stateDir = tempDir();
+    const envFile = join(tempDir(), 'engine.env');
+    writeFileSync(envFile, '# secrets\nexport WANDB_KEY="wandb-from-file"\nUNUSED=not-referenced\n', { mode: 0o600 });
+    process.env.LLMGW_TEST_HF_TOKEN = 'hf-from-agent-env';
+    process.env.LLMGW_TEST_NOT_PASSED = 'agent-only';
+    try {
+      const { sup } = supervisor({
+        nodeId: node,
+        stateDir,
+        portRange: await freeRange(4),
+        passEnv: ['LLMGW_TEST_HF_TOKEN'],
+        envFile,
+      });
+      const spec = fakeSpec(node, 'demo.40.r0.a1', []);
+      spec.profile!.envFromHost = { HF_TOKEN: 'LLMGW_TEST_HF_TOKEN', WANDB_API_KEY: 'WANDB_KEY' };
+      const started = await sup.start(spec);
+      const env = readEnviron(started.status?.pid ?? 0)!;
+      expect(env).toMatchObject({
+        HF_TOKEN: 'hf-from-agent-env',
+        WANDB_API_KEY: 'wandb-from-file',
+        LLMGW_TEST_HF_TOKEN: 'hf-from-agent-env',
+      });
+      expect(env.UNUSED).toBeUndefined();
+      expect(env.LLMGW_TEST_NOT_PASSED).toBeUndefined();
+      // The spec names the variables, never their values; files are the agent's alone.
+      const record = readFileSync(recordPath(stateDir, 'demo.40.r0.a1'), 'utf8');
+      expect(record).toContain('LLMGW_TEST_HF_TOKEN');
+      expect(record).not.toMatch(/hf-from-agent-env|wandb-from-file/);
+      expect(statSync(stateDir).mode & 0o777).toBe(0o700);
+      expect(statSync(recordPath(stateDir, 'demo.40.r0.a1')).mode & 0o777).toBe(0o600);
+      expect(statSync(logPath(stateDir, 'demo.40.r0.a1')).mode & 0o777).toBe(0o600);
+
+      const missing = fakeSpec(node, 'demo.41.r0.a1', []);
+      missing.profile!.envFromHost = { HF_TOKEN: 'NOT_GIVEN_TOKEN' };
+      const failure = await rejection(sup.start(missing));
+      expect(failure.type).toBe('HostEnvMissing');
+      expect(failure.nonRetryable).toBe(true);
+      expect(failure.message).toMatch(
+        /takes HF_TOKEN \(from NOT_GIVEN_TOKEN\) from this host.*--pass-env NOT_GIVEN_TOKEN or put it in its --env-file/,
+      );
+      expect(existsSync(recordPath(stateDir, 'demo.41.r0.a1'))).toBe(false);
+    } finally {
+      delete process.env.LLMGW_TEST_HF_TOKEN;
+      delete process.env.LLMGW_TEST_NOT_PASSED;
+    }
+  });
+
+  it('reads an env file of NAME=value lines and names a bad line by its number, never its value', () => {
+    expect(parseEnvFile('A=1\n# c\n\nexport B = "two words"\nC=\'x=y\'\n', 'f')).toEqual({ A: '1', B: 'two words', C: 'x=y' });
+    expect(() => parseEnvFile('A=1\nsecret-value-without-name\n', 'f')).toThrow(/^f line 2: expected NAME=value/);
+    expect(() => parseEnvFile('A=1\nsecret-value-without-name\n', 'f')).not.toThrow(/secret-value/);
   });
 });

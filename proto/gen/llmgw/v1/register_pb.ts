@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/register.proto.
  */
 export const file_llmgw_v1_register: GenFile = /*@__PURE__*/
-  fileDesc("ChdsbG1ndy92MS9yZWdpc3Rlci5wcm90bxIIbGxtZ3cudjEi4QQKCFJlZ2lzdGVyEg8KB25vZGVfaWQYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSGgoSbWFuYWdlbWVudF9hZGRyZXNzGAMgASgJEi4KBmxhYmVscxgEIAMoCzIeLmxsbWd3LnYxLlJlZ2lzdGVyLkxhYmVsc0VudHJ5EhUKDWFnZW50X3ZlcnNpb24YBSABKAkSPwoPZW5naW5lX3ZlcnNpb25zGAYgAygLMiYubGxtZ3cudjEuUmVnaXN0ZXIuRW5naW5lVmVyc2lvbnNFbnRyeRIbCgRncHVzGAcgAygLMg0ubGxtZ3cudjEuR1BVEisKB2ZhYnJpY3MYCCADKAsyGi5sbG1ndy52MS5GYWJyaWNBdHRhY2htZW50Ei4KDnJ1bm5pbmdfc2hhcmRzGAkgAygLMhYubGxtZ3cudjEuUnVubmluZ1NoYXJkEhAKCHByb2JsZW1zGAogAygJEjMKDHVuaWRlbnRpZmllZBgLIAMoCzIdLmxsbWd3LnYxLlVuaWRlbnRpZmllZFByb2Nlc3MSFQoNYWRtaW5fYWRkcmVzcxgMIAEoCRISCgpncHVfc291cmNlGA0gASgJEhQKDG1hbmFnZWRfZ3B1cxgOIAMoDRIRCglncHVfY2xhc3MYDyABKAkSEwoLcmVwb3J0ZWRfYXQYECABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo1ChNFbmdpbmVWZXJzaW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiaAoTVW5pZGVudGlmaWVkUHJvY2VzcxILCgNwaWQYASABKAUSDgoGcmVhc29uGAIgASgJEhMKC2dwdV9pbmRpY2VzGAMgAygNEg8KB2NvbW1hbmQYBCABKAkSDgoGa2lsbGVkGAUgASgIIi0KDUtpbGxQcm9jZXNzZXMSDAoEcGlkcxgBIAMoBRIOCgZyZWFzb24YAiABKAkiTAoTS2lsbFByb2Nlc3Nlc1Jlc3VsdBIOCgZraWxsZWQYASADKAUSFAoMYWxyZWFkeV9nb25lGAIgAygFEg8KB3JlZnVzZWQYAyADKAViBnByb3RvMw", [file_llmgw_v1_gpu, file_llmgw_v1_shard]);
+  fileDesc("ChdsbG1ndy92MS9yZWdpc3Rlci5wcm90bxIIbGxtZ3cudjEilgUKCFJlZ2lzdGVyEg8KB25vZGVfaWQYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSGgoSbWFuYWdlbWVudF9hZGRyZXNzGAMgASgJEi4KBmxhYmVscxgEIAMoCzIeLmxsbWd3LnYxLlJlZ2lzdGVyLkxhYmVsc0VudHJ5EhUKDWFnZW50X3ZlcnNpb24YBSABKAkSPwoPZW5naW5lX3ZlcnNpb25zGAYgAygLMiYubGxtZ3cudjEuUmVnaXN0ZXIuRW5naW5lVmVyc2lvbnNFbnRyeRIbCgRncHVzGAcgAygLMg0ubGxtZ3cudjEuR1BVEisKB2ZhYnJpY3MYCCADKAsyGi5sbG1ndy52MS5GYWJyaWNBdHRhY2htZW50Ei4KDnJ1bm5pbmdfc2hhcmRzGAkgAygLMhYubGxtZ3cudjEuUnVubmluZ1NoYXJkEhAKCHByb2JsZW1zGAogAygJEjMKDHVuaWRlbnRpZmllZBgLIAMoCzIdLmxsbWd3LnYxLlVuaWRlbnRpZmllZFByb2Nlc3MSFQoNYWRtaW5fYWRkcmVzcxgMIAEoCRISCgpncHVfc291cmNlGA0gASgJEhQKDG1hbmFnZWRfZ3B1cxgOIAMoDRIRCglncHVfY2xhc3MYDyABKAkSEwoLcmVwb3J0ZWRfYXQYECABKAkSMwoRZm9yZWlnbl9wcm9jZXNzZXMYESADKAsyGC5sbG1ndy52MS5Gb3JlaWduUHJvY2VzcxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjUKE0VuZ2luZVZlcnNpb25zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ6Cg5Gb3JlaWduUHJvY2VzcxILCgNwaWQYASABKAUSEwoLZ3B1X2luZGljZXMYAiADKA0SDwoHY29tbWFuZBgDIAEoCRIXCg91c2VkX21lbW9yeV9taWIYBCABKA0SDgoGa2lsbGVkGAUgASgIEgwKBG5vdGUYBiABKAkiaAoTVW5pZGVudGlmaWVkUHJvY2VzcxILCgNwaWQYASABKAUSDgoGcmVhc29uGAIgASgJEhMKC2dwdV9pbmRpY2VzGAMgAygNEg8KB2NvbW1hbmQYBCABKAkSDgoGa2lsbGVkGAUgASgIIi0KDUtpbGxQcm9jZXNzZXMSDAoEcGlkcxgBIAMoBRIOCgZyZWFzb24YAiABKAkiTAoTS2lsbFByb2Nlc3Nlc1Jlc3VsdBIOCgZraWxsZWQYASADKAUSFAoMYWxyZWFkeV9nb25lGAIgAygFEg8KB3JlZnVzZWQYAyADKAViBnByb3RvMw", [file_llmgw_v1_gpu, file_llmgw_v1_shard]);
 
 /**
  * @generated from message llmgw.v1.Register
@@ -114,6 +114,15 @@ export type Register = Message<"llmgw.v1.Register"> & {
    * @generated from field: string reported_at = 16;
    */
   reportedAt: string;
+
+  /**
+   * Compute processes on managed GPUs that this agent did not start. Their GPUs are also
+   * reported with a problem (so placement skips them); they are killed only with
+   * `--foreign-gpu-processes kill`, never in dry-run.
+   *
+   * @generated from field: repeated llmgw.v1.ForeignProcess foreign_processes = 17;
+   */
+  foreignProcesses: ForeignProcess[];
 };
 
 /**
@@ -122,6 +131,55 @@ export type Register = Message<"llmgw.v1.Register"> & {
  */
 export const RegisterSchema: GenMessage<Register> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_register, 0);
+
+/**
+ * A compute process on a GPU this agent manages that carries none of its markers: another
+ * job, a leftover of a hand-started run, or an engine of another llmgw agent.
+ *
+ * @generated from message llmgw.v1.ForeignProcess
+ */
+export type ForeignProcess = Message<"llmgw.v1.ForeignProcess"> & {
+  /**
+   * @generated from field: int32 pid = 1;
+   */
+  pid: number;
+
+  /**
+   * @generated from field: repeated uint32 gpu_indices = 2;
+   */
+  gpuIndices: number[];
+
+  /**
+   * The program (and script) only: arguments may hold someone else's secrets.
+   *
+   * @generated from field: string command = 3;
+   */
+  command: string;
+
+  /**
+   * @generated from field: uint32 used_memory_mib = 4;
+   */
+  usedMemoryMib: number;
+
+  /**
+   * @generated from field: bool killed = 5;
+   */
+  killed: boolean;
+
+  /**
+   * What the agent did or would do about it, in words.
+   *
+   * @generated from field: string note = 6;
+   */
+  note: string;
+};
+
+/**
+ * Describes the message llmgw.v1.ForeignProcess.
+ * Use `create(ForeignProcessSchema)` to create a new message.
+ */
+export const ForeignProcessSchema: GenMessage<ForeignProcess> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_register, 1);
 
 /**
  * A process that holds GPUs or carries our markers and that no spec describes.
@@ -160,7 +218,7 @@ export type UnidentifiedProcess = Message<"llmgw.v1.UnidentifiedProcess"> & {
  * Use `create(UnidentifiedProcessSchema)` to create a new message.
  */
 export const UnidentifiedProcessSchema: GenMessage<UnidentifiedProcess> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_register, 1);
+  messageDesc(file_llmgw_v1_register, 2);
 
 /**
  * @generated from message llmgw.v1.KillProcesses
@@ -182,7 +240,7 @@ export type KillProcesses = Message<"llmgw.v1.KillProcesses"> & {
  * Use `create(KillProcessesSchema)` to create a new message.
  */
 export const KillProcessesSchema: GenMessage<KillProcesses> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_register, 2);
+  messageDesc(file_llmgw_v1_register, 3);
 
 /**
  * @generated from message llmgw.v1.KillProcessesResult
@@ -209,5 +267,5 @@ export type KillProcessesResult = Message<"llmgw.v1.KillProcessesResult"> & {
  * Use `create(KillProcessesResultSchema)` to create a new message.
  */
 export const KillProcessesResultSchema: GenMessage<KillProcessesResult> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_register, 3);
+  messageDesc(file_llmgw_v1_register, 4);
 

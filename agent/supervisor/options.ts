@@ -1,0 +1,118 @@
+// The engine supervisor's settings, and their defaults in one place. Agent side.
+import type { LineLog } from '../../common/logger.js';
+import type { ShardStatus, StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import type { EngineContext, ProcessSpec } from '../engines/index.js';
+import type { Launcher } from './launcher.js';
+import type { PortRange } from './ports.js';
+
+export type ForeignGpuProcessMode = 'report' | 'kill';
+
+/** Why a process was killed: ours and undescribed, foreign (kill mode), or asked by reconciliation. */
+export type KillReason = 'unidentified' | 'foreign' | 'control-plane';
+
+export type SupervisorEvent =
+  { kind: 'kill'; reason: KillReason } | { kind: 'adopt' } | { kind: 'start'; restart: boolean } | { kind: 'exit' };
+
+export interface SupervisorOptions {
+  nodeId: string;
+  stateDir: string;
+  /** The agent's own engine port range, inclusive. */
+  portRange: PortRange;
+  /** Where engines bind and are reached (by the router, other ranks, and our health probes). */
+  advertiseAddress: string;
+  /** How to invoke each engine here; the supervisor fills in the address and the chosen port. */
+  engineContext: Omit<EngineContext, 'httpPort' | 'advertiseAddress'>;
+  /** How engine processes are started, signalled and seen (default: real child processes and /proc). */
+  launcher?: Launcher;
+  healthIntervalMs?: number;
+  healthTimeoutMs?: number;
+  /** Consecutive failed probes after which a Ready engine is reported unhealthy. */
+  unhealthyAfterFailures?: number;
+  stopGraceSeconds?: number;
+  /** SIGTERM-to-SIGKILL grace for processes nobody describes. */
+  unidentifiedGraceMs?: number;
+  /** A worker rank (no HTTP) is Ready once its process has been up this long. */
+  workerReadyAfterMs?: number;
+  /** A running shard's log is cut (copy-truncate to `<log>.1`) beyond this size. */
+  maxLogBytes?: number;
+  logCheckIntervalMs?: number;
+  /** Logs and corrupt specs of shards no longer run are deleted once this old (default 7 days). */
+  logRetentionMs?: number;
+  retentionCheckIntervalMs?: number;
+  /** Variables of the agent's own environment that engines also get (besides PATH, HOME, LANG, …). */
+  passEnv?: string[];
+  /** NAME=value lines an engine's profile may reference ({fromHost: NAME}); read at every spawn. */
+  envFile?: string;
+  /** Called only on transitions (Ready, unhealthy, back to Ready, exited), never on every poll. */
+  onTransition?: (status: ShardStatus) => void;
+  /** Narration of what the supervisor does; warnings carry level 'warn'. */
+  log?: LineLog;
+  /**
+   * Dry-run (`--reconcile dry-run`): nothing is ever killed, at start or later; reports say
+   * what act mode would do. Stops the control plane asks for are still carried out.
+   */
+  dryRun?: boolean;
+  /** What to do with compute processes on our GPUs that we did not start (default report). */
+  foreignGpuProcesses?: ForeignGpuProcessMode;
+  /**
+   * Throws (a non-retryable failure saying why) for a StartShard this host must not run: the
+   * agent checks the catalog signature here (agent/revision-check.ts). Absent: no check.
+   */
+  checkRevision?: (spec: StartShard) => void;
+  /** Counts what happens (the agent's metrics); called synchronously, must not throw. */
+  count?: (event: SupervisorEvent) => void;
+  /**
+   * Resolves once the Ray cluster at `process.rayAddress` has `process.waitForRayNodes` nodes
+   * (see engines/ray.ts: rayStatusArgs, parseRayStatusNodeCount). The supervisor does not run
+   * `ray status` itself; the agent provides this. Must honour `signal` (a stop cancels it).
+   */
+  waitForRay?: (spec: StartShard, process: ProcessSpec, signal: AbortSignal) => Promise<void>;
+  /** Test hook: runs just before each spawn, after the spec record has been written. */
+  beforeSpawn?: (info: { shardId: string; recordFile: string; process: ProcessSpec }) => void | Promise<void>;
+  /** Test hook: runs after every process of a start is spawned, before start() returns. */
+  afterSpawn?: (info: { shardId: string }) => void | Promise<void>;
+}
+
+/** The options with every default filled in. */
+export type ResolvedOptions = SupervisorOptions &
+  Required<
+    Pick<
+      SupervisorOptions,
+      | 'launcher'
+      | 'healthIntervalMs'
+      | 'healthTimeoutMs'
+      | 'unhealthyAfterFailures'
+      | 'stopGraceSeconds'
+      | 'unidentifiedGraceMs'
+      | 'workerReadyAfterMs'
+      | 'maxLogBytes'
+      | 'logCheckIntervalMs'
+      | 'logRetentionMs'
+      | 'retentionCheckIntervalMs'
+      | 'passEnv'
+      | 'log'
+      | 'dryRun'
+      | 'foreignGpuProcesses'
+    >
+  >;
+
+export function resolveOptions(options: SupervisorOptions, defaultLauncher: Launcher): ResolvedOptions {
+  return {
+    ...options,
+    launcher: options.launcher ?? defaultLauncher,
+    healthIntervalMs: options.healthIntervalMs ?? 1000,
+    healthTimeoutMs: options.healthTimeoutMs ?? 2000,
+    unhealthyAfterFailures: options.unhealthyAfterFailures ?? 3,
+    stopGraceSeconds: options.stopGraceSeconds ?? 10,
+    unidentifiedGraceMs: options.unidentifiedGraceMs ?? 5000,
+    workerReadyAfterMs: options.workerReadyAfterMs ?? 1000,
+    maxLogBytes: options.maxLogBytes ?? 64 * 1024 * 1024,
+    logCheckIntervalMs: options.logCheckIntervalMs ?? 10_000,
+    logRetentionMs: options.logRetentionMs ?? 7 * 86_400_000,
+    retentionCheckIntervalMs: options.retentionCheckIntervalMs ?? 10 * 60_000,
+    passEnv: options.passEnv ?? [],
+    log: options.log ?? (() => {}),
+    dryRun: options.dryRun ?? false,
+    foreignGpuProcesses: options.foreignGpuProcesses ?? 'report',
+  };
+}

@@ -1,0 +1,59 @@
+// `llmgw up` stops within 20 s of Ctrl-C whatever Temporal's state: here its dev server is
+// killed first, so every teardown call to Temporal meets a server that is gone.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { isAlive, signalGroup } from '../../agent/supervisor/proc.js';
+import { isPortFree } from '../../common/ports.js';
+import { enginesOf, eventually, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+
+const CATALOG = join(__dirname, '../../examples/catalog.yaml');
+let up: LlmgwProcess | undefined;
+let serverPid: number | undefined;
+
+/** An offset that moves every port `llmgw up` opens onto ones that are free now. */
+async function freeOffset(): Promise<number> {
+  const bases = [7233, 8233, 8080, 7401, 7402, 9464, 9465, 9466, 18000, 18500];
+  for (let attempt = 0; attempt < 40; attempt++) {
+    const offset = 20_000 + Math.floor(Math.random() * 200) * 100;
+    let free = true;
+    for (const base of bases) free &&= await isPortFree(base + offset, '127.0.0.1');
+    if (free) return offset;
+  }
+  throw new Error('no free port offset for llmgw up');
+}
+
+afterAll(async () => {
+  if (serverPid !== undefined && isAlive(serverPid)) signalGroup(serverPid, 'SIGKILL');
+  await up?.kill9();
+  await stopAll();
+});
+
+describe('llmgw up', () => {
+  it('stops within 20 s on Ctrl-C after its dev server was killed, leaving no engine', async () => {
+    const prefix = `up${Date.now().toString(36)}`;
+    const cwd = mkdtempSync(join(tmpdir(), 'llmgw-up-'));
+    up = spawnLlmgw(
+      ['up', '--catalog', CATALOG, '--replicas', '1', '--port-offset', String(await freeOffset()), '--node-prefix', prefix],
+      // Its own dev server, not the harness's.
+      { TEMPORAL_ADDRESS: '' },
+      { cwd },
+    );
+    await up.waitForOutput(/llmgw is up/, 240_000);
+    expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toHaveLength(1);
+    serverPid = Number(/Temporal \S+ \(pid (\d+)\)/.exec(up.output())![1]);
+    signalGroup(serverPid, 'SIGKILL');
+    await eventually('the dev server gone', () => !isAlive(serverPid!), 10_000);
+
+    const pressed = Date.now();
+    process.kill(up.pid, 'SIGINT');
+    const code = await up.exited;
+    const took = Date.now() - pressed;
+    console.log(`llmgw up stopped ${took} ms after Ctrl-C with its dev server killed`);
+    expect(code).toBe(0);
+    expect(took).toBeLessThan(20_000);
+    expect(up.output()).toMatch(/stopped in \d+\.\d s/);
+    expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toEqual([]);
+  });
+});
