@@ -25,7 +25,11 @@ export interface ReplicaState {
 }
 
 export type Outcome =
-  { kind: 'stop' } | { kind: 'restart'; reason: string } | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean };
+  | { kind: 'stop' }
+  | { kind: 'restart'; reason: string }
+  | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean }
+  /** Can never succeed as given (an agent refused the revision): Failed at once, no retries. */
+  | { kind: 'fail'; reason: string };
 
 export function initialReplicaState(input: ReplicaInput, now: string): ReplicaState {
   return {
@@ -105,6 +109,9 @@ export function failureOutcome(error: unknown, nodeId: string, what: string): Ou
       case FailureType.EngineExited:
       case FailureType.StartupTimeout:
         return { kind: 'restart', reason: `${what}: ${firstLine(cause.message)}` };
+      case FailureType.UnsignedRevision:
+        return { kind: 'fail', reason: `${what}: ${firstLine(cause.message)}` };
+      case FailureType.HostEnvMissing:
       case FailureType.InvalidSpec:
       case FailureType.SpecConflict:
       case FailureType.NoFreePort:

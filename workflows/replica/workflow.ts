@@ -111,6 +111,13 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     }
     if (outcome.kind === 'stop') break;
     if (outcome.kind === 'restart' && outcome.reason === '') continue;
+    if (outcome.kind === 'fail') {
+      // Nothing was started (the agent refused before spawning): give the GPUs back and say why.
+      await stopAndRelease(run, outcome.reason, 'Placing');
+      await run.setPhase('Failed', outcome.reason);
+      await condition(allHandlersFinished);
+      return run.view();
+    }
 
     // Something failed: restart on the same GPUs with backoff, then re-place avoiding the
     // node, then give up as Failed (the deployment replaces it, with its own backoff).
