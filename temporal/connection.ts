@@ -71,6 +71,8 @@ export interface RuntimeSettings {
   metricsAddress?: string;
   /** Labels on every metric of the process (e.g. the agent's node id). */
   globalTags?: Record<string, string>;
+  /** How often each worker heartbeats to the server (default 5 s; not a billed action). */
+  workerHeartbeatSeconds?: number;
 }
 
 /**
@@ -89,6 +91,9 @@ export function installRuntime(settings: RuntimeSettings): Runtime {
   try {
     return Runtime.install({
       logger: temporalLogger(settings.logger),
+      // Every worker tells the server it is alive this often, at no billed cost: the control
+      // worker reads them (ListWorkers) to see a dead agent in seconds (workers/liveness.ts).
+      workerHeartbeatInterval: `${settings.workerHeartbeatSeconds ?? 5}s`,
       telemetryOptions: { logging: { forward: {}, filter: { core: 'WARN', other: 'ERROR' } }, ...metrics },
     });
   } catch (error) {

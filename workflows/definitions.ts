@@ -17,6 +17,10 @@ import type {
 // node/<nodeId>
 /** The agent's report, and (since Worker Versioning) its current settings as plain JSON. */
 export const registerSignal = defineSignal<[Register, AgentSettings?]>('register');
+/** The control worker saw no worker heartbeat from the agent for `seconds` (workers/liveness.ts). */
+export const agentSilentSignal = defineSignal<[{ seconds: number }]>('agentSilent');
+/** The agent's worker heartbeats came back after an agentSilent. */
+export const agentHeardSignal = defineSignal<[Record<string, never>]>('agentHeard');
 /** The agent is shutting down on purpose: NotReady now rather than after a heartbeat timeout. */
 export const agentStoppingSignal = defineSignal<[{ reason: string }]>('agentStopping');
 export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');

@@ -72,6 +72,10 @@ export const DYNAMIC_CONFIG: Record<string, unknown> = {
   'frontend.enableExecuteMultiOperation': true,
   // Worker Deployments and Worker Versioning (versioning v3): `temporal worker deployment …`.
   'system.enableDeploymentVersions': true,
+  // Worker heartbeats and ListWorkers: how the control worker sees a dead agent within
+  // seconds without billing an activity heartbeat (workers/liveness.ts).
+  'frontend.WorkerHeartbeatsEnabled': true,
+  'frontend.ListWorkersEnabled': true,
   'frontend.workerVersioningWorkflowAPIs': true,
   // Everything else keeps the server's defaults, as a self-hosted cluster would have them.
   // Unlike start-dev (100), the visibility API (List/Count, which placement, the router
