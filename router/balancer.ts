@@ -126,44 +126,6 @@ export class HashRing<T extends Candidate> {
   }
 }
 
-/** How much of a prompt is its "prefix": enough to cover a system prompt and the first turns. */
-export const PREFIX_CHARS = 1024;
-
-/**
- * The leading part of a request's prompt, for prefix affinity: the first messages of a chat
- * (role and text), or the start of a completion prompt. Undefined when there is none to use.
- */
-export function promptPrefix(body: Record<string, unknown>): string | undefined {
-  const messages = body.messages;
-  if (Array.isArray(messages)) {
-    let out = '';
-    for (const message of messages as unknown[]) {
-      if (out.length >= PREFIX_CHARS) break;
-      if (typeof message !== 'object' || message === null) continue;
-      const { role, content } = message as { role?: unknown; content?: unknown };
-      out += `${typeof role === 'string' ? role : ''}\u0000`;
-      if (typeof content === 'string') out += content;
-      else if (Array.isArray(content)) {
-        for (const part of content as unknown[]) {
-          const text = typeof part === 'object' && part !== null ? (part as { text?: unknown }).text : undefined;
-          if (typeof text === 'string') out += text;
-        }
-      }
-      out += '\u0000';
-    }
-    return out === '' ? undefined : out.slice(0, PREFIX_CHARS);
-  }
-  const prompt = body.prompt;
-  if (typeof prompt === 'string') return prompt.slice(0, PREFIX_CHARS);
-  if (Array.isArray(prompt) && prompt.length > 0) {
-    const first: unknown = prompt[0];
-    if (typeof first === 'string') return first.slice(0, PREFIX_CHARS);
-    if (typeof first === 'number') return prompt.slice(0, PREFIX_CHARS / 4).join(',');
-    if (Array.isArray(first)) return first.slice(0, PREFIX_CHARS / 4).join(',');
-  }
-  return undefined;
-}
-
 /**
  * `deployment:session|prefix,...` (LLMGW_ROUTER_AFFINITY or --affinity) as a map from deployment
  * or served name to its mode. Throws naming the part that is wrong.

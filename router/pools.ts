@@ -9,6 +9,8 @@ import { createUpstreamPool, type UpstreamOptions } from './upstream.js';
 
 export class ModelPool {
   readonly ring: HashRing<Endpoint> | undefined;
+  /** The served name as the JSON string a body carries, to put in place of a deployment alias. */
+  readonly servedNameJson: Buffer;
 
   constructor(
     readonly servedName: string,
@@ -16,6 +18,7 @@ export class ModelPool {
     readonly affinity: AffinityMode | undefined,
     readonly metrics: ModelMetrics,
   ) {
+    this.servedNameJson = Buffer.from(JSON.stringify(servedName));
     this.ring = affinity !== undefined && endpoints.length > 1 ? new HashRing(endpoints) : undefined;
   }
 

@@ -3,15 +3,7 @@
 // says about its load, how routes group into models, and the error and key handling.
 import { describe, expect, it } from 'vitest';
 import { ApiKeys, keysFromEnv } from '../../router/auth.js';
-import {
-  BOUNDED_LOAD_FACTOR,
-  HashRing,
-  hashText,
-  parseAffinity,
-  pickLeastLoaded,
-  promptPrefix,
-  type Candidate,
-} from '../../router/balancer.js';
+import { BOUNDED_LOAD_FACTOR, HashRing, hashText, parseAffinity, pickLeastLoaded, type Candidate } from '../../router/balancer.js';
 import { EJECT_AFTER_FAILURES, Endpoint } from '../../router/endpoint.js';
 import { engineErrorBody, streamErrorEvents } from '../../router/errors.js';
 import { buildModelRoutes, parseStaticRoutes, routesSignature, type RouteEntry } from '../../router/routes.js';
@@ -109,43 +101,6 @@ describe('affinity settings and prompt prefixes', () => {
     expect(parseAffinity(undefined).size).toBe(0);
     expect(() => parseAffinity('chat:sticky')).toThrow(/chat:sticky.*session or prefix/);
     expect(() => parseAffinity('chat')).toThrow(/DEPLOYMENT:session/);
-  });
-
-  it('takes the leading messages of a chat and the start of a completion prompt', () => {
-    const system = 'You are a helpful assistant. '.repeat(10);
-    const one = promptPrefix({
-      messages: [
-        { role: 'system', content: system },
-        { role: 'user', content: 'question one' },
-      ],
-    });
-    const two = promptPrefix({
-      messages: [
-        { role: 'system', content: system },
-        { role: 'user', content: 'question two' },
-      ],
-    });
-    expect(one).not.toBe(two);
-    const long = 'x'.repeat(5000);
-    expect(
-      promptPrefix({
-        messages: [
-          { role: 'system', content: long },
-          { role: 'user', content: 'a' },
-        ],
-      }),
-    ).toBe(
-      promptPrefix({
-        messages: [
-          { role: 'system', content: long },
-          { role: 'user', content: 'b' },
-        ],
-      }),
-    );
-    expect(promptPrefix({ messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }] })).toContain('hi');
-    expect(promptPrefix({ prompt: 'once upon' })).toBe('once upon');
-    expect(promptPrefix({ prompt: [1, 2, 3] })).toBe('1,2,3');
-    expect(promptPrefix({ input: 'embedding' })).toBeUndefined();
   });
 });
 

@@ -503,21 +503,18 @@ describe('router: backpressure', () => {
     exchange.start();
     expect(dispatched).toEqual([exchange]);
 
+    // undici's own handler hooks: onData answering false pauses the socket until resume().
     let paused = false;
-    const controller = {
-      pause: () => (paused = true),
-      resume: () => (paused = false),
-      abort: () => undefined,
-      aborted: false,
-      paused: false,
-      reason: null,
+    const resume = () => (paused = false);
+    const deliver = (text: string) => {
+      if (!exchange.onData(Buffer.from(text))) paused = true;
     };
-    exchange.onRequestStart(controller);
-    exchange.onResponseStart(controller, 200, { 'content-type': 'text/event-stream' });
-    exchange.onResponseData(controller, Buffer.from('data: {"a":1}\n\n'));
+    exchange.onConnect(() => undefined);
+    exchange.onHeaders(200, [Buffer.from('Content-Type'), Buffer.from('text/event-stream')], resume);
+    deliver('data: {"a":1}\n\n');
     expect(paused).toBe(false);
     client.full = true;
-    exchange.onResponseData(controller, Buffer.from('data: {"a":2}\n\n'));
+    deliver('data: {"a":2}\n\n');
     expect(paused).toBe(true);
     client.full = false;
     client.emit('drain');
