@@ -11,7 +11,8 @@ import { sendError } from './errors.js';
 import { RouterMetrics, type ModelMetrics } from './metrics.js';
 import { RoutingState } from './pools.js';
 import { Exchange, type ExchangeResponse, type ProxySettings } from './proxy.js';
-import { readBody, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
+import { KeyGate } from './limits.js';
+import { readBody, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
 import { RouteRefresher, type RouteSource, type SourceStatus } from './routes.js';
 import { DEFAULT_SCRAPER, Scraper } from './scraper.js';
 import { DEFAULT_UPSTREAM } from './upstream.js';
@@ -23,6 +24,8 @@ export interface RouterOptions {
   host?: string;
   /** Undefined: no authentication. */
   apiKeys?: ApiKeys | undefined;
+  /** The share of each key's limits this process enforces: 1 / router processes. Default 1. */
+  limitShare?: number;
   /** Deployment or served name → affinity mode. */
   affinity?: ReadonlyMap<string, AffinityMode>;
   bodyLimitBytes?: number;
@@ -62,6 +65,8 @@ export class RouterCore implements BodyConsumer {
   readonly refresher: RouteRefresher;
   readonly scraper: Scraper;
   private readonly apiKeys: ApiKeys | undefined;
+  /** By ApiKey.index. */
+  private readonly gates: KeyGate[];
   private readonly metricsText: () => Promise<string>;
   private readonly unknownModel: ModelMetrics;
   private readonly unauthenticated: ModelMetrics;
@@ -76,6 +81,7 @@ export class RouterCore implements BodyConsumer {
     this.proxy = { metrics: this.metrics, maxAttempts: options.maxAttempts ?? 3, lookup: (model) => this.state.lookup(model) };
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
     this.apiKeys = options.apiKeys;
+    this.gates = (options.apiKeys?.keys ?? []).map((key) => new KeyGate(key, this.metrics.forKey(key.label), options.limitShare ?? 1));
     this.metricsText = options.metricsText ?? (() => this.metrics.registry.metrics());
     this.unknownModel = this.metrics.forModel(UNKNOWN_MODEL_LABEL);
     this.unauthenticated = this.metrics.forModel('(unauthenticated)');
@@ -105,7 +111,7 @@ export class RouterCore implements BodyConsumer {
       case '/v1/models':
         if (req.method !== 'GET' && req.method !== 'HEAD')
           return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}`);
-        if (!this.authorized(req, res)) return;
+        if (this.authenticate(req, res) === false) return;
         return sendJson(res, 200, this.state.modelsBody());
       case '/health':
         return sendJson(res, 200, JSON.stringify(this.health()));
@@ -120,7 +126,7 @@ export class RouterCore implements BodyConsumer {
         return;
       default:
         if (path.startsWith('/v1/models/') && req.method === 'GET') {
-          if (!this.authorized(req, res)) return;
+          if (this.authenticate(req, res) === false) return;
           return this.oneModel(res, decodeURIComponent(path.slice('/v1/models/'.length)));
         }
         return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
@@ -134,8 +140,11 @@ export class RouterCore implements BodyConsumer {
     sendJson(res, 200, JSON.stringify({ id: pool.servedName, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'llmgw' }));
   }
 
-  private authorized(req: RouterRequest, res: ServerResponse): boolean {
-    if (this.apiKeys === undefined || this.apiKeys.check(req.headers.authorization)) return true;
+  /** The key's gate; undefined when no keys are configured; false when refused (answered already). */
+  private authenticate(req: RouterRequest, res: ServerResponse): KeyGate | undefined | false {
+    if (this.apiKeys === undefined) return undefined;
+    const key = this.apiKeys.check(req.headers.authorization);
+    if (key !== undefined) return this.gates[key.index];
     this.unauthenticated.refused(401);
     sendError(
       res,
@@ -149,7 +158,17 @@ export class RouterCore implements BodyConsumer {
 
   private inference(req: RouterRequest, res: RouterResponse, path: string): void {
     if (req.method !== 'POST') return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}; use POST`);
-    if (!this.authorized(req, res)) return;
+    const gate = this.authenticate(req, res);
+    if (gate === false) return;
+    if (gate !== undefined) {
+      const refusal = gate.admit(performance.now());
+      if (refusal !== undefined) {
+        this.unknownModel.refused(429);
+        return sendError(res, 'rate_limited', refusal.message, false, refusal.retryAfterS);
+      }
+      res.gate = gate;
+      res.on('close', releaseGate);
+    }
     const declared = req.headers['content-length'];
     if (declared !== undefined && Number(declared) > this.bodyLimit) return this.tooLarge(res);
     readBody(req, res, path, this);

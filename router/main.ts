@@ -3,7 +3,7 @@
 // SIGTERM/SIGINT, letting streams in flight finish for a while. Router side.
 import { z } from 'zod';
 import { DEFAULT_PORTS } from '../common/names.js';
-import { loadApiKeys } from './auth.js';
+import { loadApiKeys, type ApiKeys } from './auth.js';
 import { clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
 import { parseAffinity, type AffinityMode } from './balancer.js';
 import { TemporalRouteSource } from './routes-temporal.js';
@@ -28,6 +28,12 @@ export interface RouterFlags {
   shutdownGrace?: string | number;
   /** --workers N router processes on the one port (node:cluster), default 1. */
   workers?: string | number;
+  /** --allow-unauthenticated: serve a non-loopback address with no API key configured. */
+  allowUnauthenticated?: boolean;
+  /** --key-rps: each key's requests per second unless its line sets one. */
+  keyRps?: string | number;
+  /** --key-concurrency: each key's requests in flight unless its line sets one. */
+  keyConcurrency?: string | number;
 }
 
 const Flags = z.object({
@@ -39,7 +45,15 @@ const Flags = z.object({
   bodyLimit: z.coerce.number().int().min(1024).default(DEFAULT_BODY_LIMIT),
   shutdownGrace: z.coerce.number().min(0).default(30),
   workers: z.coerce.number().int().min(1).max(64).default(1),
+  allowUnauthenticated: z.boolean().default(false),
+  keyRps: z.coerce.number().positive().optional(),
+  keyConcurrency: z.coerce.number().int().positive().optional(),
 });
+
+/** True for an address only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
 
 export class RouterFlagsError extends Error {
   override name = 'RouterFlagsError';
@@ -72,7 +86,19 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   } catch (err) {
     throw new RouterFlagsError((err as Error).message);
   }
-  const apiKeys = loadApiKeys({ file: f.apiKeysFile, env });
+  let apiKeys: ApiKeys | undefined;
+  try {
+    apiKeys = loadApiKeys({ file: f.apiKeysFile, env, defaults: { rps: f.keyRps, concurrent: f.keyConcurrency } });
+  } catch (err) {
+    throw new RouterFlagsError((err as Error).message);
+  }
+  // An open router on a reachable address is somebody's free GPU cluster: refuse unless asked.
+  if (apiKeys === undefined && !isLoopback(f.host) && !f.allowUnauthenticated) {
+    throw new RouterFlagsError(
+      `refusing to serve ${f.host} without API keys: configure keys (--api-keys-file or LLMGW_API_KEYS), ` +
+        'bind a loopback address (--host 127.0.0.1), or pass --allow-unauthenticated to serve it open',
+    );
+  }
 
   if (f.workers > 1 && !isRouterWorker()) {
     const routers = await startRouterCluster(f.workers, log);
@@ -89,6 +115,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     port: f.port,
     host: f.host,
     apiKeys,
+    limitShare: 1 / f.workers,
     affinity,
     bodyLimitBytes: f.bodyLimit,
     processMetrics: true,

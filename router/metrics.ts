@@ -22,6 +22,9 @@ export class RouterMetrics {
   private readonly retries: Counter<'reason'>;
   private readonly ejections: Counter<'endpoint'>;
   readonly routeSourceUp: Gauge;
+  private readonly keyRequests: Counter<'key'>;
+  private readonly keyLimited: Counter<'key' | 'limit'>;
+  private readonly keyTokens: Counter<'key' | 'kind'>;
 
   constructor(endpoints: () => Iterable<InflightView>, options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -91,11 +94,40 @@ export class RouterMetrics {
       registers,
       aggregator: 'min',
     });
+    // Per API key, labelled by a prefix of the key's digest (never the key).
+    this.keyRequests = new Counter({
+      name: 'llmgw_router_key_requests_total',
+      help: 'Inference requests admitted, by API key (sha256 prefix).',
+      labelNames: ['key'],
+      registers,
+    });
+    this.keyLimited = new Counter({
+      name: 'llmgw_router_key_rate_limited_total',
+      help: 'Inference requests refused with 429, by API key (sha256 prefix) and the limit that refused them (rps, concurrent).',
+      labelNames: ['key', 'limit'],
+      registers,
+    });
+    this.keyTokens = new Counter({
+      name: 'llmgw_router_key_tokens_total',
+      help: "Tokens the engines reported in answers' usage, by API key (sha256 prefix) and kind (prompt, completion).",
+      labelNames: ['key', 'kind'],
+      registers,
+    });
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llmgw_router_' });
   }
 
   forModel(model: string): ModelMetrics {
     return new ModelMetrics(this.requests, this.latency.labels(model), this.ttft.labels(model), model);
+  }
+
+  forKey(label: string): KeyMetrics {
+    const limited = { rps: this.keyLimited.labels(label, 'rps'), concurrent: this.keyLimited.labels(label, 'concurrent') };
+    return {
+      requests: this.keyRequests.labels(label),
+      limited: (limit) => limited[limit].inc(),
+      promptTokens: this.keyTokens.labels(label, 'prompt'),
+      completionTokens: this.keyTokens.labels(label, 'completion'),
+    };
   }
 
   upstreamError(endpoint: string, reason: string): void {
@@ -112,6 +144,14 @@ export class RouterMetrics {
 }
 
 type CounterChild = ReturnType<Counter<'model' | 'status'>['labels']>;
+
+/** One API key's counters, looked up once. */
+export interface KeyMetrics {
+  requests: { inc(value?: number): void };
+  limited(limit: 'rps' | 'concurrent'): void;
+  promptTokens: { inc(value?: number): void };
+  completionTokens: { inc(value?: number): void };
+}
 type HistogramChild = ReturnType<Histogram<'model'>['labels']>;
 
 /** One model's children, looked up once, so recording a request hashes no label set. */

@@ -13,6 +13,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { Endpoint } from './endpoint.js';
+import { readUsage, type KeyGate } from './limits.js';
 import { engineErrorBody, sendError, streamErrorEvents, RETRY_AFTER_S } from './errors.js';
 import type { RouterMetrics } from './metrics.js';
 import type { ModelPool } from './pools.js';
@@ -21,6 +22,8 @@ import { UPSTREAM_HEADERS, classifyUpstreamError, type UpstreamFailure } from '.
 /** The router's ServerResponse, carrying its exchange so that module-level listeners find it. */
 export interface ExchangeResponse extends ServerResponse {
   exchange: Exchange | undefined;
+  /** The API key's gate when keys are configured: its token counters. */
+  gate: KeyGate | undefined;
 }
 
 export interface ProxySettings {
@@ -166,6 +169,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
     switch (this.phase) {
       case 'passing':
         if (this.firstByteAt === 0) this.firstByteAt = performance.now();
+        if (this.res.gate !== undefined) countUsage(this.res.gate, chunk);
         if (this.res.write(chunk)) return true;
         // The client's socket is full: undici stops reading the engine until resume().
         this.paused = true;
@@ -292,6 +296,13 @@ function onClientClose(this: ExchangeResponse): void {
 
 function onClientDrain(this: ExchangeResponse): void {
   this.exchange?.resumeUpstream();
+}
+
+function countUsage(gate: KeyGate, chunk: Buffer): void {
+  const usage = readUsage(chunk);
+  if (usage === undefined) return;
+  gate.metrics.promptTokens.inc(usage.prompt);
+  gate.metrics.completionTokens.inc(usage.completion);
 }
 
 type PassedHeader = 'content-type' | 'content-length' | 'content-encoding';

@@ -3,6 +3,7 @@
 // by the body limit, refused with 413 as soon as it is crossed. Router side.
 import { IncomingMessage, ServerResponse } from 'node:http';
 import { sendError } from './errors.js';
+import type { KeyGate } from './limits.js';
 import type { Exchange, ExchangeResponse } from './proxy.js';
 
 /** What reads a whole body hands it to. */
@@ -24,6 +25,13 @@ export class RouterRequest extends IncomingMessage {
 
 export class RouterResponse extends ServerResponse<RouterRequest> implements ExchangeResponse {
   exchange: Exchange | undefined = undefined;
+  gate: KeyGate | undefined = undefined;
+}
+
+/** A 'close' listener: the request is over, answered or not, so it leaves its key's count. */
+export function releaseGate(this: RouterResponse): void {
+  this.gate?.release();
+  this.gate = undefined;
 }
 
 const EMPTY = Buffer.alloc(0);

@@ -89,7 +89,8 @@ export async function upCommand(opts: { catalog: string; routerPort: string; rep
       '60',
     ]);
   }
-  if (existsSync(join(__dirname, '../../router/main.js'))) spawnPart('router', ['router', '--port', opts.routerPort]);
+  if (existsSync(join(__dirname, '../../router/main.js')))
+    spawnPart('router', ['router', '--port', opts.routerPort, '--host', '127.0.0.1']);
 
   const client = await connectClient();
   await waitFor('both simulated agents to register', async () => {

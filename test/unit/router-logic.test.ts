@@ -232,11 +232,11 @@ describe('errors and keys', () => {
 
   it('accepts only a configured key, as a Bearer token', () => {
     const keys = new ApiKeys(['alpha', 'beta-longer-key']);
-    expect(keys.check('Bearer alpha')).toBe(true);
-    expect(keys.check('bearer beta-longer-key')).toBe(true);
-    expect(keys.check('Bearer alph')).toBe(false);
-    expect(keys.check('alpha')).toBe(false);
-    expect(keys.check(undefined)).toBe(false);
+    expect(keys.check('Bearer alpha')?.index).toBe(0);
+    expect(keys.check('bearer beta-longer-key')?.index).toBe(1);
+    expect(keys.check('Bearer alph')).toBeUndefined();
+    expect(keys.check('alpha')).toBeUndefined();
+    expect(keys.check(undefined)).toBeUndefined();
     expect(keysFromEnv({ LLMGW_API_KEYS: ' a, b ,,' })).toEqual(['a', 'b']);
   });
 });
