@@ -17,7 +17,20 @@ export function addRouterCommand(program: Command): void {
     .option('--allow-unauthenticated', 'serve a non-loopback address without API keys (anyone who can reach it may use it)')
     .option('--key-rps <n>', 'requests per second per API key unless its line says otherwise (default unlimited)')
     .option('--key-concurrency <n>', 'requests in flight per API key unless its line says otherwise (default unlimited)')
-    .option('--affinity <list>', 'per deployment: name:session|prefix,... (default LLMGW_ROUTER_AFFINITY)')
+    .option(
+      '--affinity <list>',
+      'cache-aware routing: on (default), off, or per deployment NAME:on|off,... (default LLMGW_ROUTER_AFFINITY)',
+    )
+    .option(
+      '--affinity-abs-gap <n>',
+      'in-flight requests a replica may hold beyond the least-loaded one and still get its cached keys',
+      '8',
+    )
+    .option(
+      '--affinity-rel-gap <x>',
+      '... and how many times the least-loaded one it may hold (both must be exceeded to move a request)',
+      '1.5',
+    )
     .option('--static-routes <list>', 'serve name=http://host:port,... instead of asking Temporal')
     .option('--body-limit <bytes>', 'largest request body', String(8 * 1024 * 1024))
     .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')

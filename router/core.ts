@@ -4,12 +4,12 @@
 // HTTP server and its lifecycle.
 import type { ServerResponse } from 'node:http';
 import type { ApiKeys } from './auth.js';
-import type { AffinityMode } from './balancer.js';
-import { hashText } from './balancer.js';
+import { DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js';
+import { AFFINITY_ON, hashText, type AffinitySettings } from './balancer.js';
 import { promptPrefixHash, scanRequest, withModel, NOT_AN_OBJECT } from './body.js';
 import { sendError } from './errors.js';
 import { RouterMetrics, type ModelMetrics } from './metrics.js';
-import { RoutingState } from './pools.js';
+import { RoutingState, type Policy } from './pools.js';
 import { Exchange, type ExchangeResponse, type ProxySettings } from './proxy.js';
 import { KeyGate } from './limits.js';
 import { readBody, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
@@ -26,8 +26,12 @@ export interface RouterOptions {
   apiKeys?: ApiKeys | undefined;
   /** The share of each key's limits this process enforces: 1 / router processes. Default 1. */
   limitShare?: number;
-  /** Deployment or served name → affinity mode. */
-  affinity?: ReadonlyMap<string, AffinityMode>;
+  /** Cache-aware routing on or off, for all deployments and by name; on by default. */
+  affinity?: AffinitySettings;
+  /** When cache-aware routing moves a request off its home replica. */
+  guard?: ImbalanceGuard;
+  /** One policy for every model, whatever `affinity` says (bench:affinity compares them). */
+  policy?: Policy;
   bodyLimitBytes?: number;
   /** How often to read the route source. */
   routesIntervalMs?: number;
@@ -76,7 +80,7 @@ export class RouterCore implements BodyConsumer {
     this.state = new RoutingState(
       this.metrics,
       { ...DEFAULT_UPSTREAM, ...(options.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: options.connectTimeoutMs }) },
-      options.affinity ?? new Map(),
+      { affinity: options.affinity ?? AFFINITY_ON, guard: options.guard ?? DEFAULT_GUARD, policy: options.policy },
     );
     this.proxy = { metrics: this.metrics, maxAttempts: options.maxAttempts ?? 3, lookup: (model) => this.state.lookup(model) };
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
@@ -204,16 +208,18 @@ export class RouterCore implements BodyConsumer {
       pool.metrics.refused(503);
       return sendError(res, 'no_replica', `No replica of model \`${model}\` is ready yet.`);
     }
-    let key = -1;
-    if (pool.affinity === 'session') {
-      const session = req.headers[SESSION_HEADER];
-      if (typeof session === 'string' && session !== '') key = hashText(session);
-    } else if (pool.affinity === 'prefix') {
-      key = promptPrefixHash(body, fields);
+    // Cache-aware keys: the session (header, else OpenAI's `user`) and the prompt's start.
+    let session = -1;
+    let prefix = -1;
+    if (pool.policy === 'cache-aware') {
+      const header = req.headers[SESSION_HEADER];
+      if (typeof header === 'string' && header !== '') session = hashText(header);
+      else if (fields.user !== undefined) session = hashText(fields.user);
+      prefix = promptPrefixHash(body, fields);
     }
     // Addressed by its deployment's name: the engine only knows its served name.
     const upstreamBody = model === pool.servedName ? body : withModel(body, fields, pool.servedNameJson);
-    new Exchange(this.proxy, res, pool, req.url ?? req.apiPath, upstreamBody, key, startedAt).start();
+    new Exchange(this.proxy, res, pool, req.url ?? req.apiPath, upstreamBody, session, prefix, startedAt).start();
   }
 
   health(): RouterHealth {

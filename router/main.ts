@@ -5,7 +5,8 @@ import { z } from 'zod';
 import { DEFAULT_PORTS } from '../common/names.js';
 import { loadApiKeys, type ApiKeys } from './auth.js';
 import { clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
-import { parseAffinity, type AffinityMode } from './balancer.js';
+import { DEFAULT_GUARD } from './affinity.js';
+import { parseAffinity, type AffinitySettings } from './balancer.js';
 import { TemporalRouteSource } from './routes-temporal.js';
 import { StaticRouteSource, parseStaticRoutes, type RouteSource, type StaticRoute } from './routes.js';
 import { DEFAULT_BODY_LIMIT, startRouter, type Router } from './server.js';
@@ -18,8 +19,12 @@ export interface RouterFlags {
   host?: string;
   /** --api-keys-file: one key per line; LLMGW_API_KEYS adds more. */
   apiKeysFile?: string;
-  /** --affinity `deployment:session|prefix,...`; defaults to LLMGW_ROUTER_AFFINITY. */
+  /** --affinity `on|off|NAME:on|NAME:off,...` (cache-aware routing, on by default); defaults to LLMGW_ROUTER_AFFINITY. */
   affinity?: string;
+  /** --affinity-abs-gap: in-flight requests a home may hold beyond the least-loaded replica. */
+  affinityAbsGap?: string | number;
+  /** --affinity-rel-gap: how many times the least-loaded replica's load a home may hold. */
+  affinityRelGap?: string | number;
   /** --static-routes `name=http://host:port,...`: serve these instead of asking Temporal. */
   staticRoutes?: string;
   /** --body-limit bytes, default 8 MiB. */
@@ -48,6 +53,8 @@ const Flags = z.object({
   allowUnauthenticated: z.boolean().default(false),
   keyRps: z.coerce.number().positive().optional(),
   keyConcurrency: z.coerce.number().int().positive().optional(),
+  affinityAbsGap: z.coerce.number().min(0).default(DEFAULT_GUARD.absGap),
+  affinityRelGap: z.coerce.number().min(1).default(DEFAULT_GUARD.relGap),
 });
 
 /** True for an address only this machine can reach. */
@@ -78,7 +85,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   }
   const f = parsed.data;
   const log = (line: string) => console.log(line);
-  let affinity: Map<string, AffinityMode>;
+  let affinity: AffinitySettings;
   let staticRoutes: StaticRoute[] | undefined;
   try {
     affinity = parseAffinity(f.affinity ?? env.LLMGW_ROUTER_AFFINITY);
@@ -117,6 +124,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     apiKeys,
     limitShare: 1 / f.workers,
     affinity,
+    guard: { absGap: f.affinityAbsGap, relGap: f.affinityRelGap },
     bodyLimitBytes: f.bodyLimit,
     processMetrics: true,
     log: routerLog,
@@ -132,7 +140,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   log(
     `router: listening on http://${f.host}:${router.port} (routes from ${health.routes.source}, ${health.models} model(s) routable; ` +
       `${apiKeys ? `${apiKeys.size} API key(s)` : 'no API keys: open to anyone who can reach it'}` +
-      `${affinity.size ? `; affinity ${[...affinity].map(([d, m]) => `${d}:${m}`).join(',')}` : ''})`,
+      `; cache-aware routing ${describeAffinity(affinity)})`,
   );
   return router;
 }
@@ -156,4 +164,9 @@ function onStopSignal(log: (line: string) => void, graceS: number, close: () => 
   };
   process.once('SIGTERM', stop('SIGTERM'));
   process.once('SIGINT', stop('SIGINT'));
+}
+
+function describeAffinity(a: AffinitySettings): string {
+  const named = [...a.byName].map(([name, on]) => `${name}:${on ? 'on' : 'off'}`);
+  return [a.enabled ? 'on' : 'off', ...named].join(',');
 }

@@ -2,6 +2,7 @@
 // in one process do not collide): requests by model and status, latency and time to first
 // token, in-flight per replica, upstream errors, retries and ejections. Router side.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { AffinityResult } from './affinity.js';
 
 /** What the in-flight gauge reads at scrape time, so the hot path only bumps a number. */
 export interface InflightView {
@@ -21,6 +22,7 @@ export class RouterMetrics {
   private readonly upstreamErrors: Counter<'endpoint' | 'reason'>;
   private readonly retries: Counter<'reason'>;
   private readonly ejections: Counter<'endpoint'>;
+  private readonly affinityPicks: Counter<'model' | 'result'>;
   readonly routeSourceUp: Gauge;
   private readonly keyRequests: Counter<'key'>;
   private readonly keyLimited: Counter<'key' | 'limit'>;
@@ -64,6 +66,12 @@ export class RouterMetrics {
       name: 'llmgw_router_ejections_total',
       help: 'Times an endpoint was taken out of rotation for failing.',
       labelNames: ['endpoint'],
+      registers,
+    });
+    this.affinityPicks = new Counter({
+      name: 'llmgw_router_affinity_total',
+      help: "Cache-aware placements by model: on the key's home replica, diverted from an overloaded home to the least-loaded one, or a new key.",
+      labelNames: ['model', 'result'],
       registers,
     });
     new Gauge({
@@ -117,7 +125,12 @@ export class RouterMetrics {
   }
 
   forModel(model: string): ModelMetrics {
-    return new ModelMetrics(this.requests, this.latency.labels(model), this.ttft.labels(model), model);
+    const affinity = {
+      home: this.affinityPicks.labels(model, 'home'),
+      diverted: this.affinityPicks.labels(model, 'diverted'),
+      new: this.affinityPicks.labels(model, 'new'),
+    };
+    return new ModelMetrics(this.requests, this.latency.labels(model), this.ttft.labels(model), model, affinity);
   }
 
   forKey(label: string): KeyMetrics {
@@ -163,7 +176,12 @@ export class ModelMetrics {
     private readonly latency: HistogramChild,
     private readonly ttft: HistogramChild,
     private readonly model: string,
+    private readonly affinityPicks: Record<AffinityResult, { inc(): void }>,
   ) {}
+
+  affinity(result: AffinityResult): void {
+    this.affinityPicks[result].inc();
+  }
 
   record(status: number, seconds: number, ttftSeconds: number | undefined): void {
     let child = this.byStatus.get(status);

@@ -12,6 +12,7 @@
 // revisit this file.
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
+import { pickLeastLoaded } from './balancer.js';
 import type { Endpoint } from './endpoint.js';
 import { readUsage, type KeyGate } from './limits.js';
 import { engineErrorBody, sendError, streamErrorEvents, RETRY_AFTER_S } from './errors.js';
@@ -64,7 +65,9 @@ export class Exchange implements Dispatcher.DispatchHandler {
     private model: ModelPool,
     private readonly path: string,
     private readonly body: Buffer,
-    private readonly affinityKey: number,
+    /** Affinity keys: the session's and the prompt prefix's hash; -1 for none. */
+    private readonly session: number,
+    private readonly prefix: number,
     private readonly startedAt: number,
   ) {}
 
@@ -76,10 +79,10 @@ export class Exchange implements Dispatcher.DispatchHandler {
 
   private attempt(): void {
     const now = performance.now();
-    let endpoint = this.model.pick(this.affinityKey, this.tried, now);
+    let endpoint = this.model.pick(this.session, this.prefix, this.tried, now);
     // Every replica has been tried: a second go at one beats giving up while attempts remain
     // (a keep-alive race or a replica that just became ready).
-    if (endpoint === undefined && this.tried !== undefined) endpoint = this.model.pick(-1, undefined, now);
+    if (endpoint === undefined && this.tried !== undefined) endpoint = pickLeastLoaded(this.model.endpoints, undefined, now);
     if (endpoint === undefined) {
       this.refuse('no_replica', `No replica of model \`${this.model.servedName}\` is ready.`);
       return;
