@@ -5,6 +5,7 @@ import { createCatalogSource } from '../catalog/watch.js';
 import { createCatalogActivities } from './catalog.js';
 import { createPlacementActivities } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
+import { createRoutesActivities } from './routes.js';
 
 export interface ControlActivityDeps {
   catalogFile: string;
@@ -18,6 +19,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
     ...createCatalogActivities(catalog, deps.client),
     ...createPlacementActivities(deps.client),
     ...createReconcileActivities(catalog, deps.client),
+    ...createRoutesActivities(deps.client, deps.log),
   };
 }
 

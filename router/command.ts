@@ -32,6 +32,11 @@ export function addRouterCommand(program: Command): void {
       '1.5',
     )
     .option('--static-routes <list>', 'serve name=http://host:port,... instead of asking Temporal')
+    .option(
+      '--routes <how>',
+      'watch: long-poll the routes workflow (falls back to visibility while it is missing); visibility: list replicas every 0.5 s',
+      'watch',
+    )
     .option('--body-limit <bytes>', 'largest request body', String(8 * 1024 * 1024))
     .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')
     .option('--workers <n>', 'router processes sharing the port (each enforces 1/N of every key limit)', '1')

@@ -7,13 +7,15 @@ import type { ApiKeys } from './auth.js';
 import { DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js';
 import { AFFINITY_ON, hashText, type AffinitySettings } from './balancer.js';
 import { promptPrefixHash, scanRequest, withModel, NOT_AN_OBJECT } from './body.js';
+import { Registry } from 'prom-client';
 import { sendError } from './errors.js';
 import { RouterMetrics, type ModelMetrics } from './metrics.js';
 import { RoutingState, type Policy } from './pools.js';
 import { Exchange, type ExchangeResponse, type ProxySettings } from './proxy.js';
 import { KeyGate } from './limits.js';
 import { readBody, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
-import { RouteRefresher, type RouteSource, type SourceStatus } from './routes.js';
+import { RouteRefresher, type SourceStatus } from './refresher.js';
+import type { RouteSource } from './routes.js';
 import { DEFAULT_SCRAPER, Scraper } from './scraper.js';
 import { DEFAULT_UPSTREAM } from './upstream.js';
 
@@ -43,6 +45,8 @@ export interface RouterOptions {
   processMetrics?: boolean;
   /** What /metrics answers instead of this router's own registry (a cluster worker: all workers' sum). */
   metricsText?: () => Promise<string>;
+  /** More metrics for /metrics beside the router's own (its route source's Temporal calls). */
+  extraMetrics?: Registry;
   log?: (line: string) => void;
 }
 
@@ -86,13 +90,18 @@ export class RouterCore implements BodyConsumer {
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
     this.apiKeys = options.apiKeys;
     this.gates = (options.apiKeys?.keys ?? []).map((key) => new KeyGate(key, this.metrics.forKey(key.label), options.limitShare ?? 1));
-    this.metricsText = options.metricsText ?? (() => this.metrics.registry.metrics());
+    const own = options.extraMetrics ? Registry.merge([this.metrics.registry, options.extraMetrics]) : this.metrics.registry;
+    this.metricsText = options.metricsText ?? (() => own.metrics());
     this.unknownModel = this.metrics.forModel(UNKNOWN_MODEL_LABEL);
     this.unauthenticated = this.metrics.forModel('(unauthenticated)');
     this.refresher = new RouteRefresher(options.source, {
       intervalMs: options.routesIntervalMs ?? 500,
       log,
-      apply: (entries) => this.state.apply(entries),
+      apply: (snapshot) => {
+        this.state.apply(snapshot.routes, snapshot.deployments);
+        const version = snapshot.version === undefined ? '' : ` v${snapshot.version}`;
+        log(`router: routes${version} installed: ${this.state.routableModelCount()} model(s), ${this.state.endpointCount()} endpoint(s)`);
+      },
     });
     this.scraper = new Scraper(
       () => this.state.liveEndpoints(),

@@ -109,3 +109,11 @@ function numberAfter(b: Buffer, at: number, skip: number): number | undefined {
   }
   return i > start ? n : undefined;
 }
+
+/** Adds the usage in a chunk of an answer to its key's token counters. */
+export function countUsage(gate: KeyGate, chunk: Buffer): void {
+  const usage = readUsage(chunk);
+  if (usage === undefined) return;
+  gate.metrics.promptTokens.inc(usage.prompt);
+  gate.metrics.completionTokens.inc(usage.completion);
+}

@@ -4,7 +4,11 @@
 import { z } from 'zod';
 import { DEFAULT_PORTS } from '../common/names.js';
 import { loadApiKeys, type ApiKeys } from './auth.js';
+import { Registry } from 'prom-client';
 import { clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
+import { PrimaryRouteSource } from './cluster-routes.js';
+import { temporalCallCounter } from './metrics.js';
+import { WatchRouteSource } from './routes-watch.js';
 import { DEFAULT_GUARD } from './affinity.js';
 import { parseAffinity, type AffinitySettings } from './balancer.js';
 import { TemporalRouteSource } from './routes-temporal.js';
@@ -33,6 +37,8 @@ export interface RouterFlags {
   shutdownGrace?: string | number;
   /** --workers N router processes on the one port (node:cluster), default 1. */
   workers?: string | number;
+  /** --routes watch (the routes workflow, default) or visibility (list replicas every half second, as before). */
+  routes?: string;
   /** --allow-unauthenticated: serve a non-loopback address with no API key configured. */
   allowUnauthenticated?: boolean;
   /** --key-rps: each key's requests per second unless its line sets one. */
@@ -51,6 +57,7 @@ const Flags = z.object({
   shutdownGrace: z.coerce.number().min(0).default(30),
   workers: z.coerce.number().int().min(1).max(64).default(1),
   allowUnauthenticated: z.boolean().default(false),
+  routes: z.enum(['watch', 'visibility']).default('watch'),
   keyRps: z.coerce.number().positive().optional(),
   keyConcurrency: z.coerce.number().int().positive().optional(),
   affinityAbsGap: z.coerce.number().min(0).default(DEFAULT_GUARD.absGap),
@@ -107,8 +114,17 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     );
   }
 
+  // Only one process per router talks to Temporal: the primary of a cluster, or the router itself.
+  const temporalMetrics = new Registry();
+  const countCall = temporalCallCounter(temporalMetrics);
+  const routeSource = (sourceLog: (line: string) => void): RouteSource => {
+    if (staticRoutes) return new StaticRouteSource(staticRoutes);
+    if (f.routes === 'visibility') return new TemporalRouteSource({ log: sourceLog, onCall: countCall });
+    return new WatchRouteSource({ log: sourceLog, onCall: countCall });
+  };
+
   if (f.workers > 1 && !isRouterWorker()) {
-    const routers = await startRouterCluster(f.workers, log);
+    const routers = await startRouterCluster(f.workers, log, { routes: routeSource(log), registry: temporalMetrics });
     log(`router: ${f.workers} workers listening on http://${f.host}:${routers.port} (pids ${routers.pids().join(', ')})`);
     onStopSignal(log, f.shutdownGrace, () => routers.close());
     return routers;
@@ -116,7 +132,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const worker = isRouterWorker();
   const routerLog = worker ? (line: string) => log(`[worker ${process.pid}] ${line}`) : log;
   let clusterMetrics: (() => Promise<string>) | undefined;
-  const source: RouteSource = staticRoutes ? new StaticRouteSource(staticRoutes) : new TemporalRouteSource({ log: routerLog });
+  const source: RouteSource = worker ? new PrimaryRouteSource() : routeSource(routerLog);
   const router: Router = await startRouter({
     source,
     port: f.port,
@@ -129,6 +145,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     processMetrics: true,
     log: routerLog,
     metricsText: worker ? () => (clusterMetrics as () => Promise<string>)() : undefined,
+    extraMetrics: worker ? undefined : temporalMetrics,
   });
   onStopSignal(routerLog, f.shutdownGrace, () => router.close(f.shutdownGrace * 1000));
   if (worker) {

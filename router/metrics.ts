@@ -204,3 +204,18 @@ export class ModelMetrics {
     child.inc();
   }
 }
+
+/**
+ * llmgw_router_temporal_requests_total{method} in `registry`: every call the router makes to
+ * Temporal, counted where it is made (the primary of a cluster), so that what a router costs
+ * Temporal can be read off /metrics. Returns what to call per request.
+ */
+export function temporalCallCounter(registry: Registry): (method: string) => void {
+  const counter = new Counter({
+    name: 'llmgw_router_temporal_requests_total',
+    help: 'Calls this router made to Temporal (its route source), by gRPC method.',
+    labelNames: ['method'],
+    registers: [registry],
+  });
+  return (method) => counter.inc({ method });
+}

@@ -6,7 +6,7 @@ import { AffinityTable, DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js
 import { AFFINITY_ON, pickLeastLoaded, type AffinitySettings } from './balancer.js';
 import { Endpoint } from './endpoint.js';
 import type { ModelMetrics, RouterMetrics } from './metrics.js';
-import { buildModelRoutes, type RouteEntry } from './routes.js';
+import { buildModelRoutes, type DeploymentEntry, type RouteEntry } from './routes.js';
 import { createUpstreamPool, type UpstreamOptions } from './upstream.js';
 
 /**
@@ -99,8 +99,12 @@ export class RoutingState {
     return n;
   }
 
-  apply(entries: readonly RouteEntry[]): void {
-    const routes = buildModelRoutes(entries);
+  endpointCount(): number {
+    return this.endpoints.size;
+  }
+
+  apply(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): void {
+    const routes = buildModelRoutes(entries, deployments);
     const wanted = new Set<string>();
     for (const route of routes.values()) for (const url of route.endpoints) wanted.add(url);
 
@@ -132,8 +136,9 @@ export class RoutingState {
     for (const name of this.tables.keys()) if (!built.has(name)) this.tables.delete(name);
 
     const created = Math.floor(Date.now() / 1000);
+    const listed = new Set([...routes.values()].filter((r) => r.listed).map((r) => r.servedName));
     const data = [...built.values()]
-      .filter((pool) => pool.endpoints.length > 0)
+      .filter((pool) => pool.endpoints.length > 0 || listed.has(pool.servedName))
       .map((pool) => ({ id: pool.servedName, object: 'model', created, owned_by: 'llmgw' }));
     this.modelsJson = JSON.stringify({ object: 'list', data });
   }

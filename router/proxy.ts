@@ -14,11 +14,11 @@ import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { pickLeastLoaded } from './balancer.js';
 import type { Endpoint } from './endpoint.js';
-import { readUsage, type KeyGate } from './limits.js';
+import { countUsage, type KeyGate } from './limits.js';
 import { engineErrorBody, sendError, streamErrorEvents, RETRY_AFTER_S } from './errors.js';
 import type { RouterMetrics } from './metrics.js';
 import type { ModelPool } from './pools.js';
-import { UPSTREAM_HEADERS, classifyUpstreamError, type UpstreamFailure } from './upstream.js';
+import { passedHeaders, UPSTREAM_HEADERS, classifyUpstreamError, type UpstreamFailure } from './upstream.js';
 
 /** The router's ServerResponse, carrying its exchange so that module-level listeners find it. */
 export interface ExchangeResponse extends ServerResponse {
@@ -120,25 +120,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
     this.phase = 'passing';
     const endpoint = this.endpoint as Endpoint;
     endpoint.recordSuccess();
-    let type = 'application/json';
-    let contentLength: string | undefined;
-    let encoding: string | undefined;
-    for (let i = 0; i + 1 < headers.length; i += 2) {
-      const name = headers[i] as Buffer;
-      switch (headerName(name)) {
-        case 'content-type':
-          type = (headers[i + 1] as Buffer).toString('latin1');
-          break;
-        case 'content-length':
-          contentLength = (headers[i + 1] as Buffer).toString('latin1');
-          break;
-        case 'content-encoding':
-          encoding = (headers[i + 1] as Buffer).toString('latin1');
-          break;
-        case undefined:
-          break;
-      }
-    }
+    const { type, contentLength, encoding } = passedHeaders(headers);
     this.sse = type.startsWith('text/event-stream');
     const res = this.res;
     if (this.sse) {
@@ -299,34 +281,4 @@ function onClientClose(this: ExchangeResponse): void {
 
 function onClientDrain(this: ExchangeResponse): void {
   this.exchange?.resumeUpstream();
-}
-
-function countUsage(gate: KeyGate, chunk: Buffer): void {
-  const usage = readUsage(chunk);
-  if (usage === undefined) return;
-  gate.metrics.promptTokens.inc(usage.prompt);
-  gate.metrics.completionTokens.inc(usage.completion);
-}
-
-type PassedHeader = 'content-type' | 'content-length' | 'content-encoding';
-
-/** Which of the headers the router passes on `name` is (any case), without making a string of it. */
-function headerName(name: Buffer): PassedHeader | undefined {
-  let wanted: PassedHeader;
-  switch (name.length) {
-    case 12:
-      wanted = 'content-type';
-      break;
-    case 14:
-      wanted = 'content-length';
-      break;
-    case 16:
-      wanted = 'content-encoding';
-      break;
-    default:
-      return undefined;
-  }
-  // ASCII letters and '-': setting bit 0x20 lowercases letters and leaves '-' as it is.
-  for (let i = 0; i < wanted.length; i++) if (((name[i] as number) | 0x20) !== wanted.charCodeAt(i)) return undefined;
-  return wanted;
 }

@@ -6,6 +6,7 @@ import { Worker } from '@temporalio/worker';
 import { CONTROL_TASK_QUEUE } from '../common/names.js';
 import { connectWorkerConnection, llmgwDataConverter, connectClient } from '../temporal/connection.js';
 import { createControlActivities } from '../activities/index.js';
+import { ensureRoutesWorkflow } from './ensure-routes.js';
 
 export interface ControlWorkerOptions {
   catalogFile: string;
@@ -35,6 +36,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
   log(`serving task queue ${CONTROL_TASK_QUEUE} (catalog ${options.catalogFile})`);
+  void ensureRoutesWorkflow(client, log);
   try {
     await worker.run();
   } finally {

@@ -441,7 +441,7 @@ describe('router: route source outages', () => {
     let down = false;
     const source: RouteSource = {
       description: 'flaky',
-      fetch: () => (down ? Promise.reject(new Error('connection refused')) : Promise.resolve(entries)),
+      fetch: () => (down ? Promise.reject(new Error('connection refused')) : Promise.resolve({ routes: entries, deployments: [] })),
       close: () => Promise.resolve(),
     };
     const logs: string[] = [];
