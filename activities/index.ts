@@ -7,8 +7,8 @@ import { createCatalogActivities } from './catalog.js';
 import { createCapacityActivities } from './capacity.js';
 import { createDeploymentActivities } from './deployments.js';
 import { createPlacementActivities, type PlacementMetric } from './placement.js';
-import { createRoutesActivities } from './routes.js';
 import { createReconcileActivities } from './reconcile.js';
+import { createRoutesActivities } from './routes.js';
 
 export interface ControlActivityDeps {
   catalogFile: string;
@@ -29,8 +29,8 @@ export function createControlActivities(deps: ControlActivityDeps) {
     ...createPlacementActivities(deps.client, { log: deps.log, ...(deps.placementMetric ? { metric: deps.placementMetric } : {}) }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
-    ...createRoutesActivities(deps.client),
     ...createReconcileActivities(catalog, deps.client),
+    ...createRoutesActivities(deps.client, deps.log),
   };
 }
 

@@ -1,31 +1,52 @@
-// Whether the routers route to a replica yet: a rollout counts a new replica only once they
-// do. Asks the `routes` workflow (workflows/routes/), which knows which route-table version
-// each live router has installed. Control side.
-import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+// The control worker's activities for the routes workflow: read every replica's route memo from
+// visibility (its seed on a fresh start, and its resync), and wait until every live router has a
+// replica in its table, or has dropped it (rollouts count a new replica only once routed; drains
+// stop an engine only once no router sends it anything new). Workflows cannot call an Update,
+// hence an activity. Control plane side.
+import { Context } from '@temporalio/activity';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import { readReplicaRoutes } from '../router/routes-temporal.js';
+import { awaitRoutedUpdate, ROUTES_WORKFLOW_ID, type AwaitRoutedResult, type RouteEntry } from '../workflows/routes/definitions.js';
 
-/** The routes workflow's id and its Update (defined with the workflow; named here to keep this side light). */
-const ROUTES_WORKFLOW_ID = 'routes';
-const AWAIT_ROUTED_UPDATE = 'awaitRouted';
-/** Routers that learn routes by polling visibility pick a change up within this. */
-const VISIBILITY_POLL_SLACK_MS = 1_500;
+const HEARTBEAT_MS = 10_000;
 
-export function createRoutesActivities(client: Client) {
+export function createRoutesActivities(client: Client, log: (line: string) => void) {
   return {
-    async awaitRouted(request: { replicaId: string; routed?: boolean }): Promise<{ routers: number; summary: string }> {
+    async listReplicaRoutes(): Promise<RouteEntry[]> {
+      return await readReplicaRoutes(client, (workflowId, message) => log(`routes: ignoring ${workflowId}: ${message}`));
+    },
+
+    /**
+     * Resolves once every live router has installed a table in which the replica is routable
+     * (routed, the default) or is not (routed: false); at once when no router is live. Asks
+     * again across the routes workflow's continue-as-new.
+     */
+    async awaitReplicaRouted(request: { replicaId: string; routed?: boolean }): Promise<AwaitRoutedResult & { summary: string }> {
+      const handle = client.workflow.getHandle(ROUTES_WORKFLOW_ID);
+      // The Update may wait as long as a router takes to call again: heartbeat meanwhile, so a
+      // heartbeat timeout notices a dead worker and not a slow router.
+      const ctx = Context.current();
+      const heartbeat = setInterval(() => ctx.heartbeat(), HEARTBEAT_MS);
       try {
-        const result = await client.workflow
-          .getHandle(ROUTES_WORKFLOW_ID)
-          .executeUpdate<{ routers: number }, [{ replicaId: string; routed: boolean }]>(AWAIT_ROUTED_UPDATE, {
-            args: [{ replicaId: request.replicaId, routed: request.routed ?? true }],
-          });
-        return { routers: result.routers, summary: result.routers ? `${result.routers} router(s) confirmed` : 'no router is running' };
-      } catch (error) {
-        if (!(error instanceof WorkflowNotFoundError) && !/not found|no registered handler|unknown update/i.test(String(error)))
-          throw error;
-        // No routes workflow: routers read visibility every 500 ms; give them that long.
-        await new Promise((resolve) => setTimeout(resolve, VISIBILITY_POLL_SLACK_MS));
-        return { routers: 0, summary: `no routes workflow; waited ${VISIBILITY_POLL_SLACK_MS} ms for routers polling visibility` };
+        const result = await untilRouted(handle, request.replicaId, request.routed ?? true);
+        const doing = request.routed === false ? 'dropped it' : 'route to it';
+        return { ...result, summary: result.routers ? `${result.routers} router(s) ${doing}` : 'no router is running' };
+      } finally {
+        clearInterval(heartbeat);
       }
     },
   };
+}
+
+async function untilRouted(handle: WorkflowHandle, replicaId: string, routed: boolean): Promise<AwaitRoutedResult> {
+  for (;;) {
+    try {
+      const result = await handle.executeUpdate(awaitRoutedUpdate, { args: [{ replicaId, routed }] });
+      if (result.routed) return result;
+    } catch (err) {
+      // Refused while the workflow continues as new: the next run answers.
+      if (!(err instanceof Error) || !/continuing as new/.test(`${err.message} ${String(err.cause)}`)) throw err;
+    }
+    await Context.current().sleep(200);
+  }
 }

@@ -3,6 +3,7 @@
 // module is loaded only when it runs, so `llmgw fake-engine` starts fast.
 import { Command, Option } from 'commander';
 import { DEFAULT_PORTS } from '../common/names.js';
+import { addRouterCommand } from '../router/command.js';
 
 const program = new Command();
 program
@@ -355,21 +356,7 @@ program
     await logsCommand(replica, opts);
   });
 
-program
-  .command('router')
-  .description('the OpenAI-compatible router: routes learned from Temporal, streaming pass-through, load-aware balancing, failover')
-  .option('--port <port>', 'listen port', '8080')
-  .option('--host <host>', 'listen address', '0.0.0.0')
-  .option('--api-keys-file <file>', 'require one of these keys (one a line; LLMGW_API_KEYS adds more)')
-  .option('--affinity <list>', 'per deployment: name:session|prefix,... (default LLMGW_ROUTER_AFFINITY)')
-  .option('--static-routes <list>', 'serve name=http://host:port,... instead of asking Temporal')
-  .option('--body-limit <bytes>', 'largest request body', String(8 * 1024 * 1024))
-  .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')
-  .option('--workers <n>', 'router processes sharing the port', '1')
-  .action(async (opts: import('../router/main.js').RouterFlags) => {
-    const { runRouter } = await import('../router/main.js');
-    await runRouter(opts);
-  });
+addRouterCommand(program);
 
 program
   .command('up')

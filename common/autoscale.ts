@@ -44,7 +44,7 @@ export interface AutoscalePolicy {
   max: number;
   metric: AutoscaleMetric;
   target: number;
-  idleToZeroSeconds: number | undefined;
+  idleToZeroSeconds?: number;
   upAfterSeconds: number;
   downAfterSeconds: number;
   tolerance: number;
@@ -57,7 +57,7 @@ export function autoscalePolicy(settings: AutoscaleSettings): AutoscalePolicy {
     max: settings.max,
     metric,
     target: settings.target ?? DEFAULT_TARGET[metric],
-    idleToZeroSeconds: settings.idleToZeroSeconds,
+    ...(settings.idleToZeroSeconds !== undefined ? { idleToZeroSeconds: settings.idleToZeroSeconds } : {}),
     upAfterSeconds: settings.upAfterSeconds ?? 30,
     downAfterSeconds: settings.downAfterSeconds ?? 300,
     tolerance: settings.tolerance ?? 0.1,

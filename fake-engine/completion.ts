@@ -1,8 +1,10 @@
 // One chat or text completion on the fake engine, from admission to the last byte: waits for
-// a slot, emits tokens at the configured rate (or as fast as the socket takes them), streams
-// OpenAI chunks or answers in one object, and stops the moment the client goes away.
+// a slot, waits out its prefill (when the engine models one), emits tokens at the configured
+// rate (or as fast as the socket takes them), streams OpenAI chunks or answers in one object,
+// and stops the moment the client goes away.
 import type { ServerResponse } from 'node:http';
 import type { EngineMetrics, Slots } from './metrics.js';
+import type { PrefixCache } from './prefix-cache.js';
 import { TOKEN_JSON, TOKEN_TEXT, TokenStream } from './text.js';
 
 export type CompletionKind = 'chat' | 'text';
@@ -17,6 +19,8 @@ export interface CompletionRequestPlan {
   promptTokens: number;
   stream: boolean;
   includeUsage: boolean;
+  /** Blocks of the prompt, for the prefix cache; empty without one. */
+  blocks: readonly number[];
 }
 
 export interface CompletionContext {
@@ -24,6 +28,8 @@ export interface CompletionContext {
   metrics: EngineMetrics;
   /** Milliseconds per token; 0 means no timers at all. */
   intervalMs: number;
+  /** The engine's prefix cache and prefill queue, when it models one. */
+  cache: PrefixCache | undefined;
 }
 
 const SSE_HEADERS = {
@@ -81,19 +87,31 @@ class Completion {
       this.ctx.slots.release();
       return;
     }
-    this.startedAt = performance.now();
+    const now = performance.now();
     const { plan, ctx } = this;
+    const prefillMs = ctx.cache ? ctx.cache.admit(plan.blocks, plan.promptTokens, now).prefillMs : 0;
+    this.startedAt = now + prefillMs;
     if (!plan.stream) {
-      if (ctx.intervalMs > 0) this.timer = setTimeout(this.answer, plan.tokens * ctx.intervalMs);
+      const ms = prefillMs + plan.tokens * ctx.intervalMs;
+      if (ms > 0) this.timer = setTimeout(this.answer, ms);
       else this.answer();
       return;
     }
     const object = plan.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
     this.chunkHead = `data: {"id":"${plan.id}","object":"${object}","created":${this.created},"model":${plan.modelJson},"choices":[{"index":0,`;
     this.res.writeHead(200, SSE_HEADERS);
-    // Headers (and, for chat, the role) go out at once, as vLLM's do: a router sees the
-    // first byte before the first token.
-    if (plan.kind === 'chat')
+    if (prefillMs > 0) {
+      // The stream starts at once; its first event comes when the prompt is prefilled.
+      this.res.flushHeaders();
+      this.timer = setTimeout(this.firstEvent, prefillMs);
+    } else this.firstEvent();
+  };
+
+  /** Headers (and, for chat, the role) go out first, as vLLM's do: a router sees the first byte before the first token. */
+  private readonly firstEvent = (): void => {
+    this.timer = undefined;
+    if (this.done) return;
+    if (this.plan.kind === 'chat')
       this.res.write(`${this.chunkHead}"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`);
     else this.res.flushHeaders();
     this.step();

@@ -1,6 +1,7 @@
 // The fake engine's load accounting and its Prometheus page, under vLLM's metric names so a
 // router or dashboard that reads vLLM reads the fake engine unchanged. Engine side.
 // Written by hand: a handful of numbers do not need prom-client's registry on the hot path.
+import type { PrefixCache } from './prefix-cache.js';
 
 export class EngineMetrics {
   running = 0;
@@ -13,6 +14,8 @@ export class EngineMetrics {
   constructor(
     servedModelName: string,
     private readonly maxConcurrency: number,
+    /** Present when the engine models a prefix cache: its counters are on the page. */
+    private readonly cache?: PrefixCache,
   ) {
     this.label = `{model_name=${JSON.stringify(servedModelName)}}`;
   }
@@ -41,7 +44,15 @@ export class EngineMetrics {
       `vllm:prompt_tokens_total${l} ${this.promptTokens}\n` +
       '# HELP vllm:generation_tokens_total Number of generation tokens processed.\n' +
       '# TYPE vllm:generation_tokens_total counter\n' +
-      `vllm:generation_tokens_total${l} ${this.generationTokens}\n`
+      `vllm:generation_tokens_total${l} ${this.generationTokens}\n` +
+      (this.cache === undefined
+        ? ''
+        : '# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n' +
+          '# TYPE vllm:prefix_cache_queries_total counter\n' +
+          `vllm:prefix_cache_queries_total${l} ${this.cache.queries}\n` +
+          '# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n' +
+          '# TYPE vllm:prefix_cache_hits_total counter\n' +
+          `vllm:prefix_cache_hits_total${l} ${this.cache.hits}\n`)
     );
   }
 }

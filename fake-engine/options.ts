@@ -19,6 +19,12 @@ export interface FakeEngineOptions {
   /** 0 means as fast as possible, with no timers at all. */
   tokensPerSecond: number;
   maxConcurrency: number;
+  /** Prompt tokens prefilled per second, one request after another; 0 prefills instantly. */
+  prefillTokensPerSecond: number;
+  /** Prefix cache capacity in blocks; 0 turns the cache (and its metrics) off. */
+  prefixCacheBlocks: number;
+  /** Tokens (words) per cache block, as vLLM's --block-size. */
+  blockSize: number;
   embeddingDim: number;
   maxModelLen: number;
   crashAfterS: number | undefined;
@@ -41,6 +47,9 @@ const DEFAULTS = {
   loadTimeS: 0,
   tokensPerSecond: 0,
   maxConcurrency: 256,
+  prefillTokensPerSecond: 0,
+  prefixCacheBlocks: 0,
+  blockSize: 16,
   embeddingDim: 16,
   maxModelLen: 32768,
   nnodes: 1,
@@ -57,6 +66,9 @@ const VALUE_FLAGS = {
   '--load-time': 'loadTime',
   '--tokens-per-second': 'tokensPerSecond',
   '--max-concurrency': 'maxConcurrency',
+  '--prefill-tokens-per-second': 'prefillTokensPerSecond',
+  '--prefix-cache-blocks': 'prefixCacheBlocks',
+  '--block-size': 'blockSize',
   '--embedding-dim': 'embeddingDim',
   '--max-model-len': 'maxModelLen',
   '--crash-after': 'crashAfter',
@@ -85,6 +97,12 @@ const RawOptions = z.object({
   loadTime: seconds('--load-time').optional(),
   tokensPerSecond: z.coerce.number({ error: '--tokens-per-second must be a number' }).min(0, '--tokens-per-second must be >= 0').optional(),
   maxConcurrency: count('--max-concurrency', 1).optional(),
+  prefillTokensPerSecond: z.coerce
+    .number({ error: '--prefill-tokens-per-second must be a number' })
+    .min(0, '--prefill-tokens-per-second must be >= 0')
+    .optional(),
+  prefixCacheBlocks: count('--prefix-cache-blocks', 0).optional(),
+  blockSize: count('--block-size', 1).optional(),
   embeddingDim: count('--embedding-dim', 1).max(65536, '--embedding-dim must be <= 65536').optional(),
   maxModelLen: count('--max-model-len', 1).optional(),
   crashAfter: seconds('--crash-after').optional(),
@@ -177,6 +195,9 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
     loadTimeS: o.loadTime ?? DEFAULTS.loadTimeS,
     tokensPerSecond: o.tokensPerSecond ?? DEFAULTS.tokensPerSecond,
     maxConcurrency: o.maxConcurrency ?? DEFAULTS.maxConcurrency,
+    prefillTokensPerSecond: o.prefillTokensPerSecond ?? DEFAULTS.prefillTokensPerSecond,
+    prefixCacheBlocks: o.prefixCacheBlocks ?? DEFAULTS.prefixCacheBlocks,
+    blockSize: o.blockSize ?? DEFAULTS.blockSize,
     embeddingDim: o.embeddingDim ?? DEFAULTS.embeddingDim,
     maxModelLen: o.maxModelLen ?? DEFAULTS.maxModelLen,
     crashAfterS: o.crashAfter,
@@ -200,6 +221,9 @@ export function fakeEngineOptions(overrides: Partial<FakeEngineOptions> = {}): F
     loadTimeS: DEFAULTS.loadTimeS,
     tokensPerSecond: DEFAULTS.tokensPerSecond,
     maxConcurrency: DEFAULTS.maxConcurrency,
+    prefillTokensPerSecond: DEFAULTS.prefillTokensPerSecond,
+    prefixCacheBlocks: DEFAULTS.prefixCacheBlocks,
+    blockSize: DEFAULTS.blockSize,
     embeddingDim: DEFAULTS.embeddingDim,
     maxModelLen: DEFAULTS.maxModelLen,
     crashAfterS: undefined,

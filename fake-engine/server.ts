@@ -4,12 +4,13 @@
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { serveCompletion, type CompletionContext, type CompletionKind } from './completion.js';
+import type { CompletionContext } from './completion.js';
+import { inferenceRoutes } from './inference.js';
 import { EngineMetrics, Slots } from './metrics.js';
 import type { FakeEngineOptions } from './options.js';
 import { joinLeader, listenForWorkers, type RendezvousLeader, type RendezvousWorker } from './rendezvous.js';
-import { ChatRequest, CompletionRequest, EmbeddingRequest, describeIssues, sendError } from './requests.js';
-import { HASH_START, countWords, embeddingVector, hashNumber, hashString } from './text.js';
+import { PrefixCache } from './prefix-cache.js';
+import { sendError } from './requests.js';
 
 /**
  * `loading`: not loaded yet, or (multi-node) not every worker has joined: /health 503.
@@ -36,7 +37,6 @@ export interface FakeEngine {
 }
 
 const MAX_BODY_BYTES = 16 * 1024 * 1024;
-const DEFAULT_MAX_TOKENS = 16;
 const WORKER_JOIN_SLACK_S = 60;
 
 export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngineHooks = {}): Promise<FakeEngine> {
@@ -46,14 +46,17 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
   if (opts.nnodes > 1 && opts.leader === undefined) throw new Error('a multi-node engine needs a leader address');
 
   const primaryName = opts.servedModelNames[0];
-  const metrics = new EngineMetrics(primaryName, opts.maxConcurrency);
+  const cache =
+    opts.prefixCacheBlocks > 0 || opts.prefillTokensPerSecond > 0
+      ? new PrefixCache(opts.prefixCacheBlocks, opts.blockSize, opts.prefillTokensPerSecond)
+      : undefined;
+  const metrics = new EngineMetrics(primaryName, opts.maxConcurrency, cache);
   const ctx: CompletionContext = {
     slots: new Slots(opts.maxConcurrency, metrics),
     metrics,
     intervalMs: opts.tokensPerSecond > 0 ? 1000 / opts.tokensPerSecond : 0,
+    cache,
   };
-  const modelJson = new Map(opts.servedModelNames.map((name) => [name, JSON.stringify(name)]));
-  const modelSeed = hashString(HASH_START, opts.model);
   const idPrefix = randomBytes(6).toString('hex');
   let requestCount = 0;
   const nextId = (prefix: string) => `${prefix}-${idPrefix}${(++requestCount).toString(16)}`;
@@ -104,109 +107,7 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
     if (inFlight === 0) onIdle?.();
   };
 
-  /** The served name a request may use, or an error already sent. */
-  const resolveModel = (res: ServerResponse, model: string | null | undefined): string | undefined => {
-    if (model === undefined || model === null) return primaryName;
-    if (modelJson.has(model)) return model;
-    sendError(res, 'NotFoundError', `The model \`${model}\` does not exist.`);
-    return undefined;
-  };
-
-  const planCompletion = (
-    res: ServerResponse,
-    kind: CompletionKind,
-    model: string,
-    seed: number,
-    promptTokens: number,
-    body: ChatRequest | CompletionRequest,
-    maxTokens: number | null | undefined,
-  ) => {
-    const tokens = maxTokens ?? DEFAULT_MAX_TOKENS;
-    if (promptTokens + tokens > opts.maxModelLen) {
-      return sendError(
-        res,
-        'BadRequestError',
-        `This model's maximum context length is ${opts.maxModelLen} tokens. However, you requested ${promptTokens + tokens} tokens (${promptTokens} in the messages, ${tokens} in the completion). Please reduce the length of the messages or completion.`,
-      );
-    }
-    serveCompletion(ctx, res, {
-      kind,
-      id: nextId(kind === 'chat' ? 'chatcmpl' : 'cmpl'),
-      modelJson: modelJson.get(model) ?? JSON.stringify(model),
-      seed: body.seed === undefined || body.seed === null ? seed : hashNumber(seed, body.seed),
-      tokens,
-      promptTokens,
-      stream: body.stream === true,
-      includeUsage: body.stream_options?.include_usage === true,
-    });
-  };
-
-  const chat = (res: ServerResponse, raw: unknown) => {
-    const parsed = ChatRequest.safeParse(raw);
-    if (!parsed.success) return sendError(res, 'BadRequestError', describeIssues(parsed.error));
-    const body = parsed.data;
-    const model = resolveModel(res, body.model);
-    if (model === undefined) return;
-    let seed = modelSeed;
-    let promptTokens = 0;
-    for (const message of body.messages) {
-      seed = hashString(seed, message.role);
-      const content = message.content;
-      if (typeof content === 'string') {
-        seed = hashString(seed, content);
-        promptTokens += countWords(content);
-      } else if (content) {
-        for (const part of content) {
-          if (part.text === undefined) continue;
-          seed = hashString(seed, part.text);
-          promptTokens += countWords(part.text);
-        }
-      }
-    }
-    planCompletion(res, 'chat', model, seed, Math.max(1, promptTokens), body, body.max_completion_tokens ?? body.max_tokens);
-  };
-
-  const completions = (res: ServerResponse, raw: unknown) => {
-    const parsed = CompletionRequest.safeParse(raw);
-    if (!parsed.success) return sendError(res, 'BadRequestError', describeIssues(parsed.error));
-    const body = parsed.data;
-    const model = resolveModel(res, body.model);
-    if (model === undefined) return;
-    const prompt = singlePrompt(body.prompt);
-    if (prompt === undefined) return sendError(res, 'BadRequestError', 'prompt: the fake engine takes one prompt per request');
-    const seed = hashString(modelSeed, prompt.text);
-    planCompletion(res, 'text', model, seed, Math.max(1, prompt.tokens), body, body.max_tokens);
-  };
-
-  const embeddings = (res: ServerResponse, raw: unknown) => {
-    const parsed = EmbeddingRequest.safeParse(raw);
-    if (!parsed.success) return sendError(res, 'BadRequestError', describeIssues(parsed.error));
-    const body = parsed.data;
-    const model = resolveModel(res, body.model);
-    if (model === undefined) return;
-    const inputs = embeddingInputs(body.input);
-    const dim = body.dimensions ?? opts.embeddingDim;
-    const base64 = body.encoding_format === 'base64';
-    let promptTokens = 0;
-    const data = inputs.map((input, index) => {
-      promptTokens += input.tokens;
-      const vector = embeddingVector(hashString(modelSeed, input.text), dim);
-      const embedding = base64 ? Buffer.from(vector.buffer, vector.byteOffset, vector.byteLength).toString('base64') : Array.from(vector);
-      return { object: 'embedding', index, embedding };
-    });
-    const out = JSON.stringify({
-      id: nextId('embd'),
-      object: 'list',
-      created: Math.floor(Date.now() / 1000),
-      model,
-      data,
-      usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
-    });
-    metrics.requestSuccess++;
-    metrics.promptTokens += promptTokens;
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
-    res.end(out);
-  };
+  const { chat, completions, embeddings } = inferenceRoutes(opts, ctx, nextId);
 
   const inference = (req: IncomingMessage, res: ServerResponse, route: (res: ServerResponse, body: unknown) => void) => {
     if (req.method !== 'POST') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
@@ -381,29 +282,4 @@ function readBody(req: IncomingMessage, then: (body: string | typeof TOO_LARGE) 
     if (size > MAX_BODY_BYTES) return then(TOO_LARGE);
     then(chunks.length === 1 ? (chunks[0] as Buffer).toString('utf8') : Buffer.concat(chunks).toString('utf8'));
   });
-}
-
-interface PromptInput {
-  text: string;
-  tokens: number;
-}
-
-/** One prompt from any of the shapes OpenAI allows, or undefined for a batch. */
-function singlePrompt(prompt: CompletionRequest['prompt']): PromptInput | undefined {
-  if (typeof prompt === 'string') return { text: prompt, tokens: countWords(prompt) };
-  if (prompt.length === 0) return { text: '', tokens: 0 };
-  const first = prompt[0];
-  if (typeof first === 'number') return { text: prompt.join(','), tokens: prompt.length };
-  if (prompt.length > 1) return undefined;
-  if (typeof first === 'string') return { text: first, tokens: countWords(first) };
-  return first === undefined ? undefined : { text: first.join(','), tokens: first.length };
-}
-
-function embeddingInputs(input: EmbeddingRequest['input']): PromptInput[] {
-  if (typeof input === 'string') return [{ text: input, tokens: countWords(input) }];
-  if (input.length === 0) return [];
-  if (typeof input[0] === 'number') return [{ text: input.join(','), tokens: input.length }];
-  return (input as Array<string | number[]>).map((item) =>
-    typeof item === 'string' ? { text: item, tokens: countWords(item) } : { text: item.join(','), tokens: item.length },
-  );
 }

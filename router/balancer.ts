@@ -1,8 +1,6 @@
-// Which replica gets a request: least outstanding work by the power of two choices, or, for a
-// deployment with affinity, consistent hashing of a session id or prompt prefix with bounded
-// load. Pure logic over Candidates; the router's Endpoint is one. Router side.
-
-export type AffinityMode = 'session' | 'prefix';
+// Which replica gets a request when there is no cache to follow: least outstanding work by the
+// power of two choices; and whether cache-aware routing (affinity.ts) is on for a deployment.
+// Pure logic over Candidates; the router's Endpoint is one. Router side.
 
 /** What the balancer needs to know about a replica's endpoint. */
 export interface Candidate {
@@ -11,11 +9,13 @@ export interface Candidate {
   inflight: number;
   /** Lower is better: in-flight work plus what the engine's metrics say beyond it. */
   score(): number;
+  /** Requests the engine holds: this router's in flight and, from its metrics, everybody else's. */
+  load(): number;
   /** False while ejected for failing. */
   available(now: number): boolean;
 }
 
-function eligible(c: Candidate, tried: readonly Candidate[] | undefined, now: number, ignoreHealth: boolean): boolean {
+export function eligible(c: Candidate, tried: readonly Candidate[] | undefined, now: number, ignoreHealth: boolean): boolean {
   return (ignoreHealth || c.available(now)) && (tried === undefined || !tried.includes(c));
 }
 
@@ -74,114 +74,34 @@ export function hashText(text: string, limit = text.length): number {
   return h >>> 0;
 }
 
-const VNODES = 64;
-/** How far above the mean an endpoint may be loaded before a key moves on (Mirrokni et al.). */
-export const BOUNDED_LOAD_FACTOR = 1.25;
-
-/**
- * Consistent hashing with bounded load: a key goes to the first endpoint clockwise from its
- * hash whose in-flight count stays within BOUNDED_LOAD_FACTOR of the mean. Sessions keep their
- * replica (and its KV cache) while it is not overloaded, and when an endpoint joins or leaves
- * only the keys on its arcs move.
- */
-export class HashRing<T extends Candidate> {
-  private readonly points: Uint32Array;
-  private readonly owners: T[];
-
-  constructor(readonly members: readonly T[]) {
-    const pairs: Array<[number, T]> = [];
-    for (const member of members) {
-      for (let v = 0; v < VNODES; v++) pairs.push([hashText(`${member.url}#${v}`), member]);
-    }
-    pairs.sort((x, y) => x[0] - y[0]);
-    this.points = Uint32Array.from(pairs, (p) => p[0]);
-    this.owners = pairs.map((p) => p[1]);
-  }
-
-  pick(key: number, tried: readonly T[] | undefined, now: number): T | undefined {
-    const n = this.members.length;
-    if (n === 0) return undefined;
-    let total = 0;
-    for (const m of this.members) total += m.inflight;
-    const bound = Math.ceil((BOUNDED_LOAD_FACTOR * (total + 1)) / n);
-    const start = this.lowerBound(key);
-    const count = this.points.length;
-    for (let k = 0; k < count; k++) {
-      const owner = this.owners[(start + k) % count] as T;
-      if (owner.inflight + 1 <= bound && eligible(owner, tried, now, false)) return owner;
-    }
-    // Every endpoint is ejected, tried or over the bound: fall back to the least loaded.
-    return pickLeastLoaded(this.members, tried, now);
-  }
-
-  private lowerBound(key: number): number {
-    let lo = 0;
-    let hi = this.points.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if ((this.points[mid] as number) < key) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo === this.points.length ? 0 : lo;
-  }
+/** Whether cache-aware routing is on, for all deployments and for some by name. */
+export interface AffinitySettings {
+  /** For every deployment not named: on by default. */
+  enabled: boolean;
+  /** Deployment or served name → on or off. */
+  byName: ReadonlyMap<string, boolean>;
 }
 
-/** How much of a prompt is its "prefix": enough to cover a system prompt and the first turns. */
-export const PREFIX_CHARS = 1024;
+export const AFFINITY_ON: AffinitySettings = { enabled: true, byName: new Map() };
 
 /**
- * The leading part of a request's prompt, for prefix affinity: the first messages of a chat
- * (role and text), or the start of a completion prompt. Undefined when there is none to use.
+ * `on`, `off`, `NAME:on`, `NAME:off`, comma-separated (--affinity or LLMGW_ROUTER_AFFINITY):
+ * `off,chat:on` turns it off everywhere but for chat. Throws naming the part that is wrong.
  */
-export function promptPrefix(body: Record<string, unknown>): string | undefined {
-  const messages = body.messages;
-  if (Array.isArray(messages)) {
-    let out = '';
-    for (const message of messages as unknown[]) {
-      if (out.length >= PREFIX_CHARS) break;
-      if (typeof message !== 'object' || message === null) continue;
-      const { role, content } = message as { role?: unknown; content?: unknown };
-      out += `${typeof role === 'string' ? role : ''}\u0000`;
-      if (typeof content === 'string') out += content;
-      else if (Array.isArray(content)) {
-        for (const part of content as unknown[]) {
-          const text = typeof part === 'object' && part !== null ? (part as { text?: unknown }).text : undefined;
-          if (typeof text === 'string') out += text;
-        }
-      }
-      out += '\u0000';
-    }
-    return out === '' ? undefined : out.slice(0, PREFIX_CHARS);
-  }
-  const prompt = body.prompt;
-  if (typeof prompt === 'string') return prompt.slice(0, PREFIX_CHARS);
-  if (Array.isArray(prompt) && prompt.length > 0) {
-    const first: unknown = prompt[0];
-    if (typeof first === 'string') return first.slice(0, PREFIX_CHARS);
-    if (typeof first === 'number') return prompt.slice(0, PREFIX_CHARS / 4).join(',');
-    if (Array.isArray(first)) return first.slice(0, PREFIX_CHARS / 4).join(',');
-  }
-  return undefined;
-}
-
-/**
- * `deployment:session|prefix,...` (LLMGW_ROUTER_AFFINITY or --affinity) as a map from deployment
- * or served name to its mode. Throws naming the part that is wrong.
- */
-export function parseAffinity(spec: string | undefined): Map<string, AffinityMode> {
-  const out = new Map<string, AffinityMode>();
-  if (!spec) return out;
+export function parseAffinity(spec: string | undefined): AffinitySettings {
+  let enabled = true;
+  const byName = new Map<string, boolean>();
+  if (!spec) return { enabled, byName };
   for (const raw of spec.split(',')) {
     const part = raw.trim();
     if (part === '') continue;
     const colon = part.lastIndexOf(':');
-    const name = part.slice(0, colon).trim();
-    const mode = part.slice(colon + 1).trim();
-    if (colon <= 0 || name === '') throw new Error(`affinity "${part}" must be DEPLOYMENT:session or DEPLOYMENT:prefix`);
-    if (mode !== 'session' && mode !== 'prefix') {
-      throw new Error(`affinity "${part}": mode must be session or prefix, not "${mode}"`);
-    }
-    out.set(name, mode);
+    const name = colon < 0 ? '' : part.slice(0, colon).trim();
+    const mode = (colon < 0 ? part : part.slice(colon + 1)).trim();
+    if (mode !== 'on' && mode !== 'off') throw new Error(`affinity "${part}" must be on, off, NAME:on or NAME:off`);
+    if (colon < 0) enabled = mode === 'on';
+    else if (name === '') throw new Error(`affinity "${part}" names no deployment`);
+    else byName.set(name, mode === 'on');
   }
-  return out;
+  return { enabled, byName };
 }

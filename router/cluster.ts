@@ -1,9 +1,12 @@
 // Several router processes behind one port (node:cluster), for throughput past one core: the
 // router does about twice an engine's HTTP work per request, so a single event loop saturates
-// before a fast engine does. Each worker is a whole router (its own route table, balancer
-// counts, ejections); the primary only forks, restarts and aggregates /metrics. Router side.
+// before a fast engine does. Each worker is a whole router (its own table, balancer counts,
+// ejections); the primary forks, restarts, reads the routes for all (cluster-routes.ts) and
+// aggregates /metrics. Router side.
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry, type Registry } from 'prom-client';
+import { broadcastRoutes, type RouteBroadcaster } from './cluster-routes.js';
+import type { RouteSource } from './routes.js';
 
 const METRICS_REQUEST = 'llmgw-router:metrics?';
 const METRICS_RESPONSE = 'llmgw-router:metrics';
@@ -32,16 +35,35 @@ export interface RouterCluster {
  * In the primary: forks `workers` copies of this very program (they run the same code path and
  * find themselves cluster workers) and resolves once all listen, with their shared port.
  */
-export async function startRouterCluster(workers: number, log: (line: string) => void): Promise<RouterCluster> {
+export interface ClusterOptions {
+  /** Read by the primary alone, its tables sent to every worker (which then use PrimaryRouteSource). */
+  routes?: RouteSource;
+  /** The primary's own metrics (its Temporal calls), added to what /metrics answers on any worker. */
+  registry?: Registry;
+}
+
+export async function startRouterCluster(
+  workers: number,
+  log: (line: string) => void,
+  options: ClusterOptions = {},
+): Promise<RouterCluster> {
   if (!cluster.isPrimary) throw new Error('startRouterCluster runs in the primary process');
   const aggregator = new AggregatorRegistry();
   let stopping = false;
   const startedAt = new Map<Worker, number>();
+  // The first table is read before any worker starts, so that each starts with it.
+  const broadcaster: RouteBroadcaster | undefined = options.routes ? await broadcastRoutes(options.routes, log) : undefined;
+  const own = options.registry;
 
   cluster.on('message', (worker, message: unknown) => {
     if (!isMetricsRequest(message)) return;
-    aggregator.clusterMetrics().then(
-      (text) => worker.send({ type: METRICS_RESPONSE, id: message.id, text } satisfies MetricsResponse),
+    Promise.all([aggregator.clusterMetrics(), own ? own.metrics() : Promise.resolve('')]).then(
+      ([workersText, ownText]) =>
+        worker.send({
+          type: METRICS_RESPONSE,
+          id: message.id,
+          text: ownText ? `${workersText}\n${ownText}` : workersText,
+        } satisfies MetricsResponse),
       (err: unknown) =>
         worker.send({ type: METRICS_RESPONSE, id: message.id, text: '', error: (err as Error).message } satisfies MetricsResponse),
     );
@@ -89,6 +111,7 @@ export async function startRouterCluster(workers: number, log: (line: string) =>
       const exits = live().map((w) => new Promise<void>((resolve) => (w.isDead() ? resolve() : w.once('exit', () => resolve()))));
       for (const w of live()) w.process.kill('SIGTERM');
       await Promise.all(exits);
+      await broadcaster?.stop();
     },
   };
 }

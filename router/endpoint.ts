@@ -40,6 +40,10 @@ export class Endpoint implements Candidate {
     return this.inflight + this.foreign + this.waiting + KV_WEIGHT * this.kvUsage;
   }
 
+  load(): number {
+    return this.inflight + this.foreign;
+  }
+
   available(_now: number): boolean {
     return this.ejectedUntil === 0;
   }

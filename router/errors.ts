@@ -15,6 +15,7 @@ export type RouterErrorKind =
   | 'method_not_allowed'
   | 'upstream_unavailable'
   | 'upstream_failed'
+  | 'rate_limited'
   | 'internal';
 
 interface ErrorShape {
@@ -46,6 +47,9 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
       return { status: 503, type: 'service_unavailable_error', code: 'upstream_unavailable', param: null };
     case 'upstream_failed':
       return { status: 502, type: 'server_error', code: 'upstream_error', param: null };
+    case 'rate_limited':
+      // OpenAI's own 429: the type names what ran out (requests), the code is the one SDKs know.
+      return { status: 429, type: 'requests', code: 'rate_limit_exceeded', param: null };
     case 'internal':
       return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }
@@ -63,7 +67,13 @@ export function errorBody(kind: RouterErrorKind, message: string): { status: num
  * Answers with an OpenAI-shaped error. `closeConnection` is for refusals made before the request
  * body was read (413 on Content-Length): the rest of the body would otherwise have to be drained.
  */
-export function sendError(res: ServerResponse, kind: RouterErrorKind, message: string, closeConnection = false): void {
+export function sendError(
+  res: ServerResponse,
+  kind: RouterErrorKind,
+  message: string,
+  closeConnection = false,
+  retryAfterS: number = RETRY_AFTER_S,
+): void {
   if (res.headersSent) {
     res.destroy();
     return;
@@ -73,7 +83,7 @@ export function sendError(res: ServerResponse, kind: RouterErrorKind, message: s
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),
   };
-  if (status === 503) headers['retry-after'] = RETRY_AFTER_S;
+  if (status === 503 || status === 429) headers['retry-after'] = retryAfterS;
   if (status === 401) headers['www-authenticate'] = 'Bearer';
   if (closeConnection) headers.connection = 'close';
   res.writeHead(status, headers);

@@ -3,9 +3,14 @@
 // SIGTERM/SIGINT, letting streams in flight finish for a while. Router side.
 import { z } from 'zod';
 import { DEFAULT_PORTS } from '../common/names.js';
-import { loadApiKeys } from './auth.js';
+import { loadApiKeys, type ApiKeys } from './auth.js';
+import { Registry } from 'prom-client';
 import { clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
-import { parseAffinity, type AffinityMode } from './balancer.js';
+import { PrimaryRouteSource } from './cluster-routes.js';
+import { temporalCallCounter } from './metrics.js';
+import { WatchRouteSource } from './routes-watch.js';
+import { DEFAULT_GUARD } from './affinity.js';
+import { parseAffinity, type AffinitySettings } from './balancer.js';
 import { TemporalRouteSource } from './routes-temporal.js';
 import { StaticRouteSource, parseStaticRoutes, type RouteSource, type StaticRoute } from './routes.js';
 import { DEFAULT_BODY_LIMIT, startRouter, type Router } from './server.js';
@@ -18,8 +23,12 @@ export interface RouterFlags {
   host?: string;
   /** --api-keys-file: one key per line; LLMGW_API_KEYS adds more. */
   apiKeysFile?: string;
-  /** --affinity `deployment:session|prefix,...`; defaults to LLMGW_ROUTER_AFFINITY. */
+  /** --affinity `on|off|NAME:on|NAME:off,...` (cache-aware routing, on by default); defaults to LLMGW_ROUTER_AFFINITY. */
   affinity?: string;
+  /** --affinity-abs-gap: in-flight requests a home may hold beyond the least-loaded replica. */
+  affinityAbsGap?: string | number;
+  /** --affinity-rel-gap: how many times the least-loaded replica's load a home may hold. */
+  affinityRelGap?: string | number;
   /** --static-routes `name=http://host:port,...`: serve these instead of asking Temporal. */
   staticRoutes?: string;
   /** --body-limit bytes, default 8 MiB. */
@@ -28,6 +37,14 @@ export interface RouterFlags {
   shutdownGrace?: string | number;
   /** --workers N router processes on the one port (node:cluster), default 1. */
   workers?: string | number;
+  /** --routes watch (the routes workflow, default) or visibility (list replicas every half second, as before). */
+  routes?: string;
+  /** --allow-unauthenticated: serve a non-loopback address with no API key configured. */
+  allowUnauthenticated?: boolean;
+  /** --key-rps: each key's requests per second unless its line sets one. */
+  keyRps?: string | number;
+  /** --key-concurrency: each key's requests in flight unless its line sets one. */
+  keyConcurrency?: string | number;
 }
 
 const Flags = z.object({
@@ -39,7 +56,18 @@ const Flags = z.object({
   bodyLimit: z.coerce.number().int().min(1024).default(DEFAULT_BODY_LIMIT),
   shutdownGrace: z.coerce.number().min(0).default(30),
   workers: z.coerce.number().int().min(1).max(64).default(1),
+  allowUnauthenticated: z.boolean().default(false),
+  routes: z.enum(['watch', 'visibility']).default('watch'),
+  keyRps: z.coerce.number().positive().optional(),
+  keyConcurrency: z.coerce.number().int().positive().optional(),
+  affinityAbsGap: z.coerce.number().min(0).default(DEFAULT_GUARD.absGap),
+  affinityRelGap: z.coerce.number().min(1).default(DEFAULT_GUARD.relGap),
 });
+
+/** True for an address only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
 
 export class RouterFlagsError extends Error {
   override name = 'RouterFlagsError';
@@ -64,7 +92,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   }
   const f = parsed.data;
   const log = (line: string) => console.log(line);
-  let affinity: Map<string, AffinityMode>;
+  let affinity: AffinitySettings;
   let staticRoutes: StaticRoute[] | undefined;
   try {
     affinity = parseAffinity(f.affinity ?? env.LLMGW_ROUTER_AFFINITY);
@@ -72,10 +100,31 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   } catch (err) {
     throw new RouterFlagsError((err as Error).message);
   }
-  const apiKeys = loadApiKeys({ file: f.apiKeysFile, env });
+  let apiKeys: ApiKeys | undefined;
+  try {
+    apiKeys = loadApiKeys({ file: f.apiKeysFile, env, defaults: { rps: f.keyRps, concurrent: f.keyConcurrency } });
+  } catch (err) {
+    throw new RouterFlagsError((err as Error).message);
+  }
+  // An open router on a reachable address is somebody's free GPU cluster: refuse unless asked.
+  if (apiKeys === undefined && !isLoopback(f.host) && !f.allowUnauthenticated) {
+    throw new RouterFlagsError(
+      `refusing to serve ${f.host} without API keys: configure keys (--api-keys-file or LLMGW_API_KEYS), ` +
+        'bind a loopback address (--host 127.0.0.1), or pass --allow-unauthenticated to serve it open',
+    );
+  }
+
+  // Only one process per router talks to Temporal: the primary of a cluster, or the router itself.
+  const temporalMetrics = new Registry();
+  const countCall = temporalCallCounter(temporalMetrics);
+  const routeSource = (sourceLog: (line: string) => void): RouteSource => {
+    if (staticRoutes) return new StaticRouteSource(staticRoutes);
+    if (f.routes === 'visibility') return new TemporalRouteSource({ log: sourceLog, onCall: countCall });
+    return new WatchRouteSource({ log: sourceLog, onCall: countCall });
+  };
 
   if (f.workers > 1 && !isRouterWorker()) {
-    const routers = await startRouterCluster(f.workers, log);
+    const routers = await startRouterCluster(f.workers, log, { routes: routeSource(log), registry: temporalMetrics });
     log(`router: ${f.workers} workers listening on http://${f.host}:${routers.port} (pids ${routers.pids().join(', ')})`);
     onStopSignal(log, f.shutdownGrace, () => routers.close());
     return routers;
@@ -83,17 +132,20 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const worker = isRouterWorker();
   const routerLog = worker ? (line: string) => log(`[worker ${process.pid}] ${line}`) : log;
   let clusterMetrics: (() => Promise<string>) | undefined;
-  const source: RouteSource = staticRoutes ? new StaticRouteSource(staticRoutes) : new TemporalRouteSource({ log: routerLog });
+  const source: RouteSource = worker ? new PrimaryRouteSource() : routeSource(routerLog);
   const router: Router = await startRouter({
     source,
     port: f.port,
     host: f.host,
     apiKeys,
+    limitShare: 1 / f.workers,
     affinity,
+    guard: { absGap: f.affinityAbsGap, relGap: f.affinityRelGap },
     bodyLimitBytes: f.bodyLimit,
     processMetrics: true,
     log: routerLog,
     metricsText: worker ? () => (clusterMetrics as () => Promise<string>)() : undefined,
+    extraMetrics: worker ? undefined : temporalMetrics,
   });
   onStopSignal(routerLog, f.shutdownGrace, () => router.close(f.shutdownGrace * 1000));
   if (worker) {
@@ -105,7 +157,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   log(
     `router: listening on http://${f.host}:${router.port} (routes from ${health.routes.source}, ${health.models} model(s) routable; ` +
       `${apiKeys ? `${apiKeys.size} API key(s)` : 'no API keys: open to anyone who can reach it'}` +
-      `${affinity.size ? `; affinity ${[...affinity].map(([d, m]) => `${d}:${m}`).join(',')}` : ''})`,
+      `; cache-aware routing ${describeAffinity(affinity)})`,
   );
   return router;
 }
@@ -129,4 +181,9 @@ function onStopSignal(log: (line: string) => void, graceS: number, close: () => 
   };
   process.once('SIGTERM', stop('SIGTERM'));
   process.once('SIGINT', stop('SIGINT'));
+}
+
+function describeAffinity(a: AffinitySettings): string {
+  const named = [...a.byName].map(([name, on]) => `${name}:${on ? 'on' : 'off'}`);
+  return [a.enabled ? 'on' : 'off', ...named].join(',');
 }

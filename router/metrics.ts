@@ -2,6 +2,7 @@
 // in one process do not collide): requests by model and status, latency and time to first
 // token, in-flight per replica, upstream errors, retries and ejections. Router side.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { AffinityResult } from './affinity.js';
 
 /** What the in-flight gauge reads at scrape time, so the hot path only bumps a number. */
 export interface InflightView {
@@ -21,7 +22,11 @@ export class RouterMetrics {
   private readonly upstreamErrors: Counter<'endpoint' | 'reason'>;
   private readonly retries: Counter<'reason'>;
   private readonly ejections: Counter<'endpoint'>;
+  private readonly affinityPicks: Counter<'model' | 'result'>;
   readonly routeSourceUp: Gauge;
+  private readonly keyRequests: Counter<'key'>;
+  private readonly keyLimited: Counter<'key' | 'limit'>;
+  private readonly keyTokens: Counter<'key' | 'kind'>;
 
   constructor(endpoints: () => Iterable<InflightView>, options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -63,6 +68,12 @@ export class RouterMetrics {
       labelNames: ['endpoint'],
       registers,
     });
+    this.affinityPicks = new Counter({
+      name: 'llmgw_router_affinity_total',
+      help: "Cache-aware placements by model: on the key's home replica, diverted from an overloaded home to the least-loaded one, or a new key.",
+      labelNames: ['model', 'result'],
+      registers,
+    });
     new Gauge({
       name: 'llmgw_router_inflight_requests',
       help: 'Requests this router has in flight, by replica endpoint.',
@@ -91,11 +102,45 @@ export class RouterMetrics {
       registers,
       aggregator: 'min',
     });
+    // Per API key, labelled by a prefix of the key's digest (never the key).
+    this.keyRequests = new Counter({
+      name: 'llmgw_router_key_requests_total',
+      help: 'Inference requests admitted, by API key (sha256 prefix).',
+      labelNames: ['key'],
+      registers,
+    });
+    this.keyLimited = new Counter({
+      name: 'llmgw_router_key_rate_limited_total',
+      help: 'Inference requests refused with 429, by API key (sha256 prefix) and the limit that refused them (rps, concurrent).',
+      labelNames: ['key', 'limit'],
+      registers,
+    });
+    this.keyTokens = new Counter({
+      name: 'llmgw_router_key_tokens_total',
+      help: "Tokens the engines reported in answers' usage, by API key (sha256 prefix) and kind (prompt, completion).",
+      labelNames: ['key', 'kind'],
+      registers,
+    });
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llmgw_router_' });
   }
 
   forModel(model: string): ModelMetrics {
-    return new ModelMetrics(this.requests, this.latency.labels(model), this.ttft.labels(model), model);
+    const affinity = {
+      home: this.affinityPicks.labels(model, 'home'),
+      diverted: this.affinityPicks.labels(model, 'diverted'),
+      new: this.affinityPicks.labels(model, 'new'),
+    };
+    return new ModelMetrics(this.requests, this.latency.labels(model), this.ttft.labels(model), model, affinity);
+  }
+
+  forKey(label: string): KeyMetrics {
+    const limited = { rps: this.keyLimited.labels(label, 'rps'), concurrent: this.keyLimited.labels(label, 'concurrent') };
+    return {
+      requests: this.keyRequests.labels(label),
+      limited: (limit) => limited[limit].inc(),
+      promptTokens: this.keyTokens.labels(label, 'prompt'),
+      completionTokens: this.keyTokens.labels(label, 'completion'),
+    };
   }
 
   upstreamError(endpoint: string, reason: string): void {
@@ -112,6 +157,14 @@ export class RouterMetrics {
 }
 
 type CounterChild = ReturnType<Counter<'model' | 'status'>['labels']>;
+
+/** One API key's counters, looked up once. */
+export interface KeyMetrics {
+  requests: { inc(value?: number): void };
+  limited(limit: 'rps' | 'concurrent'): void;
+  promptTokens: { inc(value?: number): void };
+  completionTokens: { inc(value?: number): void };
+}
 type HistogramChild = ReturnType<Histogram<'model'>['labels']>;
 
 /** One model's children, looked up once, so recording a request hashes no label set. */
@@ -123,7 +176,12 @@ export class ModelMetrics {
     private readonly latency: HistogramChild,
     private readonly ttft: HistogramChild,
     private readonly model: string,
+    private readonly affinityPicks: Record<AffinityResult, { inc(): void }>,
   ) {}
+
+  affinity(result: AffinityResult): void {
+    this.affinityPicks[result].inc();
+  }
 
   record(status: number, seconds: number, ttftSeconds: number | undefined): void {
     let child = this.byStatus.get(status);
@@ -145,4 +203,19 @@ export class ModelMetrics {
     }
     child.inc();
   }
+}
+
+/**
+ * llmgw_router_temporal_requests_total{method} in `registry`: every call the router makes to
+ * Temporal, counted where it is made (the primary of a cluster), so that what a router costs
+ * Temporal can be read off /metrics. Returns what to call per request.
+ */
+export function temporalCallCounter(registry: Registry): (method: string) => void {
+  const counter = new Counter({
+    name: 'llmgw_router_temporal_requests_total',
+    help: 'Calls this router made to Temporal (its route source), by gRPC method.',
+    labelNames: ['method'],
+    registers: [registry],
+  });
+  return (method) => counter.inc({ method });
 }

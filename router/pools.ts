@@ -1,42 +1,83 @@
 // The router's live routing state: for each model name the endpoints that may take its
 // requests, each endpoint one shared object (pool, load, health) however many models or table
-// refreshes refer to it. Rebuilt from the route table only when it changes. Router side.
-import { HashRing, pickLeastLoaded, type AffinityMode } from './balancer.js';
+// refreshes refer to it, and each model's cache-affinity memory, which outlives table changes.
+// Rebuilt from the route table only when it changes. Router side.
+import { AffinityTable, DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js';
+import { AFFINITY_ON, pickLeastLoaded, type AffinitySettings } from './balancer.js';
 import { Endpoint } from './endpoint.js';
 import type { ModelMetrics, RouterMetrics } from './metrics.js';
-import { buildModelRoutes, type RouteEntry } from './routes.js';
+import { buildModelRoutes, type DeploymentEntry, type RouteEntry } from './routes.js';
 import { createUpstreamPool, type UpstreamOptions } from './upstream.js';
 
+/**
+ * How a model's requests are spread: cache-aware (the default), least-loaded (power of two
+ * choices; affinity turned off), or round-robin (for comparison in bench:affinity only).
+ */
+export type Policy = 'cache-aware' | 'least-loaded' | 'round-robin';
+
 export class ModelPool {
-  readonly ring: HashRing<Endpoint> | undefined;
+  /** The served name as the JSON string a body carries, to put in place of a deployment alias. */
+  readonly servedNameJson: Buffer;
+  private turn = 0;
 
   constructor(
     readonly servedName: string,
     readonly endpoints: Endpoint[],
-    readonly affinity: AffinityMode | undefined,
+    readonly policy: Policy,
     readonly metrics: ModelMetrics,
+    private readonly affinity: AffinityTable<Endpoint> | undefined,
   ) {
-    this.ring = affinity !== undefined && endpoints.length > 1 ? new HashRing(endpoints) : undefined;
+    this.servedNameJson = Buffer.from(JSON.stringify(servedName));
   }
 
-  /** The endpoint for the next attempt; `key` is the affinity hash, -1 for none. */
-  pick(key: number, tried: Endpoint[] | undefined, now: number): Endpoint | undefined {
-    if (this.ring !== undefined && key >= 0) return this.ring.pick(key, tried, now);
-    return pickLeastLoaded(this.endpoints, tried, now);
+  /**
+   * The endpoint for the next attempt. `session` and `prefix` are affinity keys (-1: none);
+   * a retry (`tried` set) goes to the least-loaded endpoint not yet tried.
+   */
+  pick(session: number, prefix: number, tried: Endpoint[] | undefined, now: number): Endpoint | undefined {
+    if (tried !== undefined) return pickLeastLoaded(this.endpoints, tried, now);
+    switch (this.policy) {
+      case 'cache-aware': {
+        const table = this.affinity as AffinityTable<Endpoint>;
+        const chosen = table.pick(session, prefix, this.endpoints, now);
+        this.metrics.affinity(table.result);
+        return chosen;
+      }
+      case 'least-loaded':
+        return pickLeastLoaded(this.endpoints, undefined, now);
+      case 'round-robin': {
+        const n = this.endpoints.length;
+        for (let k = 0; k < n; k++) {
+          const e = this.endpoints[this.turn++ % n] as Endpoint;
+          if (e.available(now)) return e;
+        }
+        return pickLeastLoaded(this.endpoints, undefined, now);
+      }
+    }
   }
 }
+
+export interface RoutingOptions {
+  affinity: AffinitySettings;
+  guard: ImbalanceGuard;
+  /** Overrides the policy for every model (bench:affinity compares them). */
+  policy: Policy | undefined;
+}
+
+export const DEFAULT_ROUTING: RoutingOptions = { affinity: AFFINITY_ON, guard: DEFAULT_GUARD, policy: undefined };
 
 export class RoutingState {
   /** By served name and deployment alias; the same ModelPool may appear under both. */
   private models = new Map<string, ModelPool>();
   private readonly endpoints = new Map<string, Endpoint>();
   private readonly metricsByModel = new Map<string, ModelMetrics>();
+  private readonly tables = new Map<string, AffinityTable<Endpoint>>();
   private modelsJson = '{"object":"list","data":[]}';
 
   constructor(
     private readonly metrics: RouterMetrics,
     private readonly upstream: UpstreamOptions,
-    private readonly affinity: ReadonlyMap<string, AffinityMode>,
+    private readonly routing: RoutingOptions = DEFAULT_ROUTING,
   ) {}
 
   lookup(model: string): ModelPool | undefined {
@@ -58,8 +99,12 @@ export class RoutingState {
     return n;
   }
 
-  apply(entries: readonly RouteEntry[]): void {
-    const routes = buildModelRoutes(entries);
+  endpointCount(): number {
+    return this.endpoints.size;
+  }
+
+  apply(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): void {
+    const routes = buildModelRoutes(entries, deployments);
     const wanted = new Set<string>();
     for (const route of routes.values()) for (const url of route.endpoints) wanted.add(url);
 
@@ -80,19 +125,38 @@ export class RoutingState {
       let pool = built.get(route.servedName);
       if (!pool) {
         const endpoints = route.endpoints.map((url) => this.endpoints.get(url) as Endpoint);
-        const mode = this.affinity.get(route.servedName) ?? route.deployments.map((d) => this.affinity.get(d)).find((m) => m !== undefined);
-        pool = new ModelPool(route.servedName, endpoints, mode, this.modelMetrics(route.servedName));
+        const policy = this.policyFor(route.servedName, route.deployments);
+        const table = policy === 'cache-aware' ? this.table(route.servedName) : undefined;
+        pool = new ModelPool(route.servedName, endpoints, policy, this.modelMetrics(route.servedName), table);
         built.set(route.servedName, pool);
       }
       models.set(name, pool);
     }
     this.models = models;
+    for (const name of this.tables.keys()) if (!built.has(name)) this.tables.delete(name);
 
     const created = Math.floor(Date.now() / 1000);
+    const listed = new Set([...routes.values()].filter((r) => r.listed).map((r) => r.servedName));
     const data = [...built.values()]
-      .filter((pool) => pool.endpoints.length > 0)
+      .filter((pool) => pool.endpoints.length > 0 || listed.has(pool.servedName))
       .map((pool) => ({ id: pool.servedName, object: 'model', created, owned_by: 'llmgw' }));
     this.modelsJson = JSON.stringify({ object: 'list', data });
+  }
+
+  private policyFor(servedName: string, deployments: readonly string[]): Policy {
+    if (this.routing.policy !== undefined) return this.routing.policy;
+    const { byName, enabled } = this.routing.affinity;
+    const named = byName.get(servedName) ?? deployments.map((d) => byName.get(d)).find((on) => on !== undefined);
+    return (named ?? enabled) ? 'cache-aware' : 'least-loaded';
+  }
+
+  private table(servedName: string): AffinityTable<Endpoint> {
+    let table = this.tables.get(servedName);
+    if (!table) {
+      table = new AffinityTable<Endpoint>(this.routing.guard);
+      this.tables.set(servedName, table);
+    }
+    return table;
   }
 
   private modelMetrics(name: string): ModelMetrics {

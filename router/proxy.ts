@@ -4,19 +4,27 @@
 // end a stream cut by a dying engine with an error event, and abort the engine's work when the
 // client leaves. Router side. One Exchange object per request is also its undici handler, so
 // the hot path allocates no closures.
-import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+//
+// The handler speaks undici's own hooks (onConnect, onHeaders, onData, onComplete, onError),
+// the ones its Client calls: the newer controller hooks are adapted to these per request by a
+// wrapper that also parses every header list into an object, twice, which the router does not
+// need (it reads three headers from the raw list). undici 7 keeps them; a major upgrade must
+// revisit this file.
+import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
+import { pickLeastLoaded } from './balancer.js';
 import type { Endpoint } from './endpoint.js';
+import { countUsage, type KeyGate } from './limits.js';
 import { engineErrorBody, sendError, streamErrorEvents, RETRY_AFTER_S } from './errors.js';
 import type { RouterMetrics } from './metrics.js';
 import type { ModelPool } from './pools.js';
-import { UPSTREAM_HEADERS, classifyUpstreamError, type UpstreamFailure } from './upstream.js';
-
-type DispatchController = Dispatcher.DispatchController;
+import { passedHeaders, UPSTREAM_HEADERS, classifyUpstreamError, type UpstreamFailure } from './upstream.js';
 
 /** The router's ServerResponse, carrying its exchange so that module-level listeners find it. */
 export interface ExchangeResponse extends ServerResponse {
   exchange: Exchange | undefined;
+  /** The API key's gate when keys are configured: its token counters. */
+  gate: KeyGate | undefined;
 }
 
 export interface ProxySettings {
@@ -41,7 +49,9 @@ export class Exchange implements Dispatcher.DispatchHandler {
   private attempts = 0;
   private tried: Endpoint[] | undefined = undefined;
   private endpoint: Endpoint | undefined = undefined;
-  private controller: DispatchController | undefined = undefined;
+  private abortUpstream: ((err?: Error) => void) | undefined = undefined;
+  private resume: (() => void) | undefined = undefined;
+  private paused = false;
   private clientGone = false;
   private status = 0;
   private sse = false;
@@ -55,7 +65,9 @@ export class Exchange implements Dispatcher.DispatchHandler {
     private model: ModelPool,
     private readonly path: string,
     private readonly body: Buffer,
-    private readonly affinityKey: number,
+    /** Affinity keys: the session's and the prompt prefix's hash; -1 for none. */
+    private readonly session: number,
+    private readonly prefix: number,
     private readonly startedAt: number,
   ) {}
 
@@ -67,44 +79,48 @@ export class Exchange implements Dispatcher.DispatchHandler {
 
   private attempt(): void {
     const now = performance.now();
-    let endpoint = this.model.pick(this.affinityKey, this.tried, now);
+    let endpoint = this.model.pick(this.session, this.prefix, this.tried, now);
     // Every replica has been tried: a second go at one beats giving up while attempts remain
     // (a keep-alive race or a replica that just became ready).
-    if (endpoint === undefined && this.tried !== undefined) endpoint = this.model.pick(-1, undefined, now);
+    if (endpoint === undefined && this.tried !== undefined) endpoint = pickLeastLoaded(this.model.endpoints, undefined, now);
     if (endpoint === undefined) {
       this.refuse('no_replica', `No replica of model \`${this.model.servedName}\` is ready.`);
       return;
     }
     this.attempts++;
     this.endpoint = endpoint;
-    this.controller = undefined;
+    this.abortUpstream = undefined;
+    this.resume = undefined;
+    this.paused = false;
     this.phase = 'waiting';
     endpoint.inflight++;
     endpoint.pool.dispatch({ path: this.path, method: 'POST', headers: UPSTREAM_HEADERS, body: this.body }, this);
   }
 
-  onRequestStart(controller: DispatchController): void {
-    this.controller = controller;
-    if (this.clientGone) controller.abort(new Error('client disconnected'));
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortUpstream = abort;
+    if (this.clientGone) abort(new Error('client disconnected'));
   }
 
-  onResponseStart(_controller: DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+  onHeaders(statusCode: number, headers: Buffer[], resume: () => void): boolean {
+    // 1xx are interim (100 Continue); the real answer follows.
+    if (statusCode < 200) return true;
     this.status = statusCode;
+    this.resume = resume;
     if (statusCode === 503 && this.attempts < this.settings.maxAttempts) {
       this.phase = 'discarding';
-      return;
+      return true;
     }
     if (statusCode >= 400) {
       this.phase = 'error-body';
       this.errorChunks = [];
       this.errorBytes = 0;
-      return;
+      return true;
     }
     this.phase = 'passing';
-    (this.endpoint as Endpoint).recordSuccess();
-    const contentType = headers['content-type'];
-    const contentLength = headers['content-length'];
-    const type = typeof contentType === 'string' ? contentType : 'application/json';
+    const endpoint = this.endpoint as Endpoint;
+    endpoint.recordSuccess();
+    const { type, contentLength, encoding } = passedHeaders(headers);
     this.sse = type.startsWith('text/event-stream');
     const res = this.res;
     if (this.sse) {
@@ -117,7 +133,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
         'x-accel-buffering',
         'no',
         'x-llmgw-endpoint',
-        (this.endpoint as Endpoint).url,
+        endpoint.url,
       ]);
       // The first chunk usually arrives with the headers and carries them out in one write; if
       // it does not (a long prefill), the client still learns at once that its stream started.
@@ -125,38 +141,39 @@ export class Exchange implements Dispatcher.DispatchHandler {
         if (!res.headersSent && !res.destroyed) res.flushHeaders();
       });
     } else {
-      const out = ['content-type', type, 'x-llmgw-endpoint', (this.endpoint as Endpoint).url];
-      if (typeof contentLength === 'string') out.push('content-length', contentLength);
+      const out = ['content-type', type, 'x-llmgw-endpoint', endpoint.url];
+      if (contentLength !== undefined) out.push('content-length', contentLength);
       // Engines do not compress by default; if one does, the client must be told how.
-      const encoding = headers['content-encoding'];
-      if (typeof encoding === 'string') out.push('content-encoding', encoding);
+      if (encoding !== undefined) out.push('content-encoding', encoding);
       res.writeHead(statusCode, out);
     }
+    return true;
   }
 
-  onResponseData(controller: DispatchController, chunk: Buffer): void {
+  onData(chunk: Buffer): boolean {
     switch (this.phase) {
       case 'passing':
         if (this.firstByteAt === 0) this.firstByteAt = performance.now();
-        if (!this.res.write(chunk)) {
-          controller.pause();
-          this.res.once('drain', onClientDrain);
-        }
-        return;
+        if (this.res.gate !== undefined) countUsage(this.res.gate, chunk);
+        if (this.res.write(chunk)) return true;
+        // The client's socket is full: undici stops reading the engine until resume().
+        this.paused = true;
+        this.res.once('drain', onClientDrain);
+        return false;
       case 'error-body':
         if (this.errorBytes < MAX_ERROR_BODY) {
           (this.errorChunks as Buffer[]).push(chunk);
           this.errorBytes += chunk.length;
         }
-        return;
+        return true;
       case 'discarding':
       case 'waiting':
       case 'done':
-        return;
+        return true;
     }
   }
 
-  onResponseEnd(): void {
+  onComplete(): void {
     const endpoint = this.endpoint as Endpoint;
     endpoint.inflight--;
     switch (this.phase) {
@@ -185,7 +202,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
     }
   }
 
-  onResponseError(_controller: DispatchController | undefined, err: Error): void {
+  onError(err: Error): void {
     const endpoint = this.endpoint as Endpoint;
     endpoint.inflight--;
     if (this.clientGone) {
@@ -248,11 +265,13 @@ export class Exchange implements Dispatcher.DispatchHandler {
   clientClosed(): void {
     if (this.phase === 'done' || this.clientGone) return;
     this.clientGone = true;
-    this.controller?.abort(new Error('client disconnected'));
+    this.abortUpstream?.(new Error('client disconnected'));
   }
 
   resumeUpstream(): void {
-    this.controller?.resume();
+    if (!this.paused) return;
+    this.paused = false;
+    this.resume?.();
   }
 }
 

@@ -12,13 +12,15 @@
 //   routable within 1 s" and "Draining gets nothing new within 1 s".
 // - Visibility is eventually consistent, and the router must survive Temporal being down, so a
 //   failed poll keeps the last table (RouteRefresher) rather than emptying it.
-import { Client, Connection } from '@temporalio/client';
+import type * as grpc from '@grpc/grpc-js';
+import * as grpcRuntime from '@grpc/grpc-js';
+import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import { z } from 'zod';
 import { WorkflowType } from '../common/names.js';
 import type { ReplicaPhase } from '../common/replica-types.js';
 import { SA } from '../common/search-attributes.js';
 import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
-import { isEndpointUrl, isRoutable, type RouteEntry, type RouteSource } from './routes.js';
+import { isEndpointUrl, isRoutable, type RouteEntry, type RouteSnapshot, type RouteSource } from './routes.js';
 
 const PHASES = [
   'Pending',
@@ -53,22 +55,41 @@ const PAGE_SIZE = 1000;
  * with a short connect timeout: during an outage every poll reconnects, and a blackholed
  * address must not hold a poll for the default ten seconds.
  */
-export async function connectRoutesClient(): Promise<Client> {
+export async function connectRoutesClient(interceptors?: grpc.Interceptor[]): Promise<Client> {
   const { connectionOptions, namespace } = temporalConfig();
   const connection = await Connection.connect({
     ...connectionOptions,
     connectTimeout: CONNECT_TIMEOUT,
     channelArgs: { ...QUICK_RECONNECT_CHANNEL_ARGS },
+    ...(interceptors ? { interceptors } : {}),
   });
   return new Client({ connection, namespace, dataConverter: llmgwDataConverter() });
 }
 
+/**
+ * The interceptors of a router's Temporal connection: a few retries of a failed call (an outage
+ * must show as one quickly; the router's own loop retries anyway), then a count of every call
+ * by method, so what the router costs Temporal shows on /metrics.
+ */
+export function routesInterceptors(onCall: ((method: string) => void) | undefined): grpc.Interceptor[] {
+  const retry = makeGrpcRetryInterceptor(defaultGrpcRetryOptions({ maxAttempts: 3 }));
+  if (!onCall) return [retry];
+  const count: grpc.Interceptor = (options, nextCall) => {
+    const path = options.method_definition.path;
+    onCall(path.slice(path.lastIndexOf('/') + 1));
+    return new grpcRuntime.InterceptingCall(nextCall(options));
+  };
+  return [retry, count];
+}
+
 export interface TemporalRouteSourceOptions {
   /** Defaults to connectRoutesClient() (TEMPORAL_ADDRESS etc.). Called again after any failed poll. */
-  connect?: () => Promise<Client>;
+  connect?: (interceptors: grpc.Interceptor[]) => Promise<Client>;
   /** For /health; defaults to the configured address and namespace. */
   description?: string;
   log?: (line: string) => void;
+  /** Counts every call to Temporal by method. */
+  onCall?: (method: string) => void;
 }
 
 /**
@@ -80,6 +101,12 @@ export class TemporalRouteSource implements RouteSource {
   private client: Client | undefined;
   private connecting: Promise<Client> | undefined;
   private readonly warned = new Set<string>();
+  /** Said once per replica, not every poll. */
+  private readonly warn = (workflowId: string, message: string): void => {
+    if (this.warned.has(workflowId)) return;
+    this.warned.add(workflowId);
+    this.options.log?.(`router: ignoring ${workflowId}: ${message}`);
+  };
 
   constructor(private readonly options: TemporalRouteSourceOptions = {}) {
     if (options.description) this.description = options.description;
@@ -89,17 +116,11 @@ export class TemporalRouteSource implements RouteSource {
     }
   }
 
-  async fetch(): Promise<RouteEntry[]> {
+  async fetch(): Promise<RouteSnapshot> {
     const client = await this.ensureClient();
     try {
-      return await client.connection.withDeadline(Date.now() + POLL_DEADLINE_MS, async () => {
-        const entries: RouteEntry[] = [];
-        for await (const execution of client.workflow.list({ query: REPLICA_ROUTES_QUERY, pageSize: PAGE_SIZE })) {
-          const entry = this.toEntry(execution.workflowId, execution.memo?.route, execution.typedSearchAttributes.get(SA.state));
-          if (entry) entries.push(entry);
-        }
-        return entries;
-      });
+      const routes = await client.connection.withDeadline(Date.now() + POLL_DEADLINE_MS, () => readReplicaRoutes(client, this.warn));
+      return { routes, deployments: [] };
     } catch (err) {
       // A fresh connection on the next poll: gRPC's own reconnect backs off for up to two
       // minutes, which would leave the router on a stale table long after Temporal is back.
@@ -117,44 +138,58 @@ export class TemporalRouteSource implements RouteSource {
 
   private async ensureClient(): Promise<Client> {
     if (this.client) return this.client;
-    this.connecting ??= (this.options.connect ?? connectRoutesClient)().finally(() => {
+    this.connecting ??= (this.options.connect ?? connectRoutesClient)(routesInterceptors(this.options.onCall)).finally(() => {
       this.connecting = undefined;
     });
     this.client = await this.connecting;
     return this.client;
   }
+}
 
-  /**
-   * One replica's route, or undefined when its memo is missing (a replica that has not published
-   * yet) or malformed (said once per replica, not every poll).
-   */
-  private toEntry(workflowId: string, memo: unknown, state: string | undefined): RouteEntry | undefined {
-    if (memo === undefined) return undefined;
-    const parsed = RouteMemo.safeParse(memo);
-    if (!parsed.success) {
-      if (!this.warned.has(workflowId)) {
-        this.warned.add(workflowId);
-        const issue = parsed.error.issues[0];
-        this.options.log?.(`router: ignoring ${workflowId}: route memo ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid'}`);
-      }
-      return undefined;
-    }
-    const route = parsed.data;
-    if (route.endpoint !== '' && !isEndpointUrl(route.endpoint.replace(/\/$/, '')) && !this.warned.has(workflowId)) {
-      this.warned.add(workflowId);
-      this.options.log?.(`router: ${workflowId} publishes an endpoint the router cannot use: "${route.endpoint}"`);
-    }
-    // Both are written in the same workflow task, so they should agree; if they ever do not,
-    // the one that says "not routable" wins, because sending a request to a draining replica
-    // is worse than waiting one more poll for a ready one.
-    const saPhase = Phase.safeParse(state);
-    const phase: ReplicaPhase = saPhase.success && !isRoutable(saPhase.data) ? saPhase.data : route.phase;
-    return {
-      deployment: route.deployment,
-      servedName: route.servedName,
-      endpoint: route.endpoint.replace(/\/$/, ''),
-      phase,
-      replicaId: route.replicaId || workflowId,
-    };
+/**
+ * Every running replica's route as visibility shows it (paged). `warn` hears about a replica whose
+ * memo is malformed (once per replica is the caller's business).
+ */
+export async function readReplicaRoutes(client: Client, warn: (workflowId: string, message: string) => void): Promise<RouteEntry[]> {
+  const entries: RouteEntry[] = [];
+  for await (const execution of client.workflow.list({ query: REPLICA_ROUTES_QUERY, pageSize: PAGE_SIZE })) {
+    const entry = routeFromMemo(execution.workflowId, execution.memo?.route, execution.typedSearchAttributes.get(SA.state), warn);
+    if (entry) entries.push(entry);
   }
+  return entries;
+}
+
+/**
+ * One replica's route, or undefined when its memo is missing (a replica that has not published
+ * yet) or malformed.
+ */
+export function routeFromMemo(
+  workflowId: string,
+  memo: unknown,
+  state: string | undefined,
+  warn: (workflowId: string, message: string) => void,
+): RouteEntry | undefined {
+  if (memo === undefined) return undefined;
+  const parsed = RouteMemo.safeParse(memo);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    warn(workflowId, `route memo ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid'}`);
+    return undefined;
+  }
+  const route = parsed.data;
+  if (route.endpoint !== '' && !isEndpointUrl(route.endpoint.replace(/\/$/, ''))) {
+    warn(workflowId, `publishes an endpoint the router cannot use: "${route.endpoint}"`);
+  }
+  // Both are written in the same workflow task, so they should agree; if they ever do not,
+  // the one that says "not routable" wins, because sending a request to a draining replica
+  // is worse than waiting one more poll for a ready one.
+  const saPhase = Phase.safeParse(state);
+  const phase: ReplicaPhase = saPhase.success && !isRoutable(saPhase.data) ? saPhase.data : route.phase;
+  return {
+    deployment: route.deployment,
+    servedName: route.servedName,
+    endpoint: route.endpoint.replace(/\/$/, ''),
+    phase,
+    replicaId: route.replicaId || workflowId,
+  };
 }

@@ -1,24 +1,33 @@
 // The router's route table: which replicas serve which model name, as a RouteSource reports them
-// (Temporal in production, a static list in tests and the benchmark), refreshed on an interval
-// and kept as it was while the source cannot be reached. Router side.
+// (the routes workflow in production, visibility as its fallback, the primary process for a
+// cluster worker, a static list in tests and benchmarks), read in a loop and kept as it was while
+// the source cannot be reached. Router side.
 import { ROUTABLE_PHASES, type ReplicaPhase } from '../common/replica-types.js';
+import type { DeploymentEntry, RouteEntry } from '../workflows/routes/definitions.js';
 
-/** One replica as the router sees it: the `route` memo the replica workflow publishes. */
-export interface RouteEntry {
-  deployment: string;
-  /** The model name clients send. */
-  servedName: string;
-  /** Base URL of the replica's OpenAI server, e.g. http://10.0.0.5:18003; empty until the engine is up. */
-  endpoint: string;
-  phase: ReplicaPhase;
-  replicaId: string;
+export type { DeploymentEntry, RouteEntry };
+
+/** One table as a source hands it over. */
+export interface RouteSnapshot {
+  routes: RouteEntry[];
+  /** Deployments list their model even with no replica (503 while it scales from zero, not 404). */
+  deployments: DeploymentEntry[];
+  /** The routes workflow's version of this table; undefined from sources that have none. */
+  version?: number;
 }
 
 export interface RouteSource {
   /** For /health and the log: `static`, `temporal 127.0.0.1:7233/default`. */
   readonly description: string;
-  /** Every replica the source knows now, routable or not. Rejects when the source cannot be reached. */
-  fetch(): Promise<RouteEntry[]>;
+  /**
+   * True when fetch() waits for a change itself (a long poll): it is called again as soon as it
+   * returns, and only a failure is followed by a pause.
+   */
+  readonly longPoll?: boolean;
+  /** The current table (or, for a long poll, the next one). Rejects when the source cannot be reached. */
+  fetch(): Promise<RouteSnapshot>;
+  /** The table of this version is installed (the routes workflow hears it on the next call). */
+  installed?(version: number | undefined): void;
   close(): Promise<void>;
 }
 
@@ -49,9 +58,14 @@ export interface StaticRoute {
 export class StaticRouteSource implements RouteSource {
   readonly description = 'static';
   private entries: RouteEntry[] = [];
+  private deployments: DeploymentEntry[] = [];
 
   constructor(routes: readonly StaticRoute[] = []) {
     this.set(routes);
+  }
+
+  setDeployments(deployments: readonly DeploymentEntry[]): void {
+    this.deployments = [...deployments];
   }
 
   set(routes: readonly StaticRoute[]): void {
@@ -64,8 +78,8 @@ export class StaticRouteSource implements RouteSource {
     }));
   }
 
-  fetch(): Promise<RouteEntry[]> {
-    return Promise.resolve(this.entries);
+  fetch(): Promise<RouteSnapshot> {
+    return Promise.resolve({ routes: this.entries, deployments: this.deployments });
   }
 
   close(): Promise<void> {
@@ -96,6 +110,8 @@ export interface ModelRoute {
   deployments: string[];
   /** Endpoints of routable replicas, sorted and without duplicates; may be empty (known but not Ready). */
   endpoints: string[];
+  /** A deployment lists it: in /v1/models even with no routable replica (scaled to zero). */
+  listed: boolean;
 }
 
 /**
@@ -103,12 +119,21 @@ export interface ModelRoute {
  * kept with no endpoints, so that a client hears 503 "not ready yet", not 404 "no such model".
  * Deployment names are accepted as aliases when they do not clash with a served name.
  */
-export function buildModelRoutes(entries: readonly RouteEntry[]): Map<string, ModelRoute> {
+export function buildModelRoutes(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): Map<string, ModelRoute> {
   const byName = new Map<string, ModelRoute>();
+  for (const d of deployments) {
+    let route = byName.get(d.servedName);
+    if (!route) {
+      route = { servedName: d.servedName, deployments: [], endpoints: [], listed: true };
+      byName.set(d.servedName, route);
+    }
+    route.listed = true;
+    if (!route.deployments.includes(d.name)) route.deployments.push(d.name);
+  }
   for (const entry of entries) {
     let route = byName.get(entry.servedName);
     if (!route) {
-      route = { servedName: entry.servedName, deployments: [], endpoints: [] };
+      route = { servedName: entry.servedName, deployments: [], endpoints: [], listed: false };
       byName.set(entry.servedName, route);
     }
     if (!route.deployments.includes(entry.deployment)) route.deployments.push(entry.deployment);
@@ -132,130 +157,8 @@ export function buildModelRoutes(entries: readonly RouteEntry[]): Map<string, Mo
 }
 
 /** A stable text of a table, to tell a changed table from the same one polled again. */
-export function routesSignature(entries: readonly RouteEntry[]): string {
-  return entries
-    .map((e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}`)
-    .sort()
-    .join('\n');
-}
-
-export type SourceState = 'connecting' | 'ok' | 'unreachable';
-
-export interface SourceStatus {
-  source: string;
-  state: SourceState;
-  /** When the current state began (ISO time). */
-  since: string;
-  /** When the table was last read successfully; undefined if never. */
-  lastUpdate: string | undefined;
-  /** The last error while unreachable. */
-  error: string | undefined;
-}
-
-export interface RouteRefresherOptions {
-  intervalMs: number;
-  /** Called with each table that differs from the last one applied. */
-  apply(entries: RouteEntry[]): void;
-  log(line: string): void;
-}
-
-/**
- * Polls a RouteSource. A failed poll keeps the last table (the router must outlive the control
- * plane), is logged once per outage and shown in /health; the next good poll catches up.
- * Polls never overlap: the next one is scheduled when the previous has settled.
- */
-export class RouteRefresher {
-  private state: SourceState = 'connecting';
-  private since = new Date();
-  private lastUpdate: Date | undefined;
-  private lastError: string | undefined;
-  private signature: string | undefined;
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = false;
-
-  constructor(
-    private readonly source: RouteSource,
-    private readonly options: RouteRefresherOptions,
-  ) {}
-
-  /**
-   * Polls once now, so that the first table is there before the server answers, but waits for
-   * it at most `firstWaitMs`: a router started while Temporal is down must still come up.
-   */
-  async start(firstWaitMs = 2000): Promise<void> {
-    const first = this.refresh();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([first, new Promise<void>((resolve) => (timer = setTimeout(resolve, firstWaitMs)))]);
-    clearTimeout(timer);
-    void first.then(() => this.schedule());
-  }
-
-  /** Polls now; resolves when this poll (or the one already running) has settled. */
-  refresh(): Promise<void> {
-    this.running ??= this.poll().finally(() => {
-      this.running = undefined;
-    });
-    return this.running;
-  }
-
-  status(): SourceStatus {
-    return {
-      source: this.source.description,
-      state: this.state,
-      since: this.since.toISOString(),
-      lastUpdate: this.lastUpdate?.toISOString(),
-      error: this.state === 'unreachable' ? this.lastError : undefined,
-    };
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running;
-    await this.source.close();
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      void this.refresh().then(() => this.schedule());
-    }, this.options.intervalMs);
-    this.timer.unref();
-  }
-
-  private async poll(): Promise<void> {
-    let entries: RouteEntry[];
-    try {
-      entries = await this.source.fetch();
-    } catch (err) {
-      this.lastError = err instanceof Error ? err.message : String(err);
-      if (this.state !== 'unreachable') {
-        this.state = 'unreachable';
-        this.since = new Date();
-        const kept = this.signature === undefined ? 'no routes yet' : 'keeping the last route table';
-        this.options.log(`router: route source ${this.source.description} unreachable (${this.lastError}); ${kept}`);
-      }
-      return;
-    }
-    if (this.state !== 'ok') {
-      if (this.state === 'unreachable') {
-        const seconds = ((Date.now() - this.since.getTime()) / 1000).toFixed(1);
-        this.options.log(`router: route source ${this.source.description} reachable again after ${seconds} s; catching up`);
-      }
-      this.state = 'ok';
-      this.since = new Date();
-    }
-    this.lastUpdate = new Date();
-    const signature = routesSignature(entries);
-    if (signature === this.signature) return;
-    this.signature = signature;
-    try {
-      this.options.apply(entries);
-    } catch (err) {
-      // Keep the table we have; the next change will try again.
-      this.signature = undefined;
-      this.options.log(`router: could not apply the route table: ${(err as Error).message}`);
-    }
-  }
+export function routesSignature(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): string {
+  const routes = entries.map((e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}`).sort();
+  const listed = deployments.map((d) => `=${d.servedName}\t${d.name}`).sort();
+  return [...routes, ...listed].join('\n');
 }

@@ -58,3 +58,49 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
 
 /** Headers the router sends engines: the client's own (its API key above all) stay with the router. */
 export const UPSTREAM_HEADERS: string[] = ['content-type', 'application/json'];
+
+/** The headers of an engine's answer that the router passes on, read from undici's raw list. */
+export function passedHeaders(headers: Buffer[]): { type: string; contentLength: string | undefined; encoding: string | undefined } {
+  let type = 'application/json';
+  let contentLength: string | undefined;
+  let encoding: string | undefined;
+  for (let i = 0; i + 1 < headers.length; i += 2) {
+    switch (headerName(headers[i] as Buffer)) {
+      case 'content-type':
+        type = (headers[i + 1] as Buffer).toString('latin1');
+        break;
+      case 'content-length':
+        contentLength = (headers[i + 1] as Buffer).toString('latin1');
+        break;
+      case 'content-encoding':
+        encoding = (headers[i + 1] as Buffer).toString('latin1');
+        break;
+      case undefined:
+        break;
+    }
+  }
+  return { type, contentLength, encoding };
+}
+
+type PassedHeader = 'content-type' | 'content-length' | 'content-encoding';
+
+/** Which of the headers the router passes on `name` is (any case), without making a string of it. */
+function headerName(name: Buffer): PassedHeader | undefined {
+  let wanted: PassedHeader;
+  switch (name.length) {
+    case 12:
+      wanted = 'content-type';
+      break;
+    case 14:
+      wanted = 'content-length';
+      break;
+    case 16:
+      wanted = 'content-encoding';
+      break;
+    default:
+      return undefined;
+  }
+  // ASCII letters and '-': setting bit 0x20 lowercases letters and leaves '-' as it is.
+  for (let i = 0; i < wanted.length; i++) if (((name[i] as number) | 0x20) !== wanted.charCodeAt(i)) return undefined;
+  return wanted;
+}

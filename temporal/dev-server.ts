@@ -74,7 +74,12 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   args.push('--dynamic-config-value', 'system.forceSearchAttributesCacheRefreshOnRead=true');
   // Worker heartbeats and ListWorkers: how the control worker sees a dead agent within seconds
   // without billing an activity heartbeat (workers/liveness.ts).
-  args.push('--dynamic-config-value', 'frontend.WorkerHeartbeatsEnabled=true', '--dynamic-config-value', 'frontend.ListWorkersEnabled=true');
+  args.push(
+    '--dynamic-config-value',
+    'frontend.WorkerHeartbeatsEnabled=true',
+    '--dynamic-config-value',
+    'frontend.ListWorkersEnabled=true',
+  );
 
   const logFd = openSync(logFile, 'a');
   let child: ChildProcess;

@@ -11,6 +11,8 @@ import { createControlMetrics, watchDeployments } from './metrics.js';
 import { createControlActivities } from '../activities/index.js';
 import { createCatalogSource } from '../catalog/watch.js';
 import { watchCatalogForDeployments } from './catalog-notifier.js';
+import { ensureRoutesWorkflow } from './ensure-routes.js';
+import { watchAgentLiveness } from './liveness.js';
 import { bundleWithBuildId, describeDeployment, setCurrentVersion, versionName } from './versioning.js';
 
 export interface ControlWorkerOptions {
@@ -103,6 +105,8 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   process.once('SIGTERM', () => stop('SIGTERM'));
   const running = worker.run();
   const stopWatchingCatalog = watchCatalogForDeployments(client, catalog, log);
+  const stopWatchingAgents = watchAgentLiveness(client, log);
+  void ensureRoutesWorkflow(client, log);
   const current = await describeDeployment(client, version.deploymentName).catch(() => undefined);
   if (options.makeCurrent || !current?.current) {
     await setCurrentVersion(client, version);
@@ -117,6 +121,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
     await running;
   } finally {
     stopWatchingCatalog();
+    stopWatchingAgents();
     await connection.close();
     await client.connection.close();
   }

@@ -3,3 +3,4 @@ export { node } from './node/workflow.js';
 export { replica } from './replica/workflow.js';
 export { deployModel } from './deploy-model/workflow.js';
 export { reconcileNode } from './reconcile/workflow.js';
+export { routes } from './routes/workflow.js';

@@ -13,7 +13,7 @@ import { describeDeployment, setCurrentVersion, type BuildVersion } from '../../
 import { prepareUpgradeSignal, upgradeAppliedSignal, upgradeStatusQuery } from '../../workflows/upgrade.js';
 import { withClient } from './client.js';
 
-const MOVABLE_TYPES = ['deployModel', 'replica', 'node'];
+const MOVABLE_TYPES = ['deployModel', 'replica', 'node', 'routes'];
 
 export interface UpgradeOptions {
   buildId?: string;

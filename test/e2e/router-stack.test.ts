@@ -142,7 +142,8 @@ beforeAll(async () => {
         const response = await request(`${routerUrl}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] }),
+          // Prompts that share nothing: cache-aware routing spreads them by load.
+          body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: `x${i} ${Date.now()}` }] }),
         });
         await response.body.text();
         endpoints.add(String(response.headers['x-llmgw-endpoint'] ?? ''));
@@ -253,7 +254,7 @@ describe('the router under load', () => {
         const response = await request(`${routerUrl}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: 'y' }] }),
+          body: JSON.stringify({ model: 'route', max_tokens: 1, messages: [{ role: 'user', content: `y ${Date.now()}` }] }),
         });
         await response.body.text();
         return response.headers['x-llmgw-endpoint'] === added.endpoint;

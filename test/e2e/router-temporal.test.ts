@@ -50,7 +50,8 @@ async function ask(router: Router, model: string): Promise<{ status: number; eng
   const res = await fetch(`http://127.0.0.1:${router.port}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    // Prompts that share nothing: cache-aware routing spreads them by load.
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: `hi ${Math.random()}` }], max_tokens: 2 }),
   });
   const body = (await res.json()) as { id?: string };
   return { status: res.status, engine: res.status === 200 && body.id ? engineOf(body.id) : undefined };

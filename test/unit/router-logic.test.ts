@@ -1,17 +1,10 @@
-// The router's pure logic: who gets a request (power of two choices, consistent hashing with
-// bounded load), when an endpoint is ejected and comes back, what an engine's metrics page
+// The router's pure logic: who gets a request (power of two choices, cache-aware homes with the
+// two-part imbalance guard), when an endpoint is ejected and comes back, what an engine's metrics page
 // says about its load, how routes group into models, and the error and key handling.
 import { describe, expect, it } from 'vitest';
 import { ApiKeys, keysFromEnv } from '../../router/auth.js';
-import {
-  BOUNDED_LOAD_FACTOR,
-  HashRing,
-  hashText,
-  parseAffinity,
-  pickLeastLoaded,
-  promptPrefix,
-  type Candidate,
-} from '../../router/balancer.js';
+import { AffinityTable } from '../../router/affinity.js';
+import { hashText, parseAffinity, pickLeastLoaded, type Candidate } from '../../router/balancer.js';
 import { EJECT_AFTER_FAILURES, Endpoint } from '../../router/endpoint.js';
 import { engineErrorBody, streamErrorEvents } from '../../router/errors.js';
 import { buildModelRoutes, parseStaticRoutes, routesSignature, type RouteEntry } from '../../router/routes.js';
@@ -23,10 +16,14 @@ class Fake implements Candidate {
   ejected = false;
   constructor(
     readonly url: string,
-    public load = 0,
+    /** Work the engine has beyond this router's. */
+    public extra = 0,
   ) {}
   score(): number {
-    return this.inflight + this.load;
+    return this.inflight + this.extra;
+  }
+  load(): number {
+    return this.inflight + this.extra;
   }
   available(): boolean {
     return !this.ejected;
@@ -38,13 +35,13 @@ const fakes = (n: number) => Array.from({ length: n }, (_, i) => new Fake(`http:
 describe('power of two choices', () => {
   it('of two candidates, always picks the less loaded', () => {
     const [a, b] = fakes(2) as [Fake, Fake];
-    a.load = 5;
+    a.extra = 5;
     for (let i = 0; i < 50; i++) expect(pickLeastLoaded([a, b], undefined, 0)).toBe(b);
   });
 
   it('never picks the most loaded of many, and spreads over the idle ones', () => {
     const all = fakes(8);
-    (all[3] as Fake).load = 100;
+    (all[3] as Fake).extra = 100;
     const seen = new Set<Candidate>();
     for (let i = 0; i < 500; i++) {
       const picked = pickLeastLoaded(all, undefined, 0) as Fake;
@@ -64,88 +61,106 @@ describe('power of two choices', () => {
   });
 });
 
-describe('consistent hashing with bounded load', () => {
-  it('sends a key to the same endpoint every time, and moves few keys when an endpoint joins', () => {
-    const members = fakes(4);
-    const ring = new HashRing(members);
-    const keys = Array.from({ length: 1000 }, (_, i) => hashText(`session-${i}`));
-    const owners = keys.map((k) => ring.pick(k, undefined, 0));
-    expect(keys.map((k) => ring.pick(k, undefined, 0))).toEqual(owners);
-    const counts = new Map<Candidate | undefined, number>();
-    for (const o of owners) counts.set(o, (counts.get(o) ?? 0) + 1);
-    for (const n of counts.values()) expect(n).toBeGreaterThan(120);
-
-    const grown = new HashRing([...members, new Fake('http://10.0.0.9:8000')]);
-    const moved = keys.filter((k, i) => grown.pick(k, undefined, 0) !== owners[i]).length;
-    // About a fifth of the keys should move to the new endpoint, and no others.
-    expect(moved).toBeGreaterThan(100);
-    expect(moved).toBeLessThan(330);
+describe('cache-aware homes', () => {
+  it('sends a new key to the replica home to the fewest keys (ties: the less loaded), and every later request with it there', () => {
+    const all = fakes(4);
+    for (const [i, f] of all.entries()) f.extra = i === 2 ? 0 : 3;
+    const table = new AffinityTable<Fake>();
+    const key = hashText('system prompt A');
+    expect(table.pick(-1, key, all, 0)).toBe(all[2]);
+    expect(table.result).toBe('new');
+    (all[2] as Fake).extra = 5;
+    for (let i = 0; i < 10; i++) expect(table.pick(-1, key, all, 0)).toBe(all[2]);
+    expect(table.result).toBe('home');
+    // all[2] is home to one key now: the next new key goes to the least loaded of the others.
+    (all[1] as Fake).extra = 1;
+    expect(table.pick(-1, hashText('system prompt B'), all, 0)).toBe(all[1]);
   });
 
-  it('moves a key on when its endpoint is over the load bound, or ejected', () => {
-    const members = fakes(3);
-    const ring = new HashRing(members);
-    const key = hashText('hot-session');
-    const home = ring.pick(key, undefined, 0) as Fake;
-    home.inflight = 10;
-    const bound = Math.ceil((BOUNDED_LOAD_FACTOR * 11) / 3);
-    expect(home.inflight + 1).toBeGreaterThan(bound);
-    const moved = ring.pick(key, undefined, 0);
-    expect(moved).not.toBe(home);
+  it('spreads keys never seen before evenly over the replicas', () => {
+    const all = fakes(4);
+    const table = new AffinityTable<Fake>();
+    for (let i = 0; i < 400; i++) {
+      const chosen = table.pick(-1, hashText(`unique prompt ${i}`), all, 0) as Fake;
+      chosen.inflight++;
+    }
+    for (const f of all) expect(f.inflight).toBe(100);
+  });
+
+  it('moves a request off its home only when both the absolute and the relative gap are exceeded', () => {
+    const [home, other] = fakes(2) as [Fake, Fake];
+    const table = new AffinityTable<Fake>({ absGap: 8, relGap: 1.5 });
+    const key = hashText('hot prefix');
+    expect(table.pick(-1, key, [home, other], 0)).toBe(home);
+    // 9 beyond 0 and more than 1.5 x 0: moved.
+    home.inflight = 9;
+    expect(table.pick(-1, key, [home, other], 0)).toBe(other);
+    expect(table.result).toBe('diverted');
+    // 9 beyond, but not 1.5 x: stays (a big but proportional load is not an imbalance).
+    home.inflight = 29;
+    other.inflight = 20;
+    expect(table.pick(-1, key, [home, other], 0)).toBe(home);
+    // 1.5 x but only 8 beyond: stays.
+    home.inflight = 16;
+    other.inflight = 8;
+    expect(table.pick(-1, key, [home, other], 0)).toBe(home);
+    // A diverted request leaves the home where it was.
     home.inflight = 0;
+    other.inflight = 0;
+    expect(table.pick(-1, key, [home, other], 0)).toBe(home);
+  });
+
+  it('keeps a session on its replica, starts a new session on its prefix home, and forgets a replica that left', () => {
+    const [a, b, c] = fakes(3) as [Fake, Fake, Fake];
+    const table = new AffinityTable<Fake>();
+    const prefix = hashText('shared system prompt');
+    b.extra = 0;
+    a.extra = c.extra = 2;
+    expect(table.pick(-1, prefix, [a, b, c], 0)).toBe(b);
+    b.extra = 4;
+    // A new session with that system prompt goes where its prefix is cached, and stays there.
+    const alice = hashText('alice');
+    expect(table.pick(alice, prefix, [a, b, c], 0)).toBe(b);
+    expect(table.pick(alice, hashText('another prompt'), [a, b, c], 0)).toBe(b);
+    // b leaves the table: alice and the prefix find new homes.
+    const moved = table.pick(alice, prefix, [a, c], 0);
+    expect(moved === a || moved === c).toBe(true);
+    expect(table.pick(alice, prefix, [a, b, c], 0)).toBe(moved);
+  });
+
+  it('does not wait on an ejected home, and returns to it once it is back', () => {
+    const all = fakes(2) as [Fake, Fake];
+    const table = new AffinityTable<Fake>();
+    const key = hashText('k');
+    const home = table.pick(key, -1, all, 0) as Fake;
+    const other = all[0] === home ? all[1] : all[0];
     home.ejected = true;
-    expect(ring.pick(key, undefined, 0)).not.toBe(home);
+    expect(table.pick(key, -1, [home, other], 0)).toBe(other);
     home.ejected = false;
-    expect(ring.pick(key, undefined, 0)).toBe(home);
+    expect(table.pick(key, -1, [home, other], 0)).toBe(home);
+  });
+
+  it('forgets the least recently used keys past its capacity', () => {
+    const all = fakes(2);
+    const table = new AffinityTable<Fake>(undefined, 3);
+    for (let i = 0; i < 5; i++) table.pick(-1, i, all, 0);
+    expect(table.size).toBe(3);
   });
 });
 
-describe('affinity settings and prompt prefixes', () => {
-  it('parses deployment:mode pairs and names what is wrong', () => {
-    expect([...parseAffinity('chat:session, code:prefix')]).toEqual([
-      ['chat', 'session'],
-      ['code', 'prefix'],
-    ]);
-    expect(parseAffinity(undefined).size).toBe(0);
-    expect(() => parseAffinity('chat:sticky')).toThrow(/chat:sticky.*session or prefix/);
-    expect(() => parseAffinity('chat')).toThrow(/DEPLOYMENT:session/);
-  });
-
-  it('takes the leading messages of a chat and the start of a completion prompt', () => {
-    const system = 'You are a helpful assistant. '.repeat(10);
-    const one = promptPrefix({
-      messages: [
-        { role: 'system', content: system },
-        { role: 'user', content: 'question one' },
-      ],
+describe('affinity settings', () => {
+  it('is on unless turned off, for all or by name, and names what is wrong', () => {
+    expect(parseAffinity(undefined)).toEqual({ enabled: true, byName: new Map() });
+    expect(parseAffinity('off')).toEqual({ enabled: false, byName: new Map() });
+    expect(parseAffinity('off, chat:on ,code:off')).toEqual({
+      enabled: false,
+      byName: new Map([
+        ['chat', true],
+        ['code', false],
+      ]),
     });
-    const two = promptPrefix({
-      messages: [
-        { role: 'system', content: system },
-        { role: 'user', content: 'question two' },
-      ],
-    });
-    expect(one).not.toBe(two);
-    const long = 'x'.repeat(5000);
-    expect(
-      promptPrefix({
-        messages: [
-          { role: 'system', content: long },
-          { role: 'user', content: 'a' },
-        ],
-      }),
-    ).toBe(
-      promptPrefix({
-        messages: [
-          { role: 'system', content: long },
-          { role: 'user', content: 'b' },
-        ],
-      }),
-    );
-    expect(promptPrefix({ messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }] })).toContain('hi');
-    expect(promptPrefix({ prompt: 'once upon' })).toBe('once upon');
-    expect(promptPrefix({ prompt: [1, 2, 3] })).toBe('1,2,3');
-    expect(promptPrefix({ input: 'embedding' })).toBeUndefined();
+    expect(() => parseAffinity('chat:sticky')).toThrow(/chat:sticky.*on, off/);
+    expect(() => parseAffinity(':on')).toThrow(/names no deployment/);
   });
 });
 
@@ -277,11 +292,11 @@ describe('errors and keys', () => {
 
   it('accepts only a configured key, as a Bearer token', () => {
     const keys = new ApiKeys(['alpha', 'beta-longer-key']);
-    expect(keys.check('Bearer alpha')).toBe(true);
-    expect(keys.check('bearer beta-longer-key')).toBe(true);
-    expect(keys.check('Bearer alph')).toBe(false);
-    expect(keys.check('alpha')).toBe(false);
-    expect(keys.check(undefined)).toBe(false);
+    expect(keys.check('Bearer alpha')?.index).toBe(0);
+    expect(keys.check('bearer beta-longer-key')?.index).toBe(1);
+    expect(keys.check('Bearer alph')).toBeUndefined();
+    expect(keys.check('alpha')).toBeUndefined();
+    expect(keys.check(undefined)).toBeUndefined();
     expect(keysFromEnv({ LLMGW_API_KEYS: ' a, b ,,' })).toEqual(['a', 'b']);
   });
 });

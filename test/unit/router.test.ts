@@ -341,27 +341,31 @@ describe('router: balancing', () => {
     for (const n of counts.values()) expect(n).toBeGreaterThanOrEqual(8);
   });
 
-  it('keeps a session on one engine with session affinity, while sessions spread over both', async () => {
+  it("keeps a session (X-Session-ID, else the body's user) on one engine by default, while sessions spread over both", async () => {
     const a = await engine();
     const b = await engine();
-    const { openai } = await router(
-      [
-        { servedName: 'demo', endpoint: url(a) },
-        { servedName: 'demo', endpoint: url(b) },
-      ],
-      { affinity: parseAffinity('demo:session') },
-    );
-    const ask = async (session: string) =>
+    const { openai } = await router([
+      { servedName: 'demo', endpoint: url(a) },
+      { servedName: 'demo', endpoint: url(b) },
+    ]);
+    const ask = async (session: string, how: 'header' | 'user' = 'header') =>
       engineOf(
         (
           await openai.chat.completions.create(
-            { model: 'demo', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 },
-            { headers: { 'x-session-id': session } },
+            {
+              model: 'demo',
+              messages: [{ role: 'user', content: `turn ${Math.random()}` }],
+              max_tokens: 2,
+              ...(how === 'user' ? { user: session } : {}),
+            },
+            { headers: how === 'header' ? { 'x-session-id': session } : {} },
           )
         ).id,
       );
     const first = await ask('alice');
     for (let i = 0; i < 10; i++) expect(await ask('alice')).toBe(first);
+    const bob = await ask('bob', 'user');
+    for (let i = 0; i < 10; i++) expect(await ask('bob', 'user')).toBe(bob);
     const owners = new Set<string>();
     for (let i = 0; i < 20; i++) owners.add(await ask(`session-${i}`));
     expect(owners.size).toBe(2);
@@ -373,20 +377,19 @@ describe('router: balancing', () => {
     expect((await post(base, '/v1/chat/completions', chat())).status).toBe(200);
   });
 
-  it('keeps prompts that share their beginning on one engine with prefix affinity', async () => {
+  it('keeps prompts that share their beginning on one engine by default, and spreads them with affinity off', async () => {
     const a = await engine();
     const b = await engine();
-    const { openai } = await router(
-      [
-        { servedName: 'demo', endpoint: url(a) },
-        { servedName: 'demo', endpoint: url(b) },
-      ],
-      { affinity: parseAffinity('demo:prefix') },
-    );
-    const ask = async (system: string, question: string) =>
+    const routes = [
+      { servedName: 'demo', endpoint: url(a) },
+      { servedName: 'demo', endpoint: url(b) },
+    ];
+    const { openai } = await router(routes);
+    const off = (await router(routes, { affinity: parseAffinity('demo:off') })).openai;
+    const ask = async (system: string, question: string, client = openai) =>
       engineOf(
         (
-          await openai.chat.completions.create({
+          await client.chat.completions.create({
             model: 'demo',
             messages: [
               { role: 'system', content: system },
@@ -402,6 +405,9 @@ describe('router: balancing', () => {
     const owners = new Set<string>();
     for (let i = 0; i < 20; i++) owners.add(await ask(`You are agent number ${i}`, 'hello'));
     expect(owners.size).toBe(2);
+    const spread = new Set<string>();
+    for (let i = 0; i < 20; i++) spread.add(await ask(system, `question ${i}`, off));
+    expect(spread.size).toBe(2);
   });
 
   it('sends no new request to a replica once it leaves the table (draining)', async () => {
@@ -435,7 +441,7 @@ describe('router: route source outages', () => {
     let down = false;
     const source: RouteSource = {
       description: 'flaky',
-      fetch: () => (down ? Promise.reject(new Error('connection refused')) : Promise.resolve(entries)),
+      fetch: () => (down ? Promise.reject(new Error('connection refused')) : Promise.resolve({ routes: entries, deployments: [] })),
       close: () => Promise.resolve(),
     };
     const logs: string[] = [];
@@ -489,7 +495,7 @@ describe('router: backpressure', () => {
     const dispatched: unknown[] = [];
     const pool = { dispatch: (_opts: unknown, handler: unknown) => dispatched.push(handler) } as unknown as Pool;
     const metrics = new RouterMetrics(() => []);
-    const model = new ModelPool('demo', [new Endpoint('http://engine:1', pool)], undefined, metrics.forModel('demo'));
+    const model = new ModelPool('demo', [new Endpoint('http://engine:1', pool)], 'least-loaded', metrics.forModel('demo'), undefined);
     const client = new SlowClient();
     const exchange = new Exchange(
       { metrics, maxAttempts: 3, lookup: () => model },
@@ -498,26 +504,24 @@ describe('router: backpressure', () => {
       '/v1/chat/completions',
       Buffer.from('{}'),
       -1,
+      -1,
       0,
     );
     exchange.start();
     expect(dispatched).toEqual([exchange]);
 
+    // undici's own handler hooks: onData answering false pauses the socket until resume().
     let paused = false;
-    const controller = {
-      pause: () => (paused = true),
-      resume: () => (paused = false),
-      abort: () => undefined,
-      aborted: false,
-      paused: false,
-      reason: null,
+    const resume = () => (paused = false);
+    const deliver = (text: string) => {
+      if (!exchange.onData(Buffer.from(text))) paused = true;
     };
-    exchange.onRequestStart(controller);
-    exchange.onResponseStart(controller, 200, { 'content-type': 'text/event-stream' });
-    exchange.onResponseData(controller, Buffer.from('data: {"a":1}\n\n'));
+    exchange.onConnect(() => undefined);
+    exchange.onHeaders(200, [Buffer.from('Content-Type'), Buffer.from('text/event-stream')], resume);
+    deliver('data: {"a":1}\n\n');
     expect(paused).toBe(false);
     client.full = true;
-    exchange.onResponseData(controller, Buffer.from('data: {"a":2}\n\n'));
+    deliver('data: {"a":2}\n\n');
     expect(paused).toBe(true);
     client.full = false;
     client.emit('drain');

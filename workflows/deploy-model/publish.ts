@@ -1,13 +1,11 @@
 // What a deployment shows: its search attributes (LlmgwState, …), its memo (read by the CLI,
 // the catalog notifier and `llmgw upgrade`) and the Web UI's current details. Published only
 // when something visible changed, so a deployment that waits costs no events. Workflow side.
-import { getExternalWorkflowHandle, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
 import { autoscalePolicy } from '../../common/autoscale.js';
+import { notifyDeploymentChanged } from '../routes/notify.js';
 import { SA } from '../../common/search-attributes.js';
 import { deploymentDetails, deploymentPhase, deploymentView, type DeploymentState } from './state.js';
-
-/** The routes workflow (workflows/routes/), which routers long-poll for their tables. */
-const ROUTES_WORKFLOW_ID = 'routes';
 
 export function createDeploymentPublisher(d: DeploymentState): () => void {
   let published = '';
@@ -27,9 +25,7 @@ export function createDeploymentPublisher(d: DeploymentState): () => void {
     const entryKey = JSON.stringify(entry);
     if (entryKey !== announced) {
       announced = entryKey;
-      void getExternalWorkflowHandle(ROUTES_WORKFLOW_ID)
-        .signal('deploymentChanged', entry)
-        .catch(() => undefined);
+      notifyDeploymentChanged(entry);
     }
     const view = deploymentView(d);
     const key = JSON.stringify([

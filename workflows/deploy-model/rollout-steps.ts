@@ -8,6 +8,7 @@ import type { ProfileSnapshot, RolloutRequest } from '../../common/replica-types
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { stopReplicaSignal } from '../definitions.js';
 import { control, startReplica } from './calls.js';
+import { awaitRouters } from '../routes/await.js';
 import { isActive, newRollout, note, planRollout } from './rollout.js';
 import { DEFAULT_POLICY, type DeploymentState } from './state.js';
 
@@ -138,8 +139,8 @@ export function confirmRouted(d: DeploymentState, asked: Record<string, boolean>
   for (const replica of Object.values(d.replicas)) {
     if (replica.routed !== false || replica.phase !== 'Ready' || replica.stopping || asked[replica.replicaId]) continue;
     asked[replica.replicaId] = true;
-    void control(`awaitRouted: do the routers route to ${replica.replicaId}?`)
-      .awaitRouted({ replicaId: replica.replicaId })
+    void awaitRouters(`awaitReplicaRouted: do the routers route to ${replica.replicaId}?`)
+      .awaitReplicaRouted({ replicaId: replica.replicaId })
       .then(
         (result) => {
           const tracked = d.replicas[replica.replicaId];

@@ -8,6 +8,7 @@ import { create } from '@bufbuild/protobuf';
 import { DrainShardSchema, ShardState, StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { ShardPlacement } from '../../common/replica-types.js';
 import { agent, control } from './calls.js';
+import { awaitRouters } from '../routes/await.js';
 import type { ReplicaRun } from './run.js';
 
 /** How long a replica waits for an unreachable agent before it tries the stop again. */
@@ -89,8 +90,8 @@ export async function drain(run: ReplicaRun, limits: { graceMs: number; timeoutM
   const reason = state.stopReason ?? 'stop requested';
   state.drainUntil ??= new Date(Date.now() + limits.timeoutMs).toISOString();
   await run.setPhase('Draining', `${reason}; route withdrawn, waiting for requests in flight (until ${state.drainUntil})`);
-  await control(`awaitUnrouted: every router has dropped ${run.replicaId}`)
-    .awaitRouted({ replicaId: run.replicaId, routed: false })
+  await awaitRouters(`awaitReplicaRouted: every router has dropped ${run.replicaId}`)
+    .awaitReplicaRouted({ replicaId: run.replicaId, routed: false })
     .catch((error: unknown) => log.warn(`routers did not confirm the withdrawal: ${String(error)}`));
   const leader = state.shards.find((s) => s.rank === 0);
   const remainingMs = (): number => Date.parse(state.drainUntil!) - Date.now();

@@ -9,10 +9,8 @@ import type { DemandMemo, ProfileSnapshot, ReplicaInput, ReplicaPhase, ReplicaVi
 import type { ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { replicaStatusSignal } from '../definitions.js';
 import { replicaDetails } from './details.js';
+import { notifyRouteChanged } from '../routes/notify.js';
 import { endpointOf, replicaView, type ReplicaState } from './state.js';
-
-/** The routes workflow, which routers long-poll for their tables. */
-const ROUTES_WORKFLOW_ID = 'routes';
 
 export type ReplicaEvent = { kind: 'shard'; status: ShardStatus } | { kind: 'node'; status: NodeStatusSignal };
 
@@ -76,9 +74,7 @@ export function createPublisher(
     ]);
     setCurrentDetails(replicaDetails(replicaId, profile, state));
     // Routers learn routes from the routes workflow (workflows/routes/), told of every change.
-    void getExternalWorkflowHandle(ROUTES_WORKFLOW_ID)
-      .signal('routeChanged', { ...route, revision: revisionOfSnapshot(profile) })
-      .catch(() => undefined);
+    notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) });
     try {
       await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(
         replicaStatusSignal,

@@ -1,0 +1,47 @@
+// `llmgw router`'s flags, registered on the CLI's commander program. Router side: the flags live
+// beside the router so that one change does not need two files; the router's code itself is
+// loaded only when the command runs, so other commands start fast.
+import type { Command } from 'commander';
+import type { RouterFlags } from './main.js';
+
+export function addRouterCommand(program: Command): void {
+  program
+    .command('router')
+    .description('the OpenAI-compatible router: routes learned from Temporal, streaming pass-through, load-aware balancing, failover')
+    .option('--port <port>', 'listen port', '8080')
+    .option('--host <host>', 'listen address (anything but loopback needs API keys or --allow-unauthenticated)', '0.0.0.0')
+    .option(
+      '--api-keys-file <file>',
+      'require one of these keys (one a line, optionally `KEY rps=N concurrent=N`; LLMGW_API_KEYS adds more)',
+    )
+    .option('--allow-unauthenticated', 'serve a non-loopback address without API keys (anyone who can reach it may use it)')
+    .option('--key-rps <n>', 'requests per second per API key unless its line says otherwise (default unlimited)')
+    .option('--key-concurrency <n>', 'requests in flight per API key unless its line says otherwise (default unlimited)')
+    .option(
+      '--affinity <list>',
+      'cache-aware routing: on (default), off, or per deployment NAME:on|off,... (default LLMGW_ROUTER_AFFINITY)',
+    )
+    .option(
+      '--affinity-abs-gap <n>',
+      'in-flight requests a replica may hold beyond the least-loaded one and still get its cached keys',
+      '8',
+    )
+    .option(
+      '--affinity-rel-gap <x>',
+      '... and how many times the least-loaded one it may hold (both must be exceeded to move a request)',
+      '1.5',
+    )
+    .option('--static-routes <list>', 'serve name=http://host:port,... instead of asking Temporal')
+    .option(
+      '--routes <how>',
+      'watch: long-poll the routes workflow (falls back to visibility while it is missing); visibility: list replicas every 0.5 s',
+      'watch',
+    )
+    .option('--body-limit <bytes>', 'largest request body', String(8 * 1024 * 1024))
+    .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')
+    .option('--workers <n>', 'router processes sharing the port (each enforces 1/N of every key limit)', '1')
+    .action(async (opts: RouterFlags) => {
+      const { runRouter } = await import('./main.js');
+      await runRouter(opts);
+    });
+}

@@ -1,0 +1,252 @@
+// What the router does with each HTTP request: dispatch on the path, check the API key, read
+// `model` (and the affinity key) from the body, refuse what it must in OpenAI's error shape, and
+// hand the rest to an Exchange. Also the router's /health view. Router side; server.ts owns the
+// HTTP server and its lifecycle.
+import type { ServerResponse } from 'node:http';
+import type { ApiKeys } from './auth.js';
+import { DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js';
+import { AFFINITY_ON, hashText, type AffinitySettings } from './balancer.js';
+import { promptPrefixHash, scanRequest, withModel, NOT_AN_OBJECT } from './body.js';
+import { Registry } from 'prom-client';
+import { sendError } from './errors.js';
+import { RouterMetrics, type ModelMetrics } from './metrics.js';
+import { RoutingState, type Policy } from './pools.js';
+import { Exchange, type ExchangeResponse, type ProxySettings } from './proxy.js';
+import { KeyGate } from './limits.js';
+import { readBody, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
+import { RouteRefresher, type SourceStatus } from './refresher.js';
+import type { RouteSource } from './routes.js';
+import { DEFAULT_SCRAPER, Scraper } from './scraper.js';
+import { DEFAULT_UPSTREAM } from './upstream.js';
+
+export interface RouterOptions {
+  source: RouteSource;
+  /** 0 asks the OS for a port. Default 8080. */
+  port?: number;
+  host?: string;
+  /** Undefined: no authentication. */
+  apiKeys?: ApiKeys | undefined;
+  /** The share of each key's limits this process enforces: 1 / router processes. Default 1. */
+  limitShare?: number;
+  /** Cache-aware routing on or off, for all deployments and by name; on by default. */
+  affinity?: AffinitySettings;
+  /** When cache-aware routing moves a request off its home replica. */
+  guard?: ImbalanceGuard;
+  /** One policy for every model, whatever `affinity` says (bench:affinity compares them). */
+  policy?: Policy;
+  bodyLimitBytes?: number;
+  /** How often to read the route source. */
+  routesIntervalMs?: number;
+  scrapeIntervalMs?: number;
+  connectTimeoutMs?: number;
+  /** Tries per request, the first included. */
+  maxAttempts?: number;
+  /** Process metrics (CPU, memory, event loop lag) in /metrics; on for the CLI, off in tests. */
+  processMetrics?: boolean;
+  /** What /metrics answers instead of this router's own registry (a cluster worker: all workers' sum). */
+  metricsText?: () => Promise<string>;
+  /** More metrics for /metrics beside the router's own (its route source's Temporal calls). */
+  extraMetrics?: Registry;
+  log?: (line: string) => void;
+}
+
+export interface RouterHealth {
+  status: 'ok' | 'degraded';
+  routes: SourceStatus;
+  models: number;
+  endpoints: number;
+  ejected: string[];
+}
+
+export const DEFAULT_BODY_LIMIT = 8 * 1024 * 1024;
+const PATH_CHAT = '/v1/chat/completions';
+const PATH_COMPLETIONS = '/v1/completions';
+const PATH_EMBEDDINGS = '/v1/embeddings';
+const SESSION_HEADER = 'x-session-id';
+const UNKNOWN_MODEL_LABEL = '(unknown)';
+
+export class RouterCore implements BodyConsumer {
+  readonly state: RoutingState;
+  readonly metrics: RouterMetrics;
+  readonly proxy: ProxySettings;
+  readonly bodyLimit: number;
+  readonly refresher: RouteRefresher;
+  readonly scraper: Scraper;
+  private readonly apiKeys: ApiKeys | undefined;
+  /** By ApiKey.index. */
+  private readonly gates: KeyGate[];
+  private readonly metricsText: () => Promise<string>;
+  private readonly unknownModel: ModelMetrics;
+  private readonly unauthenticated: ModelMetrics;
+
+  constructor(options: RouterOptions, log: (line: string) => void) {
+    this.metrics = new RouterMetrics(() => this.state.liveEndpoints(), { processMetrics: options.processMetrics ?? false });
+    this.state = new RoutingState(
+      this.metrics,
+      { ...DEFAULT_UPSTREAM, ...(options.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: options.connectTimeoutMs }) },
+      { affinity: options.affinity ?? AFFINITY_ON, guard: options.guard ?? DEFAULT_GUARD, policy: options.policy },
+    );
+    this.proxy = { metrics: this.metrics, maxAttempts: options.maxAttempts ?? 3, lookup: (model) => this.state.lookup(model) };
+    this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
+    this.apiKeys = options.apiKeys;
+    this.gates = (options.apiKeys?.keys ?? []).map((key) => new KeyGate(key, this.metrics.forKey(key.label), options.limitShare ?? 1));
+    const own = options.extraMetrics ? Registry.merge([this.metrics.registry, options.extraMetrics]) : this.metrics.registry;
+    this.metricsText = options.metricsText ?? (() => own.metrics());
+    this.unknownModel = this.metrics.forModel(UNKNOWN_MODEL_LABEL);
+    this.unauthenticated = this.metrics.forModel('(unauthenticated)');
+    this.refresher = new RouteRefresher(options.source, {
+      intervalMs: options.routesIntervalMs ?? 500,
+      log,
+      apply: (snapshot) => {
+        this.state.apply(snapshot.routes, snapshot.deployments);
+        const version = snapshot.version === undefined ? '' : ` v${snapshot.version}`;
+        log(`router: routes${version} installed: ${this.state.routableModelCount()} model(s), ${this.state.endpointCount()} endpoint(s)`);
+      },
+    });
+    this.scraper = new Scraper(
+      () => this.state.liveEndpoints(),
+      { ...DEFAULT_SCRAPER, ...(options.scrapeIntervalMs === undefined ? {} : { intervalMs: options.scrapeIntervalMs }) },
+      (endpoint) => {
+        if (endpoint.recordFailure(performance.now())) this.metrics.ejected(endpoint.url);
+      },
+    );
+  }
+
+  handle(req: RouterRequest, res: RouterResponse): void {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    switch (path) {
+      case PATH_CHAT:
+      case PATH_COMPLETIONS:
+      case PATH_EMBEDDINGS:
+        return this.inference(req, res, path);
+      case '/v1/models':
+        if (req.method !== 'GET' && req.method !== 'HEAD')
+          return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}`);
+        if (this.authenticate(req, res) === false) return;
+        return sendJson(res, 200, this.state.modelsBody());
+      case '/health':
+        return sendJson(res, 200, JSON.stringify(this.health()));
+      case '/metrics':
+        void this.metricsText().then(
+          (text) => {
+            res.writeHead(200, { 'content-type': this.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
+            res.end(text);
+          },
+          (err: unknown) => sendError(res, 'internal', `metrics: ${(err as Error).message}`),
+        );
+        return;
+      default:
+        if (path.startsWith('/v1/models/') && req.method === 'GET') {
+          if (this.authenticate(req, res) === false) return;
+          return this.oneModel(res, decodeURIComponent(path.slice('/v1/models/'.length)));
+        }
+        return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
+    }
+  }
+
+  private oneModel(res: ServerResponse, name: string): void {
+    const pool = this.state.lookup(name);
+    if (!pool || pool.endpoints.length === 0)
+      return sendError(res, 'unknown_model', `The model \`${name}\` does not exist or has no ready replica.`);
+    sendJson(res, 200, JSON.stringify({ id: pool.servedName, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'llmgw' }));
+  }
+
+  /** The key's gate; undefined when no keys are configured; false when refused (answered already). */
+  private authenticate(req: RouterRequest, res: ServerResponse): KeyGate | undefined | false {
+    if (this.apiKeys === undefined) return undefined;
+    const key = this.apiKeys.check(req.headers.authorization);
+    if (key !== undefined) return this.gates[key.index];
+    this.unauthenticated.refused(401);
+    sendError(
+      res,
+      'unauthorized',
+      req.headers.authorization === undefined
+        ? 'Missing API key: send it as `Authorization: Bearer <key>`.'
+        : 'Incorrect API key provided.',
+    );
+    return false;
+  }
+
+  private inference(req: RouterRequest, res: RouterResponse, path: string): void {
+    if (req.method !== 'POST') return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}; use POST`);
+    const gate = this.authenticate(req, res);
+    if (gate === false) return;
+    if (gate !== undefined) {
+      const refusal = gate.admit(performance.now());
+      if (refusal !== undefined) {
+        this.unknownModel.refused(429);
+        return sendError(res, 'rate_limited', refusal.message, false, refusal.retryAfterS);
+      }
+      res.gate = gate;
+      res.on('close', releaseGate);
+    }
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > this.bodyLimit) return this.tooLarge(res);
+    readBody(req, res, path, this);
+  }
+
+  tooLarge(res: ExchangeResponse): void {
+    this.unknownModel.refused(413);
+    sendError(res, 'body_too_large', `The request body is over the limit of ${this.bodyLimit} bytes.`, true);
+  }
+
+  route(req: RouterRequest, res: ExchangeResponse, body: Buffer): void {
+    const startedAt = performance.now();
+    const fields = scanRequest(body);
+    if (typeof fields === 'string') {
+      this.unknownModel.refused(400);
+      return sendError(
+        res,
+        'invalid_json',
+        fields === NOT_AN_OBJECT ? fields : `We could not parse the JSON body of your request: ${fields}`,
+      );
+    }
+    const model = fields.model;
+    if (model === undefined || model === '') {
+      this.unknownModel.refused(400);
+      return sendError(res, 'missing_model', 'You must provide a model parameter.');
+    }
+    const pool = this.state.lookup(model);
+    if (pool === undefined) {
+      this.unknownModel.refused(404);
+      return sendError(res, 'unknown_model', `The model \`${model}\` does not exist.`);
+    }
+    if (pool.endpoints.length === 0) {
+      pool.metrics.refused(503);
+      return sendError(res, 'no_replica', `No replica of model \`${model}\` is ready yet.`);
+    }
+    // Cache-aware keys: the session (header, else OpenAI's `user`) and the prompt's start.
+    let session = -1;
+    let prefix = -1;
+    if (pool.policy === 'cache-aware') {
+      const header = req.headers[SESSION_HEADER];
+      if (typeof header === 'string' && header !== '') session = hashText(header);
+      else if (fields.user !== undefined) session = hashText(fields.user);
+      prefix = promptPrefixHash(body, fields);
+    }
+    // Addressed by its deployment's name: the engine only knows its served name.
+    const upstreamBody = model === pool.servedName ? body : withModel(body, fields, pool.servedNameJson);
+    new Exchange(this.proxy, res, pool, req.url ?? req.apiPath, upstreamBody, session, prefix, startedAt).start();
+  }
+
+  health(): RouterHealth {
+    const routes = this.refresher.status();
+    const ejected: string[] = [];
+    let endpoints = 0;
+    for (const e of this.state.liveEndpoints()) {
+      endpoints++;
+      if (e.ejected) ejected.push(e.url);
+    }
+    // Degraded, still 200: a load balancer that pulled the router out because the control plane
+    // is down would turn a control-plane outage into an inference outage.
+    return {
+      status: routes.state === 'unreachable' ? 'degraded' : 'ok',
+      routes,
+      models: this.state.routableModelCount(),
+      endpoints,
+      ejected,
+    };
+  }
+}

@@ -1,0 +1,119 @@
+// Per-key admission: a token bucket for requests per second and a count of requests in flight,
+// each key's own, and the token usage an engine reports for the key's requests. Router side; a
+// refused request gets 429 in OpenAI's shape with Retry-After (core.ts).
+//
+// With --workers N every router process holds its own gates, so each enforces 1/N of a key's
+// limits (main.ts divides them): the kernel spreads connections over the processes, and asking
+// one process for every admission would put an IPC round trip on every request.
+import type { ApiKey } from './auth.js';
+import type { KeyMetrics } from './metrics.js';
+
+export type LimitKind = 'rps' | 'concurrent';
+
+export interface Refusal {
+  limit: LimitKind;
+  /** Whole seconds until a retry can pass (Retry-After). */
+  retryAfterS: number;
+  message: string;
+}
+
+export class KeyGate {
+  inflight = 0;
+  private tokens: number;
+  private refilledAt = 0;
+  private readonly rps: number | undefined;
+  private readonly concurrent: number | undefined;
+
+  constructor(
+    readonly key: ApiKey,
+    readonly metrics: KeyMetrics,
+    /** The share of the key's limits this process enforces (1 / router processes). */
+    share = 1,
+  ) {
+    const { rps, concurrent } = key.limits;
+    this.rps = rps === undefined ? undefined : rps * share;
+    this.concurrent = concurrent === undefined ? undefined : Math.max(1, Math.ceil(concurrent * share));
+    this.tokens = this.capacity();
+  }
+
+  /** A burst of one second's worth, and at least one request. */
+  private capacity(): number {
+    return Math.max(1, this.rps ?? 1);
+  }
+
+  /** Admits a request (counted in flight until release()) or says which limit refused it. `now` in ms. */
+  admit(now: number): Refusal | undefined {
+    if (this.concurrent !== undefined && this.inflight >= this.concurrent) {
+      this.metrics.limited('concurrent');
+      return {
+        limit: 'concurrent',
+        retryAfterS: 1,
+        message: `Rate limit reached for this API key on concurrent requests: limit ${this.key.limits.concurrent}. Please try again once a request has finished.`,
+      };
+    }
+    if (this.rps !== undefined) {
+      const cap = this.capacity();
+      if (this.refilledAt !== 0) this.tokens = Math.min(cap, this.tokens + ((now - this.refilledAt) / 1000) * this.rps);
+      this.refilledAt = now;
+      if (this.tokens < 1) {
+        this.metrics.limited('rps');
+        const retryAfterS = Math.max(1, Math.ceil((1 - this.tokens) / this.rps));
+        return {
+          limit: 'rps',
+          retryAfterS,
+          message: `Rate limit reached for this API key on requests per second: limit ${this.key.limits.rps}. Please try again in ${retryAfterS}s.`,
+        };
+      }
+      this.tokens -= 1;
+    }
+    this.inflight++;
+    this.metrics.requests.inc();
+    return undefined;
+  }
+
+  release(): void {
+    this.inflight--;
+  }
+}
+
+const USAGE = Buffer.from('"usage":');
+const PROMPT = Buffer.from('"prompt_tokens":');
+const COMPLETION = Buffer.from('"completion_tokens":');
+
+/**
+ * The token usage in a piece of an engine's answer: the `usage` object of a JSON completion or
+ * of a stream's last event (with stream_options.include_usage). Engines write it in one piece
+ * at the end, so a chunk either holds it whole or not at all.
+ */
+export function readUsage(chunk: Buffer): { prompt: number; completion: number } | undefined {
+  let at = chunk.lastIndexOf(USAGE);
+  if (at < 0) return undefined;
+  at += USAGE.length;
+  while (chunk[at] === 0x20) at++;
+  if (chunk[at] !== 0x7b /* { */) return undefined;
+  const prompt = numberAfter(chunk, chunk.indexOf(PROMPT, at), PROMPT.length);
+  const completion = numberAfter(chunk, chunk.indexOf(COMPLETION, at), COMPLETION.length);
+  return prompt === undefined && completion === undefined ? undefined : { prompt: prompt ?? 0, completion: completion ?? 0 };
+}
+
+function numberAfter(b: Buffer, at: number, skip: number): number | undefined {
+  if (at < 0) return undefined;
+  let i = at + skip;
+  while (b[i] === 0x20) i++;
+  let n = 0;
+  const start = i;
+  for (; i < b.length; i++) {
+    const c = b[i] as number;
+    if (c < 0x30 || c > 0x39) break;
+    n = n * 10 + (c - 0x30);
+  }
+  return i > start ? n : undefined;
+}
+
+/** Adds the usage in a chunk of an answer to its key's token counters. */
+export function countUsage(gate: KeyGate, chunk: Buffer): void {
+  const usage = readUsage(chunk);
+  if (usage === undefined) return;
+  gate.metrics.promptTokens.inc(usage.prompt);
+  gate.metrics.completionTokens.inc(usage.completion);
+}

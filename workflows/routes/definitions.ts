@@ -1,0 +1,80 @@
+// The `routes` workflow's contract (workflow id `routes`, task queue `llmgw`): the route table
+// every router installs, the signals replicas and deployments send it, and the Updates routers
+// and rollouts call. One module both sides import; safe in workflow code. Control plane side.
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type { ReplicaPhase } from '../../common/replica-types.js';
+
+export const ROUTES_WORKFLOW_ID = 'routes';
+export const ROUTES_WORKFLOW_TYPE = 'routes';
+
+/** One replica's route: sent by the replica on every phase or endpoint change. Stopped or Failed removes it. */
+export interface RouteEntry {
+  replicaId: string;
+  deployment: string;
+  /** The model name clients send. */
+  servedName: string;
+  /** Base URL of the replica's OpenAI server; empty until the engine is up. */
+  endpoint: string;
+  phase: ReplicaPhase;
+  /** The deployment revision the replica runs. */
+  revision?: string;
+}
+
+/** One deployment, sent by deployModel: a deployment at 0 replicas still lists its model. 'Undeployed' removes it. */
+export interface DeploymentEntry {
+  name: string;
+  servedName: string;
+  model: string;
+  phase: string;
+  desired: number;
+  /** Its autoscaling, with every default filled in: what routers scale it by. */
+  autoscale?: import('../../common/autoscale.js').AutoscalePolicy;
+}
+
+export interface RouteTable {
+  /** Changes whenever the workflow starts afresh (not at continue-as-new): versions restart then. */
+  epoch: string;
+  /** Goes up by one with every change to routes or deployments. */
+  version: number;
+  routes: RouteEntry[];
+  deployments: DeploymentEntry[];
+}
+
+export interface WatchRoutesRequest {
+  /** Stable for the life of a router process (host and pid). */
+  routerId: string;
+  /** The version the router has; answered as soon as the table is newer (-1: at once). */
+  after: number;
+  /** The version the router has installed: its acknowledgement, for awaitRouted. */
+  applied: number;
+  /** The epoch of the router's table; another epoch is answered at once. */
+  epoch?: string;
+}
+
+export interface AwaitRoutedRequest {
+  replicaId: string;
+  /** true (default): wait until every live router routes to it; false: until every one has dropped it. */
+  routed?: boolean;
+}
+
+export interface AwaitRoutedResult {
+  /** Whether the wait is over (routed, or dropped when asked); false only when the workflow continued as new first: call again. */
+  routed: boolean;
+  /** Live routers that have the replica (0: none is live, so nobody needs to). */
+  routers: number;
+  version: number;
+}
+
+export interface RoutesView extends RouteTable {
+  routers: Array<{ routerId: string; applied: number; seenAt: string; live: boolean }>;
+}
+
+export const routeChangedSignal = defineSignal<[RouteEntry]>('routeChanged');
+export const deploymentChangedSignal = defineSignal<[DeploymentEntry]>('deploymentChanged');
+/** Read the replicas' route memos from visibility again and take them for every replica (reconciliation's repair). */
+export const resyncRoutesSignal = defineSignal<[{ reason: string }]>('resyncRoutes');
+/** A router's long poll: the table once it is newer than `after`, or after at most about five minutes. */
+export const watchRoutesUpdate = defineUpdate<RouteTable, [WatchRoutesRequest]>('watchRoutes');
+/** Resolves once every live router has installed a table in which the replica is routable (or, with routed: false, is not). */
+export const awaitRoutedUpdate = defineUpdate<AwaitRoutedResult, [AwaitRoutedRequest]>('awaitRouted');
+export const routesQuery = defineQuery<RoutesView>('routes');
