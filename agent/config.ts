@@ -67,7 +67,8 @@ export const AgentFlags = z
     labels: Labels.default({}),
     managedGpus: GpuList.optional(),
     portRange: PortRange.default({ from: DEFAULT_PORTS.enginesFrom, to: DEFAULT_PORTS.enginesFrom + 999 }),
-    presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(300).default(10),
+    /** Unset: 300 s where the server keeps worker heartbeats (they detect a dead agent), else 10 s (agent/presence.ts). */
+    presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(600).optional(),
     lostGraceSeconds: z.coerce.number().int().min(1).default(60),
     maxTemperatureC: z.coerce.number().default(85),
     /** The `ray` program (Ray launcher profiles): a path, or a name on PATH. */
@@ -80,7 +81,7 @@ export const AgentFlags = z
     rayWorkerPorts: PortRange.default({ from: DEFAULT_PORTS.rayWorkersFrom, to: DEFAULT_PORTS.enginesFrom - 1 }),
     /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
     reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
-    reconcileEverySeconds: z.coerce.number().int().min(0).default(180),
+    reconcileEverySeconds: z.coerce.number().int().min(0).default(3600),
     /** Tests: the node workflow hands over (continue-as-new) after this many history events. */
     nodeContinueAsNewAfterEvents: z.coerce.number().int().min(10).optional(),
     /**

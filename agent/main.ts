@@ -13,7 +13,7 @@ import {
   QUICK_RECONNECT_CHANNEL_ARGS,
   temporalConfig,
 } from '../temporal/connection.js';
-import { agentStoppingSignal, registerSignal } from '../workflows/definitions.js';
+import { agentStoppingSignal, registerSignal, runningShardsSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import type { AgentSettings } from '../common/node-types.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
@@ -21,6 +21,8 @@ import { discoverHost, interfaceOf } from './host.js';
 import { createAgentActivities } from './activities.js';
 import { createTransitionNotifier } from './notifier.js';
 import { createDrainer } from './drain.js';
+import { presenceHeartbeatFor, SHORT_PRESENCE_SECONDS } from './presence.js';
+import { createShardReporter, runningShardIds, type ShardReporter } from './shard-report.js';
 import { startAdminServer } from './admin/server.js';
 import { createSupervisor } from './supervisor/supervisor.js';
 import { createRayWait } from './ray-wait.js';
@@ -57,6 +59,9 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     log(`LLMGW_TEST_CRASH_AT=${where}: killing this agent with SIGKILL`);
     process.kill(process.pid, 'SIGKILL');
   };
+  // Told of every transition; created once Temporal is configured (below).
+  // eslint-disable-next-line prefer-const -- assigned once Temporal is configured; transitions may fire before
+  let shardReporter: ShardReporter | undefined;
   const supervisor = createSupervisor({
     ...(crashAt === 'before-spawn' ? { beforeSpawn: crash(crashAt) } : {}),
     ...(crashAt === 'after-spawn' ? { afterSpawn: crash(crashAt) } : {}),
@@ -72,7 +77,10 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
-    onTransition: (status) => notifier.send(status),
+    onTransition: (status) => {
+      notifier.send(status);
+      shardReporter?.changed();
+    },
     log,
     passEnv: config.passEnv,
     maxLogBytes: config.maxLogSize,
@@ -106,9 +114,19 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
   metrics.observe(hostReports.view());
 
   const { connectionOptions, namespace } = temporalConfig();
+  shardReporter = createShardReporter({
+    list: () => supervisor.list(),
+    send: async (shardIds) => {
+      await client?.workflow
+        .getHandle(nodeWorkflowId(config.nodeId))
+        .signal(runningShardsSignal, { shardIds, at: new Date().toISOString() });
+    },
+    log: (line) => log(line, 'warn'),
+  });
   const nodeInput = {
     nodeId: config.nodeId,
-    presenceHeartbeatSeconds: config.presenceHeartbeatSeconds,
+    // Decided once Temporal answers (presenceHeartbeatFor): long where worker heartbeats watch us.
+    presenceHeartbeatSeconds: config.presenceHeartbeatSeconds ?? SHORT_PRESENCE_SECONDS,
     lostGraceSeconds: config.lostGraceSeconds,
     reconcileDryRun: config.reconcile === 'dry-run',
     reconcileEverySeconds: config.reconcileEverySeconds,
@@ -130,6 +148,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
       signal: registerSignal,
       signalArgs: [report, settings],
     });
+    shardReporter?.registered(runningShardIds(report.runningShards));
     log(`registered with ${nodeWorkflowId(config.nodeId)} (${report.runningShards.length} shards)`);
   };
   const registerSoon = (): void => {
@@ -155,6 +174,11 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
       await new Promise((r) => setTimeout(r, Math.min(10_000, 1_000 * attempt)));
     }
   }
+
+  nodeInput.presenceHeartbeatSeconds = await presenceHeartbeatFor(config.presenceHeartbeatSeconds, client!);
+  log(
+    `presence heartbeat ${nodeInput.presenceHeartbeatSeconds} s${config.presenceHeartbeatSeconds === undefined ? ' (worker heartbeats watch this agent; see workers/liveness.ts)' : ''}`,
+  );
 
   // If the node workflow is gone (Temporal lost its data) no presence activity comes:
   // the watchdog below registers again, which starts it anew.
@@ -189,7 +213,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
 
   registerSoon();
   const watchdog = setInterval(() => {
-    if (Date.now() - lastPresence > config.presenceHeartbeatSeconds * 2000) {
+    if (Date.now() - lastPresence > nodeInput.presenceHeartbeatSeconds * 2000) {
       lastPresence = Date.now();
       registerSoon();
     }
@@ -222,6 +246,7 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
     await worker.run();
   } finally {
     drainer.close();
+    shardReporter?.close();
     notifier.close();
     supervisor.close();
     await admin.close();

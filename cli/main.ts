@@ -126,7 +126,10 @@ program
   .option('--labels <k=v,...>', 'node labels (fabric=ib-a, pool=...)')
   .option('--managed-gpus <list>', 'GPU indices this agent may hand out, e.g. 0,1,2,3 (default: all)')
   .option('--port-range <from-to>', 'engine HTTP ports', '18000-18999')
-  .option('--presence-heartbeat-seconds <s>', 'heartbeat timeout of the presence activity', '10')
+  .option(
+    '--presence-heartbeat-seconds <s>',
+    'heartbeat timeout of the presence activity (default: 300 where Temporal keeps worker heartbeats, which then detect a dead agent; else 10)',
+  )
   .option('--lost-grace-seconds <s>', 'NotReady for this long → Lost (GPUs released, replicas re-placed)', '60')
   .option('--ray-command <path>', 'the ray program, for profiles with launcher ray', 'ray')
   .option(
@@ -135,7 +138,11 @@ program
     `${DEFAULT_PORTS.rayWorkersFrom}-${DEFAULT_PORTS.enginesFrom - 1}`,
   )
   .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
-  .option('--reconcile-every-seconds <s>', "how often the node's reconcile Schedule runs (0: only on registration)", '180')
+  .option(
+    '--reconcile-every-seconds <s>',
+    "how often the node's reconcile Schedule sweeps (0: never); changes are reconciled when the agent reports them",
+    '3600',
+  )
   .option(
     '--foreign-gpu-processes <report|kill>',
     'compute processes on managed GPUs that this agent did not start: report them and withhold their GPUs, or kill them (never in dry-run)',

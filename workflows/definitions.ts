@@ -21,6 +21,8 @@ export const registerSignal = defineSignal<[Register, AgentSettings?]>('register
 export const agentSilentSignal = defineSignal<[{ seconds: number }]>('agentSilent');
 /** The agent's worker heartbeats came back after an agentSilent. */
 export const agentHeardSignal = defineSignal<[Record<string, never>]>('agentHeard');
+/** The shards the agent runs, sent when that set changes (agent/shard-report.ts). */
+export const runningShardsSignal = defineSignal<[{ shardIds: string[]; at: string }]>('runningShards');
 /** The agent is shutting down on purpose: NotReady now rather than after a heartbeat timeout. */
 export const agentStoppingSignal = defineSignal<[{ reason: string }]>('agentStopping');
 export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');

@@ -35,6 +35,8 @@ export interface NodeState {
   settings?: AgentSettings;
   /** The settings the reconcile Schedule was last made to match (JSON), if any. */
   scheduleSettings?: string;
+  /** NotReady because the control worker stopped hearing the agent's worker heartbeats. */
+  silent?: boolean;
   /**
    * Shards released recently. An agent's report can be taken just before a stop
    * finishes; without this, that report would hand the released GPUs back to a

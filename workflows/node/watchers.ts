@@ -24,6 +24,8 @@ import { freeGpus, type NodeState } from './state.js';
 
 export interface NodeRun {
   state: NodeState;
+  /** The shard ids the agent last reported running (agent/shard-report.ts), sorted. */
+  reported?: string[];
   registerSeq: number;
   /** This run continued from another (its state is carried, not fresh). */
   continued: boolean;
@@ -66,7 +68,7 @@ export function addNodeActions(run: NodeRun): void {
 }
 
 export function startWatchers(run: NodeRun): Promise<unknown> {
-  return Promise.all([watchPresence(run), watchLost(run), runReconciles(run), wakeWaiters(run)]);
+  return Promise.all([watchPresence(run), watchLost(run), runReconciles(run), wakeWaiters(run), watchReports(run)]);
 }
 
 async function watchPresence(run: NodeRun): Promise<void> {
@@ -155,6 +157,32 @@ async function runReconciles(run: NodeRun): Promise<void> {
       if (isCancellation(error)) throw error;
       log.warn(`reconcile after registration failed: ${String(error)}`, { nodeId: state.nodeId });
     }
+  }
+}
+
+/** The agent's report and the node's allocations disagree for longer than this: reconcile. */
+const SETTLE = '30 seconds';
+
+/**
+ * Reconciliation driven by change: when what the agent runs differs from what the node holds,
+ * and still does after a moment (a start or a stop in flight settles by itself), reconcile.
+ * The same disagreement is reconciled once; a steady node costs nothing.
+ */
+async function watchReports(run: NodeRun): Promise<void> {
+  const held = (): string => [...new Set(run.state.allocations.map((a) => a.shardId))].sort().join(',');
+  const differs = (): boolean => run.reported !== undefined && run.reported.join(',') !== held();
+  let lastTriggered = '';
+  for (;;) {
+    await condition(() => differs() && `${run.reported!.join(',')}|${held()}` !== lastTriggered);
+    const settled = await condition(() => !differs(), SETTLE);
+    if (settled) continue;
+    lastTriggered = `${run.reported!.join(',')}|${held()}`;
+    log.info('the agent runs other shards than the node holds: reconciling', {
+      nodeId: run.state.nodeId,
+      reported: run.reported,
+      held: held(),
+    });
+    run.reconcileWanted = true;
   }
 }
 

@@ -17,7 +17,10 @@ import {
 import { SA } from '../../common/search-attributes.js';
 import type { AgentSettings } from '../../common/node-types.js';
 import {
+  agentHeardSignal,
+  agentSilentSignal,
   agentStoppingSignal,
+  runningShardsSignal,
   claimUpdate,
   cordonUpdate,
   describeNodeQuery,
@@ -65,7 +68,7 @@ export function settingsFrom(input: Partial<AgentSettings>): AgentSettings {
   return {
     presenceHeartbeatSeconds: input.presenceHeartbeatSeconds ?? 10,
     lostGraceSeconds: input.lostGraceSeconds ?? 60,
-    reconcileEverySeconds: input.reconcileEverySeconds ?? 180,
+    reconcileEverySeconds: input.reconcileEverySeconds ?? 3600,
     reconcileDryRun: input.reconcileDryRun ?? false,
   };
 }
@@ -116,13 +119,32 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     const wasReady = state.phase === 'Ready';
     for (const note of applyRegister(state, register, now())) log.info(note, { nodeId: state.nodeId });
     if (settings) state.settings = { ...settings };
+    state.silent = false;
+    run.reported = undefined;
     run.registerSeq++;
     run.reconcileWanted = true;
     run.wakeWanted = true;
     run.publish();
     if (!wasReady) run.tellReplicas?.();
   });
+  setHandler(runningShardsSignal, ({ shardIds }) => void (run.reported = [...shardIds].sort()));
   setHandler(agentStoppingSignal, ({ reason }) => run.markNotReady?.(`the agent is stopping: ${reason}`));
+  // The control worker watches the agent's worker heartbeats (workers/liveness.ts).
+  setHandler(agentSilentSignal, ({ seconds }) => {
+    if (state.phase !== 'Ready') return;
+    run.markNotReady?.(`the agent has sent no heartbeat for ${seconds} s (its process or host is down, or it lost Temporal)`);
+    state.silent = true;
+  });
+  setHandler(agentHeardSignal, () => {
+    if (!state.silent) return;
+    state.silent = false;
+    if (state.phase !== 'NotReady') return;
+    state.phase = 'Ready';
+    state.reason = 'the agent is heard again';
+    state.notReadySince = undefined;
+    run.publish();
+    run.tellReplicas?.();
+  });
   setHandler(
     reserveUpdate,
     (request) => {
