@@ -125,12 +125,12 @@ export function createPlacementActivities(client: Client, options: { log?: (line
     }
     if (request.nodes > 1) return placeGang(client, request, candidates, reserveOn, placement);
     const reasons: string[] = [];
-    for (const candidate of candidates.slice(0, MAX_RESERVES)) {
+    for (const candidate of await refreshTop(client, request, candidates)) {
       const result = await reserveOn(candidate.nodeId, request, 0);
       if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
       reasons.push(result.reason);
     }
-    return { ok: false, reason: summariseReasons(reasons), retryInMs: 1_000 };
+    return { ok: false, reason: summariseReasons(reasons) || 'the capacity index was a moment stale: looking again', retryInMs: 1_000 };
   };
 
   return {
@@ -182,6 +182,38 @@ async function readCapacityIndex(client: Client, request: PlaceRequest): Promise
     });
   }
   return index;
+}
+
+/** How many of the best candidates are asked (a query each, no event) for their exact state. */
+const REFRESHED = 6;
+
+/**
+ * The index lags a reservation by a moment, and replicas of one deployment are placed at the
+ * same moment: the best few candidates are asked what they hold right now (a query, which
+ * records nothing), so that a replica placed a moment ago already counts for spreading and
+ * packing. Returns the ones to try, best first.
+ */
+async function refreshTop(client: Client, request: PlaceRequest, candidates: IndexedNode[]): Promise<IndexedNode[]> {
+  const top = candidates.slice(0, REFRESHED);
+  const fresh = await Promise.all(
+    top.map(async (candidate) => {
+      const view = await client.workflow
+        .getHandle(nodeWorkflowId(candidate.nodeId))
+        .query(describeNodeQuery)
+        .catch(() => undefined);
+      if (!view) return candidate;
+      const siblings = new Set(
+        view.allocations
+          .filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId)
+          .map((a) => a.replicaId),
+      ).size;
+      return { ...candidate, free: view.freeGpus.length, siblings };
+    }),
+  );
+  return rankCandidates(
+    fresh.filter((c) => c.free >= request.gpusPerNode),
+    request,
+  ).slice(0, MAX_RESERVES);
 }
 
 /** Candidates best first: the hinted node, then spread, then pack, then a rotation by sequence number. */

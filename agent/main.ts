@@ -21,7 +21,7 @@ import { discoverHost, interfaceOf } from './host.js';
 import { createAgentActivities } from './activities.js';
 import { createTransitionNotifier } from './notifier.js';
 import { createDrainer } from './drain.js';
-import { presenceHeartbeatFor, SHORT_PRESENCE_SECONDS } from './presence.js';
+import { presenceHeartbeatFor, SHORT_PRESENCE_SECONDS, watchNodeWorkflow } from './presence.js';
 import { createShardReporter, runningShardIds, type ShardReporter } from './shard-report.js';
 import { startAdminServer } from './admin/server.js';
 import { createSupervisor } from './supervisor/supervisor.js';
@@ -218,10 +218,14 @@ export async function runAgent(flags: Record<string, unknown>): Promise<void> {
       registerSoon();
     }
   }, 1_000);
+  // With a slow presence, a node workflow that is gone (Temporal lost its data, or someone
+  // ended it) would be noticed late: look at it directly, a read that costs no event.
+  const nodeWatch = watchNodeWorkflow(() => client, nodeWorkflowId(config.nodeId), registerSoon);
 
   const stop = (signal: string): void => {
     log(`${signal}: shutting down (engines keep running; a restarted agent adopts them)`);
     clearInterval(watchdog);
+    nodeWatch.stop();
     clearInterval(gauges);
     // Say so, so the node is NotReady now rather than after a heartbeat timeout.
     void client?.workflow

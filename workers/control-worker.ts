@@ -11,7 +11,7 @@ import { createControlMetrics, watchDeployments } from './metrics.js';
 import { createControlActivities } from '../activities/index.js';
 import { createCatalogSource } from '../catalog/watch.js';
 import { watchCatalogForDeployments } from './catalog-notifier.js';
-import { ensureRoutesWorkflow } from './ensure-routes.js';
+import { keepRoutesWorkflow } from './ensure-routes.js';
 import { watchAgentLiveness } from './liveness.js';
 import { bundleWithBuildId, describeDeployment, setCurrentVersion, versionName } from './versioning.js';
 
@@ -106,7 +106,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   const running = worker.run();
   const stopWatchingCatalog = watchCatalogForDeployments(client, catalog, log);
   const stopWatchingAgents = watchAgentLiveness(client, log);
-  void ensureRoutesWorkflow(client, log);
+  const stopKeepingRoutes = keepRoutesWorkflow(client, log);
   const current = await describeDeployment(client, version.deploymentName).catch(() => undefined);
   if (options.makeCurrent || !current?.current) {
     await setCurrentVersion(client, version);
@@ -122,6 +122,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   } finally {
     stopWatchingCatalog();
     stopWatchingAgents();
+    stopKeepingRoutes();
     await connection.close();
     await client.connection.close();
   }

@@ -76,6 +76,8 @@ export const DYNAMIC_CONFIG: Record<string, unknown> = {
   // seconds without billing an activity heartbeat (workers/liveness.ts).
   'frontend.WorkerHeartbeatsEnabled': true,
   'frontend.ListWorkersEnabled': true,
+  // Every router keeps one long-poll Update open on the routes workflow (docs/routing.md).
+  'history.maxInFlightUpdates': 200,
   'frontend.workerVersioningWorkflowAPIs': true,
   // Everything else keeps the server's defaults, as a self-hosted cluster would have them.
   // Unlike start-dev (100), the visibility API (List/Count, which placement, the router

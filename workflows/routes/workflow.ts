@@ -7,6 +7,7 @@ import {
   allHandlersFinished,
   condition,
   log,
+  patched,
   proxyActivities,
   setCurrentDetails,
   setHandler,
@@ -44,6 +45,10 @@ import {
   type RoutesState,
 } from './state.js';
 
+/** How long a wait gives routers to pick up a change before the silent ones are presumed gone. */
+const ROUTER_ACK_TIMEOUT_MS = 10_000;
+const ROUTER_ACK_PATCH = 'routes-ack-timeout';
+
 export interface RoutesInput {
   /** State carried over continue-as-new; honoured only in a run continued from one of ours. */
   carried?: RoutesState;
@@ -65,10 +70,15 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
 
   const publish = (): void => setCurrentDetails(routesDetails(state, Date.now()));
 
+  /** When the table last changed: a live router calls again within moments of every change. */
+  let changedAt = Date.now();
   setHandler(routeChangedSignal, (raw) => {
     const parsed = RouteEntrySchema.safeParse(raw);
     if (!parsed.success) return log.warn('routeChanged ignored: not a route entry', { issues: parsed.error.issues.slice(0, 3) });
-    if (applyRoute(state, parsed.data)) publish();
+    if (applyRoute(state, parsed.data)) {
+      changedAt = Date.now();
+      publish();
+    }
   });
   setHandler(deploymentChangedSignal, (raw) => {
     const parsed = DeploymentEntrySchema.safeParse(raw);
@@ -109,7 +119,18 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
         wanted === false ? droppedEverywhere(state, replicaId, Date.now()) : routedEverywhere(state, replicaId, Date.now());
       waiting++;
       try {
-        await condition(() => closing || done());
+        // A router that has not called since the last change within a few seconds is gone (a
+        // live one calls again at once): it is not waited for; if alive, its next call brings it back.
+        // Runs recorded before this timer existed replay without it.
+        const acked = patched(ROUTER_ACK_PATCH)
+          ? await condition(() => closing || done(), ROUTER_ACK_TIMEOUT_MS)
+          : await condition(() => closing || done()).then(() => true);
+        if (!acked) {
+          const gone = state.routers.filter((r) => r.seenAt < changedAt).map((r) => r.routerId);
+          if (gone.length) log.warn(`routers ${gone.join(', ')} did not call after the last change: no longer waited for`);
+          state.routers = state.routers.filter((r) => r.seenAt >= changedAt);
+          await condition(() => closing || done());
+        }
       } finally {
         waiting--;
       }
