@@ -13,7 +13,7 @@ import { createCatalogSource } from '../catalog/watch.js';
 import { watchCatalogForDeployments } from './catalog-notifier.js';
 import { keepRoutesWorkflow } from './ensure-routes.js';
 import { watchAgentLiveness } from './liveness.js';
-import { bundleWithBuildId, describeDeployment, setCurrentVersion, versionName } from './versioning.js';
+import { bundleWithBuildId, describeDeployment, keepCurrentWhenNone, setCurrentVersion, versionName } from './versioning.js';
 
 export interface ControlWorkerOptions {
   catalogFile: string;
@@ -116,6 +116,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
       `${versionName(version)} is not Current (${current.current} is): it serves only workflows pinned to it; run \`llmgw upgrade\` to move to it`,
     );
   }
+  const stopKeepingCurrent = keepCurrentWhenNone(client, version, log);
   log(`serving task queue ${CONTROL_TASK_QUEUE} as ${versionName(version)} (catalog ${options.catalogFile})`);
   try {
     await running;
@@ -123,6 +124,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
     stopWatchingCatalog();
     stopWatchingAgents();
     stopKeepingRoutes();
+    stopKeepingCurrent();
     await connection.close();
     await client.connection.close();
   }

@@ -159,3 +159,30 @@ function drainageText(status: unknown): string {
       return '';
   }
 }
+
+/** How often a worker looks that its deployment still has a Current version. */
+const CURRENT_CHECK_MS = 15_000;
+
+/**
+ * A server that lost its data (or a namespace that was recreated) knows no Current version, and
+ * then routes new workflows to no worker at all: whenever the deployment has none, this build
+ * becomes it, as at a first install. A deployment with another Current version is left alone
+ * (that is `llmgw upgrade`'s to change). Returns a stop.
+ */
+export function keepCurrentWhenNone(client: Client, version: BuildVersion, log: (line: string) => void): () => void {
+  let checking = false;
+  const timer = setInterval(() => {
+    if (checking) return;
+    checking = true;
+    describeDeployment(client, version.deploymentName)
+      .then(async (described) => {
+        if (described?.current) return;
+        await setCurrentVersion(client, version);
+        log(`${versionName(version)} is now the Current version (the deployment had none: a new or emptied server)`);
+      })
+      .catch(() => undefined)
+      .finally(() => (checking = false));
+  }, CURRENT_CHECK_MS);
+  timer.unref();
+  return () => clearInterval(timer);
+}

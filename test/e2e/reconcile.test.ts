@@ -182,8 +182,8 @@ beforeAll(async () => {
     join(dir, 'racex8.yaml'),
     readFileSync(join(INVENTORIES, 'lifex8.yaml'), 'utf8').replace(/^gpuClass: LIFE$/m, 'gpuClass: RACE'),
   );
-  const worker = spawnLlmgw(['worker', '--catalog', catalogFile], env);
-  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
+  workerProc = spawnLlmgw(['worker', '--catalog', catalogFile], env);
+  await workerProc.waitForOutput(/serving task queue llmgw/, 90_000);
   for (const nodeId of nodeIds) await startAgent(nodeId, join(INVENTORIES, 'lifex8.yaml'));
   const routerPort = await findFreePort();
   routerProc = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
@@ -197,6 +197,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
+let workerProc: LlmgwProcess;
 const first = uniqueId('rec-one');
 const second = uniqueId('rec-two');
 
@@ -245,7 +246,12 @@ describe('reconciliation', () => {
       },
       60_000,
       250,
-    );
+    ).catch((error: unknown) => {
+      // Say where it stuck: what each agent and the worker printed since the server came back.
+      for (const [nodeId, agent] of agents) console.log(`--- agent ${nodeId}\n${agent.proc.output().slice(-2500)}`);
+      console.log(`--- worker\n${workerProc.output().slice(-4000)}`);
+      throw error;
+    });
     const recoverySeconds = (Date.now() - back) / 1000;
     console.log(`rebuilt from the agents' reports ${recoverySeconds.toFixed(1)} s after the empty server came back`);
     expect(recoverySeconds).toBeLessThanOrEqual(30);
@@ -407,8 +413,14 @@ describe('reconciliation', () => {
     const view = await deploy('life', name, 1, 'one-gpu');
     const shard = view.replicas[0]!.shards[0]!;
     await withClient((client) => client.workflow.getHandle(`replica/${name}/1`).terminate('test: an operator ended the wrong workflow'));
-    // Until a reconcile, the deployment cannot know: the replica never said goodbye.
-    expect((await status(name)).replicas[0]!.phase).toBe('Ready');
+    // The deployment hears of it at once (its child closed) and replaces it; the engine, which
+    // nobody stopped, is reconciliation's to stop.
+    await eventually(
+      'the deployment marks it Failed',
+      async () => ((await status(name)).replicas.find((r) => r.seq === 1)?.phase === 'Failed' ? true : undefined),
+      20_000,
+    );
+    expect(enginesOf([shard.nodeId]).some((e) => e.env.LLMGW_SHARD_ID === shard.shardId)).toBe(true);
 
     const id = uniqueId(`reconcile/${shard.nodeId}/terminated`);
     const result: ReconcileResult = await withClient((client) =>
@@ -440,7 +452,7 @@ describe('reconciliation', () => {
     const old = replaced.replicas.find((r) => r.seq === 1)!;
     console.log(`terminated replica: ${old.phase} (${old.reason}); replacement ${replaced.replicas.find((r) => r.seq === 2)!.endpoint}`);
     expect(old.phase).toBe('Failed');
-    expect(old.reason).toMatch(/its workflow closed while shard .* still ran on .*; reconciliation stopped it/);
+    expect(old.reason).toMatch(/terminated|its workflow closed while shard .* still ran on .*; reconciliation stopped it/);
     await expect(routed(name)).resolves.toBe(true);
     await undeploy(name);
   });
