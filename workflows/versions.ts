@@ -4,3 +4,6 @@
 
 /** The release that introduced Worker Versioning, bounded histories and the capacity index. */
 export const VERSIONED_RELEASE = 'llmgw-versioned-1';
+
+/** A replica re-placing away from an agent it thinks gone first tries once, quickly, to stop what runs there. */
+export const QUICK_STOP_ON_AGENT_GONE = 'replica-quick-stop-on-agent-gone';

@@ -19,15 +19,16 @@ export function control(summary: string): ControlActivities {
 
 export function agent(
   nodeId: string,
-  options: { summary: string; startToCloseSeconds?: number; heartbeatSeconds?: number },
+  options: { summary: string; startToCloseSeconds?: number; heartbeatSeconds?: number; quick?: boolean },
 ): AgentActivities {
   return proxyActivities<AgentActivities>({
     taskQueue: agentTaskQueue(nodeId),
     // No agent polling its queue → fail fast and place elsewhere rather than wait for ever.
-    scheduleToStartTimeout: '20 seconds',
+    // A quick call (an agent already thought gone) gets one short try.
+    scheduleToStartTimeout: options.quick ? '5 seconds' : '20 seconds',
     startToCloseTimeout: `${options.startToCloseSeconds ?? 120} seconds`,
     heartbeatTimeout: options.heartbeatSeconds ? `${options.heartbeatSeconds} seconds` : undefined,
-    retry: { maximumAttempts: 3, initialInterval: '1 second', nonRetryableErrorTypes: NON_RETRYABLE_AGENT_FAILURES },
+    retry: { maximumAttempts: options.quick ? 1 : 3, initialInterval: '1 second', nonRetryableErrorTypes: NON_RETRYABLE_AGENT_FAILURES },
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     summary: options.summary,
   });

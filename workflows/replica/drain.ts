@@ -15,15 +15,21 @@ import type { ReplicaRun } from './run.js';
 const STOP_RETRY_MS = 30_000;
 
 /** Stops the given shards (worker ranks first); returns the ids whose stop the agent did not confirm. */
-export async function stopShards(run: ReplicaRun, reason: string, shards: ShardPlacement[]): Promise<string[]> {
+export async function stopShards(
+  run: ReplicaRun,
+  reason: string,
+  shards: ShardPlacement[],
+  options: { quick?: boolean } = {},
+): Promise<string[]> {
   const unconfirmed: string[] = [];
   // Worker ranks first, the leader last: the leader's exit would only make the others fail.
   for (const shard of [...shards].sort((a, b) => b.rank - a.rank)) {
     try {
       await agent(shard.nodeId, {
         summary: `stopShard rank ${shard.rank} on ${shard.nodeId}`,
-        startToCloseSeconds: 90,
+        startToCloseSeconds: options.quick ? 30 : 90,
         heartbeatSeconds: 20,
+        quick: options.quick,
       }).stopShard(create(StopShardSchema, { shardId: shard.shardId, replicaId: run.replicaId, graceSeconds: 10, reason }));
     } catch (error) {
       log.warn(`stopShard ${shard.shardId} failed: ${String(error)}`);

@@ -9,8 +9,8 @@ import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
 import { capacityChangedSignal, nodeStatusSignal, replicaStatusQuery, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { replicaV0 } from '../legacy/replica-v0.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
-import { VERSIONED_RELEASE } from '../versions.js';
-import { drain, stopAndRelease, stopShards } from './drain.js';
+import { QUICK_STOP_ON_AGENT_GONE, VERSIONED_RELEASE } from '../versions.js';
+import { drain, releaseShards, stopAndRelease, stopShards } from './drain.js';
 import { describeReplicaInputIssues, ReplicaInputSchema } from './input.js';
 import { place } from './place.js';
 import { createPublisher, type ReplicaEvent, type ReplicaRun } from './run.js';
@@ -138,7 +138,17 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     // Re-placing: the old GPUs go back once their engines are confirmed stopped. An agent
     // that is gone cannot confirm; its node releases them when it turns Lost.
     const agentGone = outcome.kind === 'replace' && outcome.agentGone;
-    if (agentGone) state.shards = state.shards.filter((s) => s.nodeId !== failedNode);
+    if (agentGone) {
+      // It may only have been slow: one quick try to stop what runs there. If the agent is really
+      // gone, its shards keep their GPUs until the node turns Lost, and the engines are stopped by
+      // reconciliation when it returns.
+      const there = state.shards.filter((s) => s.nodeId === failedNode);
+      if (patched(QUICK_STOP_ON_AGENT_GONE)) {
+        const unconfirmed = await stopShards(run, `re-placing: ${outcome.reason}`, there, { quick: true });
+        await releaseShards(there.filter((s) => !unconfirmed.includes(s.shardId)));
+      }
+      state.shards = state.shards.filter((s) => s.nodeId !== failedNode);
+    }
     await stopAndRelease(run, `re-placing: ${outcome.reason}`, 'Placing');
     state.shards = [];
     if (failedNode && !state.avoidNodes.includes(failedNode)) state.avoidNodes.push(failedNode);
