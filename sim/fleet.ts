@@ -26,6 +26,7 @@ interface SimHost {
   agent?: AgentHost;
   cable?: Cable;
   connection?: NativeConnection;
+  released?: Promise<void>;
 }
 
 export async function runSimFleet(flags: Record<string, unknown>): Promise<void> {
@@ -47,6 +48,7 @@ export async function runSimFleet(flags: Record<string, unknown>): Promise<void>
   const start = async (host: SimHost): Promise<void> => {
     if (host.state === 'up' || host.state === 'starting') return;
     host.state = 'starting';
+    host.released = undefined;
     const cable = await openCable(address);
     host.cable = cable;
     try {
@@ -137,15 +139,21 @@ export async function runSimFleet(flags: Record<string, unknown>): Promise<void>
   process.exit();
 }
 
-/** After a stop or a death: the host's worker ends, then its connection and cable are let go. */
-async function release(host: SimHost, say: (line: string, level?: 'warn') => void): Promise<void> {
-  try {
-    await Promise.race([host.agent?.done, new Promise((_, reject) => setTimeout(() => reject(new Error('timed out')), 60_000))]);
-    await host.connection?.close();
-  } catch (error) {
-    say(`${host.nodeId}: could not release its worker: ${error instanceof Error ? error.message : String(error)}`, 'warn');
-  }
-  host.cable?.cut();
+/** After a stop or a death: the host's worker ends, then its connection and cable are let go (once). */
+/** After a stop or a death: the host's worker ends, then its connection and cable are let go (once per life). */
+function release(host: SimHost, say: (line: string, level?: 'warn') => void): Promise<void> {
+  // What this life of the host holds: a later start gives the host new ones.
+  const { agent, connection, cable } = host;
+  host.released ??= (async () => {
+    try {
+      await Promise.race([agent?.done, new Promise((_, reject) => setTimeout(() => reject(new Error('timed out')), 60_000))]);
+      await connection?.close();
+    } catch (error) {
+      say(`${host.nodeId}: could not release its worker: ${error instanceof Error ? error.message : String(error)}`, 'warn');
+    }
+    cable?.cut();
+  })();
+  return host.released;
 }
 
 function throughCable(options: ReturnType<typeof temporalConfig>['connectionOptions'], address: string, cable: Cable) {

@@ -17,6 +17,8 @@ export interface ServerPorts {
   matchingMembership: number;
   worker: number;
   workerMembership: number;
+  /** Prometheus /metrics (the `action` counter is what Temporal Cloud bills). */
+  metrics: number;
 }
 
 /** Free ports for every service; the frontend's is given. */
@@ -34,6 +36,7 @@ export async function chooseServerPorts(ip: string, frontend: number): Promise<S
     matchingMembership: matchingMembership!,
     worker: await findFreePort(ip),
     workerMembership: workerMembership!,
+    metrics: await findFreePort(ip),
   };
 }
 
@@ -73,6 +76,9 @@ export const DYNAMIC_CONFIG: Record<string, unknown> = {
   // Worker Deployments and Worker Versioning (versioning v3): `temporal worker deployment …`.
   'system.enableDeploymentVersions': true,
   'frontend.workerVersioningWorkflowAPIs': true,
+  // Worker heartbeats and ListWorkers: agents' presence is their workers' heartbeats.
+  'frontend.WorkerHeartbeatsEnabled': true,
+  'frontend.ListWorkersEnabled': true,
   // Everything else keeps the server's defaults, as a self-hosted cluster would have them.
   // Unlike start-dev (100), the visibility API (List/Count, which placement, the router
   // and `llmgw nodes` use) is limited to 10 requests per second per frontend by default.
@@ -137,7 +143,10 @@ export function writeServerConfig(input: ServerConfigInput): { configDir: string
         'postgres-visibility': datastore(target, visibilityDatabase(target), 10),
       },
     },
-    global: { membership: { maxJoinDuration: '30s', broadcastAddress: ip } },
+    global: {
+      membership: { maxJoinDuration: '30s', broadcastAddress: ip },
+      metrics: { prometheus: { framework: 'tally', timerType: 'histogram', listenAddress: `${ip}:${ports.metrics}` } },
+    },
     services: {
       frontend: service(ports.frontend, ports.frontendMembership, ports.frontendHttp),
       history: service(ports.history, ports.historyMembership),
