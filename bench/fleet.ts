@@ -20,7 +20,7 @@ import {
   rssMb,
   serverActions,
 } from './fleet-measure.js';
-import { startFleetStack, type FleetStack } from './stack.js';
+import { startFleetStack, stopEverythingStarted, type FleetStack } from './stack.js';
 
 const Options = z.object({
   hosts: z.coerce.number().int().min(2).default(200),
@@ -134,6 +134,10 @@ async function main(): Promise<void> {
   say(
     `${options.hosts} hosts, ${options.replicas} replicas in ${plan.length} deployments (${plan.map((d) => `${d.name}×${d.replicas}`).join(', ')})`,
   );
+  // Ctrl-C (or a timeout's SIGTERM) while the stack starts: undo what was started, and go.
+  const early = (): void => void stopEverythingStarted().finally(() => process.exit(1));
+  process.once('SIGINT', early);
+  process.once('SIGTERM', early);
   const stack = await startFleetStack({
     temporal: options.temporal,
     workers: options.workers,
@@ -155,7 +159,9 @@ async function main(): Promise<void> {
   const figures: Record<string, number | string> = { hosts: options.hosts, replicas: options.replicas };
   for (const key of keys.split(' ')) figures[key] = 'n/a';
   let failure: unknown;
-  // Ctrl-C (or a timeout's SIGTERM) still tears the stack down and prints what was measured.
+  // From here Ctrl-C (or a timeout's SIGTERM) tears the stack down and prints what was measured.
+  process.off('SIGINT', early);
+  process.off('SIGTERM', early);
   const interrupted = new Promise<never>((_, reject) => {
     for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => reject(new Error(`interrupted (${signal})`)));
   });

@@ -32,10 +32,27 @@ export interface BenchTemporal {
   stop(): Promise<void>;
 }
 
+/** Everything any stack started, so that an interrupted start can still be undone. */
+const started = { groups: new Set<number>(), servers: new Set<BenchTemporal>() };
+
+/** SIGKILL to every process group a stack started and a stop of its Temporal (for Ctrl-C before a stack is whole). */
+export async function stopEverythingStarted(): Promise<void> {
+  for (const pid of started.groups) signalGroup(pid, 'SIGKILL');
+  started.groups.clear();
+  await Promise.all([...started.servers].map((server) => server.stop().catch(() => undefined)));
+  started.servers.clear();
+}
+
 /** Worker heartbeats and ListWorkers: agents' presence may be their workers' heartbeats. */
 const DYNAMIC_CONFIG = { 'frontend.WorkerHeartbeatsEnabled': true, 'frontend.ListWorkersEnabled': true };
 
 export async function startTemporal(kind: TemporalKind): Promise<BenchTemporal> {
+  const temporal = await startTemporalServer(kind);
+  started.servers.add(temporal);
+  return temporal;
+}
+
+async function startTemporalServer(kind: TemporalKind): Promise<BenchTemporal> {
   if (kind === 'postgres') {
     const server = await startPostgresTemporal({
       port: 0,
@@ -88,6 +105,7 @@ function spawnPart(children: ChildProcess[], args: string[], env: Record<string,
     detached: true,
   });
   children.push(child);
+  if (child.pid) started.groups.add(child.pid);
   return new Promise((resolve, reject) => {
     let text = '';
     const onData = (chunk: Buffer): void => {
@@ -194,6 +212,7 @@ export async function startFleetStack(options: { temporal: TemporalKind; workers
   });
   closeSync(fd);
   children.push(fleet);
+  if (fleet.pid) started.groups.add(fleet.pid);
   const socket = join(stateDir, 'control.sock');
   const control = (line: string): Promise<Record<string, unknown>> => controlRequest(socket, line, 120_000);
   let enginesPid = 0;
@@ -201,6 +220,7 @@ export async function startFleetStack(options: { temporal: TemporalKind; workers
     const status = await control('status').catch(() => undefined);
     const hosts = (status?.hosts ?? []) as { state: string }[];
     if (status) enginesPid = Number(status.enginesPid);
+    if (enginesPid > 0) started.groups.add(enginesPid);
     if (hosts.length > 0 && hosts.every((h) => h.state === 'up' || h.state === 'failed')) break;
     if (fleet.exitCode !== null || Date.now() > deadline) throw new Error(`sim-fleet did not bring its hosts up (log ${logFile})`);
     await new Promise((r) => setTimeout(r, 1_000));
