@@ -1,22 +1,138 @@
-// The local stack the benchmarks run against: an in-memory dev server, the control worker,
-// simulated agents (one process each) and, when asked, a router; all ended together.
+// The local stacks the benchmarks run against, all ended together: Temporal (an in-memory
+// dev server, or the pinned server on PostgreSQL), control workers, and either simulated
+// agents (one process each, with a router when asked: startStack) or a simulated fleet in
+// one process (startFleetStack).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { startDevServer, type DevServer } from '../temporal/dev-server.js';
+import { startDevServer } from '../temporal/dev-server.js';
+import { startPostgresTemporal } from '../temporal/postgres/server.js';
 import { findFreePort } from '../common/ports.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
 import { signalGroup } from '../agent/supervisor/proc.js';
 import { killMarkedEngines } from '../agent/supervisor/markers.js';
 import { ensureCatalogKeyFile } from '../common/catalog-key.js';
+import { controlRequest } from '../sim/control.js';
 
 export const BIN = join(__dirname, '../../bin/llmgw.js');
 export const BENCH_CATALOG = join(__dirname, '../../bench/catalog.yaml');
+const BENCH_DIR = resolve('.llmgw/bench');
+
+export type TemporalKind = 'dev' | 'postgres';
+
+export interface BenchTemporal {
+  address: string;
+  namespace: string;
+  /** The server's Prometheus metrics (its `action` counter is what Temporal Cloud bills). */
+  metricsUrl: string;
+  /** For the report: which server, on what. */
+  what: string;
+  stop(): Promise<void>;
+}
+
+/** Everything any stack started, so that an interrupted start can still be undone. */
+const started = { groups: new Set<number>(), servers: new Set<BenchTemporal>() };
+
+/** SIGKILL to every process group a stack started and a stop of its Temporal (for Ctrl-C before a stack is whole). */
+export async function stopEverythingStarted(): Promise<void> {
+  for (const pid of started.groups) signalGroup(pid, 'SIGKILL');
+  started.groups.clear();
+  await Promise.all([...started.servers].map((server) => server.stop().catch(() => undefined)));
+  started.servers.clear();
+}
+
+/** Worker heartbeats and ListWorkers: agents' presence may be their workers' heartbeats. */
+const DYNAMIC_CONFIG = { 'frontend.WorkerHeartbeatsEnabled': true, 'frontend.ListWorkersEnabled': true };
+
+export async function startTemporal(kind: TemporalKind): Promise<BenchTemporal> {
+  const temporal = await startTemporalServer(kind);
+  started.servers.add(temporal);
+  return temporal;
+}
+
+async function startTemporalServer(kind: TemporalKind): Promise<BenchTemporal> {
+  if (kind === 'postgres') {
+    const server = await startPostgresTemporal({
+      port: 0,
+      stateDir: join(BENCH_DIR, 'postgres'),
+      dynamicConfig: { ...DYNAMIC_CONFIG, 'frontend.namespaceRPS.visibility': 100 },
+      log: (line) => console.error(line),
+    });
+    return {
+      address: server.address,
+      namespace: server.namespace,
+      metricsUrl: server.metricsUrl,
+      what: `Temporal 1.29.1 on PostgreSQL (${server.postgres})`,
+      stop: () => server.stop({ purge: true }),
+    };
+  }
+  const port = await findFreePort();
+  const server = await startDevServer({
+    port,
+    headless: true,
+    inMemory: true,
+    logFile: join(BENCH_DIR, `temporal-${port}.log`),
+    dynamicConfig: DYNAMIC_CONFIG,
+  });
+  return {
+    address: server.address,
+    namespace: 'default',
+    metricsUrl: server.metricsUrl,
+    what: 'dev server in memory',
+    stop: () => server.stop(),
+  };
+}
+
+/** The environment every llmgw process of a stack gets: Temporal, and one catalog key, as in production. */
+function stackEnv(temporal: BenchTemporal): Record<string, string> {
+  const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-key-')), 'catalog.key');
+  ensureCatalogKeyFile(keyFile);
+  return {
+    TEMPORAL_ADDRESS: temporal.address,
+    TEMPORAL_NAMESPACE: temporal.namespace,
+    LLMGW_CATALOG_KEY_FILE: keyFile,
+    LLMGW_METRICS_ADDR: 'off',
+  };
+}
+
+/** Starts one llmgw process and resolves once it printed `ready`. */
+function spawnPart(children: ChildProcess[], args: string[], env: Record<string, string>, ready: RegExp): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  children.push(child);
+  if (child.pid) started.groups.add(child.pid);
+  return new Promise((resolve, reject) => {
+    let text = '';
+    const onData = (chunk: Buffer): void => {
+      // Only the tail is kept: a long-lived part must not fill the benchmark's memory.
+      text = (text + chunk.toString()).slice(-4000);
+      if (ready.test(text)) resolve(child);
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`llmgw ${args[0]} exited (${code}): ${text.slice(-500)}`)));
+  });
+}
+
+function connectClient(temporal: BenchTemporal): Promise<{ client: Client; connection: Connection }> {
+  return Connection.connect({ address: temporal.address }).then((connection) => ({
+    connection,
+    client: new Client({ connection, namespace: temporal.namespace, dataConverter: llmgwDataConverter() }),
+  }));
+}
+
+function startWorkers(children: ChildProcess[], count: number, env: Record<string, string>): Promise<ChildProcess[]> {
+  return Promise.all(
+    Array.from({ length: count }, () => spawnPart(children, ['worker', '--catalog', BENCH_CATALOG], env, /serving task queue llmgw/)),
+  );
+}
 
 export interface Stack {
-  server: DevServer;
   env: Record<string, string>;
   client: Client;
   nodeIds: string[];
@@ -26,57 +142,19 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
-/** Starts one llmgw process and resolves once it printed `ready`. */
-function spawnPart(children: ChildProcess[], args: string[], env: Record<string, string>, ready: RegExp): Promise<void> {
-  const child = spawn(process.execPath, [BIN, ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true,
-  });
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    let text = '';
-    const onData = (chunk: Buffer): void => {
-      text += chunk.toString();
-      if (ready.test(text)) resolve();
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`llmgw ${args[0]} exited (${code}): ${text.slice(-500)}`)));
-  });
-}
-
 export async function startStack(options: { hosts: number; router?: boolean }): Promise<Stack> {
-  const port = await findFreePort();
-  const server = await startDevServer({ port, headless: true, inMemory: true, logFile: `.llmgw/bench/temporal-${port}.log` });
-  // The worker signs revisions with this key and the agents verify them, as in production.
-  const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-key-')), 'catalog.key');
-  ensureCatalogKeyFile(keyFile);
-  const env = { TEMPORAL_ADDRESS: server.address, LLMGW_CATALOG_KEY_FILE: keyFile, LLMGW_METRICS_ADDR: 'off' };
+  const temporal = await startTemporal('dev');
+  const env = stackEnv(temporal);
   const children: ChildProcess[] = [];
   const nodeIds = Array.from({ length: options.hosts }, (_, i) => `bench-${i}`);
-  await spawnPart(children, ['worker', '--catalog', BENCH_CATALOG], env, /serving task queue llmgw/);
+  await startWorkers(children, 1, env);
   await Promise.all(
-    nodeIds.map((nodeId, i) =>
-      spawnPart(
-        children,
-        [
-          'agent',
-          '--node-id',
-          nodeId,
-          '--gpus',
-          'builtin:h100x8',
-          '--state-dir',
-          mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
-          '--admin-addr',
-          '127.0.0.1:0',
-          '--port-range',
-          `${41000 + i * 100}-${41000 + i * 100 + 99}`,
-        ],
-        env,
-        /registered with node\//,
-      ),
-    ),
+    nodeIds.map((nodeId, i) => {
+      const range = `${41000 + i * 100}-${41000 + i * 100 + 99}`;
+      const stateDir = mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
+      const args = ['agent', '--node-id', nodeId, '--gpus', 'builtin:h100x8', '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0'];
+      return spawnPart(children, [...args, '--port-range', range], env, /registered with node\//);
+    }),
   );
   let routerUrl: string | undefined;
   if (options.router) {
@@ -84,10 +162,8 @@ export async function startStack(options: { hosts: number; router?: boolean }): 
     await spawnPart(children, ['router', '--port', String(routerPort), '--host', '127.0.0.1'], env, /listening|router/);
     routerUrl = `http://127.0.0.1:${routerPort}`;
   }
-  const connection = await Connection.connect({ address: server.address });
-  const client = new Client({ connection, dataConverter: llmgwDataConverter() });
+  const { client, connection } = await connectClient(temporal);
   return {
-    server,
     env,
     client,
     nodeIds,
@@ -102,7 +178,68 @@ export async function startStack(options: { hosts: number; router?: boolean }): 
       await new Promise((r) => setTimeout(r, 3_000));
       killMarkedEngines(nodeIds);
       for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGKILL');
-      await server.stop();
+      await temporal.stop();
+    },
+  };
+}
+
+export interface FleetStack {
+  temporal: BenchTemporal;
+  client: Client;
+  workers: ChildProcess[];
+  /** The sim-fleet process and its engine host. */
+  fleetPid: number;
+  enginesPid: number;
+  logFile: string;
+  control(line: string): Promise<Record<string, unknown>>;
+  stop(): Promise<void>;
+}
+
+/** Temporal, `workers` control workers, and `llmgw sim-fleet` with its hosts all up. */
+export async function startFleetStack(options: { temporal: TemporalKind; workers: number; fleetArgs: string[] }): Promise<FleetStack> {
+  const temporal = await startTemporal(options.temporal);
+  const env = stackEnv(temporal);
+  const children: ChildProcess[] = [];
+  const workers = await startWorkers(children, options.workers, env);
+  const stateDir = mkdtempSync(join(tmpdir(), 'llmgw-bench-fleet-'));
+  mkdirSync(BENCH_DIR, { recursive: true });
+  const logFile = join(BENCH_DIR, `sim-fleet-${Date.now().toString(36)}.log`);
+  const fd = openSync(logFile, 'a');
+  const fleet = spawn(process.execPath, [BIN, 'sim-fleet', '--state-dir', stateDir, ...options.fleetArgs], {
+    env: { ...process.env, ...env, LLMGW_LOG_LEVEL: 'warn' },
+    stdio: ['ignore', fd, fd],
+    detached: true,
+  });
+  closeSync(fd);
+  children.push(fleet);
+  if (fleet.pid) started.groups.add(fleet.pid);
+  const socket = join(stateDir, 'control.sock');
+  const control = (line: string): Promise<Record<string, unknown>> => controlRequest(socket, line, 120_000);
+  let enginesPid = 0;
+  for (const deadline = Date.now() + 600_000; ;) {
+    const status = await control('status').catch(() => undefined);
+    const hosts = (status?.hosts ?? []) as { state: string }[];
+    if (status) enginesPid = Number(status.enginesPid);
+    if (enginesPid > 0) started.groups.add(enginesPid);
+    if (hosts.length > 0 && hosts.every((h) => h.state === 'up' || h.state === 'failed')) break;
+    if (fleet.exitCode !== null || Date.now() > deadline) throw new Error(`sim-fleet did not bring its hosts up (log ${logFile})`);
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+  const { client, connection } = await connectClient(temporal);
+  return {
+    temporal,
+    client,
+    workers,
+    fleetPid: fleet.pid!,
+    enginesPid,
+    logFile,
+    control,
+    async stop() {
+      await connection.close();
+      for (const child of children) if (child.pid && child.exitCode === null) signalGroup(child.pid, 'SIGKILL');
+      // The engine host outlives sim-fleet by design; it is ended last, like a power cut.
+      if (enginesPid > 0) signalGroup(enginesPid, 'SIGKILL');
+      await temporal.stop();
     },
   };
 }

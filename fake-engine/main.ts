@@ -24,6 +24,10 @@ export interface FakeEngineProcess {
   exit(code: number): void;
   env: NodeJS.ProcessEnv;
   onSignal(signal: 'SIGTERM' | 'SIGINT', handler: () => void): void;
+  /** The pid the engine reports (a virtual engine's is not the process's). */
+  pid?: number;
+  /** Called once the engine serves: an in-process host (sim/) must be able to cut it off. */
+  onEngine?(engine: FakeEngine): void;
 }
 
 export const nodeProcess: FakeEngineProcess = {
@@ -50,7 +54,7 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
     return proc.exit(FakeEngineExit.cannotStart);
   }
 
-  proc.stdout(`fake-engine: pid ${process.pid} CUDA_VISIBLE_DEVICES=${proc.env.CUDA_VISIBLE_DEVICES ?? '(unset)'}`);
+  proc.stdout(`fake-engine: pid ${proc.pid ?? process.pid} CUDA_VISIBLE_DEVICES=${proc.env.CUDA_VISIBLE_DEVICES ?? '(unset)'}`);
   if (opts.failStart) {
     proc.stderr(`fake-engine: failed to load model ${opts.model} (--fail-start)`);
     return proc.exit(FakeEngineExit.cannotStart);
@@ -75,6 +79,7 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
     proc.stderr(`fake-engine: cannot start: ${(err as Error).message}`);
     return proc.exit(FakeEngineExit.cannotStart);
   }
+  proc.onEngine?.(engine);
 
   let crashTimer: NodeJS.Timeout | undefined;
   if (opts.crashAfterS !== undefined) {

@@ -24,6 +24,8 @@ export interface DevServerOptions {
   temporalBin?: string;
   /** How long to wait for the frontend. */
   readyTimeoutMs?: number;
+  /** Dynamic config values on top of llmgw's (KEY → JSON value). */
+  dynamicConfig?: Record<string, string | number | boolean>;
 }
 
 export interface DevServer {
@@ -32,6 +34,8 @@ export interface DevServer {
   pid: number;
   dbFile: string | undefined;
   logFile: string;
+  /** The server's Prometheus metrics (the `action` counter is what Temporal Cloud bills). */
+  metricsUrl: string;
   /** Resolves when the server process has exited. */
   exited: Promise<number | null>;
   stop(): Promise<void>;
@@ -59,7 +63,8 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   const args = ['server', 'start-dev', '--ip', ip, '--port', String(port), '--log-level', 'warn', ...devServerSearchAttributeFlags()];
   // Every port start-dev opens is chosen here, so that several servers (tests, clones)
   // can share a machine without colliding on the defaults.
-  args.push('--http-port', String(await findFreePort(ip)), '--metrics-port', String(await findFreePort(ip)));
+  const metricsPort = await findFreePort(ip);
+  args.push('--http-port', String(await findFreePort(ip)), '--metrics-port', String(metricsPort));
   let uiUrl: string | undefined;
   if (options.headless) {
     args.push('--headless');
@@ -80,6 +85,8 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
     '--dynamic-config-value',
     'frontend.ListWorkersEnabled=true',
   );
+  for (const [key, value] of Object.entries(options.dynamicConfig ?? {}))
+    args.push('--dynamic-config-value', `${key}=${JSON.stringify(value)}`);
 
   const logFd = openSync(logFile, 'a');
   let child: ChildProcess;
@@ -114,6 +121,7 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
     pid,
     dbFile,
     logFile,
+    metricsUrl: `http://${ip === '0.0.0.0' ? '127.0.0.1' : ip}:${metricsPort}/metrics`,
     exited,
     async stop() {
       if (hasExited) return;

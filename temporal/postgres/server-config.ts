@@ -17,6 +17,8 @@ export interface ServerPorts {
   matchingMembership: number;
   worker: number;
   workerMembership: number;
+  /** Prometheus /metrics (the `action` counter is what Temporal Cloud bills). */
+  metrics: number;
 }
 
 /** Free ports for every service; the frontend's is given. */
@@ -34,6 +36,7 @@ export async function chooseServerPorts(ip: string, frontend: number): Promise<S
     matchingMembership: matchingMembership!,
     worker: await findFreePort(ip),
     workerMembership: workerMembership!,
+    metrics: await findFreePort(ip),
   };
 }
 
@@ -143,7 +146,10 @@ export function writeServerConfig(input: ServerConfigInput): { configDir: string
         'postgres-visibility': datastore(target, visibilityDatabase(target), 10),
       },
     },
-    global: { membership: { maxJoinDuration: '30s', broadcastAddress: ip } },
+    global: {
+      membership: { maxJoinDuration: '30s', broadcastAddress: ip },
+      metrics: { prometheus: { framework: 'tally', timerType: 'histogram', listenAddress: `${ip}:${ports.metrics}` } },
+    },
     services: {
       frontend: service(ports.frontend, ports.frontendMembership, ports.frontendHttp),
       history: service(ports.history, ports.historyMembership),

@@ -48,6 +48,8 @@ export interface PostgresTemporal {
   postgres: string;
   /** host:port of the PostgreSQL server. */
   postgresAddress: string;
+  /** The server's Prometheus metrics. */
+  metricsUrl: string;
   /** Resolves when the server process has exited. */
   exited: Promise<number | null>;
   /** Stops the server (and llmgw's PostgreSQL if this start started it); `purge` also deletes what llmgw created. */
@@ -134,6 +136,7 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
   let state: PostgresTemporalState;
   let pid: number | undefined;
   let exited: Promise<number | null>;
+  let metricsUrl: string;
   try {
     state = stateFor(previous, target, rawUrl, { address: `${ip}:${port}`, namespace, numHistoryShards: options.numHistoryShards });
     const created = await ensureSchemas(binaries.sqlTool, target, log);
@@ -141,6 +144,7 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
     writeState(stateDir, state);
 
     const ports = await chooseServerPorts(ip, port);
+    metricsUrl = `http://${ip}:${ports.metrics}/metrics`;
     const { env } = writeServerConfig({
       root,
       target,
@@ -207,6 +211,7 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
     logFile,
     postgres: target.source,
     postgresAddress: `${target.host}:${target.port}`,
+    metricsUrl,
     exited,
     stop,
   };

@@ -1,0 +1,294 @@
+// npm run bench:fleet — does the control plane hold a fleet? A simulated fleet in one
+// process (default 200 hosts of 8×H100: 1,600 GPUs), two control workers, 400 replicas of
+// TP1/TP2/TP4/TP8 over several deployments; then the steady state's cost over a window, one
+// host killed, and a rack of 20 killed at once. Prints one table and, last, the `fleet:` line.
+// Figures, never asserts: a missed goal is printed with the rest.
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import type { Client } from '@temporalio/client';
+import { describeNodeQuery } from '../workflows/definitions.js';
+import type { NodeView } from '../common/node-types.js';
+import { newTable } from '../cli/commands/table.js';
+import { gpusHeldTwice } from '../sim/double-held.js';
+import {
+  actionsBetween,
+  countOf,
+  eventsInWindow,
+  percentile,
+  placementLatencies,
+  reserveRejections,
+  rssMb,
+  serverActions,
+} from './fleet-measure.js';
+import { startFleetStack, stopEverythingStarted, type FleetStack } from './stack.js';
+
+const Options = z.object({
+  hosts: z.coerce.number().int().min(2).default(200),
+  replicas: z.coerce.number().int().min(1).default(400),
+  /** Share of the replicas per tensor-parallel size, in percent. */
+  mix: z
+    .string()
+    .regex(/^[1248]:\d+(,[1248]:\d+)*$/)
+    .default('1:40,2:30,4:20,8:10'),
+  perDeployment: z.coerce.number().int().min(1).default(60),
+  gpus: z.string().default('builtin:h100x8'),
+  workers: z.coerce.number().int().min(1).default(2),
+  temporal: z.enum(['dev', 'postgres']).default('dev'),
+  settle: z.coerce.number().min(0).default(30),
+  window: z.coerce.number().min(10).default(180),
+  rack: z.coerce.number().int().min(1).default(20),
+  lostGraceSeconds: z.coerce.number().int().min(1).default(60),
+  /** Bound of each phase (deploy, each kill's recovery), in seconds. */
+  timeout: z.coerce.number().min(10).default(600),
+});
+type Options = z.infer<typeof Options>;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const seconds = (ms: number): number => Math.round(ms / 100) / 10;
+const say = (line: string): void => void process.stderr.write(`bench:fleet ${new Date().toISOString().slice(11, 19)} ${line}\n`);
+type EngineRow = { nodeId: string; shardId: string; cudaVisibleDevices: string };
+const READY_REPLICAS = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwState = 'Ready'`;
+
+function deployments(options: Options): { name: string; model: string; replicas: number; tp: number }[] {
+  const shares = options.mix.split(',').map((pair) => pair.split(':').map(Number) as [number, number]);
+  const total = shares.reduce((sum, [, share]) => sum + share, 0);
+  let left = options.replicas;
+  const out: { name: string; model: string; replicas: number; tp: number }[] = [];
+  shares.forEach(([tp, share], i) => {
+    const count = i === shares.length - 1 ? left : Math.round((options.replicas * share) / total);
+    left -= count;
+    const parts = Math.ceil(count / options.perDeployment);
+    for (let j = 0; j < parts; j++) {
+      const replicas = Math.floor(count / parts) + (j < count % parts ? 1 : 0);
+      if (replicas > 0) out.push({ name: `fleet-tp${tp}-${j + 1}`, model: `fleet-tp${tp}`, replicas, tp });
+    }
+  });
+  return out;
+}
+
+async function until<T>(what: string, timeoutS: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + timeoutS * 1000;
+  for (;;) {
+    const value = await probe().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutS} s`);
+    await sleep(500);
+  }
+}
+
+/** Every node workflow's view, and every virtual engine. */
+async function snapshot(stack: FleetStack, hosts: string[]): Promise<{ nodes: NodeView[]; engines: EngineRow[] }> {
+  const nodes: NodeView[] = [];
+  for (const id of hosts) nodes.push(await stack.client.workflow.getHandle(`node/${id}`).query(describeNodeQuery));
+  return { nodes, engines: (await stack.control('engines')).engines as EngineRow[] };
+}
+
+/** Hosts by how many engines they run, busiest first. */
+function busiest(engines: EngineRow[]): string[] {
+  const counts = new Map<string, number>();
+  for (const row of engines) counts.set(row.nodeId, (counts.get(row.nodeId) ?? 0) + 1);
+  return [...counts].sort((a, b) => b[1] - a[1]).map(([id]) => id);
+}
+
+/** Kills hosts; resolves when every replica is Ready again and none is on them. */
+async function replacedAfterKill(stack: FleetStack, killed: string[], total: number, timeoutS: number): Promise<number> {
+  const began = Date.now();
+  await stack.control(`kill ${killed.join(' ')}`);
+  const onKilled = `${READY_REPLICAS} AND LlmgwNodes IN (${killed.map((id) => `'${id}'`).join(', ')})`;
+  await until(`replicas of ${killed.length} killed host(s) Ready elsewhere`, timeoutS, async () =>
+    (await countOf(stack.client, READY_REPLICAS)) >= total && (await countOf(stack.client, onKilled)) === 0 ? true : undefined,
+  );
+  return Date.now() - began;
+}
+
+/** True once visibility shows the node NotReady or Lost (no worker needs to answer). */
+async function nodeDown(client: Client, nodeId: string): Promise<boolean> {
+  const query = `WorkflowId = 'node/${nodeId}' AND ExecutionStatus = 'Running' AND LlmgwState IN ('NotReady', 'Lost')`;
+  return (await countOf(client, query)) > 0;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: Object.fromEntries(
+      [
+        'hosts',
+        'replicas',
+        'mix',
+        'per-deployment',
+        'gpus',
+        'workers',
+        'temporal',
+        'settle',
+        'window',
+        'rack',
+        'lost-grace-seconds',
+        'timeout',
+      ].map((name) => [name, { type: 'string' as const }]),
+    ),
+  });
+  const options = Options.parse(
+    Object.fromEntries(Object.entries(values).map(([k, v]) => [k.replace(/-(\w)/g, (_, c: string) => c.toUpperCase()), v])),
+  );
+  const plan = deployments(options);
+  const hostIds = Array.from({ length: options.hosts }, (_, i) => `fleet-${i}`);
+  say(
+    `${options.hosts} hosts, ${options.replicas} replicas in ${plan.length} deployments (${plan.map((d) => `${d.name}×${d.replicas}`).join(', ')})`,
+  );
+  // Ctrl-C (or a timeout's SIGTERM) while the stack starts: undo what was started, and go.
+  const early = (): void => void stopEverythingStarted().finally(() => process.exit(1));
+  process.once('SIGINT', early);
+  process.once('SIGTERM', early);
+  const stack = await startFleetStack({
+    temporal: options.temporal,
+    workers: options.workers,
+    fleetArgs: [
+      '--hosts',
+      String(options.hosts),
+      '--gpus',
+      options.gpus,
+      '--node-prefix',
+      'fleet-',
+      '--lost-grace-seconds',
+      String(options.lostGraceSeconds),
+    ],
+  });
+  const rows: [string, string, string][] = [];
+  const keys =
+    'ready_s placement_p50_ms placement_p99_ms reserve_rejections events_per_host_hour actions_per_host_hour events_per_ready_replica_hour dead_host_detect_s rack_loss_replaced_s worker_rss_mb fleet_rss_mb gpus_double_held';
+  // Every figure is printed, measured or not: a run that stopped early still says how far it got.
+  const figures: Record<string, number | string> = { hosts: options.hosts, replicas: options.replicas };
+  for (const key of keys.split(' ')) figures[key] = 'n/a';
+  let failure: unknown;
+  // From here Ctrl-C (or a timeout's SIGTERM) tears the stack down and prints what was measured.
+  process.off('SIGINT', early);
+  process.off('SIGTERM', early);
+  const interrupted = new Promise<never>((_, reject) => {
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => reject(new Error(`interrupted (${signal})`)));
+  });
+  let doubles = 0;
+  let seen: { nodes: NodeView[]; engines: EngineRow[] } = { nodes: [], engines: [] };
+  const checkDoubles = async (phase: string): Promise<void> => {
+    seen = await snapshot(stack, hostIds);
+    const problems = gpusHeldTwice(seen.nodes, seen.engines);
+    doubles += problems.length;
+    rows.push([`GPUs held twice (${phase})`, String(problems.length), '0']);
+    for (const p of problems.slice(0, 5)) say(`held twice: ${p}`);
+  };
+  const phases = async (): Promise<void> => {
+    say(`${stack.temporal.what}; ${options.workers} control worker(s); sim-fleet up (log ${stack.logFile})`);
+    await until('every node Ready', options.timeout, async () =>
+      (await countOf(stack.client, `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwState = 'Ready'`)) >= options.hosts
+        ? true
+        : undefined,
+    );
+
+    const began = Date.now();
+    await Promise.all(
+      plan.map((d) =>
+        stack.client.workflow.start('deployModel', {
+          workflowId: `deployment/${d.name}`,
+          taskQueue: 'llmgw',
+          args: [{ model: d.model, name: d.name, replicas: d.replicas }],
+        }),
+      ),
+    );
+    await until('every replica Ready', options.timeout, async () => {
+      const ready = await countOf(stack.client, READY_REPLICAS);
+      return ready >= options.replicas ? ready : undefined;
+    });
+    figures.ready_s = seconds(Date.now() - began);
+    rows.push(['deploy start → all Ready', `${figures.ready_s} s`, '≤ 120 s']);
+    rows.push(['  per replica', `${Math.round((Date.now() - began) / options.replicas)} ms`, 'flat with fleet size']);
+    await checkDoubles('deployed');
+    const latencies = await placementLatencies(stack.client);
+    figures.placement_p50_ms = percentile(latencies, 50);
+    figures.placement_p99_ms = percentile(latencies, 99);
+    rows.push([
+      'placeReplica p50 / p99',
+      `${figures.placement_p50_ms} / ${figures.placement_p99_ms} ms (${latencies.length} placements)`,
+      '',
+    ]);
+    const reserves = await reserveRejections(stack.client);
+    figures.reserve_rejections = reserves.rejected;
+    rows.push(['reserve Updates rejected', `${reserves.rejected} of ${reserves.reserves}`, '']);
+
+    say(`steady state: settling ${options.settle} s, then a ${options.window} s window`);
+    await sleep(options.settle * 1000);
+    const before = await serverActions(stack.temporal.metricsUrl, stack.temporal.namespace);
+    const from = Date.now();
+    await sleep(options.window * 1000);
+    const after = await serverActions(stack.temporal.metricsUrl, stack.temporal.namespace);
+    const to = Date.now();
+    const hours = (to - from) / 3_600_000;
+    const actions = actionsBetween(before, after);
+    const events = await eventsInWindow(stack.client, from, to);
+    const readyNow = await countOf(stack.client, READY_REPLICAS);
+    const sum = (m: Map<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
+    const perHostHour = (n: number): number => Math.round(n / options.hosts / hours);
+    figures.events_per_host_hour = perHostHour(sum(events));
+    figures.actions_per_host_hour = perHostHour(sum(actions));
+    figures.events_per_ready_replica_hour = Math.round((events.get('replica') ?? 0) / Math.max(1, readyNow) / hours);
+    const window = `${new Date(from).toISOString().slice(11, 19)}–${new Date(to).toISOString().slice(11, 19)} UTC`;
+    rows.push([`steady window`, `${seconds(to - from)} s (${window}), ${readyNow} Ready`, '']);
+    rows.push(['history events / host-hour', `${figures.events_per_host_hour}`, '']);
+    for (const [type, n] of [...events].sort((a, b) => b[1] - a[1])) rows.push([`  ${type}`, `${perHostHour(n)}`, '']);
+    rows.push(['billed actions / host-hour', `${figures.actions_per_host_hour}`, '≤ 120']);
+    for (const [type, n] of [...actions].sort((a, b) => b[1] - a[1]).slice(0, 8)) rows.push([`  ${type}`, `${perHostHour(n)}`, '']);
+    rows.push(['replica events / Ready replica-hour', `${figures.events_per_ready_replica_hour}`, '0']);
+    const workerRss = await Promise.all(stack.workers.map((w) => rssMb(w.pid!)));
+    figures.worker_rss_mb = Math.max(...workerRss);
+    figures.fleet_rss_mb = (await rssMb(stack.fleetPid)) + (await rssMb(stack.enginesPid));
+    rows.push(['control worker RSS', `${workerRss.join(' / ')} MiB`, '']);
+    rows.push(['sim-fleet + engine host RSS', `${await rssMb(stack.fleetPid)} + ${await rssMb(stack.enginesPid)} MiB`, '']);
+    await checkDoubles('steady');
+
+    const busy = busiest(seen.engines);
+    const victim = busy[0]!;
+    const killedAt = Date.now();
+    const replaced = replacedAfterKill(stack, [victim], options.replicas, options.timeout);
+    await until(`${victim} NotReady`, options.timeout, async () => ((await nodeDown(stack.client, victim)) ? true : undefined));
+    figures.dead_host_detect_s = seconds(Date.now() - killedAt);
+    rows.push([`one host killed (${victim}) → NotReady`, `${figures.dead_host_detect_s} s`, '≤ 30 s']);
+    rows.push(['  → its replicas Ready elsewhere', `${seconds(await replaced)} s`, '']);
+    await checkDoubles('host lost');
+
+    const rack = busy.filter((id) => id !== victim).slice(0, options.rack);
+    const needed = plan.reduce((sum, d) => sum + d.tp * d.replicas, 0);
+    const left = seen.nodes
+      .filter((n) => ![victim, ...rack].includes(n.nodeId))
+      .reduce((sum, n) => sum + (n.inventory?.gpus.length ?? 0), 0);
+    if (needed > left) {
+      rows.push([`${rack.length} hosts killed at once`, `not run: ${needed} GPUs needed, ${left} left`, '≤ 120 s']);
+    } else {
+      figures.rack_loss_replaced_s = seconds(await replacedAfterKill(stack, rack, options.replicas, options.timeout));
+      rows.push([`${rack.length} hosts killed at once → all Ready elsewhere`, `${figures.rack_loss_replaced_s} s`, '≤ 120 s']);
+      await checkDoubles('rack lost');
+    }
+  };
+  try {
+    await Promise.race([phases(), interrupted]);
+  } catch (error) {
+    failure = error;
+  } finally {
+    figures.gpus_double_held = doubles;
+    await stack.stop().catch((error: unknown) => say(`teardown: ${String(error)}`));
+  }
+  const table = newTable({ head: ['measure', 'figure', 'goal'] });
+  table.push(...rows);
+  console.log(
+    `bench:fleet — ${options.hosts} simulated hosts (${options.gpus}), ${options.workers} control worker(s), Temporal ${options.temporal}`,
+  );
+  console.log(table.toString());
+  if (failure) console.log(`stopped early: ${failure instanceof Error ? failure.message : String(failure)}`);
+  console.log(
+    `fleet: ${Object.entries(figures)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ')}`,
+  );
+  process.exit(failure ? 1 : 0);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
