@@ -152,6 +152,11 @@ export class WatchRouteSource implements RouteSource {
     return this.options.fallbackIntervalMs ?? 15_000;
   }
 
+  /** The client this source reads with (connected on demand): the autoscaler's Updates share its connection. */
+  temporalClient(): Promise<Client> {
+    return this.ensureClient();
+  }
+
   private async ensureClient(): Promise<Client> {
     if (this.client) return this.client;
     this.connecting ??= (this.options.connect ?? connectRoutesClient)(routesInterceptors(this.options.onCall)).finally(() => {
