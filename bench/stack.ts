@@ -46,7 +46,14 @@ function spawnPart(children: ChildProcess[], args: string[], env: Record<string,
   });
 }
 
-export async function startStack(options: { hosts: number; router?: boolean }): Promise<Stack> {
+export interface StackOptions {
+  hosts: number;
+  router?: boolean;
+  /** More `llmgw router` flags (bench:autoscale: the waiting line's limits). */
+  routerArgs?: string[];
+}
+
+export async function startStack(options: StackOptions): Promise<Stack> {
   const port = await findFreePort();
   const server = await startDevServer({ port, headless: true, inMemory: true, logFile: `.llmgw/bench/temporal-${port}.log` });
   // The worker signs revisions with this key and the agents verify them, as in production.
@@ -81,7 +88,12 @@ export async function startStack(options: { hosts: number; router?: boolean }): 
   let routerUrl: string | undefined;
   if (options.router) {
     const routerPort = await findFreePort();
-    await spawnPart(children, ['router', '--port', String(routerPort), '--host', '127.0.0.1'], env, /listening|router/);
+    await spawnPart(
+      children,
+      ['router', '--port', String(routerPort), '--host', '127.0.0.1', ...(options.routerArgs ?? [])],
+      env,
+      /listening on http/,
+    );
     routerUrl = `http://127.0.0.1:${routerPort}`;
   }
   const connection = await Connection.connect({ address: server.address });

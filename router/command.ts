@@ -51,6 +51,10 @@ export function addRouterCommand(program: Command): void {
       'an engine with this many requests waiting is saturated: with every replica saturated, requests wait at the router (off: never)',
       '8',
     )
+    .option(
+      '--router-id <id>',
+      'how the routes workflow knows this router (default HOST:PORT: a router restarted on its address takes over its entry)',
+    )
     .option('--autoscale <on|off>', 'scale autoscaled deployments on load and wake them from zero (off: leave that to other routers)', 'on')
     .action(async (opts: RouterFlags) => {
       const { runRouter } = await import('./main.js');

@@ -58,6 +58,8 @@ export interface RouterFlags {
   saturatedWaiting?: string | number;
   /** --autoscale on|off: this router scales deployments and wakes them (on by default). */
   autoscale?: string;
+  /** --router-id: how the routes workflow knows this router; default HOST:PORT, so a restart replaces itself. */
+  routerId?: string;
 }
 
 const Flags = z.object({
@@ -84,6 +86,7 @@ const Flags = z.object({
     .union([z.literal('off'), z.coerce.number().int().min(0)], { error: 'must be a whole number ≥ 0 or off' })
     .default(DEFAULT_QUEUE.saturatedWaiting ?? 'off'),
   autoscale: z.enum(['on', 'off']).default('on'),
+  routerId: z.string().min(1).optional(),
 });
 
 /** True for an address only this machine can reach. */
@@ -136,13 +139,17 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     );
   }
 
+  // A router is known to the routes workflow by its address: one restarted in its place takes
+  // over its entry, instead of leaving a silent one that every drain would wait for (the routes
+  // workflow counts a router live for ten minutes after its last call).
+  const routerId = f.routerId ?? (f.port === 0 ? `${hostname()}/${process.pid}` : `${hostname()}:${f.port}`);
   // Only one process per router talks to Temporal: the primary of a cluster, or the router itself.
   const temporalMetrics = new Registry();
   const countCall = temporalCallCounter(temporalMetrics);
   const routeSource = (sourceLog: (line: string) => void): RouteSource => {
     if (staticRoutes) return new StaticRouteSource(staticRoutes);
     if (f.routes === 'visibility') return new TemporalRouteSource({ log: sourceLog, onCall: countCall });
-    return new WatchRouteSource({ log: sourceLog, onCall: countCall });
+    return new WatchRouteSource({ log: sourceLog, onCall: countCall, routerId });
   };
 
   // Each process of a cluster holds its share of every deployment's line, as of every key limit.
@@ -160,7 +167,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
       control: client ? new TemporalDeploymentControl(client) : undefined,
       registry: temporalMetrics,
       reports: () => reports(),
-      routerId: `${hostname()}/${process.pid}`,
+      routerId,
       log,
     });
   };

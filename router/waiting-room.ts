@@ -148,6 +148,8 @@ export class WaitingRoom {
     held.timer.unref();
     held.res.once('close', () => this.gone(held));
     if (held.reason === 'no_replica') this.notify(model);
+    // Queued behind others while a replica may have room (since the last event): try now.
+    else this.drain(model);
   }
 
   /** Sends what can be sent now, for every model with requests waiting. */
