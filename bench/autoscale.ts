@@ -14,6 +14,8 @@ const SETTINGS = { min: 1, max: 4, target: 8, upAfterSeconds: 5, downAfterSecond
 const RAMP = [2, 8, 16, 32, 64, 64, 32, 16, 8, 2];
 const STAGE_S = 15;
 const MAX_TOKENS = 32;
+/** Flow control: an engine with this many waiting takes no more; beyond, requests wait at the router. */
+const SATURATED_WAITING = 4;
 
 const pct = (xs: number[], p: number): number => {
   if (xs.length === 0) return 0;
@@ -22,13 +24,13 @@ const pct = (xs: number[], p: number): number => {
 };
 
 async function main(): Promise<void> {
-  const stack = await startStack({ hosts: 1, router: true });
+  const stack = await startStack({ hosts: 1, router: true, routerArgs: ['--saturated-waiting', String(SATURATED_WAITING)] });
   const name = `autobench-${Date.now().toString(36)}`;
   const handle = stack.client.workflow.getHandle(`deployment/${name}`);
   try {
     console.log(
       `autoscale benchmark: fake engine (2 s load, 100 tokens/s, --max-concurrency 8) on one simulated 8×H100 host, ` +
-        `one router (flow control at 8 waiting per engine), ${MAX_TOKENS} tokens per request`,
+        `one router (flow control at ${SATURATED_WAITING} waiting per engine), ${MAX_TOKENS} tokens per request`,
     );
     console.log(`  settings: ${JSON.stringify(SETTINGS)}; clients ${RAMP.join(' → ')} (${STAGE_S} s each), then 2 until back at min`);
     await stack.client.workflow.start('deployModel', {
@@ -70,12 +72,14 @@ async function main(): Promise<void> {
     };
     const running: Array<Promise<void>> = [];
     const setClients = (n: number): void => {
-      for (let i = clients; i < n; i++) running.push(client(i));
+      const from = clients;
       clients = n;
+      for (let i = from; i < n; i++) running.push(client(i));
     };
 
     // The count as the deployment saw it, sampled; every change of desired is a decision.
     const t0 = Date.now();
+    const stages: Array<{ at: number; clients: number }> = [];
     const timeline: Array<{ at: number; desired: number; ready: number; reason: string }> = [];
     let sampling = true;
     const sampler = (async () => {
@@ -98,6 +102,7 @@ async function main(): Promise<void> {
     })();
 
     for (const [i, n] of RAMP.entries()) {
+      stages.push({ at: (Date.now() - t0) / 1000, clients: n });
       setClients(n);
       const v = await handle.query(deploymentStatusQuery);
       console.log(
@@ -139,8 +144,12 @@ async function main(): Promise<void> {
             l.startsWith('llmgw_autoscaler_decisions_total{') && l.includes(`direction="${direction}"`) && l.includes('result="accepted"'),
         )
         .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
-    const firstAboveTarget = RAMP.findIndex((n) => n > SETTINGS.target) * STAGE_S;
-    const atMax = timeline.find((p) => p.ready === SETTINGS.max);
+    // Each step up: from the load change that asked for it to the decision and to the replicas Ready.
+    const steps = ups.map((u) => {
+      const stage = [...stages].reverse().find((st) => st.at <= u.at) ?? { at: 0, clients: 0 };
+      const ready = timeline.find((p) => p.at >= u.at && p.ready >= u.to);
+      return `${stage.clients} clients at t=${stage.at.toFixed(0)} s → ${u.to} decided +${(u.at - stage.at).toFixed(1)} s, Ready +${ready ? (ready.at - stage.at).toFixed(1) : '∞'} s`;
+    });
     const queued = waits.filter((w) => w > 0);
     console.log(
       `  requests: ${ok} ok, ${failed} failed${failures.size ? ` (${[...failures].map(([k, n]) => `${k}: ${n}`).join(', ')})` : ''}; ` +
@@ -150,10 +159,7 @@ async function main(): Promise<void> {
       `  queue wait: p50 ${pct(waits, 50).toFixed(0)} ms, p99 ${pct(waits, 99).toFixed(0)} ms over all requests; ` +
         `p50 ${pct(queued, 50).toFixed(0)} ms, p99 ${pct(queued, 99).toFixed(0)} ms over those that waited`,
     );
-    console.log(
-      `  scale-up: load over one replica's target at t=${firstAboveTarget} s, ${SETTINGS.max} replicas Ready at ` +
-        `${atMax ? `t=${atMax.at.toFixed(1)} s (${(atMax.at - firstAboveTarget).toFixed(1)} s later)` : 'never'}`,
-    );
+    console.log(`  scale-up: ${steps.length ? steps.join('; ') : 'none'}`);
     console.log(
       `  decisions: ${changes.length} (${ups.length} up, ${downs.length} down; the router counted ${sent('up')} up, ${sent('down')} down accepted); at most ${within(ups, SETTINGS.upAfterSeconds)} up in any ` +
         `${SETTINGS.upAfterSeconds} s and ${within(downs, SETTINGS.downAfterSeconds)} down in any ${SETTINGS.downAfterSeconds} s; back at min ${timeline.at(-1)?.desired === SETTINGS.min ? 'yes' : 'no'}`,
