@@ -142,7 +142,14 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
-export async function startStack(options: { hosts: number; router?: boolean }): Promise<Stack> {
+export interface StackOptions {
+  hosts: number;
+  router?: boolean;
+  /** More `llmgw router` flags (bench:autoscale: the waiting line's limits). */
+  routerArgs?: string[];
+}
+
+export async function startStack(options: StackOptions): Promise<Stack> {
   const temporal = await startTemporal('dev');
   const env = stackEnv(temporal);
   const children: ChildProcess[] = [];
@@ -159,7 +166,12 @@ export async function startStack(options: { hosts: number; router?: boolean }): 
   let routerUrl: string | undefined;
   if (options.router) {
     const routerPort = await findFreePort();
-    await spawnPart(children, ['router', '--port', String(routerPort), '--host', '127.0.0.1'], env, /listening|router/);
+    await spawnPart(
+      children,
+      ['router', '--port', String(routerPort), '--host', '127.0.0.1', ...(options.routerArgs ?? [])],
+      env,
+      /listening on http/,
+    );
     routerUrl = `http://127.0.0.1:${routerPort}`;
   }
   const { client, connection } = await connectClient(temporal);

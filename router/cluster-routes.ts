@@ -35,7 +35,11 @@ export interface RouteBroadcaster {
 }
 
 /** In the primary: reads `source` and keeps every worker's table in step with it. */
-export async function broadcastRoutes(source: RouteSource, log: (line: string) => void): Promise<RouteBroadcaster> {
+export async function broadcastRoutes(
+  source: RouteSource,
+  log: (line: string) => void,
+  onTable?: (snapshot: RouteSnapshot) => void,
+): Promise<RouteBroadcaster> {
   let seq = 0;
   let last: RoutesMessage | undefined;
   const acked = new Map<Worker, number>();
@@ -65,6 +69,7 @@ export async function broadcastRoutes(source: RouteSource, log: (line: string) =
     log,
     apply: async (snapshot) => {
       lastSnapshot = snapshot;
+      onTable?.(snapshot);
       const n = ++seq;
       send({ type: ROUTES, seq: n, source: source.description, snapshot });
       const deadline = Date.now() + ACK_WAIT_MS;

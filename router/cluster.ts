@@ -5,7 +5,9 @@
 // aggregates /metrics. Router side.
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry, type Registry } from 'prom-client';
+import type { Autoscaler } from './autoscaler.js';
 import { broadcastRoutes, type RouteBroadcaster } from './cluster-routes.js';
+import { isHoldMessage, isLoadMessage, REPORT_STALE_MS, type LoadReport } from './load-report.js';
 import type { RouteSource } from './routes.js';
 
 const METRICS_REQUEST = 'llmgw-router:metrics?';
@@ -27,6 +29,8 @@ function isMetricsResponse(m: unknown): m is MetricsResponse {
 export interface RouterCluster {
   port: number;
   pids(): number[];
+  /** Every live worker's latest load report (the autoscaler's input). */
+  reports(): LoadReport[];
   /** SIGTERM to every worker (each finishes its in-flight requests), resolved when all have exited. */
   close(): Promise<void>;
 }
@@ -40,6 +44,8 @@ export interface ClusterOptions {
   routes?: RouteSource;
   /** The primary's own metrics (its Temporal calls), added to what /metrics answers on any worker. */
   registry?: Registry;
+  /** The primary's autoscaler: it hears every table, and the workers' held requests. */
+  autoscaler?: Autoscaler;
 }
 
 export async function startRouterCluster(
@@ -52,10 +58,22 @@ export async function startRouterCluster(
   let stopping = false;
   const startedAt = new Map<Worker, number>();
   // The first table is read before any worker starts, so that each starts with it.
-  const broadcaster: RouteBroadcaster | undefined = options.routes ? await broadcastRoutes(options.routes, log) : undefined;
+  const autoscaler = options.autoscaler;
+  const broadcaster: RouteBroadcaster | undefined = options.routes
+    ? await broadcastRoutes(options.routes, log, autoscaler ? (snapshot) => autoscaler.setTable(snapshot) : undefined)
+    : undefined;
   const own = options.registry;
+  const reports = new Map<number, { report: LoadReport; at: number }>();
 
   cluster.on('message', (worker, message: unknown) => {
+    if (isLoadMessage(message)) {
+      reports.set(worker.id, { report: message.report, at: Date.now() });
+      return;
+    }
+    if (isHoldMessage(message)) {
+      autoscaler?.hold(message.model);
+      return;
+    }
     if (!isMetricsRequest(message)) return;
     Promise.all([aggregator.clusterMetrics(), own ? own.metrics() : Promise.resolve('')]).then(
       ([workersText, ownText]) =>
@@ -89,6 +107,7 @@ export async function startRouterCluster(
     cluster.on('exit', (worker, code, signal) => {
       const lived = Date.now() - (startedAt.get(worker) ?? 0);
       startedAt.delete(worker);
+      reports.delete(worker.id);
       if (stopping) return;
       if (listening < workers || lived < CRASH_LOOP_MS) {
         stopping = true;
@@ -106,11 +125,13 @@ export async function startRouterCluster(
   return {
     port,
     pids: () => live().flatMap((w) => (w.process.pid === undefined ? [] : [w.process.pid])),
+    reports: () => [...reports.values()].filter((r) => Date.now() - r.at < REPORT_STALE_MS).map((r) => r.report),
     close: async () => {
       stopping = true;
       const exits = live().map((w) => new Promise<void>((resolve) => (w.isDead() ? resolve() : w.once('exit', () => resolve()))));
       for (const w of live()) w.process.kill('SIGTERM');
       await Promise.all(exits);
+      autoscaler?.stop();
       await broadcaster?.stop();
     },
   };

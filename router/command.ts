@@ -39,7 +39,23 @@ export function addRouterCommand(program: Command): void {
     )
     .option('--body-limit <bytes>', 'largest request body', String(8 * 1024 * 1024))
     .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')
-    .option('--workers <n>', 'router processes sharing the port (each enforces 1/N of every key limit)', '1')
+    .option('--workers <n>', 'router processes sharing the port (each enforces 1/N of every key limit and queue size)', '1')
+    .option(
+      '--queue-size <n>',
+      'requests held per deployment while it has no replica (scaled to zero, starting) or every replica is saturated; beyond: 429',
+      '1000',
+    )
+    .option('--queue-timeout <seconds>', 'how long a held request may wait for a replica before it is answered 503', '300')
+    .option(
+      '--saturated-waiting <n|off>',
+      'an engine with this many requests waiting is saturated: with every replica saturated, requests wait at the router (off: never)',
+      '8',
+    )
+    .option(
+      '--router-id <id>',
+      'how the routes workflow knows this router (default HOST:PORT: a router restarted on its address takes over its entry)',
+    )
+    .option('--autoscale <on|off>', 'scale autoscaled deployments on load and wake them from zero (off: leave that to other routers)', 'on')
     .action(async (opts: RouterFlags) => {
       const { runRouter } = await import('./main.js');
       await runRouter(opts);

@@ -15,9 +15,11 @@ import { Exchange, type ExchangeResponse, type ProxySettings } from './proxy.js'
 import { KeyGate } from './limits.js';
 import { readBody, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
 import { RouteRefresher, type SourceStatus } from './refresher.js';
-import type { RouteSource } from './routes.js';
+import type { RouteSnapshot, RouteSource } from './routes.js';
 import { DEFAULT_SCRAPER, Scraper } from './scraper.js';
 import { DEFAULT_UPSTREAM } from './upstream.js';
+import { reportOf, type LoadReport } from './load-report.js';
+import { DEFAULT_QUEUE, WaitingRoom, type QueueSettings } from './waiting-room.js';
 
 export interface RouterOptions {
   source: RouteSource;
@@ -47,6 +49,12 @@ export interface RouterOptions {
   metricsText?: () => Promise<string>;
   /** More metrics for /metrics beside the router's own (its route source's Temporal calls). */
   extraMetrics?: Registry;
+  /** The waiting line's limits per deployment, and flow control's threshold. */
+  queue?: Partial<QueueSettings>;
+  /** Requests are held for a model with no routable replica: wake its deployment (the autoscaler). */
+  onHold?: (model: string) => void;
+  /** Hears every table installed (the autoscaler reads desired counts and bounds from it). */
+  onTable?: (snapshot: RouteSnapshot) => void;
   log?: (line: string) => void;
 }
 
@@ -56,6 +64,8 @@ export interface RouterHealth {
   models: number;
   endpoints: number;
   ejected: string[];
+  /** Requests held at this router, by model. */
+  queued: Record<string, number>;
 }
 
 export const DEFAULT_BODY_LIMIT = 8 * 1024 * 1024;
@@ -72,6 +82,7 @@ export class RouterCore implements BodyConsumer {
   readonly bodyLimit: number;
   readonly refresher: RouteRefresher;
   readonly scraper: Scraper;
+  readonly waiting: WaitingRoom;
   private readonly apiKeys: ApiKeys | undefined;
   /** By ApiKey.index. */
   private readonly gates: KeyGate[];
@@ -81,12 +92,31 @@ export class RouterCore implements BodyConsumer {
 
   constructor(options: RouterOptions, log: (line: string) => void) {
     this.metrics = new RouterMetrics(() => this.state.liveEndpoints(), { processMetrics: options.processMetrics ?? false });
+    this.waiting = new WaitingRoom(
+      { ...DEFAULT_QUEUE, ...options.queue },
+      {
+        lookup: (model) => this.state.lookup(model),
+        proxy: () => this.proxy,
+        onHold: (model) => options.onHold?.(model),
+      },
+      this.metrics.registry,
+    );
     this.state = new RoutingState(
       this.metrics,
       { ...DEFAULT_UPSTREAM, ...(options.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: options.connectTimeoutMs }) },
-      { affinity: options.affinity ?? AFFINITY_ON, guard: options.guard ?? DEFAULT_GUARD, policy: options.policy },
+      {
+        affinity: options.affinity ?? AFFINITY_ON,
+        guard: options.guard ?? DEFAULT_GUARD,
+        policy: options.policy,
+        queueFor: (model) => this.waiting.queueFor(model),
+      },
     );
-    this.proxy = { metrics: this.metrics, maxAttempts: options.maxAttempts ?? 3, lookup: (model) => this.state.lookup(model) };
+    this.proxy = {
+      metrics: this.metrics,
+      maxAttempts: options.maxAttempts ?? 3,
+      lookup: (model) => this.state.lookup(model),
+      released: (pool) => this.waiting.drain(pool.servedName),
+    };
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
     this.apiKeys = options.apiKeys;
     this.gates = (options.apiKeys?.keys ?? []).map((key) => new KeyGate(key, this.metrics.forKey(key.label), options.limitShare ?? 1));
@@ -101,6 +131,9 @@ export class RouterCore implements BodyConsumer {
         this.state.apply(snapshot.routes, snapshot.deployments);
         const version = snapshot.version === undefined ? '' : ` v${snapshot.version}`;
         log(`router: routes${version} installed: ${this.state.routableModelCount()} model(s), ${this.state.endpointCount()} endpoint(s)`);
+        // A replica that became routable takes what waited for it at once.
+        this.waiting.drainAll();
+        options.onTable?.(snapshot);
       },
     });
     this.scraper = new Scraper(
@@ -109,6 +142,8 @@ export class RouterCore implements BodyConsumer {
       (endpoint) => {
         if (endpoint.recordFailure(performance.now())) this.metrics.ejected(endpoint.url);
       },
+      // A scrape may show an engine's line shorter: what waits for a saturated replica may go.
+      () => this.waiting.drainAll(),
     );
   }
 
@@ -148,7 +183,8 @@ export class RouterCore implements BodyConsumer {
 
   private oneModel(res: ServerResponse, name: string): void {
     const pool = this.state.lookup(name);
-    if (!pool || pool.endpoints.length === 0)
+    // An autoscaled model at zero is still served: its first request wakes it.
+    if (!pool || (pool.endpoints.length === 0 && !pool.holds))
       return sendError(res, 'unknown_model', `The model \`${name}\` does not exist or has no ready replica.`);
     sendJson(res, 200, JSON.stringify({ id: pool.servedName, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'llmgw' }));
   }
@@ -213,7 +249,10 @@ export class RouterCore implements BodyConsumer {
       this.unknownModel.refused(404);
       return sendError(res, 'unknown_model', `The model \`${model}\` does not exist.`);
     }
-    if (pool.endpoints.length === 0) {
+    const noReplica = pool.endpoints.length === 0;
+    // An autoscaled deployment with no replica (at zero, or starting) holds the request and is
+    // woken; any other says so at once.
+    if (noReplica && !pool.holds) {
       pool.metrics.refused(503);
       return sendError(res, 'no_replica', `No replica of model \`${model}\` is ready yet.`);
     }
@@ -228,7 +267,16 @@ export class RouterCore implements BodyConsumer {
     }
     // Addressed by its deployment's name: the engine only knows its served name.
     const upstreamBody = model === pool.servedName ? body : withModel(body, fields, pool.servedNameJson);
+    if (noReplica || this.waiting.mustQueue(pool)) {
+      const key = res.gate?.key.index ?? -1;
+      return this.waiting.hold(pool, res, req.url ?? req.apiPath, upstreamBody, session, prefix, startedAt, key, noReplica);
+    }
     new Exchange(this.proxy, res, pool, req.url ?? req.apiPath, upstreamBody, session, prefix, startedAt).start();
+  }
+
+  /** What the autoscaler needs from this router process: its waiting lines and the engines' loads. */
+  loadReport(): LoadReport {
+    return reportOf(this.state.liveEndpoints(), this.waiting.depths());
   }
 
   health(): RouterHealth {
@@ -247,6 +295,7 @@ export class RouterCore implements BodyConsumer {
       models: this.state.routableModelCount(),
       endpoints,
       ejected,
+      queued: this.waiting.depths(),
     };
   }
 }

@@ -1,6 +1,7 @@
 // One replica endpoint as the router tracks it: its connection pool, the work this router has
-// in flight there, the engine's own load from its metrics, and whether it is ejected for
-// failing. Router side; the balancer reads it, the proxy and the scraper write it.
+// in flight there, the engine's own load from its metrics, whether it is ejected for failing,
+// and whether it is saturated (flow control). Router side; the balancer and the waiting room
+// read it, the proxy and the scraper write it.
 import type { Pool } from 'undici';
 import type { Candidate } from './balancer.js';
 
@@ -10,6 +11,21 @@ export interface EngineLoad {
   waiting: number;
   /** KV-cache (or token) usage, 0..1. */
   kvUsage: number;
+  /** A counter of the requests the engine has handled (vLLM's successes, SGLang's total), when it exports one. */
+  requests?: number;
+}
+
+/** An engine's load as last scraped, and this router's requests there: what the autoscaler reads. */
+export interface EngineSample {
+  running: number;
+  waiting: number;
+  kvUsage: number;
+  /** The engine's request counter; -1 when it exports none. */
+  requests: number;
+  /** Requests this router process has in flight there now. */
+  inflight: number;
+  /** Date.now() of the scrape; 0 when never scraped. */
+  at: number;
 }
 
 /** Consecutive failures that take an endpoint out of rotation. */
@@ -23,8 +39,19 @@ export class Endpoint implements Candidate {
   inflight = 0;
   /** Requests the engine had beyond ours at the last scrape: other routers, direct clients. */
   private foreign = 0;
+  private running = 0;
   private waiting = 0;
   private kvUsage = 0;
+  private requests = -1;
+  private scrapedAt = 0;
+  /** This router's in flight at the last scrape: the engine's counts include them. */
+  private inflightAtScrape = 0;
+  /**
+   * How many requests the engine runs at once, learned from a scrape that showed a waiting line
+   * (it was full then); undefined until one has. vLLM's max_num_seqs, or fewer when the KV
+   * cache is what limits it.
+   */
+  private capacity: number | undefined = undefined;
   private consecutiveFailures = 0;
   /** Times ejected in a row without a success in between; doubles the ejection each time. */
   private ejections = 0;
@@ -75,8 +102,14 @@ export class Endpoint implements Candidate {
   probeSucceeded(now: number, load: EngineLoad | undefined): void {
     if (load) {
       this.foreign = Math.max(0, load.running + load.waiting - this.inflight);
+      this.running = load.running;
       this.waiting = load.waiting;
       this.kvUsage = load.kvUsage;
+      this.requests = load.requests ?? -1;
+      this.scrapedAt = Date.now();
+      this.inflightAtScrape = this.inflight;
+      if (load.waiting > 0) this.capacity = load.running;
+      else if (this.capacity !== undefined && load.running > this.capacity) this.capacity = load.running;
     }
     if (this.ejectedUntil !== 0 && now >= this.ejectedUntil) {
       this.ejectedUntil = 0;
@@ -87,7 +120,32 @@ export class Endpoint implements Candidate {
   /** The scraper could not reach the engine: its last load says nothing any more. */
   probeFailed(): void {
     this.foreign = 0;
+    this.running = 0;
     this.waiting = 0;
     this.kvUsage = 0;
+    this.scrapedAt = 0;
+  }
+
+  /**
+   * More than `threshold` requests would wait at the engine if one more were sent: its line as
+   * last scraped, moved by what this router sent or saw finish since. An engine whose metrics
+   * say nothing, or that has never shown a line, is never saturated: flow control must not
+   * hold requests back on a guess.
+   */
+  saturated(threshold: number): boolean {
+    if (this.capacity === undefined || this.scrapedAt === 0) return false;
+    const engineNow = this.running + this.waiting + (this.inflight - this.inflightAtScrape);
+    return engineNow - this.capacity >= threshold;
+  }
+
+  sample(): EngineSample {
+    return {
+      running: this.running,
+      waiting: this.waiting,
+      kvUsage: this.kvUsage,
+      requests: this.requests,
+      inflight: this.inflight,
+      at: this.scrapedAt,
+    };
   }
 }

@@ -16,6 +16,9 @@ export type RouterErrorKind =
   | 'upstream_unavailable'
   | 'upstream_failed'
   | 'rate_limited'
+  | 'queue_full'
+  | 'queue_timeout'
+  | 'router_stopping'
   | 'internal';
 
 interface ErrorShape {
@@ -50,6 +53,13 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
     case 'rate_limited':
       // OpenAI's own 429: the type names what ran out (requests), the code is the one SDKs know.
       return { status: 429, type: 'requests', code: 'rate_limit_exceeded', param: null };
+    case 'queue_full':
+      // A 429 like a rate limit (the SDKs raise RateLimitError and back off), with its own code.
+      return { status: 429, type: 'requests', code: 'queue_full', param: null };
+    case 'queue_timeout':
+      return { status: 503, type: 'service_unavailable_error', code: 'queue_timeout', param: null };
+    case 'router_stopping':
+      return { status: 503, type: 'service_unavailable_error', code: 'router_stopping', param: null };
     case 'internal':
       return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }

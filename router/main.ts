@@ -14,6 +14,11 @@ import { parseAffinity, type AffinitySettings } from './balancer.js';
 import { TemporalRouteSource } from './routes-temporal.js';
 import { StaticRouteSource, parseStaticRoutes, type RouteSource, type StaticRoute } from './routes.js';
 import { DEFAULT_BODY_LIMIT, startRouter, type Router } from './server.js';
+import { hostname } from 'node:os';
+import { Autoscaler } from './autoscaler.js';
+import { TemporalDeploymentControl } from './autoscale-temporal.js';
+import { holdToPrimary, reportToPrimary, type LoadReport } from './load-report.js';
+import { DEFAULT_QUEUE, type QueueSettings } from './waiting-room.js';
 
 /** The flags of `llmgw router` as commander hands them over (strings, as typed). */
 export interface RouterFlags {
@@ -45,6 +50,16 @@ export interface RouterFlags {
   keyRps?: string | number;
   /** --key-concurrency: each key's requests in flight unless its line sets one. */
   keyConcurrency?: string | number;
+  /** --queue-size: requests held per deployment (at zero, starting, or saturated), default 1000. */
+  queueSize?: string | number;
+  /** --queue-timeout seconds a held request may wait, default 300. */
+  queueTimeout?: string | number;
+  /** --saturated-waiting N|off: an engine with N requests waiting takes no more from this router, default 8. */
+  saturatedWaiting?: string | number;
+  /** --autoscale on|off: this router scales deployments and wakes them (on by default). */
+  autoscale?: string;
+  /** --router-id: how the routes workflow knows this router; default HOST:PORT, so a restart replaces itself. */
+  routerId?: string;
 }
 
 const Flags = z.object({
@@ -62,6 +77,16 @@ const Flags = z.object({
   keyConcurrency: z.coerce.number().int().positive().optional(),
   affinityAbsGap: z.coerce.number().min(0).default(DEFAULT_GUARD.absGap),
   affinityRelGap: z.coerce.number().min(1).default(DEFAULT_GUARD.relGap),
+  queueSize: z.coerce.number().int().min(0).default(DEFAULT_QUEUE.maxPerModel),
+  queueTimeout: z.coerce
+    .number()
+    .positive()
+    .default(DEFAULT_QUEUE.maxWaitMs / 1000),
+  saturatedWaiting: z
+    .union([z.literal('off'), z.coerce.number().int().min(0)], { error: 'must be a whole number ≥ 0 or off' })
+    .default(DEFAULT_QUEUE.saturatedWaiting ?? 'off'),
+  autoscale: z.enum(['on', 'off']).default('on'),
+  routerId: z.string().min(1).optional(),
 });
 
 /** True for an address only this machine can reach. */
@@ -114,17 +139,45 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     );
   }
 
+  // A router is known to the routes workflow by its address: one restarted in its place takes
+  // over its entry, instead of leaving a silent one that every drain would wait for (the routes
+  // workflow counts a router live for ten minutes after its last call).
+  const routerId = f.routerId ?? (f.port === 0 ? `${hostname()}/${process.pid}` : `${hostname()}:${f.port}`);
   // Only one process per router talks to Temporal: the primary of a cluster, or the router itself.
   const temporalMetrics = new Registry();
   const countCall = temporalCallCounter(temporalMetrics);
   const routeSource = (sourceLog: (line: string) => void): RouteSource => {
     if (staticRoutes) return new StaticRouteSource(staticRoutes);
     if (f.routes === 'visibility') return new TemporalRouteSource({ log: sourceLog, onCall: countCall });
-    return new WatchRouteSource({ log: sourceLog, onCall: countCall });
+    return new WatchRouteSource({ log: sourceLog, onCall: countCall, routerId });
+  };
+
+  // Each process of a cluster holds its share of every deployment's line, as of every key limit.
+  const queue: QueueSettings = {
+    maxPerModel: Math.ceil(f.queueSize / f.workers),
+    maxWaitMs: f.queueTimeout * 1000,
+    saturatedWaiting: f.saturatedWaiting === 'off' ? undefined : f.saturatedWaiting,
+  };
+  // The autoscaler lives where Temporal is talked to; its Updates share the route source's client.
+  let reports: () => LoadReport[] = () => [];
+  const autoscalerFor = (source: RouteSource): Autoscaler | undefined => {
+    if (f.autoscale === 'off') return undefined;
+    const client = source.temporalClient?.bind(source);
+    return new Autoscaler({
+      control: client ? new TemporalDeploymentControl(client) : undefined,
+      registry: temporalMetrics,
+      reports: () => reports(),
+      routerId,
+      log,
+    });
   };
 
   if (f.workers > 1 && !isRouterWorker()) {
-    const routers = await startRouterCluster(f.workers, log, { routes: routeSource(log), registry: temporalMetrics });
+    const routes = routeSource(log);
+    const autoscaler = autoscalerFor(routes);
+    const routers = await startRouterCluster(f.workers, log, { routes, registry: temporalMetrics, autoscaler });
+    reports = () => routers.reports();
+    autoscaler?.start();
     log(`router: ${f.workers} workers listening on http://${f.host}:${routers.port} (pids ${routers.pids().join(', ')})`);
     onStopSignal(log, f.shutdownGrace, () => routers.close());
     return routers;
@@ -133,6 +186,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const routerLog = worker ? (line: string) => log(`[worker ${process.pid}] ${line}`) : log;
   let clusterMetrics: (() => Promise<string>) | undefined;
   const source: RouteSource = worker ? new PrimaryRouteSource() : routeSource(routerLog);
+  const autoscaler = worker ? undefined : autoscalerFor(source);
   const router: Router = await startRouter({
     source,
     port: f.port,
@@ -146,7 +200,13 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     log: routerLog,
     metricsText: worker ? () => (clusterMetrics as () => Promise<string>)() : undefined,
     extraMetrics: worker ? undefined : temporalMetrics,
+    queue,
+    onHold: worker ? holdToPrimary : (model) => autoscaler?.hold(model),
+    onTable: autoscaler ? (snapshot) => autoscaler.setTable(snapshot) : undefined,
   });
+  if (worker) reportToPrimary(() => router.loadReport());
+  reports = () => [router.loadReport()];
+  autoscaler?.start();
   onStopSignal(routerLog, f.shutdownGrace, () => router.close(f.shutdownGrace * 1000));
   if (worker) {
     // The primary says where the routers listen; /metrics on any worker answers for all of them.

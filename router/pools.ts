@@ -6,6 +6,7 @@ import { AffinityTable, DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js
 import { AFFINITY_ON, pickLeastLoaded, type AffinitySettings } from './balancer.js';
 import { Endpoint } from './endpoint.js';
 import type { ModelMetrics, RouterMetrics } from './metrics.js';
+import { ModelQueue } from './queue.js';
 import { buildModelRoutes, type DeploymentEntry, type RouteEntry } from './routes.js';
 import { createUpstreamPool, type UpstreamOptions } from './upstream.js';
 
@@ -26,6 +27,10 @@ export class ModelPool {
     readonly policy: Policy,
     readonly metrics: ModelMetrics,
     private readonly affinity: AffinityTable<Endpoint> | undefined,
+    /** Its waiting line at this router, which outlives table changes. */
+    readonly queue: ModelQueue = new ModelQueue(servedName),
+    /** Autoscaled: with no routable replica, a request is held (and wakes it) rather than refused. */
+    readonly holds: boolean = false,
   ) {
     this.servedNameJson = Buffer.from(JSON.stringify(servedName));
   }
@@ -62,6 +67,8 @@ export interface RoutingOptions {
   guard: ImbalanceGuard;
   /** Overrides the policy for every model (bench:affinity compares them). */
   policy: Policy | undefined;
+  /** Each model's waiting line (the waiting room's); a private one per pool when absent. */
+  queueFor?: (servedName: string) => ModelQueue;
 }
 
 export const DEFAULT_ROUTING: RoutingOptions = { affinity: AFFINITY_ON, guard: DEFAULT_GUARD, policy: undefined };
@@ -127,7 +134,8 @@ export class RoutingState {
         const endpoints = route.endpoints.map((url) => this.endpoints.get(url) as Endpoint);
         const policy = this.policyFor(route.servedName, route.deployments);
         const table = policy === 'cache-aware' ? this.table(route.servedName) : undefined;
-        pool = new ModelPool(route.servedName, endpoints, policy, this.modelMetrics(route.servedName), table);
+        const queue = this.routing.queueFor?.(route.servedName);
+        pool = new ModelPool(route.servedName, endpoints, policy, this.modelMetrics(route.servedName), table, queue, route.autoscaled);
         built.set(route.servedName, pool);
       }
       models.set(name, pool);

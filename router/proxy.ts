@@ -33,6 +33,8 @@ export interface ProxySettings {
   lookup(model: string): ModelPool | undefined;
   /** Tries per request, the first included. */
   maxAttempts: number;
+  /** A request of a model with requests waiting at the router has finished: one may go now. */
+  released?(model: ModelPool): void;
 }
 
 /**
@@ -58,6 +60,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
   private firstByteAt = 0;
   private errorChunks: Buffer[] | undefined = undefined;
   private errorBytes = 0;
+  /** How long it waited at the router before it was sent (x-llmgw-queued-ms); -1: it did not. */
+  queuedMs = -1;
 
   constructor(
     private readonly settings: ProxySettings,
@@ -134,6 +138,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
         'no',
         'x-llmgw-endpoint',
         endpoint.url,
+        ...(this.queuedMs < 0 ? [] : ['x-llmgw-queued-ms', String(Math.round(this.queuedMs))]),
       ]);
       // The first chunk usually arrives with the headers and carries them out in one write; if
       // it does not (a long prefill), the client still learns at once that its stream started.
@@ -145,6 +150,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
       if (contentLength !== undefined) out.push('content-length', contentLength);
       // Engines do not compress by default; if one does, the client must be told how.
       if (encoding !== undefined) out.push('content-encoding', encoding);
+      if (this.queuedMs >= 0) out.push('x-llmgw-queued-ms', String(Math.round(this.queuedMs)));
       res.writeHead(statusCode, out);
     }
     return true;
@@ -259,6 +265,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
     const now = performance.now();
     const ttft = this.sse && this.firstByteAt !== 0 ? (this.firstByteAt - this.startedAt) / 1000 : undefined;
     this.model.metrics.record(status, (now - this.startedAt) / 1000, ttft);
+    if (this.model.queue.size > 0) this.settings.released?.(this.model);
   }
 
   /** The client went away before the answer was complete: stop the engine working for nobody. */

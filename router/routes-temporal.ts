@@ -136,6 +136,11 @@ export class TemporalRouteSource implements RouteSource {
     await client?.connection.close();
   }
 
+  /** The client this source reads with (connected on demand): the autoscaler's Updates share its connection. */
+  temporalClient(): Promise<Client> {
+    return this.ensureClient();
+  }
+
   private async ensureClient(): Promise<Client> {
     if (this.client) return this.client;
     this.connecting ??= (this.options.connect ?? connectRoutesClient)(routesInterceptors(this.options.onCall)).finally(() => {

@@ -47,6 +47,8 @@ export class WatchRouteSource implements RouteSource {
   private client: Client | undefined;
   private connecting: Promise<Client> | undefined;
   private readonly routerId: string;
+  /** Update ids must differ between processes that share a router id (a restart on the same address). */
+  private readonly nonce: string;
   private table: RouteTable | undefined;
   private installedVersion = -1;
   private mode: 'watch' | 'fallback' = 'watch';
@@ -57,6 +59,7 @@ export class WatchRouteSource implements RouteSource {
 
   constructor(private readonly options: WatchRouteSourceOptions = {}) {
     this.routerId = options.routerId ?? `${hostname()}/${process.pid}`;
+    this.nonce = `${process.pid}.${Date.now().toString(36)}`;
     if (options.description) this.description = options.description;
     else {
       const { address, namespace } = temporalConfig();
@@ -112,7 +115,7 @@ export class WatchRouteSource implements RouteSource {
     };
     // One id per long poll: an attempt that ends on its deadline is joined again, not repeated,
     // so a router never holds more than one of the workflow's in-flight Updates.
-    const updateId = `${this.routerId}/${++this.calls}`;
+    const updateId = `${this.routerId}/${this.nonce}/${++this.calls}`;
     for (;;) {
       try {
         const table = await client.connection.withDeadline(Date.now() + ATTEMPT_MS, () =>
@@ -150,6 +153,11 @@ export class WatchRouteSource implements RouteSource {
 
   private fallbackMs(): number {
     return this.options.fallbackIntervalMs ?? 15_000;
+  }
+
+  /** The client this source reads with (connected on demand): the autoscaler's Updates share its connection. */
+  temporalClient(): Promise<Client> {
+    return this.ensureClient();
   }
 
   private async ensureClient(): Promise<Client> {

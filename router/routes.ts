@@ -28,6 +28,8 @@ export interface RouteSource {
   fetch(): Promise<RouteSnapshot>;
   /** The table of this version is installed (the routes workflow hears it on the next call). */
   installed?(version: number | undefined): void;
+  /** Sources that read Temporal: their client, which the autoscaler's Updates use too. */
+  temporalClient?(): Promise<import('@temporalio/client').Client>;
   close(): Promise<void>;
 }
 
@@ -112,6 +114,8 @@ export interface ModelRoute {
   endpoints: string[];
   /** A deployment lists it: in /v1/models even with no routable replica (scaled to zero). */
   listed: boolean;
+  /** One of its deployments is autoscaled: with no routable replica, requests are held and wake it. */
+  autoscaled: boolean;
 }
 
 /**
@@ -124,16 +128,18 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
   for (const d of deployments) {
     let route = byName.get(d.servedName);
     if (!route) {
-      route = { servedName: d.servedName, deployments: [], endpoints: [], listed: true };
+      route = { servedName: d.servedName, deployments: [], endpoints: [], listed: true, autoscaled: false };
       byName.set(d.servedName, route);
     }
     route.listed = true;
+    // Not while it is being undeployed: nobody would wake it, so a request is told at once.
+    if (d.autoscale !== undefined && d.phase !== 'Undeploying' && d.phase !== 'Undeployed') route.autoscaled = true;
     if (!route.deployments.includes(d.name)) route.deployments.push(d.name);
   }
   for (const entry of entries) {
     let route = byName.get(entry.servedName);
     if (!route) {
-      route = { servedName: entry.servedName, deployments: [], endpoints: [], listed: false };
+      route = { servedName: entry.servedName, deployments: [], endpoints: [], listed: false, autoscaled: false };
       byName.set(entry.servedName, route);
     }
     if (!route.deployments.includes(entry.deployment)) route.deployments.push(entry.deployment);
@@ -159,6 +165,10 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
 /** A stable text of a table, to tell a changed table from the same one polled again. */
 export function routesSignature(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): string {
   const routes = entries.map((e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}`).sort();
-  const listed = deployments.map((d) => `=${d.servedName}\t${d.name}`).sort();
+  // What autoscaling reads (desired, bounds, phase) is part of the table too: a new desired
+  // count must reach the autoscaler, which sees only tables that differ.
+  const listed = deployments
+    .map((d) => `=${d.servedName}\t${d.name}\t${d.phase}\t${d.desired}\t${d.autoscale ? JSON.stringify(d.autoscale) : ''}`)
+    .sort();
   return [...routes, ...listed].join('\n');
 }

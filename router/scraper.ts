@@ -16,6 +16,10 @@ const WANTED: ReadonlyArray<readonly [string, Field]> = [
   ['sglang:num_running_reqs', 'running'],
   ['sglang:num_queue_reqs', 'waiting'],
   ['sglang:token_usage', 'kvUsage'],
+  // Counters: a change says the engine served something, whichever router sent it, so every
+  // router agrees on when a deployment went idle.
+  ['vllm:request_success_total', 'requests'],
+  ['sglang:num_requests_total', 'requests'],
 ];
 
 /**
@@ -48,6 +52,7 @@ export function parseEngineLoad(text: string): EngineLoad | undefined {
       if (!Number.isFinite(value)) continue;
       found = true;
       if (field === 'kvUsage') load.kvUsage = Math.max(load.kvUsage, value);
+      else if (field === 'requests') load.requests = (load.requests ?? 0) + value;
       else load[field] += value;
     }
   }
@@ -70,6 +75,8 @@ export class Scraper {
     private readonly endpoints: () => Iterable<Endpoint>,
     private readonly options: ScraperOptions,
     private readonly onConnectFailure: (endpoint: Endpoint) => void,
+    /** After each engine's load was read (flow control may let a request through). */
+    private readonly onScraped?: () => void,
   ) {}
 
   start(): void {
@@ -104,6 +111,7 @@ export class Scraper {
       if (statusCode === 200) load = parseEngineLoad(await body.text());
       else await body.dump();
       endpoint.probeSucceeded(performance.now(), load);
+      if (load !== undefined) this.onScraped?.();
     } catch (err) {
       endpoint.probeFailed();
       // Only "nobody is listening" counts towards ejection: a slow metrics page says little

@@ -4,6 +4,7 @@
 import http from 'node:http';
 import type { Registry } from 'prom-client';
 import { RouterCore, type RouterHealth, type RouterOptions } from './core.js';
+import type { LoadReport } from './load-report.js';
 import { internalError, RouterRequest, RouterResponse } from './request.js';
 
 export { DEFAULT_BODY_LIMIT, type RouterHealth, type RouterOptions } from './core.js';
@@ -15,6 +16,8 @@ export interface Router {
   /** Reads the route source now (tests; the router also polls on its own). */
   refreshRoutes(): Promise<void>;
   health(): RouterHealth;
+  /** This process's waiting lines and engine loads, for the autoscaler. */
+  loadReport(): LoadReport;
   /** Stops accepting, lets in-flight requests finish for up to `graceMs`, then cuts the rest. */
   close(graceMs?: number): Promise<void>;
 }
@@ -79,6 +82,14 @@ export async function startRouter(options: RouterOptions): Promise<Router> {
         await new Promise((r) => setTimeout(r, 50));
         server.closeIdleConnections();
       }
+      // Requests still waiting for a replica get a clean 503 to retry elsewhere, not a cut
+      // connection: answered, then a moment for the answers to leave.
+      core.waiting.closeAll();
+      const flushBy = Date.now() + 500;
+      while ((await openConnections(server)) > 0 && Date.now() < flushBy) {
+        await new Promise((r) => setTimeout(r, 20));
+        server.closeIdleConnections();
+      }
       server.closeAllConnections();
       await stopped;
       await core.refresher.stop();
@@ -87,5 +98,12 @@ export async function startRouter(options: RouterOptions): Promise<Router> {
     return closed;
   };
 
-  return { port, registry: core.metrics.registry, refreshRoutes: () => core.refresher.refresh(), health: () => core.health(), close };
+  return {
+    port,
+    registry: core.metrics.registry,
+    refreshRoutes: () => core.refresher.refresh(),
+    health: () => core.health(),
+    loadReport: () => core.loadReport(),
+    close,
+  };
 }

@@ -44,13 +44,15 @@ export interface DeployOptions {
 }
 
 export async function deployCommand(model: string, opts: DeployOptions): Promise<void> {
+  const autoscale = autoscaleFromFlags(opts);
   const candidate: DeployModelInput = {
     model,
-    replicas: Number(opts.replicas ?? '1'),
+    // An autoscaled deployment starts within its bounds unless a count is given (the workflow's default).
+    ...(opts.replicas !== undefined || autoscale.autoscale === undefined ? { replicas: Number(opts.replicas ?? '1') } : {}),
     ...(opts.rollout ? { rollout: opts.rollout as 'auto' | 'manual' } : {}),
     ...(opts.maxSurge !== undefined ? { maxSurge: Number(opts.maxSurge) } : {}),
     ...(opts.maxUnavailable !== undefined ? { maxUnavailable: Number(opts.maxUnavailable) } : {}),
-    ...autoscaleFromFlags(opts),
+    ...autoscale,
     ...(opts.name ? { name: opts.name } : {}),
     ...(opts.profile ? { profile: opts.profile } : {}),
     ...(opts.gpuClass ? { gpuClass: opts.gpuClass } : {}),

@@ -177,10 +177,12 @@ describe('replica lifecycles', () => {
     // Capacity is freed when the drained replicas release their GPUs.
     await eventually('GPUs freed', async () => (await status(big)).replicas.filter((r) => r.phase === 'Stopped').length === 2, 30_000, 100);
     const freedAt = Date.now();
-    await eventually('the surplus Ready', async () => (await status(small)).phase === 'Ready', 15_000, 100).catch(async (error: unknown) => {
-      console.log(JSON.stringify((await status(small)).replicas.map((r) => [r.replicaId, r.phase, r.reason])));
-      throw error;
-    });
+    await eventually('the surplus Ready', async () => (await status(small)).phase === 'Ready', 15_000, 100).catch(
+      async (error: unknown) => {
+        console.log(JSON.stringify((await status(small)).replicas.map((r) => [r.replicaId, r.phase, r.reason])));
+        throw error;
+      },
+    );
     const latency = Date.now() - freedAt;
     console.log(`Unschedulable → Ready ${latency} ms after capacity was freed`);
     expect(latency).toBeLessThan(10_000);

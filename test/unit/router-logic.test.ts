@@ -219,7 +219,7 @@ describe('engine metrics', () => {
       'vllm:kv_cache_usage_perc{engine="1",model_name="demo"} 0.5',
       'vllm:request_success_total{model_name="demo",finished_reason="stop"} 12',
     ].join('\n');
-    expect(parseEngineLoad(text)).toEqual({ running: 5, waiting: 4, kvUsage: 0.5 });
+    expect(parseEngineLoad(text)).toEqual({ running: 5, waiting: 4, kvUsage: 0.5, requests: 12 });
   });
 
   it("reads older vLLM's gpu_cache_usage_perc and SGLang's names, and nothing from an unrelated page", () => {

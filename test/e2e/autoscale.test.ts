@@ -1,0 +1,273 @@
+// Autoscaling and scale to zero, end to end: a real control worker, a simulated AUTO host running
+// the fake engine (5 s cold start), and real routers. A deployment with min 0 left idle goes to
+// zero engines with its GPUs free and stays listed; the first request afterwards is held through
+// the cold start and answered, with 20 more sent meanwhile; beyond a router's limits a clean 429 or
+// 503 with Retry-After; a router restart at zero and a control-worker restart mid-scale-up lose no
+// held request; steady load adds (almost) nothing to deployModel's history; bad settings are
+// refused naming the path in the catalog validator, the CLI and the workflow input alike.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WorkflowFailedError, type Client } from '@temporalio/client';
+import { findFreePort } from '../../common/ports.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import { deploymentStatusQuery, describeNodeQuery, undeployUpdate } from '../../workflows/definitions.js';
+import { testClient, uniqueId } from '../helpers/temporal.js';
+import {
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  runLlmgw,
+  sleep,
+  spawnControlWorker,
+  spawnLlmgw,
+  startSimAgent,
+  stopAll,
+  type LlmgwProcess,
+} from '../helpers/processes.js';
+
+/** How long the steady load runs (LLMGW_AUTOSCALE_STEADY_SECONDS=600 for the ten-minute figure). */
+const STEADY_SECONDS = Number(process.env.LLMGW_AUTOSCALE_STEADY_SECONDS ?? 60);
+const IDLE_SECONDS = 8;
+const SETTINGS = { min: 0, max: 2, target: 8, idleToZeroSeconds: IDLE_SECONDS, upAfterSeconds: 10, downAfterSeconds: 10 };
+
+let client: Client;
+let closeClient: () => Promise<void>;
+let worker: LlmgwProcess;
+const nodeId = uniqueId('auto');
+const name = uniqueId('auto');
+const servedName = 'auto';
+
+interface RouterProc {
+  proc: LlmgwProcess;
+  base: string;
+}
+
+/** A router on `port` (a restart takes the same one, and with it the router's place in the routes workflow). */
+async function startRouterProc(port: number, extra: string[] = []): Promise<RouterProc> {
+  const proc = spawnLlmgw(['router', '--host', '127.0.0.1', '--port', String(port), '--shutdown-grace', '60', ...extra]);
+  await proc.waitForOutput(/listening on http/, 60_000);
+  return { proc, base: `http://127.0.0.1:${port}` };
+}
+
+interface Answer {
+  status: number;
+  ms: number;
+  retryAfter: number;
+  code: string | undefined;
+}
+
+async function ask(base: string, maxTokens = 8): Promise<Answer> {
+  const started = performance.now();
+  const res = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: servedName, max_tokens: maxTokens, messages: [{ role: 'user', content: 'hello' }] }),
+  });
+  const body = (await res.json()) as { error?: { code?: string } };
+  return {
+    status: res.status,
+    ms: performance.now() - started,
+    retryAfter: Number(res.headers.get('retry-after') ?? 0),
+    code: body.error?.code,
+  };
+}
+
+const view = (): Promise<DeploymentView> => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+
+async function queued(router: RouterProc): Promise<number> {
+  const health = (await (await fetch(`${router.base}/health`)).json()) as { queued: Record<string, number> };
+  return health.queued[servedName] ?? 0;
+}
+
+/** Idle: phase Idle, no engine left on the host, every GPU free. */
+async function atZero(timeoutMs = 90_000): Promise<void> {
+  await eventually(
+    `${name} at zero with its GPUs free`,
+    async () => {
+      const v = await view();
+      const node = await client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
+      return v.phase === 'Idle' && enginesOf([nodeId]).length === 0 && node.freeGpus.length === 8 ? true : undefined;
+    },
+    timeoutMs,
+    500,
+  );
+}
+
+let router: RouterProc;
+let routerPort: number;
+
+beforeAll(async () => {
+  ({ client, close: closeClient } = await testClient());
+  worker = await spawnControlWorker();
+  await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'autox8.yaml') });
+  routerPort = await findFreePort();
+  router = await startRouterProc(routerPort);
+});
+
+afterAll(async () => {
+  await client.workflow
+    .getHandle(`deployment/${name}`)
+    .executeUpdate(undeployUpdate)
+    .catch(() => undefined);
+  await eventually('engines gone', () => (enginesOf([nodeId]).length === 0 ? true : undefined), 60_000).catch(() => undefined);
+  await stopAll();
+  await closeClient?.();
+});
+
+describe('autoscaling and scale to zero', () => {
+  it('refuses bad settings naming the path, in the catalog validator, the CLI and the workflow input alike', async () => {
+    const cases: Array<{ settings: Record<string, unknown>; flags?: string[]; path: RegExp }> = [
+      {
+        settings: { min: 3, max: 1 },
+        flags: ['--min-replicas', '3', '--max-replicas', '1'],
+        path: /autoscale\.min: min must not be above max/,
+      },
+      { settings: { min: -1, max: 1 }, flags: ['--min-replicas=-1', '--max-replicas', '1'], path: /autoscale\.min: min must be ≥ 0/ },
+      {
+        settings: { min: 0, max: 1, target: 0 },
+        flags: ['--min-replicas', '0', '--max-replicas', '1', '--autoscale-target', '0'],
+        path: /autoscale\.target: target must be > 0/,
+      },
+      { settings: { min: 0, max: 1, idleToZero: 5 }, path: /autoscale(\.idleToZero)?: Unrecognized key/ },
+    ];
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-autoscale-'));
+    for (const [i, c] of cases.entries()) {
+      const file = join(dir, `catalog-${i}.yaml`);
+      writeFileSync(
+        file,
+        `models:\n  - name: auto\n    source: llmgw/fake-auto\n    autoscale: ${JSON.stringify(c.settings)}\n    profiles:\n      - { name: p, engine: fake, gpuClass: AUTO, gpusPerNode: 1 }\n`,
+      );
+      const validate = await runLlmgw(['catalog', 'validate', file]);
+      expect(validate.code, validate.output).not.toBe(0);
+      expect(validate.output).toMatch(new RegExp(`models\\[0\\]\\.${c.path.source}`));
+
+      if (c.flags) {
+        const deploy = await runLlmgw(['deploy', 'auto', '--name', uniqueId('bad'), ...c.flags]);
+        expect(deploy.code, deploy.output).not.toBe(0);
+        expect(deploy.output).toMatch(c.path);
+      }
+
+      const bad = client.workflow.execute('deployModel', {
+        workflowId: `deployment/${uniqueId('bad')}`,
+        taskQueue: 'llmgw',
+        args: [{ model: 'auto', autoscale: c.settings }],
+      });
+      const failure = await bad.then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(failure).toBeInstanceOf(WorkflowFailedError);
+      expect((failure as WorkflowFailedError).cause?.message).toMatch(c.path);
+    }
+  });
+
+  it('goes to zero after idleToZeroSeconds: no engine, every GPU free, the model still listed', async () => {
+    await client.workflow.start('deployModel', {
+      workflowId: `deployment/${name}`,
+      taskQueue: 'llmgw',
+      args: [{ model: 'auto', name, autoscale: SETTINGS }],
+    });
+    await eventually(`${name} Ready`, async () => ((await view()).phase === 'Ready' ? true : undefined), 60_000, 250);
+    const readyAt = Date.now();
+    await atZero();
+    const v = await view();
+    console.log(`Idle after ${((Date.now() - readyAt) / 1000).toFixed(1)} s: ${v.autoscale?.lastDecision?.reason ?? ''}`);
+    expect(v.desired).toBe(0);
+    const models = (await (await fetch(`${router.base}/v1/models`)).json()) as { data: Array<{ id: string }> };
+    expect(models.data.map((m) => m.id)).toContain(servedName);
+  });
+
+  it('holds the first request through the cold start and answers it, and 20 sent meanwhile all succeed', async () => {
+    const first = ask(router.base);
+    await sleep(1000);
+    const meanwhile = await Promise.all(Array.from({ length: 20 }, () => ask(router.base)));
+    const answer = await first;
+    console.log(
+      `cold start: first request answered after ${(answer.ms / 1000).toFixed(1)} s; 20 more in ${(Math.max(...meanwhile.map((a) => a.ms)) / 1000).toFixed(1)} s at most`,
+    );
+    expect(answer.status).toBe(200);
+    expect(answer.ms).toBeGreaterThan(4000);
+    expect(meanwhile.map((a) => a.status)).toEqual(Array.from({ length: 20 }, () => 200));
+  });
+
+  it('loses no held request when the router restarts while the deployment is at zero', async () => {
+    await atZero();
+    const before = Array.from({ length: 5 }, () => ask(router.base));
+    await eventually('requests held', async () => ((await queued(router)) === 5 ? true : undefined), 10_000, 50);
+    // The old router stops listening at once and finishes what it holds (it woke the deployment);
+    // the new one, on its address, takes over at once.
+    process.kill(router.proc.pid, 'SIGTERM');
+    const old = router;
+    router = await eventually('the new router', () => startRouterProc(routerPort).catch(() => undefined), 30_000, 200);
+    const after = await Promise.all(Array.from({ length: 5 }, () => ask(router.base)));
+    expect([...(await Promise.all(before)), ...after].map((a) => a.status)).toEqual(Array.from({ length: 10 }, () => 200));
+    await old.proc.exited;
+  });
+
+  it('loses no held request when the control worker restarts in the middle of a scale-up', async () => {
+    await atZero();
+    const held = Array.from({ length: 10 }, () => ask(router.base));
+    await eventually(
+      'a replica starting',
+      async () => {
+        const v = await view();
+        return v.desired > 0 && v.replicas.some((r) => ['Placing', 'Starting', 'Loading'].includes(r.phase)) ? true : undefined;
+      },
+      30_000,
+      100,
+    );
+    await worker.kill9();
+    await sleep(1000);
+    worker = await spawnControlWorker();
+    const answers = await Promise.all(held);
+    expect(answers.map((a) => a.status)).toEqual(Array.from({ length: 10 }, () => 200));
+  });
+
+  it(
+    `adds at most a handful of history events to deployModel under ${STEADY_SECONDS} s of steady load`,
+    { timeout: STEADY_SECONDS * 1000 + 180_000 },
+    async () => {
+      let running = true;
+      let failed = 0;
+      const clients = Array.from({ length: 4 }, async () => {
+        while (running) if ((await ask(router.base, 16).catch(() => undefined))?.status !== 200) failed++;
+      });
+      // Settle first: the count this load asks for, every replica Ready.
+      await eventually(
+        'a settled count',
+        async () => {
+          const v = await view();
+          return v.phase === 'Ready' && v.desired === 1 ? true : undefined;
+        },
+        120_000,
+        500,
+      );
+      const handle = client.workflow.getHandle(`deployment/${name}`);
+      const before = Number((await handle.describe()).historyLength);
+      await sleep(STEADY_SECONDS * 1000);
+      const after = Number((await handle.describe()).historyLength);
+      running = false;
+      await Promise.all(clients);
+      console.log(
+        `steady load for ${STEADY_SECONDS} s: ${after - before} history event(s) added to deployModel (${before} → ${after}); ${failed} failed request(s)`,
+      );
+      expect(failed).toBe(0);
+      expect(after - before).toBeLessThanOrEqual(5);
+    },
+  );
+  it('answers requests beyond a router’s limits with a clean 429 or 503 and Retry-After', async () => {
+    await atZero();
+    // The router restarted in its place with a small line and a short wait, waking nothing.
+    await router.proc.stop();
+    router = await startRouterProc(routerPort, ['--queue-size', '5', '--queue-timeout', '3', '--autoscale', 'off']);
+    const answers = await Promise.all(Array.from({ length: 8 }, () => ask(router.base)));
+    const byStatus = (s: number) => answers.filter((a) => a.status === s);
+    expect(byStatus(429)).toHaveLength(3);
+    expect(byStatus(503)).toHaveLength(5);
+    for (const a of answers) expect(a.retryAfter).toBeGreaterThan(0);
+    expect(new Set(byStatus(429).map((a) => a.code))).toEqual(new Set(['queue_full']));
+    expect(new Set(byStatus(503).map((a) => a.code))).toEqual(new Set(['queue_timeout']));
+  });
+});
