@@ -44,10 +44,11 @@ export async function listWaiters(client: Client, gpuClass: string): Promise<Wai
 }
 
 /** Wakes the waiting replicas that the node's free GPUs could take; returns whom it woke. */
-export async function wakeWaitersFor(client: Client, nodeId: string): Promise<string[]> {
+export async function wakeWaitersFor(client: Client, nodeId: string, exclude: string[] = []): Promise<string[]> {
   const view = await client.workflow.getHandle(nodeWorkflowId(nodeId)).query(describeNodeQuery);
   if (view.phase !== 'Ready' || view.cordoned || !view.freeGpus.length || !view.inventory?.gpuClass) return [];
-  const woken = chooseWaitersToWake(await listWaiters(client, view.inventory.gpuClass), view.freeGpus.length);
+  const waiters = (await listWaiters(client, view.inventory.gpuClass)).filter((w) => !exclude.includes(w.replicaId));
+  const woken = chooseWaitersToWake(waiters, view.freeGpus.length);
   await Promise.all(
     woken.map((replicaId) =>
       client.workflow
@@ -61,9 +62,13 @@ export async function wakeWaitersFor(client: Client, nodeId: string): Promise<st
 
 export function createCapacityActivities(client: Client) {
   return {
-    /** The node workflow's call after a registration or an uncordon added capacity. */
-    async wakeWaiters(request: { nodeId: string }): Promise<string[]> {
-      return wakeWaitersFor(client, request.nodeId);
+    /**
+     * The node workflow's call after a registration or an uncordon added capacity, and a
+     * replica's when a wake-up reached it while it was already placing (it passes it on,
+     * `exclude` naming itself: visibility may still show it waiting).
+     */
+    async wakeWaiters(request: { nodeId: string; exclude?: string[] }): Promise<string[]> {
+      return wakeWaitersFor(client, request.nodeId, request.exclude);
     },
   };
 }

@@ -7,3 +7,6 @@ export const VERSIONED_RELEASE = 'llmgw-versioned-1';
 
 /** A replica re-placing away from an agent it thinks gone first tries once, quickly, to stop what runs there. */
 export const QUICK_STOP_ON_AGENT_GONE = 'replica-quick-stop-on-agent-gone';
+
+/** A replica that was woken while already placing passes the wake-up on once placed. */
+export const FORWARD_UNUSED_WAKE = 'replica-forward-unused-wake';

@@ -4,7 +4,8 @@
 // that would fit (activities/capacity.ts); a long timer only re-checks in case a wake-up
 // was lost. So a replica that waits for hours adds a handful of events, not thousands.
 // Workflow side.
-import { condition } from '@temporalio/workflow';
+import { condition, patched } from '@temporalio/workflow';
+import { FORWARD_UNUSED_WAKE } from '../versions.js';
 import { control } from './calls.js';
 import type { ReplicaRun } from './run.js';
 
@@ -28,6 +29,7 @@ export async function place(run: ReplicaRun): Promise<boolean> {
     const hint = run.capacity.hint;
     run.capacity.changed = false;
     run.capacity.hint = undefined;
+    run.capacity.woken = [];
     const result = await control(`placeReplica: ${wanted}${avoiding}`).placeReplica({
       replicaId: run.replicaId,
       deployment: input.deployment,
@@ -44,6 +46,7 @@ export async function place(run: ReplicaRun): Promise<boolean> {
       state.placements++;
       state.restartsHere = 0;
       state.shards = result.shards;
+      if (run.capacity.woken.length && patched(FORWARD_UNUSED_WAKE)) await forwardWakes(run);
       return true;
     }
     // No capacity is not a failure: wait, say why, and look again when GPUs are freed.
@@ -61,4 +64,22 @@ export async function place(run: ReplicaRun): Promise<boolean> {
     // A whole re-check period without capacity anywhere else: give avoided nodes another chance.
     if (!woken) state.avoidNodes = [];
   }
+}
+
+/**
+ * Wake-ups that came while this replica was already placing were meant for GPUs it may not
+ * have taken (whoever freed them read visibility before this replica left Unschedulable):
+ * pass them on, or the replica they should have woken waits for the re-check.
+ */
+async function forwardWakes(run: ReplicaRun): Promise<void> {
+  const nodeIds = [...new Set(run.capacity.woken)];
+  run.capacity.woken = [];
+  run.capacity.changed = false;
+  await Promise.all(
+    nodeIds.map((nodeId) =>
+      control(`pass on the wake-up for ${nodeId}`)
+        .wakeWaiters({ nodeId, exclude: [run.replicaId] })
+        .catch(() => undefined),
+    ),
+  );
 }

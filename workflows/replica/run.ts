@@ -21,8 +21,8 @@ export interface ReplicaRun {
   state: ReplicaState;
   /** Shard and node transitions, in arrival order. */
   events: ReplicaEvent[];
-  /** Set by a capacityChanged signal: GPUs were freed (hint: where). */
-  capacity: { changed: boolean; hint: string | undefined };
+  /** Set by a capacityChanged signal: GPUs were freed (hint: where; woken: every node since the last look). */
+  capacity: { changed: boolean; hint: string | undefined; woken: string[] };
   stopRequested(): boolean;
   /** The history is long enough (or a new build is Current) to hand over to a new run. */
   handOverDue(): boolean;

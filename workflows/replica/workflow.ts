@@ -48,7 +48,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   const replicaId = info.workflowId;
   const state = input.carried !== undefined ? carriedReplicaState(input.carried) : initialReplicaState(input, now());
   const events: ReplicaEvent[] = [];
-  const capacity = { changed: false, hint: undefined as string | undefined };
+  const capacity = { changed: false, hint: undefined as string | undefined, woken: [] as string[] };
   const stopRequested = (): boolean => state.stopReason !== undefined;
 
   setHandler(shardTransitionSignal, (status) => void events.push({ kind: 'shard', status }));
@@ -56,6 +56,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   setHandler(capacityChangedSignal, ({ nodeId }) => {
     capacity.changed = true;
     capacity.hint = nodeId;
+    if (!capacity.woken.includes(nodeId)) capacity.woken.push(nodeId);
   });
   setHandler(stopReplicaSignal, ({ reason }) => void (state.stopReason ??= reason));
   setHandler(replicaStatusQuery, () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)));
