@@ -62,14 +62,25 @@ describe('/metrics on the control worker and on an agent', () => {
     expect(reconciled.code, reconciled.output).toBe(0);
     await eventually('the ghost killed', () => !isAlive(ghost!), 15_000);
 
+    const reconcileKill =
+      /^llmgw_reconcile_actions\{kind="kill",namespace="default",outcome="done",taskQueue="llmgw",workflowType="reconcileNode"\} [1-9]/m;
+    // Metrics are exported on an interval: under load the kill's count can come a little after the kill.
     const worker = await eventually(
-      'the worker to count the deployment Ready',
+      'the worker to count the deployment Ready and the kill',
       async () => {
         const text = await scrape(workerMetrics);
-        return (value(text, 'llmgw_deployments', { phase: 'Ready' }) ?? 0) >= 1 ? text : undefined;
+        return (value(text, 'llmgw_deployments', { phase: 'Ready' }) ?? 0) >= 1 && reconcileKill.test(text) ? text : undefined;
       },
       40_000,
-    );
+    ).catch(async (error: unknown) => {
+      console.log(
+        (await scrape(workerMetrics))
+          .split('\n')
+          .filter((line) => line.startsWith('llmgw_'))
+          .join('\n'),
+      );
+      throw error;
+    });
     expect(worker).toMatch(/^temporal_\w+/m);
     for (const metric of TEMPORAL_SDK_METRICS.filter((m) => m.onlyWhen === undefined)) {
       expect(worker, metric.name).toMatch(new RegExp(`^${metric.name}(_bucket|_sum|_count)?[{ ]`, 'm'));
@@ -77,9 +88,7 @@ describe('/metrics on the control worker and on an agent', () => {
     expect(value(worker, 'llmgw_placements', { outcome: 'placed' })).toBeGreaterThanOrEqual(1);
     expect(worker).toMatch(/^llmgw_placement_latency_bucket\{outcome="placed",le="\d+"\} \d+/m);
     // Counted in the workflow sandbox, whose meter adds the namespace, task queue and workflow type.
-    expect(worker).toMatch(
-      /^llmgw_reconcile_actions\{kind="kill",namespace="default",outcome="done",taskQueue="llmgw",workflowType="reconcileNode"\} [1-9]/m,
-    );
+    expect(worker).toMatch(reconcileKill);
     for (const phase of ['Validating', 'Progressing', 'Ready', 'Degraded', 'Undeploying', 'Undeployed', 'Failed']) {
       expect(worker, phase).toMatch(new RegExp(`^llmgw_deployments\\{phase="${phase}"\\} \\d+$`, 'm'));
     }
