@@ -12,10 +12,15 @@ import { inject } from 'vitest';
 export const HISTORIES_DIR = resolve(__dirname, '../histories');
 
 /** Saves a workflow's history as the Temporal CLI prints it (the format the Web UI downloads). */
-export function recordHistory(workflowId: string, name: string, address: string = inject('temporalAddress')): void {
+export function recordHistory(workflowId: string, baseName: string, address: string = inject('temporalAddress')): void {
   if (process.env.LLMGW_RECORD_HISTORIES !== '1') return;
+  // A later generation of the workflow code records beside the old one, never over it:
+  // LLMGW_HISTORY_GENERATION=v1 names it `<name>.v1` when `<name>` exists.
+  const generation = process.env.LLMGW_HISTORY_GENERATION;
+  const existed = existsSync(join(HISTORIES_DIR, `${baseName}.json`));
+  const name = existed && generation ? `${baseName}.${generation}` : baseName;
   if (existsSync(join(HISTORIES_DIR, `${name}.json`))) {
-    console.log(`history ${name} exists and is append-only: not re-recorded (give the recording a new name to add one)`);
+    console.log(`history ${name} exists and is append-only: not re-recorded (set LLMGW_HISTORY_GENERATION to add one beside it)`);
     return;
   }
   const json = execFileSync(
