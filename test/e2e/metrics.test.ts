@@ -1,8 +1,13 @@
 // Metrics from every process: /metrics of a real control worker and a real agent, scraped
 // after a deployment and a reconciliation, hold the Temporal SDK's runtime metrics and ours.
+// Its own Temporal server: on the shared one, other files' workers poll the same task queue
+// and may run this file's placements, whose counts then land on their /metrics.
 import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { isAlive, signalGroup } from '../../agent/supervisor/proc.js';
 import { TEMPORAL_SDK_METRICS } from '../../common/metrics.js';
 import { findFreePort } from '../../common/ports.js';
@@ -13,6 +18,8 @@ const nodeId = uniqueId('observe');
 let workerMetrics: string;
 let agentMetrics: string;
 let ghost: number | undefined;
+let server: DevServer;
+let env: Record<string, string>;
 
 async function scrape(address: string): Promise<string> {
   const response = await fetch(`http://${address}/metrics`);
@@ -34,21 +41,31 @@ function value(text: string, name: string, labels: Record<string, string> = {}):
 beforeAll(async () => {
   workerMetrics = `127.0.0.1:${await findFreePort()}`;
   agentMetrics = `127.0.0.1:${await findFreePort()}`;
-  const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG, '--metrics-addr', workerMetrics]);
+  const port = await findFreePort();
+  server = await startDevServer({
+    temporalBin: inject('temporalBin'),
+    port,
+    headless: true,
+    dbFile: join(mkdtempSync(join(tmpdir(), 'llmgw-metrics-')), 'dev.db'),
+    logFile: `.llmgw/test/temporal-metrics-${port}.log`,
+  });
+  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
+  const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG, '--metrics-addr', workerMetrics], env);
   await worker.waitForOutput(/serving task queue llmgw/, 90_000);
-  await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'observex8.yaml'), extra: ['--metrics-addr', agentMetrics] });
+  await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'observex8.yaml'), extra: ['--metrics-addr', agentMetrics], env });
 });
 
 afterAll(async () => {
   if (ghost !== undefined && isAlive(ghost)) signalGroup(ghost, 'SIGKILL');
   await killEnginesOf([nodeId]);
   await stopAll();
+  await server?.stop();
 });
 
 describe('/metrics on the control worker and on an agent', () => {
   it('serves the Temporal SDK metrics and ours: placements, deployments, reconcile actions; engines, starts, kills, GPUs', async () => {
     const deployment = uniqueId('observe-dep');
-    const deployed = await runLlmgw(['deploy', 'observe', '--name', deployment, '--replicas', '1', '--wait', '--timeout', '90']);
+    const deployed = await runLlmgw(['deploy', 'observe', '--name', deployment, '--replicas', '1', '--wait', '--timeout', '90'], env);
     expect(deployed.code, deployed.output).toBe(0);
     // A process marked as this agent's that no spec describes: the next survey kills it.
     const child = spawn('sleep', ['300'], {
@@ -58,7 +75,7 @@ describe('/metrics on the control worker and on an agent', () => {
     });
     child.unref();
     ghost = child.pid!;
-    const reconciled = await runLlmgw(['reconcile', nodeId]);
+    const reconciled = await runLlmgw(['reconcile', nodeId], env);
     expect(reconciled.code, reconciled.output).toBe(0);
     await eventually('the ghost killed', () => !isAlive(ghost!), 15_000);
 
@@ -107,7 +124,7 @@ describe('/metrics on the control worker and on an agent', () => {
     expect(value(agent, 'llmgw_agent_gpus', { health: 'healthy', llmgw_node: nodeId })).toBe(8);
     expect(value(agent, 'llmgw_agent_gpu_healthy', { gpu: '3', llmgw_node: nodeId })).toBe(1);
 
-    const undeployed = await runLlmgw(['undeploy', deployment]);
+    const undeployed = await runLlmgw(['undeploy', deployment], env);
     expect(undeployed.code, undeployed.output).toBe(0);
   });
 });

@@ -9,7 +9,7 @@ import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/defini
 import type { DeploymentView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
 import { gpusHeldTwice } from '../../sim/double-held.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+import { testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
 import { eventually, INVENTORIES, runLlmgw, spawnControlWorker, stopAll } from '../helpers/processes.js';
 import { fleetPortBase, killEngineHosts, startSimFleet, type EngineRow, type SimFleet } from '../helpers/sim-fleet.js';
 
@@ -18,7 +18,10 @@ const HOST_FLAGS = ['--presence-heartbeat-seconds', '5', '--lost-grace-seconds',
 let client: Client;
 let closeClient: () => Promise<void>;
 
+let ownTemporal: { stop(): Promise<void> } | undefined;
+
 beforeAll(async () => {
+  ownTemporal = await useOwnTemporal('sim-fleet');
   ({ client, close: closeClient } = await testClient());
   await spawnControlWorker();
 });
@@ -27,6 +30,7 @@ afterAll(async () => {
   await stopAll();
   killEngineHosts();
   await closeClient();
+  await ownTemporal?.stop();
 });
 
 function status(name: string): Promise<DeploymentView> {

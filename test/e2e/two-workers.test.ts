@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { findFreePort } from '../../common/ports.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+import { testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
 import {
   eventually,
   INVENTORIES,
@@ -30,7 +30,10 @@ let closeClient: () => Promise<void>;
 let routerUrl = '';
 const workers: LlmgwProcess[] = [];
 
+let ownTemporal: { stop(): Promise<void> } | undefined;
+
 beforeAll(async () => {
+  ownTemporal = await useOwnTemporal('two-workers');
   ({ client, close: closeClient } = await testClient());
   workers.push(...(await Promise.all([spawnControlWorker(), spawnControlWorker()])));
   for (const nodeId of nodeIds) await startSimAgent(nodeId, { inventory: TWO });
@@ -60,6 +63,7 @@ afterAll(async () => {
   await stopAll();
   await killEnginesOf(nodeIds);
   await closeClient?.();
+  await ownTemporal?.stop();
 });
 
 /** Samples readiness every 250 ms: the steady deployment must stay Ready, the scaled one never below `floor`. */

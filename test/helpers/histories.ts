@@ -8,11 +8,12 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { inject } from 'vitest';
+import { temporalAddress } from './temporal.js';
 
 export const HISTORIES_DIR = resolve(__dirname, '../histories');
 
 /** Saves a workflow's history as the Temporal CLI prints it (the format the Web UI downloads). */
-export function recordHistory(workflowId: string, baseName: string, address: string = inject('temporalAddress')): void {
+export function recordHistory(workflowId: string, baseName: string, address: string = temporalAddress()): void {
   if (process.env.LLMGW_RECORD_HISTORIES !== '1') return;
   // A later generation of the workflow code records beside the old one, never over it:
   // LLMGW_HISTORY_GENERATION=v1 names it `<name>.v1` when `<name>` exists.

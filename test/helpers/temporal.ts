@@ -3,8 +3,35 @@ import { inject } from 'vitest';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { llmgwDataConverter } from '../../temporal/connection.js';
+import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import { findFreePort } from '../../common/ports.js';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** Set by useOwnTemporal: this test file's own server instead of the shared one. */
+let ownServer: DevServer | undefined;
+
+/**
+ * Gives the calling test file a Temporal server of its own for every helper (workers, agents,
+ * the CLI, clients). For files that kill control workers or count what one worker did: on the
+ * shared server, other files' workers poll the same task queue and run their workflows too.
+ */
+export async function useOwnTemporal(label: string): Promise<{ stop(): Promise<void> }> {
+  const port = await findFreePort();
+  ownServer = await startDevServer({
+    temporalBin: inject('temporalBin'),
+    port,
+    headless: true,
+    dbFile: join(mkdtempSync(join(tmpdir(), `llmgw-${label}-`)), 'dev.db'),
+    logFile: `.llmgw/test/temporal-${label}-${port}.log`,
+  });
+  const server = ownServer;
+  return { stop: () => server.stop() };
+}
 
 export function temporalAddress(): string {
+  if (ownServer) return ownServer.address;
   const address = inject('temporalAddress');
   if (!address) throw new Error('this test needs the Temporal dev server: run it without LLMGW_SKIP_TEMPORAL=1');
   return address;

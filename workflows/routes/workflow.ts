@@ -48,6 +48,8 @@ import {
 /** How long a wait gives routers to pick up a change before the silent ones are presumed gone. */
 const ROUTER_ACK_TIMEOUT_MS = 10_000;
 const ROUTER_ACK_PATCH = 'routes-ack-timeout';
+/** Routers that let an earlier answer go unanswered are not waited for at all. */
+const EAGER_GONE_PATCH = 'routes-eager-gone-routers';
 
 export interface RoutesInput {
   /** State carried over continue-as-new; honoured only in a run continued from one of ours. */
@@ -72,6 +74,21 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
 
   /** When the table last changed: a live router calls again within moments of every change. */
   let changedAt = Date.now();
+  // A live router always has a watch waiting here, but for the moment between an answer and
+  // its next call. One with none waiting, answered long ago, died after that answer: a drain
+  // need not give it the whole ack timeout (it comes back with its next call if it lives).
+  const eagerGone = patched(EAGER_GONE_PATCH);
+  const watchesOf = new Map<string, { waiting: number; answeredAt: number }>();
+  const forgetGoneRouters = (now: number): void => {
+    const gone = state.routers.filter((r) => {
+      const watch = watchesOf.get(r.routerId);
+      return watch !== undefined && watch.waiting === 0 && now - watch.answeredAt > ROUTER_ACK_TIMEOUT_MS;
+    });
+    if (!gone.length) return;
+    log.warn(`routers ${gone.map((r) => r.routerId).join(', ')} did not call again after an answer: no longer waited for`);
+    state.routers = state.routers.filter((r) => !gone.includes(r));
+    for (const r of gone) watchesOf.delete(r.routerId);
+  };
   setHandler(routeChangedSignal, (raw) => {
     const parsed = RouteEntrySchema.safeParse(raw);
     if (!parsed.success) return log.warn('routeChanged ignored: not a route entry', { issues: parsed.error.issues.slice(0, 3) });
@@ -93,13 +110,20 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
     watchRoutesUpdate,
     async (request) => {
       noteRouter(state, request, Date.now());
+      // answeredAt: its last call or answer, whichever came later.
+      const watch = watchesOf.get(request.routerId) ?? { waiting: 0, answeredAt: 0 };
+      watchesOf.set(request.routerId, watch);
+      watch.answeredAt = Date.now();
       if (request.epoch !== state.epoch || state.version > request.after) return tableOf(state);
+      watch.waiting++;
       waiting++;
       const startedAt = tick;
       try {
         await condition(() => state.version > request.after || tick !== startedAt || closing);
       } finally {
         waiting--;
+        watch.waiting--;
+        watch.answeredAt = Date.now();
       }
       return tableOf(state);
     },
@@ -117,6 +141,7 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
     async ({ replicaId, routed: wanted }): Promise<AwaitRoutedResult> => {
       const done = (): boolean =>
         wanted === false ? droppedEverywhere(state, replicaId, Date.now()) : routedEverywhere(state, replicaId, Date.now());
+      if (eagerGone) forgetGoneRouters(Date.now());
       waiting++;
       try {
         // A router that has not called since the last change within a few seconds is gone (a
