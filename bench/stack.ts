@@ -44,7 +44,10 @@ export async function stopEverythingStarted(): Promise<void> {
 }
 
 /** Worker heartbeats and ListWorkers: agents' presence may be their workers' heartbeats. */
-const DYNAMIC_CONFIG = { 'frontend.WorkerHeartbeatsEnabled': true, 'frontend.ListWorkersEnabled': true };
+// frontend.namespaceCount: concurrent long polls per poller type per frontend. Each host's worker
+// polls its own agent/<id> queue, so a fleet of hundreds exceeds the default (seen at 200
+// hosts: 35,000 "namespace concurrent poller limit exceeded" in eight minutes, hosts unpolled).
+const DYNAMIC_CONFIG = { 'frontend.WorkerHeartbeatsEnabled': true, 'frontend.ListWorkersEnabled': true, 'frontend.namespaceCount': 20000 };
 
 export async function startTemporal(kind: TemporalKind): Promise<BenchTemporal> {
   const temporal = await startTemporalServer(kind);

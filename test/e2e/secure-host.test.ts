@@ -12,7 +12,8 @@ import { loadCatalogFile } from '../../catalog/load.js';
 import { readCatalogKeys } from '../../common/catalog-key.js';
 import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
 import { signSnapshot } from '../../common/revision-signature.js';
-import { replicaStatusQuery } from '../../workflows/definitions.js';
+import { replicaStatusQuery, scaleUpdate } from '../../workflows/definitions.js';
+import { WorkflowFailedError } from '@temporalio/client';
 import { testCatalogKeyFile } from '../helpers/catalog-key.js';
 import {
   E2E_CATALOG,
@@ -37,6 +38,7 @@ let client: Client;
 let closeClient: () => Promise<void>;
 let worker: LlmgwProcess;
 let agent: { proc: LlmgwProcess; stateDir: string };
+let envFile: string;
 
 /** Every byte of a history, payloads decoded as text, to search for a value in any form. */
 function historyText(history: unknown): string {
@@ -54,7 +56,7 @@ function filesUnder(dir: string): string[] {
 beforeAll(async () => {
   ({ client, close: closeClient } = await testClient());
   worker = await spawnControlWorker();
-  const envFile = join(mkdtempSync(join(tmpdir(), 'llmgw-envfile-')), 'engines.env');
+  envFile = join(mkdtempSync(join(tmpdir(), 'llmgw-envfile-')), 'engines.env');
   writeFileSync(envFile, `WANDB_KEY=${wandb}\n`, { mode: 0o600 });
   agent = await startSimAgent(nodeId, {
     inventory: join(INVENTORIES, 'securex8.yaml'),
@@ -137,5 +139,97 @@ describe('a host that keeps its secrets and runs only what the catalog allows', 
     } finally {
       await handle.terminate('test over').catch(() => undefined);
     }
+  });
+
+  it('refuses a deployModel started with carried state holding args, and a replica with malformed input, naming the path', async () => {
+    const name = uniqueId('carried');
+    // What a continued run carries: a replica with args the catalog never had.
+    const carried = { replicas: [{ seq: 1, profile: { args: ['--trust-remote-code', '--load-format', 'evil'] } }], nextSeq: 2 };
+    const deployment = await client.workflow.start('deployModel', {
+      workflowId: `deployment/${name}`,
+      taskQueue: 'llmgw',
+      args: [{ model: 'secure', name, replicas: 1, carried }],
+    });
+    const refused = await deployment.result().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refused).toBeInstanceOf(WorkflowFailedError);
+    expect(String((refused as WorkflowFailedError).cause?.message)).toMatch(/carried is internal state of a continued run; leave it out/);
+
+    const bad = uniqueId('malformed');
+    const replica = await client.workflow.start('replica', {
+      workflowId: `replica/${bad}/1`,
+      taskQueue: 'llmgw',
+      args: [{ deployment: bad, seq: 'one', profile: { engine: 'fake' }, deploymentWorkflowId: `deployment/${bad}` }],
+    });
+    const failed = await replica.result().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(failed).toBeInstanceOf(WorkflowFailedError);
+    const message = String((failed as WorkflowFailedError).cause?.message);
+    expect(message).toMatch(/^invalid replica input: /);
+    expect(message).toMatch(/\bseq: /);
+    // Neither started anything on the host.
+    expect(enginesOf([nodeId]).filter((engine) => [name, bad].includes(engine.env.LLMGW_DEPLOYMENT ?? ''))).toEqual([]);
+    expect(agent.proc.output()).not.toMatch(new RegExp(`started shard (${name}|${bad})`));
+  });
+
+  it('stops an engine scaled away while its agent was dead exactly once when the agent returns, and places nothing on its GPUs meanwhile', async () => {
+    const name = uniqueId('scaled-dead');
+    const other = uniqueId('scaled-other');
+    const deployed = await runLlmgw(['deploy', 'secure', '--name', name, '--replicas', '2', '--wait', '--timeout', '90']);
+    expect(deployed.code, deployed.output).toBe(0);
+    const of = (deploymentName: string): ReturnType<typeof enginesOf> =>
+      enginesOf([nodeId]).filter((engine) => engine.env.LLMGW_REPLICA_ID?.startsWith(`replica/${deploymentName}/`));
+    expect(of(name)).toHaveLength(2);
+    const doomed = of(name).find((engine) => engine.env.LLMGW_REPLICA_ID === `replica/${name}/2`)!;
+    const doomedGpus = (doomed.env.CUDA_VISIBLE_DEVICES ?? '').split(',');
+    // While the scaled-away engine lives, no other engine may be given its GPUs: sampled throughout.
+    const overlaps: string[] = [];
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        const engines = enginesOf([nodeId]);
+        if (engines.some((engine) => engine.pid === doomed.pid)) {
+          for (const engine of engines) {
+            if (engine.pid === doomed.pid) continue;
+            const gpus = (engine.env.CUDA_VISIBLE_DEVICES ?? '').split(',');
+            if (gpus.some((gpu) => doomedGpus.includes(gpu))) overlaps.push(`${engine.env.LLMGW_REPLICA_ID} on ${gpus.join(',')}`);
+          }
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    })();
+    try {
+      // The agent dies; the scale-down's stop cannot reach it.
+      await agent.proc.kill9();
+      await client.workflow.getHandle(`deployment/${name}`).executeUpdate(scaleUpdate, { args: [1] });
+      // Demand for every GPU meanwhile: 7 replicas fit on the 8-GPU host only with the scaled-away GPU.
+      await runLlmgw(['deploy', 'secure', '--name', other, '--replicas', '7']);
+      await new Promise((r) => setTimeout(r, 5_000));
+      const stateDir = agent.stateDir;
+      agent = await startSimAgent(nodeId, {
+        inventory: join(INVENTORIES, 'securex8.yaml'),
+        stateDir,
+        extra: ['--pass-env', 'HF_TOKEN', '--env-file', envFile],
+        env: { HF_TOKEN: secret },
+      });
+      await eventually('the scaled-away engine stopped', () => (of(name).length === 1 ? true : undefined), 90_000);
+      await eventually('the other deployment on every other GPU', () => (of(other).length === 7 ? true : undefined), 120_000);
+    } finally {
+      sampling = false;
+      await sampler;
+    }
+    expect(overlaps).toEqual([]);
+    const shardId = doomed.env.LLMGW_SHARD_ID!;
+    const stops = agent.proc.output().match(new RegExp(`stopped shard ${shardId.replace(/\./g, '\\.')}(?! \\(nothing)`, 'g')) ?? [];
+    expect(stops.length, agent.proc.output()).toBeLessThanOrEqual(1);
+    console.log(
+      `scaled away while the agent was dead: engine ${doomed.pid} stopped once the agent returned; ${stops.length} stop logged, 0 overlaps`,
+    );
+    await runLlmgw(['undeploy', name]);
+    await runLlmgw(['undeploy', other]);
   });
 });
