@@ -13,7 +13,7 @@ import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { findFreePort } from '../../common/ports.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { deploymentStatusQuery, describeNodeQuery, undeployUpdate } from '../../workflows/definitions.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+import { testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
 import {
   enginesOf,
   eventually,
@@ -98,7 +98,12 @@ async function atZero(timeoutMs = 90_000): Promise<void> {
 let router: RouterProc;
 let routerPort: number;
 
+// Its own server: it restarts the control worker and a router, which on the shared server would
+// be one of several workers (no restart at all) and a dead router for every other file.
+let ownTemporal: { stop(): Promise<void> } | undefined;
+
 beforeAll(async () => {
+  ownTemporal = await useOwnTemporal('autoscale');
   ({ client, close: closeClient } = await testClient());
   worker = await spawnControlWorker();
   await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'autox8.yaml') });
@@ -114,6 +119,7 @@ afterAll(async () => {
   await eventually('engines gone', () => (enginesOf([nodeId]).length === 0 ? true : undefined), 60_000).catch(() => undefined);
   await stopAll();
   await closeClient?.();
+  await ownTemporal?.stop();
 });
 
 describe('autoscaling and scale to zero', () => {
