@@ -22,6 +22,7 @@ import { gangHostFromView, placeGangOnHosts, summariseReasons, type GangHost } f
 import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
+import { listShared } from './shared-list.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -164,14 +165,14 @@ export function createPlacementActivities(client: Client, options: { log?: (line
 async function readCapacityIndex(client: Client, request: PlaceRequest): Promise<IndexedNode[]> {
   const siblings = new Map<string, number>();
   const replicas = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = '${request.deployment}'`;
-  for await (const replica of client.workflow.list({ query: replicas })) {
+  for (const replica of await listShared(client, replicas)) {
     if (replica.workflowId === request.replicaId) continue;
     const nodes = replica.searchAttributes?.LlmgwNodes;
     for (const node of Array.isArray(nodes) ? nodes : []) if (typeof node === 'string') siblings.set(node, (siblings.get(node) ?? 0) + 1);
   }
   const index: IndexedNode[] = [];
   const nodes = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = '${request.gpuClass}'`;
-  for await (const execution of client.workflow.list({ query: nodes })) {
+  for (const execution of await listShared(client, nodes)) {
     const free = execution.searchAttributes?.LlmgwFreeGpus;
     const state = execution.searchAttributes?.LlmgwState;
     index.push({
