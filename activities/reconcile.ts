@@ -175,11 +175,11 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
         await handle.delete();
         return 'deleted';
       }
-      const interval = { every: `${request.everySeconds} seconds` };
+      const interval = reconcileInterval(request.nodeId, request.everySeconds);
       if (!existing) {
         await client.schedule.create({
           scheduleId: reconcileScheduleId(request.nodeId),
-          spec: { intervals: [interval] },
+          spec: { intervals: [intervalSpec(interval)] },
           action: {
             type: 'startWorkflow',
             workflowType: 'reconcileNode',
@@ -193,12 +193,18 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
         return 'created';
       }
       const everyMs = existing.spec.intervals?.[0]?.every;
+      const offsetMs = existing.spec.intervals?.[0]?.offset;
       const currentArgs =
         existing.action.type === 'startWorkflow' ? (existing.action.args?.[0] as ReconcileNodeInput | undefined) : undefined;
-      if (Number(everyMs) === request.everySeconds * 1000 && (currentArgs?.dryRun ?? false) === request.dryRun) return 'unchanged';
+      if (
+        Number(everyMs) === request.everySeconds * 1000 &&
+        Number(offsetMs ?? 0) === interval.offsetSeconds * 1000 &&
+        (currentArgs?.dryRun ?? false) === request.dryRun
+      )
+        return 'unchanged';
       await handle.update((previous) => ({
         ...previous,
-        spec: { ...previous.spec, intervals: [interval] },
+        spec: { ...previous.spec, intervals: [intervalSpec(interval)] },
         action: { ...previous.action, type: 'startWorkflow', workflowType: 'reconcileNode', args: [input] } as typeof previous.action,
       }));
       return 'updated';
@@ -210,7 +216,7 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
       try {
         await client.schedule.create({
           scheduleId: reconcileScheduleId(request.nodeId),
-          spec: { intervals: [{ every: `${request.everySeconds} seconds` }] },
+          spec: { intervals: [intervalSpec(reconcileInterval(request.nodeId, request.everySeconds))] },
           action: {
             type: 'startWorkflow',
             workflowType: 'reconcileNode',
@@ -228,4 +234,20 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
       }
     },
   };
+}
+
+/**
+ * A node's reconcile interval, phased by its id: interval Schedules fire on multiples of the
+ * interval since the epoch, so without an offset every host of a fleet reconciled at the top of
+ * the hour at once (bench:fleet at 200 hosts: 200 reconciles in the same minute).
+ */
+export function reconcileInterval(nodeId: string, everySeconds: number): { every: string; offset: string; offsetSeconds: number } {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < nodeId.length; i++) hash = Math.imul(hash ^ nodeId.charCodeAt(i), 0x01000193) >>> 0;
+  const offsetSeconds = hash % Math.max(1, Math.floor(everySeconds));
+  return { every: `${everySeconds} seconds`, offset: `${offsetSeconds} seconds`, offsetSeconds };
+}
+
+function intervalSpec(interval: { every: string; offset: string }): { every: string; offset: string } {
+  return { every: interval.every, offset: interval.offset };
 }
