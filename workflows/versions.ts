@@ -10,3 +10,6 @@ export const QUICK_STOP_ON_AGENT_GONE = 'replica-quick-stop-on-agent-gone';
 
 /** A replica that was woken while already placing passes the wake-up on once placed. */
 export const FORWARD_UNUSED_WAKE = 'replica-forward-unused-wake';
+
+/** A replica that has just turned Unschedulable looks once more shortly after. */
+export const RECHECK_AFTER_WAITING = 'replica-recheck-after-waiting';

@@ -5,12 +5,17 @@
 // was lost. So a replica that waits for hours adds a handful of events, not thousands.
 // Workflow side.
 import { condition, patched } from '@temporalio/workflow';
-import { FORWARD_UNUSED_WAKE } from '../versions.js';
+import { FORWARD_UNUSED_WAKE, RECHECK_AFTER_WAITING } from '../versions.js';
 import { control } from './calls.js';
 import type { ReplicaRun } from './run.js';
 
 /** An Unschedulable replica looks again this often even when nothing woke it. */
 const CAPACITY_RECHECK_SECONDS = 600;
+/**
+ * A replica that has just turned Unschedulable looks once more after this long: GPUs freed
+ * while it was placing woke nobody (it was not yet a waiter in visibility).
+ */
+const RECHECK_AFTER_WAITING_MS = 2_000;
 /** Quick retries when the capacity index was stale (a node had fewer GPUs than it said). */
 const STALE_RETRIES = 5;
 
@@ -50,6 +55,7 @@ export async function place(run: ReplicaRun): Promise<boolean> {
       return true;
     }
     // No capacity is not a failure: wait, say why, and look again when GPUs are freed.
+    const wasWaiting = state.phase === 'Unschedulable';
     void run.setPhase('Unschedulable', result.reason);
     if (result.retryInMs && quickRetries < STALE_RETRIES) {
       // The index promised room that a node no longer had, or only avoided nodes have room:
@@ -60,6 +66,12 @@ export async function place(run: ReplicaRun): Promise<boolean> {
       continue;
     }
     quickRetries = 0;
+    // Whoever freed GPUs while this replica was placing found no waiter to wake: now that it is
+    // one, look once more (a drain-first rollout waited 10 minutes on exactly that).
+    if (!wasWaiting && patched(RECHECK_AFTER_WAITING)) {
+      await condition(() => run.capacity.changed || run.stopRequested(), RECHECK_AFTER_WAITING_MS);
+      continue;
+    }
     const woken = await condition(() => run.capacity.changed || run.stopRequested() || run.handOverDue(), recheckMs);
     // A whole re-check period without capacity anywhere else: give avoided nodes another chance.
     if (!woken) state.avoidNodes = [];
