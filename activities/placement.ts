@@ -96,6 +96,19 @@ export function createPlacementActivities(client: Client, options: { log?: (line
 
   const place = async (request: PlaceRequest): Promise<PlaceResult> => {
     const index = await readCapacityIndex(client, request);
+    // A node named by a wake-up has just freed GPUs that the index (shared for a moment, and
+    // lagging the node) may not show yet: ask it what it holds now.
+    await Promise.all(
+      index
+        .filter((n) => request.preferNodes?.includes(n.nodeId))
+        .map(async (n) => {
+          const view = await client.workflow
+            .getHandle(nodeWorkflowId(n.nodeId))
+            .query(describeNodeQuery)
+            .catch(() => undefined);
+          if (view && view.phase === 'Ready' && !view.cordoned) Object.assign(n, { state: 'Ready', free: view.freeGpus.length });
+        }),
+    );
     const ready = index.filter((n) => n.state === 'Ready');
     if (!ready.length) {
       const others = index.length ? ` (${index.map((n) => `${n.nodeId} ${n.state}`).join(', ')})` : '';
