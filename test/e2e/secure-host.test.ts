@@ -188,6 +188,8 @@ describe('a host that keeps its secrets and runs only what the catalog allows', 
     const doomedGpus = (doomed.env.CUDA_VISIBLE_DEVICES ?? '').split(',');
     // While the scaled-away engine lives, no other engine may be given its GPUs: sampled throughout.
     const overlaps: string[] = [];
+    let restartedAt: number | undefined;
+    let stoppedAt: number | undefined;
     let sampling = true;
     const sampler = (async () => {
       while (sampling) {
@@ -216,7 +218,9 @@ describe('a host that keeps its secrets and runs only what the catalog allows', 
         extra: ['--pass-env', 'HF_TOKEN', '--env-file', envFile],
         env: { HF_TOKEN: secret },
       });
-      await eventually('the scaled-away engine stopped', () => (of(name).length === 1 ? true : undefined), 90_000);
+      restartedAt = Date.now();
+      await eventually('the scaled-away engine stopped', () => (of(name).length === 1 ? true : undefined), 120_000);
+      stoppedAt = Date.now();
       await eventually('the other deployment on every other GPU', () => (of(other).length === 7 ? true : undefined), 120_000);
     } finally {
       sampling = false;
@@ -227,9 +231,9 @@ describe('a host that keeps its secrets and runs only what the catalog allows', 
     const stops = agent.proc.output().match(new RegExp(`stopped shard ${shardId.replace(/\./g, '\\.')}(?! \\(nothing)`, 'g')) ?? [];
     expect(stops.length, agent.proc.output()).toBeLessThanOrEqual(1);
     console.log(
-      `scaled away while the agent was dead: engine ${doomed.pid} stopped once the agent returned; ${stops.length} stop logged, 0 overlaps`,
+      `scaled away while the agent was dead: engine ${doomed.pid} stopped ${Math.round(((stoppedAt ?? 0) - (restartedAt ?? 0)) / 100) / 10} s after the agent returned; ${stops.length} stop logged, 0 overlaps`,
     );
     await runLlmgw(['undeploy', name]);
     await runLlmgw(['undeploy', other]);
-  });
+  }, 300_000);
 });
