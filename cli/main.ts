@@ -4,6 +4,8 @@
 import { Command, Option } from 'commander';
 import { DEFAULT_PORTS } from '../common/names.js';
 import { addRouterCommand } from '../router/command.js';
+import { registerSimCommands } from './commands-sim.js';
+import { registerTemporalCommands } from './commands-temporal.js';
 
 const program = new Command();
 program
@@ -12,90 +14,7 @@ program
   .showHelpAfterError()
   .enablePositionalOptions();
 
-const temporal = program.command('temporal').description('the pinned Temporal CLI, its dev server, and Temporal on PostgreSQL');
-temporal
-  .command('install')
-  .description('make the pinned Temporal CLI available (build it with Go into the cache if needed) and print its path')
-  .action(async () => {
-    const { ensureTemporalCli } = await import('../temporal/cli-binary.js');
-    console.log(await ensureTemporalCli());
-  });
-temporal
-  .command('start-dev')
-  .description(
-    'run `temporal server start-dev` with llmgw search attributes; returns once the frontend answers, then stays up until Ctrl-C',
-  )
-  .option('--port <port>', 'frontend port', '7233')
-  .option('--ui-port <port>', 'Web UI port', '8233')
-  .option('--ip <ip>', 'address to listen on', '127.0.0.1')
-  .option('--db-file <file>', 'SQLite file for the server state (default .llmgw/temporal/dev.db)')
-  .option('--in-memory', 'keep nothing after the server stops')
-  .option('--headless', 'no Web UI')
-  .action(async (opts: { port: string; uiPort: string; ip: string; dbFile?: string; inMemory?: boolean; headless?: boolean }) => {
-    const { runDevServerCommand } = await import('./commands/dev-server.js');
-    await runDevServerCommand(opts);
-  });
-temporal
-  .command('install-server')
-  .description('make the pinned Temporal server and SQL tool available (build them with Go into the cache if needed) and print their paths')
-  .action(async () => {
-    const { ensureTemporalServer } = await import('../temporal/postgres/server-binary.js');
-    const binaries = await ensureTemporalServer();
-    console.log(Object.values(binaries).join('\n'));
-  });
-temporal
-  .command('start-postgres')
-  .description(
-    'run the pinned Temporal server on PostgreSQL (LLMGW_POSTGRES_URL, or a private cluster under .llmgw/postgres) with llmgw search attributes; returns once it accepts workflows',
-  )
-  .option('--port <port>', 'frontend port', '7233')
-  .option('--ip <ip>', 'address to listen on', '127.0.0.1')
-  .option('--namespace <ns>', 'namespace to create', 'default')
-  .option('--history-shards <n>', 'history shards, fixed when the databases are first set up (default 4)')
-  .option('--state-dir <dir>', 'where the private cluster, config and log live (default .llmgw)')
-  .option('--detach', 'leave it running and return (stop it with `llmgw temporal stop-postgres`)')
-  .option(
-    '--dynamic-config-value <key=value>',
-    'a dynamic config value over the server defaults (repeatable), e.g. frontend.namespaceRPS.visibility=100',
-    (value: string, previous: string[]) => [...previous, value],
-    [] as string[],
-  )
-  .action(async (opts: import('../temporal/postgres/command.js').StartPostgresFlags) => {
-    const { startPostgresCommand } = await import('../temporal/postgres/command.js');
-    await startPostgresCommand(opts);
-  });
-temporal
-  .command('stop-postgres')
-  .description('stop what `start-postgres` left running: the server and the private PostgreSQL')
-  .option('--purge', "also delete its data: the private cluster's files, or the databases llmgw created on LLMGW_POSTGRES_URL")
-  .option('--state-dir <dir>', 'as given to start-postgres (default .llmgw)')
-  .action(async (opts: { purge?: boolean; stateDir?: string }) => {
-    const { stopPostgresCommand } = await import('../temporal/postgres/command.js');
-    await stopPostgresCommand(opts);
-  });
-temporal
-  .command('register-search-attributes')
-  .description("create llmgw's search attributes on an existing cluster (uses the Temporal CLI's standard connection settings)")
-  .allowUnknownOption()
-  .argument('[temporalArgs...]', 'extra arguments passed to `temporal operator search-attribute` (e.g. --address, --namespace)')
-  .action(async (temporalArgs: string[]) => {
-    const { ensureTemporalCli } = await import('../temporal/cli-binary.js');
-    const { registerSearchAttributes } = await import('../temporal/search-attributes.js');
-    const created = await registerSearchAttributes(await ensureTemporalCli(), temporalArgs);
-    console.log(created.length ? `created: ${created.join(', ')}` : 'all llmgw search attributes already exist');
-  });
-
-const catalog = program.command('catalog').description('the catalog of models and engine profiles');
-catalog
-  .command('validate')
-  .argument('<file>', 'catalog YAML file')
-  .description('check a catalog file; prints every error with its path and line, exits 1 when there is one')
-  .action(async (file: string) => {
-    const { validateCatalogCommand } = await import('../catalog/validate-command.js');
-    const result = validateCatalogCommand(file);
-    (result.exitCode === 0 ? console.log : console.error)(result.output);
-    process.exitCode = result.exitCode;
-  });
+registerTemporalCommands(program);
 
 program
   .command('fake-engine')
@@ -163,49 +82,7 @@ program
     await runAgent(opts);
   });
 
-program
-  .command('sim-fleet')
-  .description('N simulated GPU hosts in one process: the production agent per host, virtual engines, a control socket to kill hosts')
-  .requiredOption('--hosts <n>', 'how many simulated hosts')
-  .option('--gpus <inventory>', 'the inventory of every host (builtin:h100x8, builtin:a100x8, builtin:l40sx4, or a FILE)', 'builtin:h100x8')
-  .option('--fabrics <names>', 'fabric labels given to the hosts in turn, e.g. ib-a,ib-b')
-  .option('--state-dir <dir>', 'specs and logs of every host, the engine host and the sockets', '.llmgw/sim-fleet')
-  .option('--node-prefix <p>', 'node ids are <p>0, <p>1, …', 'sim-')
-  .option('--control-socket <path>', 'Unix socket taking kill, kill-agent, start, status, engines (default <state-dir>/control.sock)')
-  .option('--port-base <port>', 'host i gets engine ports from port-base + i × ports-per-host', '20000')
-  .option('--ports-per-host <n>', 'engine ports per host', '10')
-  .option('--start-concurrency <n>', 'hosts started at once', '16')
-  .option('--activity-pollers <n>', "activity pollers of each host's worker", '2')
-  .option('--presence-heartbeat-seconds <s>', 'as for llmgw agent')
-  .option('--lost-grace-seconds <s>', 'as for llmgw agent')
-  .option('--reconcile-every-seconds <s>', 'as for llmgw agent')
-  .option('--catalog-key <file>', 'as for llmgw agent (or LLMGW_CATALOG_KEY_FILE)')
-  .option('--insecure-unsigned', 'as for llmgw agent')
-  .option('--metrics-addr <host:port|off>', 'one /metrics for the fleet, every host labelled llmgw_node (default off)')
-  .action(async (opts: Record<string, unknown>) => {
-    const { runSimFleet } = await import('../sim/fleet.js');
-    await runSimFleet({ catalogKey: opts.insecureUnsigned ? undefined : process.env.LLMGW_CATALOG_KEY_FILE || undefined, ...opts });
-  });
-
-program
-  .command('sim-ctl')
-  .description('send a command to a running sim-fleet: kill NODE…, kill-agent NODE…, start NODE…, status, engines')
-  .argument('<words...>')
-  .option('--control-socket <path>', "the fleet's control socket", '.llmgw/sim-fleet/control.sock')
-  .action(async (words: string[], opts: { controlSocket: string }) => {
-    const { controlRequest } = await import('../sim/control.js');
-    console.log(JSON.stringify(await controlRequest(opts.controlSocket, words.join(' ')), null, 2));
-  });
-
-program
-  .command('sim-engines', { hidden: true })
-  .description("a simulated fleet's engine host (sim-fleet starts it)")
-  .requiredOption('--socket <path>')
-  .action(async (opts: { socket: string }) => {
-    const { runEngineHost } = await import('../sim/engines/host.js');
-    await runEngineHost({ socket: opts.socket });
-    process.exit(0);
-  });
+registerSimCommands(program);
 
 program
   .command('worker')
