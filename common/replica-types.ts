@@ -5,6 +5,19 @@ export type ReplicaPhase =
   'Pending' | 'Placing' | 'Unschedulable' | 'Starting' | 'Loading' | 'Ready' | 'Unknown' | 'Draining' | 'Stopped' | 'Failed';
 
 export const ROUTABLE_PHASES: ReplicaPhase[] = ['Ready', 'Unknown'];
+/** Every phase, in lifecycle order: what route entries' schemas accept (the routes workflow and the router). */
+export const REPLICA_PHASES = [
+  'Pending',
+  'Placing',
+  'Unschedulable',
+  'Starting',
+  'Loading',
+  'Ready',
+  'Unknown',
+  'Draining',
+  'Stopped',
+  'Failed',
+] as const satisfies readonly ReplicaPhase[];
 
 /**
  * A variable's value in a profile: a literal, or a reference to a variable of the agent's own

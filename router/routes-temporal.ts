@@ -17,24 +17,12 @@ import * as grpcRuntime from '@grpc/grpc-js';
 import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import { z } from 'zod';
 import { WorkflowType } from '../common/names.js';
-import type { ReplicaPhase } from '../common/replica-types.js';
+import { REPLICA_PHASES, type ReplicaPhase } from '../common/replica-types.js';
 import { SA } from '../common/search-attributes.js';
 import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
 import { isEndpointUrl, isRoutable, type RouteEntry, type RouteSnapshot, type RouteSource } from './routes.js';
 
-const PHASES = [
-  'Pending',
-  'Placing',
-  'Unschedulable',
-  'Starting',
-  'Loading',
-  'Ready',
-  'Unknown',
-  'Draining',
-  'Stopped',
-  'Failed',
-] as const satisfies readonly ReplicaPhase[];
-const Phase = z.enum(PHASES);
+const Phase = z.enum(REPLICA_PHASES);
 
 /** The `route` memo a replica workflow publishes (common/replica-types.ts RouteMemo). */
 const RouteMemo = z.object({

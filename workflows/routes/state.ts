@@ -3,7 +3,7 @@
 // routed everywhere. Plain JSON (it crosses continue-as-new); unit-tested without a server.
 import { z } from 'zod';
 import { AUTOSCALE_METRICS } from '../../common/autoscale.js';
-import { ROUTABLE_PHASES, type ReplicaPhase } from '../../common/replica-types.js';
+import { REPLICA_PHASES, ROUTABLE_PHASES } from '../../common/replica-types.js';
 import type { DeploymentEntry, RouteEntry, RoutesView, RouteTable, WatchRoutesRequest } from './definitions.js';
 
 export interface RouterSeen {
@@ -44,19 +44,6 @@ function noteWithdrawn(state: RoutesState, replicaId: string): void {
 export const WATCH_TIMEOUT_MS = 5 * 60_000;
 export const LIVE_ROUTER_MS = 2 * WATCH_TIMEOUT_MS;
 
-const PHASES = [
-  'Pending',
-  'Placing',
-  'Unschedulable',
-  'Starting',
-  'Loading',
-  'Ready',
-  'Unknown',
-  'Draining',
-  'Stopped',
-  'Failed',
-] as const satisfies readonly ReplicaPhase[];
-
 // Signals can come from anyone with access to the namespace: an entry that does not parse is
 // ignored (and logged), never half-applied.
 export const RouteEntrySchema = z.object({
@@ -64,7 +51,7 @@ export const RouteEntrySchema = z.object({
   deployment: z.string().min(1).max(200),
   servedName: z.string().min(1).max(300),
   endpoint: z.string().max(300),
-  phase: z.enum(PHASES),
+  phase: z.enum(REPLICA_PHASES),
   revision: z.string().max(200).optional(),
 });
 export const DeploymentEntrySchema = z.object({
