@@ -8,7 +8,8 @@
 // 3. A new run that the server left on the old build parks; it is moved to the target with a
 //    versioning override and released (signal upgradeApplied).
 // It waits until every run is on the target or --timeout passes, and says which are not.
-import type { Client } from '@temporalio/client';
+import { isGrpcServiceError, type Client } from '@temporalio/client';
+import { status as GrpcStatus } from '@grpc/grpc-js';
 import { describeDeployment, setCurrentVersion, type BuildVersion } from '../../workers/versioning.js';
 import { prepareUpgradeSignal, upgradeAppliedSignal, upgradeStatusQuery } from '../../workflows/upgrade.js';
 import { withClient } from './client.js';
@@ -94,40 +95,52 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
   return 0;
 }
 
-/** Moves one workflow a step further; 'done' once its current run is on the target and not parked. */
+/**
+ * Moves one workflow a step further; 'done' once its current run is on the target and not parked.
+ * Everything after the describe talks to that one run: if it continues as new meanwhile, the
+ * next round finds its successor instead of releasing a park that was never moved.
+ */
 async function stepOne(client: Client, workflowId: string, version: BuildVersion, moveStranded: boolean): Promise<'done' | 'waiting'> {
-  const handle = client.workflow.getHandle(workflowId);
-  const description = await handle.describe().catch(() => undefined);
+  const description = await client.workflow
+    .getHandle(workflowId)
+    .describe()
+    .catch(() => undefined);
   if (!description || description.status.name !== 'RUNNING') return 'done';
+  const run = client.workflow.getHandle(workflowId, description.runId);
   const info = description.raw.workflowExecutionInfo?.versioningInfo;
   const onTarget =
     info?.deploymentVersion?.buildId === version.buildId || info?.versioningOverride?.pinned?.version?.buildId === version.buildId;
-  const status = await handle.query(upgradeStatusQuery).catch(() => undefined);
+  const status = await run.query(upgradeStatusQuery).catch(() => undefined);
   if (status?.parked) {
-    if (!onTarget) await pinTo(client, workflowId, description.runId, version);
-    await handle.signal(upgradeAppliedSignal).catch(() => undefined);
+    if (onTarget || (await pinTo(client, workflowId, description.runId, version))) {
+      await run.signal(upgradeAppliedSignal).catch(() => undefined);
+    }
     return 'waiting';
   }
   if (onTarget) return 'done';
   // A run whose build no worker serves can never reach a safe point: move it where it stands.
   // This relies on the new build replaying its history (patched changes, docs/upgrades.md).
-  if (moveStranded && status === undefined) {
-    await pinTo(client, workflowId, description.runId, version);
-    return 'waiting';
-  }
+  if (moveStranded && status === undefined) await pinTo(client, workflowId, description.runId, version);
   return 'waiting';
 }
 
-async function pinTo(client: Client, workflowId: string, runId: string, version: BuildVersion): Promise<void> {
-  await client.workflowService.updateWorkflowExecutionOptions({
-    namespace: client.options.namespace,
-    workflowExecution: { workflowId, runId },
-    workflowExecutionOptions: {
-      // PINNED_OVERRIDE_BEHAVIOR_PINNED
-      versioningOverride: { pinned: { behavior: 1, version: { deploymentName: version.deploymentName, buildId: version.buildId } } },
-    },
-    updateMask: { paths: ['versioning_override'] },
-  });
+/** Pins one run to the target; false when that run has ended meanwhile (continued as new). */
+async function pinTo(client: Client, workflowId: string, runId: string, version: BuildVersion): Promise<boolean> {
+  try {
+    await client.workflowService.updateWorkflowExecutionOptions({
+      namespace: client.options.namespace,
+      workflowExecution: { workflowId, runId },
+      workflowExecutionOptions: {
+        // PINNED_OVERRIDE_BEHAVIOR_PINNED
+        versioningOverride: { pinned: { behavior: 1, version: { deploymentName: version.deploymentName, buildId: version.buildId } } },
+      },
+      updateMask: { paths: ['versioning_override'] },
+    });
+    return true;
+  } catch (error) {
+    if (isGrpcServiceError(error) && error.code === GrpcStatus.NOT_FOUND) return false;
+    throw error;
+  }
 }
 
 async function signalAll(client: Client, target: string): Promise<number> {
