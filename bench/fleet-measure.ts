@@ -142,3 +142,21 @@ export async function rssMb(pid: number): Promise<number> {
   const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
   return Math.round(kb / 1024);
 }
+
+/** CPU seconds one process (and its reaped children) has used so far. */
+export async function cpuSecondsOf(pid: number): Promise<number> {
+  const { readFile } = await import('node:fs/promises');
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  // Fields after the command name (which may hold spaces): utime is the 14th field overall.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i] ?? 0), 0);
+  return ticks / 100;
+}
+
+/** CPU seconds the whole machine has spent busy (not idle or waiting on I/O) so far. */
+export async function machineBusySeconds(): Promise<number> {
+  const { readFile } = await import('node:fs/promises');
+  const [, ...values] = (await readFile('/proc/stat', 'utf8')).split('\n')[0]!.trim().split(/\s+/);
+  const [user, nice, system, , , irq, softirq, steal] = values.map(Number);
+  return (user! + nice! + system! + irq! + softirq! + steal!) / 100;
+}
