@@ -2,9 +2,10 @@
 // to a revision with other args, under router load: once with room to surge (a replica per
 // GPU) and once on full hosts (a replica per host: drain-first). Prints the total rollout time,
 // the longest stretch with fewer than 8 routable replicas, and the requests that failed
-// (goal 0), side by side. Figures, not asserts.
+// (goal 0), side by side; then how soon a drain with nothing in flight stops its engine
+// (goal 1 s). Figures, not asserts.
 import { request } from 'undici';
-import { deploymentStatusQuery, rolloutUpdate } from '../workflows/definitions.js';
+import { deploymentStatusQuery, rolloutUpdate, scaleUpdate } from '../workflows/definitions.js';
 import { startStack, type Stack } from './stack.js';
 
 const REPLICAS = 8;
@@ -73,6 +74,39 @@ async function roll(stack: Stack, from: string, to: string): Promise<string> {
   return `${from} → ${to} (${mode}): rollout ${(total / 1000).toFixed(1)} s · longest with < ${REPLICAS} routable ${(longestBelow / 1000).toFixed(1)} s (${(below / 1000).toFixed(1)} s in all) · requests ${ok} ok, ${failed} failed`;
 }
 
+/**
+ * Scale → each idle replica Stopped (its engine's exit confirmed by the agent and its GPUs
+ * released), for `rounds` scale-downs of one replica with no request in flight.
+ */
+async function idleDrains(stack: Stack, rounds: number): Promise<string> {
+  const name = `idle-${Date.now().toString(36)}`;
+  const handle = stack.client.workflow.getHandle(`deployment/${name}`);
+  const view = () => handle.query(deploymentStatusQuery);
+  const until = async (what: string, done: (v: Awaited<ReturnType<typeof view>>) => boolean): Promise<void> => {
+    for (const started = Date.now(); !done(await view());) {
+      if (Date.now() - started > 120_000) throw new Error(`${name}: ${what} not within 120 s`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  await stack.client.workflow.start('deployModel', {
+    workflowId: handle.workflowId,
+    taskQueue: 'llmgw',
+    args: [{ model: 'rollbench', name, profile: 'a1', replicas: rounds + 1 }],
+  });
+  await until('Ready', (v) => v.phase === 'Ready' && v.ready === rounds + 1);
+  const took: number[] = [];
+  for (let left = rounds; left > 0; left--) {
+    const stoppedBefore = (await view()).replicas.filter((r) => r.phase === 'Stopped').length;
+    const started = Date.now();
+    await handle.executeUpdate(scaleUpdate, { args: [left] });
+    await until('the drained replica Stopped', (v) => v.replicas.filter((r) => r.phase === 'Stopped').length > stoppedBefore);
+    took.push(Date.now() - started);
+  }
+  await stack.llmgw(['undeploy', name]);
+  took.sort((a, b) => a - b);
+  return `idle drain, scale → replica Stopped (engine gone, GPUs released): median ${took[Math.floor(took.length / 2)]} ms, longest ${took[took.length - 1]} ms of ${took.length} (goal 1,000 ms)`;
+}
+
 async function main(): Promise<void> {
   const stack = await startStack({ hosts: 8, router: true });
   try {
@@ -81,6 +115,7 @@ async function main(): Promise<void> {
     );
     console.log(`  ${await roll(stack, 'a1', 'b1')}`);
     console.log(`  ${await roll(stack, 'a8', 'b8')}`);
+    console.log(`  ${await idleDrains(stack, 5)}`);
   } finally {
     await stack.stop();
   }

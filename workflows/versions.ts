@@ -13,3 +13,11 @@ export const FORWARD_UNUSED_WAKE = 'replica-forward-unused-wake';
 
 /** A replica that has just turned Unschedulable looks once more shortly after. */
 export const RECHECK_AFTER_WAITING = 'replica-recheck-after-waiting';
+
+/**
+ * A replica passes on every wake-up it did not use, not only those that came while it was
+ * placing: two releases at once both name the oldest waiter (visibility shows a replica
+ * Unschedulable until it is Ready), so wake-ups that arrived in one wait, or while it was
+ * already starting, woke nobody else.
+ */
+export const FORWARD_EVERY_WAKE = 'replica-forward-every-wake';

@@ -69,18 +69,25 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
   say(`${pinned.length} workflow(s) run on older builds: ${summarise(pinned)}; each hands over at its next safe point`);
 
   const deadline = Date.now() + parseSeconds(options.timeout) * 1000;
-  let pending = pinned.map((p) => p.workflowId);
-  let moved = 0;
-  while (pending.length && Date.now() < deadline) {
+  const all = pinned.map((p) => p.workflowId);
+  let pending = all;
+  // Once every run looks moved, every one is looked at once more: a run just released from its
+  // park may hand over again, and its successor starts on the old build and parks.
+  let confirming = false;
+  while (Date.now() < deadline) {
     const still: string[] = [];
     for (const workflowId of pending) {
-      const state = await stepOne(client, workflowId, version, Boolean(options.moveStranded));
-      if (state === 'done') moved++;
-      else still.push(workflowId);
+      if ((await stepOne(client, workflowId, version, Boolean(options.moveStranded))) !== 'done') still.push(workflowId);
     }
-    pending = still;
-    if (pending.length) await new Promise((resolve) => setTimeout(resolve, 1_000));
+    if (!still.length && confirming) {
+      pending = [];
+      break;
+    }
+    confirming = !still.length;
+    pending = still.length ? still : all;
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
   }
+  const moved = all.length - pending.length;
   say(`${moved} of ${pinned.length} moved to ${target}`);
   if (pending.length) {
     say(`not yet moved: ${pending.join(', ')}`);

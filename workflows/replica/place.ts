@@ -20,7 +20,18 @@ const RECHECK_AFTER_WAITING_MS = 2_000;
 const STALE_RETRIES = 5;
 
 export async function place(run: ReplicaRun): Promise<boolean> {
+  run.capacity.placing = true;
+  try {
+    return await placeLoop(run);
+  } finally {
+    run.capacity.placing = false;
+  }
+}
+
+async function placeLoop(run: ReplicaRun): Promise<boolean> {
   const { state, profile, input } = run;
+  // Wake-ups are kept until placed: forwardUnusedWakes passes them on once this replica is done.
+  const keepWakes = run.capacity.forwarding === true;
   const recheckMs = (input.capacityRecheckSeconds ?? CAPACITY_RECHECK_SECONDS) * 1000;
   let quickRetries = 0;
   for (;;) {
@@ -34,7 +45,7 @@ export async function place(run: ReplicaRun): Promise<boolean> {
     const hint = run.capacity.hint;
     run.capacity.changed = false;
     run.capacity.hint = undefined;
-    run.capacity.woken = [];
+    if (!keepWakes) run.capacity.woken = [];
     const result = await control(`placeReplica: ${wanted}${avoiding}`).placeReplica({
       replicaId: run.replicaId,
       deployment: input.deployment,
@@ -51,10 +62,12 @@ export async function place(run: ReplicaRun): Promise<boolean> {
       state.placements++;
       state.restartsHere = 0;
       state.shards = result.shards;
-      if (run.capacity.woken.length && patched(FORWARD_UNUSED_WAKE)) await forwardWakes(run);
+      if (!keepWakes && run.capacity.woken.length && patched(FORWARD_UNUSED_WAKE)) await forwardWakes(run);
       return true;
     }
-    // No capacity is not a failure: wait, say why, and look again when GPUs are freed.
+    // No capacity is not a failure: wait, say why, and look again when GPUs are freed. The
+    // wake-ups so far found nothing for this replica, so none is left to pass on.
+    if (keepWakes) run.capacity.woken = [];
     const wasWaiting = state.phase === 'Unschedulable';
     void run.setPhase('Unschedulable', result.reason);
     if (result.retryInMs && quickRetries < STALE_RETRIES) {
@@ -76,6 +89,20 @@ export async function place(run: ReplicaRun): Promise<boolean> {
     // A whole re-check period without capacity anywhere else: give avoided nodes another chance.
     if (!woken) state.avoidNodes = [];
   }
+}
+
+/**
+ * From the start of a run (patched FORWARD_EVERY_WAKE): whenever this replica is not looking
+ * for GPUs and holds wake-ups, it passes them on. Costs nothing until a wake-up comes.
+ */
+export function forwardUnusedWakes(run: ReplicaRun): void {
+  run.capacity.forwarding = true;
+  void (async () => {
+    for (;;) {
+      await condition(() => !run.capacity.placing && run.capacity.woken.length > 0);
+      await forwardWakes(run);
+    }
+  })();
 }
 
 /**

@@ -21,8 +21,12 @@ export interface ReplicaRun {
   state: ReplicaState;
   /** Shard and node transitions, in arrival order. */
   events: ReplicaEvent[];
-  /** Set by a capacityChanged signal: GPUs were freed (hint: where; woken: every node since the last look). */
-  capacity: { changed: boolean; hint: string | undefined; woken: string[] };
+  /**
+   * Set by a capacityChanged signal: GPUs were freed (hint: where; woken: every node since the
+   * last look). `placing` while place() looks or waits; `forwarding` when wake-ups this
+   * replica does not use are passed on by forwardUnusedWakes (place.ts).
+   */
+  capacity: { changed: boolean; hint: string | undefined; woken: string[]; placing?: boolean; forwarding?: boolean };
   stopRequested(): boolean;
   /** The history is long enough (or a new build is Current) to hand over to a new run. */
   handOverDue(): boolean;

@@ -9,10 +9,10 @@ import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
 import { capacityChangedSignal, nodeStatusSignal, replicaStatusQuery, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { replicaV0 } from '../legacy/replica-v0.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
-import { QUICK_STOP_ON_AGENT_GONE, VERSIONED_RELEASE } from '../versions.js';
+import { FORWARD_EVERY_WAKE, QUICK_STOP_ON_AGENT_GONE, VERSIONED_RELEASE } from '../versions.js';
 import { drain, releaseShards, stopAndRelease, stopShards } from './drain.js';
 import { describeReplicaInputIssues, ReplicaInputSchema } from './input.js';
-import { place } from './place.js';
+import { forwardUnusedWakes, place } from './place.js';
 import { createPublisher, type ReplicaEvent, type ReplicaRun } from './run.js';
 import { awaitHealthy, startAndWait } from './start.js';
 import { carriedReplicaState, endpointOf, initialReplicaState, replicaView, type Outcome } from './state.js';
@@ -83,6 +83,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     view: () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)),
   };
   await upgrade.park(input.upgrading);
+  if (patched(FORWARD_EVERY_WAKE)) forwardUnusedWakes(run);
   // A continued run whose memo did not come along publishes its state again (a no-op otherwise).
   if (input.carried !== undefined) void run.setPhase(state.phase, state.reason);
 
