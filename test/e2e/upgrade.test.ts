@@ -116,21 +116,36 @@ describe('upgrading llmgw under running workflows', () => {
     const b = await startWorker(['--workflows-module', UPGRADED_BUILD]);
     expect(b.buildId).not.toBe(a.buildId);
     expect(b.proc.output()).toMatch(/is not Current/);
-    execFileSync(
-      inject('temporalBin'),
-      [
-        'worker',
-        'deployment',
-        'set-current-version',
-        '--deployment-name',
-        'llmgw',
-        '--build-id',
-        b.buildId,
-        '--yes',
-        '--address',
-        server.address,
-      ],
-      { stdio: 'pipe' },
+    // The server refuses a new Current version until the new build's worker has polled every
+    // task queue the old one serves ("missing active task queues"): a moment after it starts.
+    await eventually(
+      'the second build accepted as Current',
+      () => {
+        try {
+          execFileSync(
+            inject('temporalBin'),
+            [
+              'worker',
+              'deployment',
+              'set-current-version',
+              '--deployment-name',
+              'llmgw',
+              '--build-id',
+              b.buildId,
+              '--yes',
+              '--address',
+              server.address,
+            ],
+            { stdio: 'pipe' },
+          );
+          return true;
+        } catch (error) {
+          if (/missing active task queues/.test(String((error as { stderr?: Buffer }).stderr ?? error))) return undefined;
+          throw error;
+        }
+      },
+      60_000,
+      1_000,
     );
 
     // Old runs keep working on their build: scale up (reserve), a crash recovery, a drain (release).
