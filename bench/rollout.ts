@@ -6,9 +6,28 @@
 // (goal 1 s). Figures, not asserts.
 import { request } from 'undici';
 import { deploymentStatusQuery, rolloutUpdate, scaleUpdate } from '../workflows/definitions.js';
+import type { DeploymentView } from '../common/replica-types.js';
 import { startStack, type Stack } from './stack.js';
 
 const REPLICAS = 8;
+
+type DeploymentHandle = ReturnType<Stack['client']['workflow']['getHandle']>;
+
+/** Polls a deployment's status until `done` holds; fails after `timeoutMs`. */
+async function untilView(
+  handle: DeploymentHandle,
+  what: string,
+  done: (view: DeploymentView) => boolean,
+  timeoutMs: number,
+  everyMs: number,
+): Promise<void> {
+  for (const started = Date.now(); ;) {
+    const view = await handle.query(deploymentStatusQuery).catch(() => undefined);
+    if (view && done(view)) return;
+    if (Date.now() - started > timeoutMs) throw new Error(`${handle.workflowId}: ${what} not within ${timeoutMs / 1000} s`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
 
 async function roll(stack: Stack, from: string, to: string): Promise<string> {
   const name = `roll-${from}-${Date.now().toString(36)}`;
@@ -18,10 +37,7 @@ async function roll(stack: Stack, from: string, to: string): Promise<string> {
     taskQueue: 'llmgw',
     args: [{ model: 'rollbench', name, profile: from, replicas: REPLICAS }],
   });
-  for (const started = Date.now(); (await handle.query(deploymentStatusQuery).catch(() => undefined))?.phase !== 'Ready';) {
-    if (Date.now() - started > 300_000) throw new Error(`${name} not Ready in 300 s`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  await untilView(handle, 'Ready', (v) => v.phase === 'Ready', 300_000, 200);
   await new Promise((r) => setTimeout(r, 2_000)); // routers have every replica
 
   let running = true;
@@ -81,25 +97,24 @@ async function roll(stack: Stack, from: string, to: string): Promise<string> {
 async function idleDrains(stack: Stack, rounds: number): Promise<string> {
   const name = `idle-${Date.now().toString(36)}`;
   const handle = stack.client.workflow.getHandle(`deployment/${name}`);
-  const view = () => handle.query(deploymentStatusQuery);
-  const until = async (what: string, done: (v: Awaited<ReturnType<typeof view>>) => boolean): Promise<void> => {
-    for (const started = Date.now(); !done(await view());) {
-      if (Date.now() - started > 120_000) throw new Error(`${name}: ${what} not within 120 s`);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  };
   await stack.client.workflow.start('deployModel', {
     workflowId: handle.workflowId,
     taskQueue: 'llmgw',
     args: [{ model: 'rollbench', name, profile: 'a1', replicas: rounds + 1 }],
   });
-  await until('Ready', (v) => v.phase === 'Ready' && v.ready === rounds + 1);
+  await untilView(handle, 'Ready', (v) => v.phase === 'Ready' && v.ready === rounds + 1, 120_000, 10);
   const took: number[] = [];
   for (let left = rounds; left > 0; left--) {
-    const stoppedBefore = (await view()).replicas.filter((r) => r.phase === 'Stopped').length;
+    const stoppedBefore = (await handle.query(deploymentStatusQuery)).replicas.filter((r) => r.phase === 'Stopped').length;
     const started = Date.now();
     await handle.executeUpdate(scaleUpdate, { args: [left] });
-    await until('the drained replica Stopped', (v) => v.replicas.filter((r) => r.phase === 'Stopped').length > stoppedBefore);
+    await untilView(
+      handle,
+      'the drained replica Stopped',
+      (v) => v.replicas.filter((r) => r.phase === 'Stopped').length > stoppedBefore,
+      120_000,
+      10,
+    );
     took.push(Date.now() - started);
   }
   await stack.llmgw(['undeploy', name]);

@@ -3,12 +3,12 @@
 // (rollback), from the Temporal CLI; drains that wait for in-flight work; bad requests refused.
 // Real dev server, control worker, router, simulated agents and fake engines.
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { findFreePort } from '../../common/ports.js';
+import { readCmdline } from '../../agent/supervisor/proc.js';
 import { deploymentStatusQuery, rolloutUpdate, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
 import { recordHistory } from '../helpers/histories.js';
 import { startLoad, summarise, type Load } from '../helpers/load.js';
@@ -73,14 +73,6 @@ function engines(): { pid: number; gpus: string; argv: string[] }[] {
     const argv = readCmdline(e.pid);
     return argv ? [{ pid: e.pid, gpus: `${e.env.LLMGW_NODE_ID}:${e.env.CUDA_VISIBLE_DEVICES}`, argv }] : [];
   });
-}
-
-function readCmdline(pid: number): string[] | undefined {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-  } catch {
-    return undefined;
-  }
 }
 
 /** Samples engines every 100 ms: the most running at once, and any GPU two engines held. */

@@ -6,12 +6,12 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Client, Connection } from '@temporalio/client';
 import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { findFreePort } from '../../common/ports.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
+import { setCurrentVersion } from '../../workers/versioning.js';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import {
@@ -117,36 +117,8 @@ describe('upgrading llmgw under running workflows', () => {
     expect(b.buildId).not.toBe(a.buildId);
     expect(b.proc.output()).toMatch(/is not Current/);
     // The server refuses a new Current version until the new build's worker has polled every
-    // task queue the old one serves ("missing active task queues"): a moment after it starts.
-    await eventually(
-      'the second build accepted as Current',
-      () => {
-        try {
-          execFileSync(
-            inject('temporalBin'),
-            [
-              'worker',
-              'deployment',
-              'set-current-version',
-              '--deployment-name',
-              'llmgw',
-              '--build-id',
-              b.buildId,
-              '--yes',
-              '--address',
-              server.address,
-            ],
-            { stdio: 'pipe' },
-          );
-          return true;
-        } catch (error) {
-          if (/missing active task queues/.test(String((error as { stderr?: Buffer }).stderr ?? error))) return undefined;
-          throw error;
-        }
-      },
-      60_000,
-      1_000,
-    );
+    // task queue the old one serves; setCurrentVersion retries until it accepts.
+    await setCurrentVersion(client, { deploymentName: 'llmgw', buildId: b.buildId }, 60_000);
 
     // Old runs keep working on their build: scale up (reserve), a crash recovery, a drain (release).
     expect((await runLlmgw(['scale', old, '3'], env)).code).toBe(0);

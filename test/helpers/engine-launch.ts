@@ -1,11 +1,11 @@
 // Building blocks for the engine launch tests: a StartShard for a profile, the agent's engine
 // context, the markers every engine gets, two-node shard fields, and the InvalidSpec check.
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
-import { ApplicationFailure } from '@temporalio/common';
 import { expect } from 'vitest';
 import type { EngineContext } from '../../agent/engines/index.js';
 import { FailureType } from '../../common/failures.js';
 import { EngineProfileSchema, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { failureOf } from './failures.js';
 
 export const FAKE_CMD = ['/usr/bin/node', '/opt/llmgw/bin/llmgw.js', 'fake-engine'];
 
@@ -40,16 +40,6 @@ export function shard(profile: ProfileInit, over: ShardFields = {}): StartShard 
 }
 
 export const MARKERS = { LLMGW_NODE_ID: 'gpu-a', LLMGW_SHARD_ID: 'llama-3-r0', LLMGW_REPLICA_ID: 'replica/llama/3' };
-
-export function failureOf(fn: () => unknown): ApplicationFailure {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ApplicationFailure) return err;
-    throw err;
-  }
-  throw new Error('expected an ApplicationFailure, nothing was thrown');
-}
 
 export function expectInvalidSpec(fn: () => unknown, message: RegExp): void {
   const failure = failureOf(fn);

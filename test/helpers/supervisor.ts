@@ -7,7 +7,6 @@ import type { Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { ApplicationFailure } from '@temporalio/common';
 import { afterEach, beforeAll } from 'vitest';
 import { isPortFree } from '../../common/ports.js';
 import { Engine, EngineProfileSchema, StartShardSchema, type ShardStatus, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -131,16 +130,6 @@ export async function waitFor<T>(what: string, fn: () => T | undefined, timeoutM
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
-}
-
-export async function rejection(p: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof ApplicationFailure) return err;
-    throw err;
-  }
-  throw new Error('expected a failure');
 }
 
 /** A fake engine started by hand, as a stray from nowhere would be. */

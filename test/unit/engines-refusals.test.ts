@@ -5,7 +5,8 @@ import { describe, expect, it } from 'vitest';
 import { buildEngineLaunch } from '../../agent/engines/index.js';
 import { FailureType } from '../../common/failures.js';
 import { Engine, StartShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { ctx, expectInvalidSpec, failureOf, MARKERS, shard, twoNode, type ProfileInit } from '../helpers/engine-launch.js';
+import { ctx, expectInvalidSpec, MARKERS, shard, twoNode, type ProfileInit } from '../helpers/engine-launch.js';
+import { failureOf } from '../helpers/failures.js';
 
 describe('engine environment', () => {
   it('does not let the profile override the GPUs or the markers', () => {

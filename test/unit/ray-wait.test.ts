@@ -6,7 +6,6 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { ApplicationFailure } from '@temporalio/common';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FailureType } from '../../common/failures.js';
 import { parseRayStatusNodeCount } from '../../agent/engines/ray.js';
@@ -15,6 +14,7 @@ import { createRayWait } from '../../agent/ray-wait.js';
 import { scanMarked } from '../../agent/supervisor/markers.js';
 import { isAlive } from '../../agent/supervisor/proc.js';
 import { createSupervisor, type Supervisor } from '../../agent/supervisor/supervisor.js';
+import { rejection } from '../helpers/failures.js';
 import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 
 const RAY_DIR = resolve(__dirname, '../fixtures/ray');
@@ -66,16 +66,6 @@ function shard(startupTimeoutSeconds = 0): StartShard {
 }
 
 const engine: ProcessSpec = { role: 'engine', argv: ['vllm', 'serve'], env: {}, waitForRayNodes: 2, rayAddress: ADDRESS, blocking: true };
-
-async function failure(p: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof ApplicationFailure) return err;
-    throw err;
-  }
-  throw new Error('expected a failure');
-}
 
 function hungPids(calls: string[]): number[] {
   return calls.filter((line) => line.startsWith('hang pid ')).map((line) => Number(line.slice('hang pid '.length)));
@@ -140,7 +130,7 @@ describe('the Ray wait', () => {
 
   it('gives up at the startup timeout, naming the address, the count and what ray status last said', async () => {
     fakeRay(['status-one-node.txt']);
-    const err = await failure(createRayWait({ rayCommand: [FAKE_RAY], pollMs: 50 })(shard(1), engine, new AbortController().signal));
+    const err = await rejection(createRayWait({ rayCommand: [FAKE_RAY], pollMs: 50 })(shard(1), engine, new AbortController().signal));
     expect(err.type).toBe(FailureType.StartupTimeout);
     expect(err.nonRetryable).toBe(true);
     expect(err.message).toContain(`the Ray cluster at ${ADDRESS} has 1 of 2 nodes after 1 s (the startup timeout)`);
@@ -151,7 +141,7 @@ describe('the Ray wait', () => {
 
   it('quotes the end of the error when ray status keeps failing', async () => {
     fakeRay(['status-starting-traceback.txt 1']);
-    const err = await failure(createRayWait({ rayCommand: [FAKE_RAY], pollMs: 50 })(shard(1), engine, new AbortController().signal));
+    const err = await rejection(createRayWait({ rayCommand: [FAKE_RAY], pollMs: 50 })(shard(1), engine, new AbortController().signal));
     expect(err.message).toContain('has 0 of 2 nodes');
     expect(err.message).toContain('exit 1: ');
     expect(err.message).toContain("AttributeError: 'NoneType' object has no attribute 'decode'");
@@ -167,7 +157,7 @@ describe('the Ray wait', () => {
 
   it('ends at the startup timeout even while a ray status hangs', async () => {
     const ray = fakeRay(['hang']);
-    const err = await failure(
+    const err = await rejection(
       createRayWait({ rayCommand: [FAKE_RAY], statusTimeoutMs: 600_000 })(shard(1), engine, new AbortController().signal),
     );
     expect(err.type).toBe(FailureType.StartupTimeout);
@@ -183,7 +173,7 @@ describe('the Ray wait', () => {
     const waiting = createRayWait({ rayCommand: [FAKE_RAY] })(shard(), engine, stop.signal);
     while (hungPids(ray.calls()).length === 0) await new Promise((r) => setTimeout(r, 20));
     stop.abort(new Error('stop requested: undeploy'));
-    const err = await failure(waiting);
+    const err = await rejection(waiting);
     expect(err.nonRetryable).toBe(false);
     expect(err.message).toBe(
       `shard big.1.r0.a1: wait for the Ray cluster at ${ADDRESS} abandoned (0 of 2 nodes): stop requested: undeploy`,
@@ -192,13 +182,13 @@ describe('the Ray wait', () => {
   });
 
   it('says Ray is missing instead of polling a command that cannot run', async () => {
-    const err = await failure(createRayWait({ rayCommand: ['/nonexistent/ray'] })(shard(), engine, new AbortController().signal));
+    const err = await rejection(createRayWait({ rayCommand: ['/nonexistent/ray'] })(shard(), engine, new AbortController().signal));
     expect(err.type).toBe(FailureType.InvalidSpec);
     expect(err.message).toContain('cannot run `/nonexistent/ray status --address 10.0.0.1:6379`: /nonexistent/ray not found');
   });
 
   it('refuses an engine that names no Ray address', async () => {
-    const err = await failure(
+    const err = await rejection(
       createRayWait({ rayCommand: [FAKE_RAY] })(shard(), { ...engine, rayAddress: undefined }, new AbortController().signal),
     );
     expect(err.type).toBe(FailureType.InvalidSpec);
@@ -281,7 +271,7 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
     // start() returns once the head is spawned (rank 1 is started next, completing the
     // cluster); the head's death then fails the shard at once.
     await sup.start(spec);
-    const err = await failure(sup.waitHealthy(spec.shardId, 600));
+    const err = await rejection(sup.waitHealthy(spec.shardId, 600));
     expect(err.type).toBe(FailureType.EngineExited);
     expect(err.message).toMatch(/ray-head \(pid \d+\) exited/);
     expect(existsSync(process.env.LLMGW_FAKE_RAY_CALLS!) && readFileSync(process.env.LLMGW_FAKE_RAY_CALLS!, 'utf8')).not.toContain(

@@ -3,7 +3,8 @@
 import { describe, expect, it } from 'vitest';
 import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { isAlive } from '../../agent/supervisor/proc.js';
-import { fakeSpec, freeRange, nodeId, rejection, supervisor, tempDir, useSupervisorHarness, waitFor } from '../helpers/supervisor.js';
+import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness, waitFor } from '../helpers/supervisor.js';
+import { rejection } from '../helpers/failures.js';
 
 useSupervisorHarness();
 

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { readEnviron } from '../../agent/supervisor/proc.js';
 import { logPath, recordPath } from '../../agent/supervisor/spec-store.js';
 import { parseEnvFile } from '../../agent/host-env.js';
-import { fakeSpec, freeRange, nodeId, rejection, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
+import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
+import { rejection } from '../helpers/failures.js';
 
 useSupervisorHarness();
 

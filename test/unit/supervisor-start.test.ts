@@ -8,7 +8,8 @@ import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { scanMarked } from '../../agent/supervisor/markers.js';
 import { readEnviron } from '../../agent/supervisor/proc.js';
 import { recordPath } from '../../agent/supervisor/spec-store.js';
-import { fakeSpec, freeRange, nodeId, rejection, servers, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
+import { fakeSpec, freeRange, nodeId, servers, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
+import { rejection } from '../helpers/failures.js';
 
 useSupervisorHarness();
 
