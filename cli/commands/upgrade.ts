@@ -8,7 +8,7 @@
 // 3. A new run that the server left on the old build parks; it is moved to the target with a
 //    versioning override and released (signal upgradeApplied).
 // It waits until every run is on the target or --timeout passes, and says which are not.
-import { isGrpcServiceError, type Client } from '@temporalio/client';
+import { isGrpcServiceError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { describeDeployment, setCurrentVersion, type BuildVersion } from '../../workers/versioning.js';
 import { prepareUpgradeSignal, upgradeAppliedSignal, upgradeStatusQuery } from '../../workflows/upgrade.js';
@@ -61,7 +61,12 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
   // started before Worker Versioning (on the target, but still on their frozen code) move to
   // the current code at their next safe point.
   const woken = await signalAll(client, target);
-  const pinned = await listPinnedElsewhere(client, options.deploymentName, target);
+  let pinned = await listPinnedElsewhere(client, options.deploymentName, target);
+  if (!pinned.length && woken) {
+    // A run that handed over at once is not listed until its first task completes: look again.
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    pinned = await listPinnedElsewhere(client, options.deploymentName, target);
+  }
   if (!pinned.length) {
     say(`every deployModel, replica and node runs on it already (${woken} asked to hand over if they run older code)`);
     return 0;
@@ -75,8 +80,12 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
   // park may hand over again, and its successor starts on the old build and parks.
   let confirming = false;
   while (Date.now() < deadline) {
+    // Listed again every round: visibility learns a new run's build only when its first task
+    // completes, so a run that handed over just as it was listed shows up a round later.
+    const listed = (await listPinnedElsewhere(client, options.deploymentName, target)).map((p) => p.workflowId);
+    for (const workflowId of listed) if (!all.includes(workflowId)) all.push(workflowId);
     const still: string[] = [];
-    for (const workflowId of pending) {
+    for (const workflowId of new Set([...pending, ...listed])) {
       if ((await stepOne(client, workflowId, version, Boolean(options.moveStranded))) !== 'done') still.push(workflowId);
     }
     if (!still.length && confirming) {
@@ -88,7 +97,7 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
     await new Promise((resolve) => setTimeout(resolve, 1_000));
   }
   const moved = all.length - pending.length;
-  say(`${moved} of ${pinned.length} moved to ${target}`);
+  say(`${moved} of ${all.length} moved to ${target}`);
   if (pending.length) {
     say(`not yet moved: ${pending.join(', ')}`);
     say(
@@ -108,11 +117,14 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
  * next round finds its successor instead of releasing a park that was never moved.
  */
 async function stepOne(client: Client, workflowId: string, version: BuildVersion, moveStranded: boolean): Promise<'done' | 'waiting'> {
-  const description = await client.workflow
-    .getHandle(workflowId)
-    .describe()
-    .catch(() => undefined);
-  if (!description || description.status.name !== 'RUNNING') return 'done';
+  let description;
+  try {
+    description = await client.workflow.getHandle(workflowId).describe();
+  } catch (error) {
+    // Gone is done; anything else (a busy server) is asked again next round.
+    return error instanceof WorkflowNotFoundError ? 'done' : 'waiting';
+  }
+  if (description.status.name !== 'RUNNING') return 'done';
   const run = client.workflow.getHandle(workflowId, description.runId);
   const info = description.raw.workflowExecutionInfo?.versioningInfo;
   const onTarget =
@@ -124,7 +136,8 @@ async function stepOne(client: Client, workflowId: string, version: BuildVersion
     }
     return 'waiting';
   }
-  if (onTarget) return 'done';
+  // A run that did not answer may be parked all the same: only an answer says it is not.
+  if (onTarget) return status ? 'done' : 'waiting';
   // A run whose build no worker serves can never reach a safe point: move it where it stands.
   // This relies on the new build replaying its history (patched changes, docs/upgrades.md).
   if (moveStranded && status === undefined) await pinTo(client, workflowId, description.runId, version);

@@ -49,17 +49,21 @@ async function deploy(model: string, profile: string, replicas: number): Promise
 
 /**
  * Adds events that change nothing (a prepareUpgrade naming the build the run is already on)
- * until the run continues as new; returns the new run id.
+ * until the run continues as new; returns the new run id. Bounded by time, not count: a run
+ * hands over only between steps, and a step (a placement look under load) can outlast any
+ * number of quick signals.
  */
 async function handOver(workflowId: string): Promise<string> {
   const handle = client.workflow.getHandle(workflowId);
   const before = (await handle.describe()).runId;
-  for (let i = 0; i < 200; i++) {
-    await handle.signal(prepareUpgradeSignal, { buildId });
+  const deadline = Date.now() + 60_000;
+  for (let sent = 1; Date.now() < deadline; sent++) {
+    if (sent <= 400) await handle.signal(prepareUpgradeSignal, { buildId });
     const now = (await handle.describe()).runId;
     if (now !== before) return now;
+    if (sent > 100) await new Promise((resolve) => setTimeout(resolve, 250));
   }
-  throw new Error(`${workflowId} did not continue as new after 200 signals`);
+  throw new Error(`${workflowId} did not continue as new within 60 s of signals`);
 }
 
 const replicaState = (v: ReplicaView) => ({

@@ -49,6 +49,24 @@ async function buildOf(workflowId: string): Promise<string> {
   return info?.versioningOverride?.pinned?.version?.buildId ?? info?.deploymentVersion?.buildId ?? 'unversioned';
 }
 
+/** Every run of one workflow id, oldest first, with what ended it: says where a move went wrong. */
+async function runsOf(workflowId: string): Promise<string> {
+  const lines: string[] = [];
+  for await (const run of client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) {
+    const history = await client.workflow.getHandle(workflowId, run.runId).fetchHistory();
+    const events = history.events ?? [];
+    const flagged = events
+      .filter((e) => e.workflowTaskStartedEventAttributes?.targetWorkerDeploymentVersionChanged)
+      .map((e) => String(e.eventId));
+    const last = events.slice(-6).map((e) => String(e.eventType ?? ''));
+    const version = String(run.searchAttributes?.TemporalWorkerDeploymentVersion ?? '');
+    lines.push(
+      `${run.runId} ${run.status.name} ${run.startTime.toISOString()} ${version} target-changed at [${flagged.join(' ')}] last …${last.join(',')}`,
+    );
+  }
+  return lines.reverse().join('\n');
+}
+
 async function ready(name: string, count: number): Promise<DeploymentView> {
   return eventually(
     `${name} Ready with ${count}`,
@@ -165,7 +183,9 @@ describe('upgrading llmgw under running workflows', () => {
       ...moved.replicas.filter((r) => r.phase === 'Ready').map((r) => r.replicaId),
       ...nodeIds.map((n) => `node/${n}`),
     ]) {
-      expect(await buildOf(id), id).toBe(b.buildId);
+      const build = await buildOf(id);
+      if (build !== b.buildId) console.log(id, await runsOf(id));
+      expect(build, id).toBe(b.buildId);
     }
     expect(
       enginesOf(nodeIds)
