@@ -3,7 +3,7 @@
 // window, placement latencies, rejected reserves) and visibility counts. Benchmark side;
 // nothing here is billed (history and visibility reads are not actions).
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
-import type { temporal } from '@temporalio/proto';
+import { temporal } from '@temporalio/proto';
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
 
@@ -113,16 +113,29 @@ export async function reserveRejections(client: Client): Promise<{ reserves: num
 }
 
 /** History events written in [from, to), by workflow type, over every run that was open then. */
-export async function eventsInWindow(client: Client, from: number, to: number): Promise<Map<string, number>> {
+export interface WindowEvents {
+  byType: Map<string, number>;
+  /** The replica runs that wrote any, with what they wrote: a steady replica should write none. */
+  replicas: { workflowId: string; events: string[] }[];
+}
+
+export async function eventsInWindow(client: Client, from: number, to: number): Promise<WindowEvents> {
   const since = new Date(from).toISOString();
   const runs = await executions(client, `ExecutionStatus = 'Running' OR CloseTime >= '${since}'`);
   const counted = await inParallel(runs, 8, async (execution) => {
-    const events = await historyOf(client, execution);
-    return { type: execution.type, count: events.filter((e) => eventTimeMs(e) >= from && eventTimeMs(e) < to).length };
+    const events = (await historyOf(client, execution)).filter((e) => eventTimeMs(e) >= from && eventTimeMs(e) < to);
+    return { execution, events };
   });
   const byType = new Map<string, number>();
-  for (const { type, count } of counted) byType.set(type, (byType.get(type) ?? 0) + count);
-  return byType;
+  const replicas: WindowEvents['replicas'] = [];
+  for (const { execution, events } of counted) {
+    byType.set(execution.type, (byType.get(execution.type) ?? 0) + events.length);
+    if (execution.type === 'replica' && events.length) {
+      const names = events.map((e) => temporal.api.enums.v1.EventType[e.eventType ?? 0]?.replace('EVENT_TYPE_', '') ?? String(e.eventType));
+      replicas.push({ workflowId: execution.workflowId, events: names });
+    }
+  }
+  return { byType, replicas };
 }
 
 export async function countOf(client: Client, query: string): Promise<number> {
@@ -159,4 +172,14 @@ export async function machineBusySeconds(): Promise<number> {
   const [, ...values] = (await readFile('/proc/stat', 'utf8')).split('\n')[0]!.trim().split(/\s+/);
   const [user, nice, system, , , irq, softirq, steal] = values.map(Number);
   return (user! + nice! + system! + irq! + softirq! + steal!) / 100;
+}
+
+/** "2 × WORKFLOW_TASK_SCHEDULED, 1 × TIMER_STARTED": event names counted, most first. */
+export function summariseEvents(names: string[]): string {
+  const counts = new Map<string, number>();
+  for (const name of names) counts.set(name, (counts.get(name) ?? 0) + 1);
+  return [...counts]
+    .sort((a, b) => b[1] - a[1])
+    .map(([name, n]) => `${n} × ${name}`)
+    .join(', ');
 }

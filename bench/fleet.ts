@@ -15,6 +15,7 @@ import {
   countOf,
   cpuSecondsOf,
   eventsInWindow,
+  summariseEvents,
   machineBusySeconds,
   percentile,
   placementLatencies,
@@ -238,7 +239,7 @@ async function main(): Promise<void> {
     const to = Date.now();
     const hours = (to - from) / 3_600_000;
     const actions = actionsBetween(before, after);
-    const events = await eventsInWindow(stack.client, from, to);
+    const { byType: events, replicas: busyReplicas } = await eventsInWindow(stack.client, from, to);
     const readyNow = await countOf(stack.client, READY_REPLICAS);
     const sum = (m: Map<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
     const perHostHour = (n: number): number => Math.round(n / options.hosts / hours);
@@ -252,6 +253,8 @@ async function main(): Promise<void> {
     rows.push(['billed actions / host-hour', `${figures.actions_per_host_hour}`, '≤ 120']);
     for (const [type, n] of [...actions].sort((a, b) => b[1] - a[1]).slice(0, 8)) rows.push([`  ${type}`, `${perHostHour(n)}`, '']);
     rows.push(['replica events / Ready replica-hour', `${figures.events_per_ready_replica_hour}`, '0']);
+    // Which replicas wrote them, and what: a replica still settling reads differently from a loop.
+    for (const busy of busyReplicas.slice(0, 5)) rows.push([`  ${busy.workflowId}`, summariseEvents(busy.events), '']);
     const workerRss = await Promise.all(stack.workers.map((w) => rssMb(w.pid!)));
     figures.worker_rss_mb = Math.max(...workerRss);
     figures.fleet_rss_mb = (await rssMb(stack.fleetPid)) + (await rssMb(stack.enginesPid));
