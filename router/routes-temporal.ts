@@ -13,13 +13,13 @@
 // - Visibility is eventually consistent, and the router must survive Temporal being down, so a
 //   failed poll keeps the last table (RouteRefresher) rather than emptying it.
 import type * as grpc from '@grpc/grpc-js';
-import * as grpcRuntime from '@grpc/grpc-js';
-import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { z } from 'zod';
 import { WorkflowType } from '../common/names.js';
 import { REPLICA_PHASES, type ReplicaPhase } from '../common/replica-types.js';
 import { SA } from '../common/search-attributes.js';
-import { llmgwDataConverter, QUICK_RECONNECT_CHANNEL_ARGS, temporalConfig } from '../temporal/connection.js';
+import { temporalConfig } from '../temporal/connection.js';
+import { LazyRoutesClient } from './lazy-client.js';
 import { isEndpointUrl, isRoutable, type RouteEntry, type RouteSnapshot, type RouteSource } from './routes.js';
 
 const Phase = z.enum(REPLICA_PHASES);
@@ -35,43 +35,10 @@ const RouteMemo = z.object({
 
 export const REPLICA_ROUTES_QUERY = `WorkflowType = '${WorkflowType.replica}' AND ExecutionStatus = 'Running'`;
 const POLL_DEADLINE_MS = 3000;
-const CONNECT_TIMEOUT = '2 seconds';
 const PAGE_SIZE = 1000;
 
-/**
- * connectClient()'s settings (TEMPORAL_ADDRESS, namespace, TLS, API key, our data converter)
- * with a short connect timeout: during an outage every poll reconnects, and a blackholed
- * address must not hold a poll for the default ten seconds.
- */
-export async function connectRoutesClient(interceptors?: grpc.Interceptor[]): Promise<Client> {
-  const { connectionOptions, namespace } = temporalConfig();
-  const connection = await Connection.connect({
-    ...connectionOptions,
-    connectTimeout: CONNECT_TIMEOUT,
-    channelArgs: { ...QUICK_RECONNECT_CHANNEL_ARGS },
-    ...(interceptors ? { interceptors } : {}),
-  });
-  return new Client({ connection, namespace, dataConverter: llmgwDataConverter() });
-}
-
-/**
- * The interceptors of a router's Temporal connection: a few retries of a failed call (an outage
- * must show as one quickly; the router's own loop retries anyway), then a count of every call
- * by method, so what the router costs Temporal shows on /metrics.
- */
-export function routesInterceptors(onCall: ((method: string) => void) | undefined): grpc.Interceptor[] {
-  const retry = makeGrpcRetryInterceptor(defaultGrpcRetryOptions({ maxAttempts: 3 }));
-  if (!onCall) return [retry];
-  const count: grpc.Interceptor = (options, nextCall) => {
-    const path = options.method_definition.path;
-    onCall(path.slice(path.lastIndexOf('/') + 1));
-    return new grpcRuntime.InterceptingCall(nextCall(options));
-  };
-  return [retry, count];
-}
-
 export interface TemporalRouteSourceOptions {
-  /** Defaults to connectRoutesClient() (TEMPORAL_ADDRESS etc.). Called again after any failed poll. */
+  /** Defaults to connectRoutesClient() (lazy-client.ts: TEMPORAL_ADDRESS etc.). Called again after any failed poll. */
   connect?: (interceptors: grpc.Interceptor[]) => Promise<Client>;
   /** For /health; defaults to the configured address and namespace. */
   description?: string;
@@ -86,8 +53,7 @@ export interface TemporalRouteSourceOptions {
  */
 export class TemporalRouteSource implements RouteSource {
   readonly description: string;
-  private client: Client | undefined;
-  private connecting: Promise<Client> | undefined;
+  private readonly lazy: LazyRoutesClient;
   private readonly warned = new Set<string>();
   /** Said once per replica, not every poll. */
   private readonly warn = (workflowId: string, message: string): void => {
@@ -97,6 +63,7 @@ export class TemporalRouteSource implements RouteSource {
   };
 
   constructor(private readonly options: TemporalRouteSourceOptions = {}) {
+    this.lazy = new LazyRoutesClient(options.connect, options.onCall);
     if (options.description) this.description = options.description;
     else {
       const { address, namespace } = temporalConfig();
@@ -105,37 +72,23 @@ export class TemporalRouteSource implements RouteSource {
   }
 
   async fetch(): Promise<RouteSnapshot> {
-    const client = await this.ensureClient();
+    const client = await this.lazy.get();
     try {
       const routes = await client.connection.withDeadline(Date.now() + POLL_DEADLINE_MS, () => readReplicaRoutes(client, this.warn));
       return { routes, deployments: [] };
     } catch (err) {
-      // A fresh connection on the next poll: gRPC's own reconnect backs off for up to two
-      // minutes, which would leave the router on a stale table long after Temporal is back.
-      if (this.client === client) this.client = undefined;
-      void client.connection.close().catch(() => undefined);
+      this.lazy.drop(client);
       throw err;
     }
   }
 
   async close(): Promise<void> {
-    const client = this.client;
-    this.client = undefined;
-    await client?.connection.close();
+    await this.lazy.close();
   }
 
   /** The client this source reads with (connected on demand): the autoscaler's Updates share its connection. */
   temporalClient(): Promise<Client> {
-    return this.ensureClient();
-  }
-
-  private async ensureClient(): Promise<Client> {
-    if (this.client) return this.client;
-    this.connecting ??= (this.options.connect ?? connectRoutesClient)(routesInterceptors(this.options.onCall)).finally(() => {
-      this.connecting = undefined;
-    });
-    this.client = await this.connecting;
-    return this.client;
+    return this.lazy.get();
   }
 }
 

@@ -8,7 +8,8 @@ import * as grpc from '@grpc/grpc-js';
 import type { Client } from '@temporalio/client';
 import { temporalConfig } from '../temporal/connection.js';
 import { ROUTES_WORKFLOW_ID, watchRoutesUpdate, type RouteTable } from '../workflows/routes/definitions.js';
-import { connectRoutesClient, readReplicaRoutes, routesInterceptors } from './routes-temporal.js';
+import { LazyRoutesClient } from './lazy-client.js';
+import { readReplicaRoutes } from './routes-temporal.js';
 import type { RouteSnapshot, RouteSource } from './routes.js';
 
 /** Each attempt's wait; the Update itself may wait five minutes, and is joined again by its id. */
@@ -44,8 +45,7 @@ function isUnreachable(err: unknown): boolean {
 export class WatchRouteSource implements RouteSource {
   readonly description: string;
   readonly longPoll = true;
-  private client: Client | undefined;
-  private connecting: Promise<Client> | undefined;
+  private readonly lazy: LazyRoutesClient;
   private readonly routerId: string;
   /** Update ids must differ between processes that share a router id (a restart on the same address). */
   private readonly nonce: string;
@@ -60,6 +60,7 @@ export class WatchRouteSource implements RouteSource {
   constructor(private readonly options: WatchRouteSourceOptions = {}) {
     this.routerId = options.routerId ?? `${hostname()}/${process.pid}`;
     this.nonce = `${process.pid}.${Date.now().toString(36)}`;
+    this.lazy = new LazyRoutesClient(options.connect, options.onCall);
     if (options.description) this.description = options.description;
     else {
       const { address, namespace } = temporalConfig();
@@ -72,7 +73,7 @@ export class WatchRouteSource implements RouteSource {
   }
 
   async fetch(): Promise<RouteSnapshot> {
-    const client = await this.ensureClient();
+    const client = await this.lazy.get();
     try {
       // Without the workflow, look again only at the slow interval: first whether it is back.
       if (this.mode === 'fallback') await this.pause(this.nextFallbackAt - Date.now());
@@ -88,10 +89,7 @@ export class WatchRouteSource implements RouteSource {
       return { routes, deployments: [] };
     } catch (err) {
       if (this.closed) throw err;
-      // A fresh connection on the next read: gRPC's own reconnect backs off for up to two
-      // minutes, which would leave the router on a stale table long after Temporal is back.
-      if (this.client === client) this.client = undefined;
-      void client.connection.close().catch(() => undefined);
+      this.lazy.drop(client);
       throw err;
     }
   }
@@ -99,9 +97,7 @@ export class WatchRouteSource implements RouteSource {
   async close(): Promise<void> {
     this.closed = true;
     this.abort.abort();
-    const client = this.client;
-    this.client = undefined;
-    await client?.connection.close().catch(() => undefined);
+    await this.lazy.close();
   }
 
   /** The next table, or undefined when the routes workflow cannot be asked (missing, refusing). */
@@ -157,16 +153,7 @@ export class WatchRouteSource implements RouteSource {
 
   /** The client this source reads with (connected on demand): the autoscaler's Updates share its connection. */
   temporalClient(): Promise<Client> {
-    return this.ensureClient();
-  }
-
-  private async ensureClient(): Promise<Client> {
-    if (this.client) return this.client;
-    this.connecting ??= (this.options.connect ?? connectRoutesClient)(routesInterceptors(this.options.onCall)).finally(() => {
-      this.connecting = undefined;
-    });
-    this.client = await this.connecting;
-    return this.client;
+    return this.lazy.get();
   }
 
   /** One cheap call, to tell a long poll that ran out of time from a server that is gone. */
