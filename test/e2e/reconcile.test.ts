@@ -2,202 +2,48 @@
 // real router: Temporal losing everything, a profile removed from the catalog, an engine
 // nobody can describe, the same report reconciled twice, and agents killed in the middle
 // of a startShard. Runs on an in-memory dev server of its own, since it restarts it empty.
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawn } from 'node:child_process';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import OpenAI from 'openai';
-import { Client, Connection } from '@temporalio/client';
-import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findFreePort } from '../../common/ports.js';
 import { CONTROL_TASK_QUEUE } from '../../common/names.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
-import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { signalGroup } from '../../agent/supervisor/proc.js';
-import type { DeploymentView } from '../../common/replica-types.js';
-import type { NodeView } from '../../common/node-types.js';
 import type { ReconcileResult } from '../../common/reconcile-types.js';
-import {
-  E2E_CATALOG,
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  runLlmgw,
-  sleep,
-  spawnLlmgw,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+import { enginesOf, eventually, runLlmgw, sleep, spawnLlmgw } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { recordHistory } from '../helpers/histories.js';
+import {
+  actionOfAnyRun,
+  type ActionOutcome,
+  agents,
+  allocations,
+  catalogFile,
+  deploy,
+  inventoryDir,
+  nodeIds,
+  nodeView,
+  port,
+  raceNodes,
+  reconcile,
+  restartTemporalEmpty,
+  routed,
+  router,
+  routerProc,
+  startAgent,
+  startReconcileStack,
+  status,
+  stopReconcileStack,
+  undeploy,
+  withClient,
+  workerProc,
+  env,
+} from '../helpers/reconcile-stack.js';
 
-let server: DevServer;
-let port: number;
-let env: Record<string, string>;
-let catalogFile: string;
-let inventoryDir: string;
-let router: OpenAI;
-let routerProc: LlmgwProcess;
-const nodeIds = [uniqueId('rec-a'), uniqueId('rec-b')];
-const raceNodes: string[] = [];
-const agents = new Map<string, { proc: LlmgwProcess; stateDir: string; range: string }>();
+beforeAll(startReconcileStack);
+afterAll(stopReconcileStack);
 
-async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
-  const connection = await Connection.connect({ address: `127.0.0.1:${port}` });
-  try {
-    return await body(new Client({ connection, dataConverter: llmgwDataConverter() }));
-  } finally {
-    await connection.close();
-  }
-}
-
-const status = (name: string): Promise<DeploymentView> =>
-  withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
-const nodeView = (nodeId: string): Promise<NodeView> =>
-  withClient((client) => client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery));
-
-/** The node's allocations as comparable strings: shard → GPUs. */
-async function allocations(nodeId: string): Promise<string[]> {
-  return (await nodeView(nodeId)).allocations.map((a) => `${a.shardId}:${[...a.gpuIndices].sort().join(',')}`).sort();
-}
-
-async function startAgent(nodeId: string, inventory: string, agentEnv: Record<string, string> = {}, wait = true): Promise<LlmgwProcess> {
-  const known = agents.get(nodeId);
-  const stateDir = known?.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
-  const from = 30000 + Math.floor(Math.random() * 300) * 100;
-  const range = known?.range ?? `${from}-${from + 99}`;
-  const proc = spawnLlmgw(
-    [
-      'agent',
-      '--node-id',
-      nodeId,
-      '--gpus',
-      inventory,
-      '--state-dir',
-      stateDir,
-      '--admin-addr',
-      '127.0.0.1:0',
-      '--port-range',
-      range,
-      '--presence-heartbeat-seconds',
-      '5',
-      '--lost-grace-seconds',
-      '300',
-    ],
-    { ...env, ...agentEnv },
-  );
-  agents.set(nodeId, { proc, stateDir, range });
-  if (wait) await proc.waitForOutput(/registered with node\//, 60_000);
-  return proc;
-}
-
-async function reconcile(nodeId: string): Promise<ReconcileResult> {
-  const ran = await runLlmgw(['reconcile', nodeId, '--json'], env);
-  expect(ran.code, ran.output).toBe(0);
-  const results = JSON.parse(ran.output.slice(ran.output.indexOf('['))) as ReconcileResult[];
-  return results[0]!;
-}
-
-type ActionOutcome = ReconcileResult['actions'][number];
-
-/**
- * The effective action that `matches`, from any finished reconcile run of the node: a
- * registration's or the Schedule's run may carry out what a test's own run meant to.
- */
-async function actionOfAnyRun(nodeId: string, matches: (action: ActionOutcome) => boolean): Promise<ActionOutcome | undefined> {
-  return withClient(async (client) => {
-    for await (const run of client.workflow.list({ query: `WorkflowType = 'reconcileNode' AND ExecutionStatus = 'Completed'` })) {
-      if (!run.workflowId.startsWith(`reconcile/${nodeId}/`)) continue;
-      const result: ReconcileResult = await client.workflow.getHandle(run.workflowId, run.runId).result();
-      const action = result.actions.find((a) => a.effective && matches(a));
-      if (action) return action;
-    }
-    return undefined;
-  });
-}
-
-async function deploy(model: string, name: string, replicas: number, profile?: string): Promise<DeploymentView> {
-  const deployed = await runLlmgw(
-    [
-      'deploy',
-      model,
-      '--name',
-      name,
-      '--replicas',
-      String(replicas),
-      ...(profile ? ['--profile', profile] : []),
-      '--wait',
-      '--timeout',
-      '90',
-    ],
-    env,
-  );
-  expect(deployed.code, deployed.output).toBe(0);
-  return status(name);
-}
-
-async function undeploy(name: string): Promise<void> {
-  const ran = await runLlmgw(['undeploy', name], env);
-  expect(ran.code, ran.output).toBe(0);
-}
-
-async function routed(name: string): Promise<boolean> {
-  const reply = await router.chat.completions.create({ model: name, max_tokens: 2, messages: [{ role: 'user', content: 'ping' }] });
-  return Boolean(reply.choices[0]?.message);
-}
-
-beforeAll(async () => {
-  port = await findFreePort();
-  server = await startDevServer({
-    temporalBin: inject('temporalBin'),
-    port,
-    headless: true,
-    inMemory: true,
-    logFile: `.llmgw/test/temporal-reconcile-${port}.log`,
-  });
-  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
-  // The worker reads a copy of the catalog that the tests edit; RACE is a GPU class only the
-  // startup-race agents have, so those deployments land there and nowhere else.
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-reconcile-'));
-  catalogFile = join(dir, 'catalog.yaml');
-  copyFileSync(E2E_CATALOG, catalogFile);
-  writeFileSync(
-    catalogFile,
-    `${readFileSync(catalogFile, 'utf8')}  - name: race
-    source: llmgw/fake-race
-    profiles:
-      - name: one-gpu
-        engine: fake
-        gpuClass: RACE
-        gpusPerNode: 1
-        args: ["--load-time", "0.5"]
-        startupTimeoutSeconds: 30
-`,
-  );
-  inventoryDir = dir;
-  writeFileSync(
-    join(dir, 'racex8.yaml'),
-    readFileSync(join(INVENTORIES, 'lifex8.yaml'), 'utf8').replace(/^gpuClass: LIFE$/m, 'gpuClass: RACE'),
-  );
-  workerProc = spawnLlmgw(['worker', '--catalog', catalogFile], env);
-  await workerProc.waitForOutput(/serving task queue llmgw/, 90_000);
-  for (const nodeId of nodeIds) await startAgent(nodeId, join(INVENTORIES, 'lifex8.yaml'));
-  const routerPort = await findFreePort();
-  routerProc = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
-  await routerProc.waitForOutput(/listening|router/, 30_000);
-  router = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 });
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf([...nodeIds, ...raceNodes]);
-  await server?.stop();
-});
-
-let workerProc: LlmgwProcess;
 const first = uniqueId('rec-one');
 const second = uniqueId('rec-two');
 
@@ -226,14 +72,7 @@ describe('reconciliation', () => {
     expect(pidsBefore).toHaveLength(3);
     const allocationsBefore = Object.fromEntries(await Promise.all(nodeIds.map(async (id) => [id, await allocations(id)] as const)));
 
-    await server.stop();
-    server = await startDevServer({
-      temporalBin: inject('temporalBin'),
-      port,
-      headless: true,
-      inMemory: true,
-      logFile: `.llmgw/test/temporal-reconcile-${port}.log`,
-    });
+    await restartTemporalEmpty();
     const back = Date.now();
 
     const rebuilt = await eventually(
