@@ -8,6 +8,7 @@
 // 3. A new run that the server left on the old build parks; it is moved to the target with a
 //    versioning override and released (signal upgradeApplied).
 // It waits until every run is on the target or --timeout passes, and says which are not.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { isGrpcServiceError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { describeDeployment, setCurrentVersion, type BuildVersion } from '../../workers/versioning.js';
@@ -64,7 +65,7 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
   let pinned = await listPinnedElsewhere(client, options.deploymentName, target);
   if (!pinned.length && woken) {
     // A run that handed over at once is not listed until its first task completes: look again.
-    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    await sleep(2_000);
     pinned = await listPinnedElsewhere(client, options.deploymentName, target);
   }
   if (!pinned.length) {
@@ -75,6 +76,7 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
 
   const deadline = Date.now() + parseSeconds(options.timeout) * 1000;
   const all = pinned.map((p) => p.workflowId);
+  const known = new Set(all);
   let pending = all;
   // Once every run looks moved, every one is looked at once more: a run just released from its
   // park may hand over again, and its successor starts on the old build and parks.
@@ -83,7 +85,11 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
     // Listed again every round: visibility learns a new run's build only when its first task
     // completes, so a run that handed over just as it was listed shows up a round later.
     const listed = (await listPinnedElsewhere(client, options.deploymentName, target)).map((p) => p.workflowId);
-    for (const workflowId of listed) if (!all.includes(workflowId)) all.push(workflowId);
+    for (const workflowId of listed) {
+      if (known.has(workflowId)) continue;
+      known.add(workflowId);
+      all.push(workflowId);
+    }
     const still: string[] = [];
     for (const workflowId of new Set([...pending, ...listed])) {
       if ((await stepOne(client, workflowId, version, Boolean(options.moveStranded))) !== 'done') still.push(workflowId);
@@ -94,7 +100,7 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
     }
     confirming = !still.length;
     pending = still.length ? still : all;
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await sleep(1_000);
   }
   const moved = all.length - pending.length;
   say(`${moved} of ${all.length} moved to ${target}`);

@@ -16,6 +16,7 @@ import {
   eventually,
   INVENTORIES,
   killEnginesOf,
+  sleep,
   spawnControlWorker,
   startSimAgent,
   stopAll,
@@ -61,7 +62,7 @@ async function handOver(workflowId: string): Promise<string> {
     if (sent <= 400) await handle.signal(prepareUpgradeSignal, { buildId });
     const now = (await handle.describe()).runId;
     if (now !== before) return now;
-    if (sent > 100) await new Promise((resolve) => setTimeout(resolve, 250));
+    if (sent > 100) await sleep(250);
   }
   throw new Error(`${workflowId} did not continue as new within 60 s of signals`);
 }

@@ -146,12 +146,13 @@ export async function runLlmgw(
 /** Starts a simulated agent and waits for it to register. */
 export async function startSimAgent(
   nodeId: string,
-  options: { inventory: string; stateDir?: string; range?: string; extra?: string[]; env?: Record<string, string> },
-): Promise<{ proc: LlmgwProcess; stateDir: string }> {
+  options: { inventory: string; stateDir?: string; range?: string; extra?: string[]; env?: Record<string, string>; wait?: boolean },
+): Promise<{ proc: LlmgwProcess; stateDir: string; range: string }> {
   const { mkdtempSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
   const from = 30000 + Math.floor(Math.random() * 300) * 100;
+  const range = options.range ?? `${from}-${from + 99}`;
   const proc = spawnLlmgw(
     [
       'agent',
@@ -164,15 +165,15 @@ export async function startSimAgent(
       '--admin-addr',
       '127.0.0.1:0',
       '--port-range',
-      options.range ?? `${from}-${from + 99}`,
+      range,
       '--presence-heartbeat-seconds',
       '5',
       ...(options.extra ?? []),
     ],
     options.env,
   );
-  await proc.waitForOutput(/registered with node\//, 60_000);
-  return { proc, stateDir };
+  if (options.wait !== false) await proc.waitForOutput(/registered with node\//, 60_000);
+  return { proc, stateDir, range };
 }
 
 export const INVENTORIES = join(__dirname, '../fixtures/inventories');

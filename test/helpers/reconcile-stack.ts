@@ -14,7 +14,7 @@ import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/defini
 import type { DeploymentView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
 import type { ReconcileResult } from '../../common/reconcile-types.js';
-import { E2E_CATALOG, INVENTORIES, killEnginesOf, runLlmgw, spawnLlmgw, stopAll, type LlmgwProcess } from './processes.js';
+import { E2E_CATALOG, INVENTORIES, killEnginesOf, runLlmgw, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from './processes.js';
 import { uniqueId } from './temporal.js';
 
 export let server: DevServer;
@@ -55,32 +55,17 @@ export async function startAgent(
   wait = true,
 ): Promise<LlmgwProcess> {
   const known = agents.get(nodeId);
-  const stateDir = known?.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
-  const from = 30000 + Math.floor(Math.random() * 300) * 100;
-  const range = known?.range ?? `${from}-${from + 99}`;
-  const proc = spawnLlmgw(
-    [
-      'agent',
-      '--node-id',
-      nodeId,
-      '--gpus',
-      inventory,
-      '--state-dir',
-      stateDir,
-      '--admin-addr',
-      '127.0.0.1:0',
-      '--port-range',
-      range,
-      '--presence-heartbeat-seconds',
-      '5',
-      '--lost-grace-seconds',
-      '300',
-    ],
-    { ...env, ...agentEnv },
-  );
-  agents.set(nodeId, { proc, stateDir, range });
-  if (wait) await proc.waitForOutput(/registered with node\//, 60_000);
-  return proc;
+  // A restarted agent keeps its state dir and port range, as on a real host.
+  const started = await startSimAgent(nodeId, {
+    inventory,
+    stateDir: known?.stateDir,
+    range: known?.range,
+    extra: ['--lost-grace-seconds', '300'],
+    env: { ...env, ...agentEnv },
+    wait,
+  });
+  agents.set(nodeId, started);
+  return started.proc;
 }
 
 export async function reconcile(nodeId: string): Promise<ReconcileResult> {
@@ -141,13 +126,7 @@ export async function routed(name: string): Promise<boolean> {
 /** The stack every reconciliation test shares: its own dev server, a worker, two agents, a router. */
 export async function startReconcileStack(): Promise<void> {
   port = await findFreePort();
-  server = await startDevServer({
-    temporalBin: inject('temporalBin'),
-    port,
-    headless: true,
-    inMemory: true,
-    logFile: `.llmgw/test/temporal-reconcile-${port}.log`,
-  });
+  server = await startEmptyDevServer();
   env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
   // The worker reads a copy of the catalog that the tests edit; RACE is a GPU class only the
   // startup-race agents have, so those deployments land there and nowhere else.
@@ -190,7 +169,11 @@ export async function stopReconcileStack(): Promise<void> {
 /** Temporal loses everything: the dev server is stopped and started empty on the same port. */
 export async function restartTemporalEmpty(): Promise<void> {
   await server.stop();
-  server = await startDevServer({
+  server = await startEmptyDevServer();
+}
+
+function startEmptyDevServer(): Promise<DevServer> {
+  return startDevServer({
     temporalBin: inject('temporalBin'),
     port,
     headless: true,
