@@ -23,6 +23,7 @@ import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
 import { listShared } from './shared-list.js';
+import { placementsInFlight, type PlacementsInFlight } from './placement-inflight.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -65,18 +66,21 @@ export type PlacementMetric = (outcome: 'placed' | 'unschedulable' | 'error', ms
 export function createPlacementActivities(client: Client, options: { log?: (line: string) => void; metric?: PlacementMetric } = {}) {
   const log = options.log ?? (() => undefined);
   const metric = options.metric ?? (() => undefined);
+  const inFlight = placementsInFlight(client);
   const reserveOn = (nodeId: string, request: PlaceRequest, rank: number): Promise<ReserveResult> =>
-    client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
-      args: [
-        {
-          shardId: makeShardId(request.replicaId, rank, request.attempt),
-          replicaId: request.replicaId,
-          count: request.gpusPerNode,
-          gpuClass: request.gpuClass,
-          minFreeMemoryMib: request.minFreeMemoryMib,
-        },
-      ],
-    });
+    inFlight.reserve(nodeId, request.gpusPerNode, () =>
+      client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
+        args: [
+          {
+            shardId: makeShardId(request.replicaId, rank, request.attempt),
+            replicaId: request.replicaId,
+            count: request.gpusPerNode,
+            gpuClass: request.gpuClass,
+            minFreeMemoryMib: request.minFreeMemoryMib,
+          },
+        ],
+      }),
+    );
 
   const placement = (
     nodeId: string,
@@ -102,10 +106,7 @@ export function createPlacementActivities(client: Client, options: { log?: (line
       index
         .filter((n) => request.preferNodes?.includes(n.nodeId))
         .map(async (n) => {
-          const view = await client.workflow
-            .getHandle(nodeWorkflowId(n.nodeId))
-            .query(describeNodeQuery)
-            .catch(() => undefined);
+          const view = await inFlight.describe(n.nodeId);
           if (view && view.phase === 'Ready' && !view.cordoned) Object.assign(n, { state: 'Ready', free: view.freeGpus.length });
         }),
     );
@@ -139,7 +140,7 @@ export function createPlacementActivities(client: Client, options: { log?: (line
     }
     if (request.nodes > 1) return placeGang(client, request, candidates, reserveOn, placement);
     const reasons: string[] = [];
-    for (const candidate of await refreshTop(client, request, candidates)) {
+    for (const candidate of await refreshTop(inFlight, request, candidates)) {
       const result = await reserveOn(candidate.nodeId, request, 0);
       if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
       reasons.push(result.reason);
@@ -207,21 +208,20 @@ const REFRESHED = 6;
  * records nothing), so that a replica placed a moment ago already counts for spreading and
  * packing. Returns the ones to try, best first.
  */
-async function refreshTop(client: Client, request: PlaceRequest, candidates: IndexedNode[]): Promise<IndexedNode[]> {
+async function refreshTop(inFlight: PlacementsInFlight, request: PlaceRequest, candidates: IndexedNode[]): Promise<IndexedNode[]> {
   const top = candidates.slice(0, REFRESHED);
   const fresh = await Promise.all(
     top.map(async (candidate) => {
-      const view = await client.workflow
-        .getHandle(nodeWorkflowId(candidate.nodeId))
-        .query(describeNodeQuery)
-        .catch(() => undefined);
-      if (!view) return candidate;
+      const view = await inFlight.describe(candidate.nodeId);
+      // GPUs other placements of this worker are reserving there right now are not room.
+      const reserving = inFlight.reserving(candidate.nodeId);
+      if (!view) return { ...candidate, free: candidate.free - reserving };
       const siblings = new Set(
         view.allocations
           .filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId)
           .map((a) => a.replicaId),
       ).size;
-      return { ...candidate, free: view.freeGpus.length, siblings };
+      return { ...candidate, free: view.freeGpus.length - reserving, siblings };
     }),
   );
   return rankCandidates(
