@@ -21,3 +21,23 @@ export const RECHECK_AFTER_WAITING = 'replica-recheck-after-waiting';
  * already starting, woke nobody else.
  */
 export const FORWARD_EVERY_WAKE = 'replica-forward-every-wake';
+/**
+ * A replica tells the routes workflow only what routers act on: whether it is routable, at
+ * which endpoint and revision, and when it is gone. Placing, Starting and Loading were three
+ * signals per replica (and three table versions every router was woken for) that changed
+ * nothing a router does.
+ */
+export const ROUTE_CHANGES_ONLY = 'replica-route-changes-only';
+/**
+ * A deployment writes its search attributes and memo only when they change, not on every
+ * replica's phase change (which only its details, free to update, show).
+ */
+export const DEPLOYMENT_PUBLISH_WHAT_CHANGED = 'deployment-publish-what-changed';
+/**
+ * A replica run of this generation takes every replica patch above (VERSIONED_RELEASE,
+ * QUICK_STOP_ON_AGENT_GONE, FORWARD_UNUSED_WAKE, RECHECK_AFTER_WAITING, FORWARD_EVERY_WAKE,
+ * ROUTE_CHANGES_ONLY) on this one marker. Every marker also upserts TemporalChangeVersion: three
+ * per replica were three events and visibility writes each. A later replica patch is asked on
+ * its own (or starts the next generation, which then implies this one's).
+ */
+export const REPLICA_GENERATION_2 = 'replica-generation-2';

@@ -1,7 +1,9 @@
 // What a deployment shows: its search attributes (LlmgwState, …), its memo (read by the CLI,
 // the catalog notifier and `llmgw upgrade`) and the Web UI's current details. Published only
 // when something visible changed, so a deployment that waits costs no events. Workflow side.
-import { setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { patched, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import type { SearchAttributeUpdatePair } from '@temporalio/common';
+import { DEPLOYMENT_PUBLISH_WHAT_CHANGED } from '../versions.js';
 import { autoscalePolicy } from '../../common/autoscale.js';
 import { notifyDeploymentChanged } from '../routes/notify.js';
 import { SA } from '../../common/search-attributes.js';
@@ -10,6 +12,8 @@ import { deploymentDetails, deploymentPhase, deploymentView, type DeploymentStat
 export function createDeploymentPublisher(d: DeploymentState): () => void {
   let published = '';
   let announced = '';
+  let recordedAttributes = '';
+  let recordedMemo = '';
   return () => {
     // What routers need of a deployment even at zero replicas: its name stays in /v1/models,
     // and a request for it is held and wakes it.
@@ -40,13 +44,13 @@ export function createDeploymentPublisher(d: DeploymentState): () => void {
     ]);
     if (key === published) return;
     published = key;
-    upsertSearchAttributes([
+    const attributes = [
       { key: SA.deployment, value: d.name },
       { key: SA.model, value: d.model },
       { key: SA.state, value: deploymentPhase(d) },
       { key: SA.gpuClass, value: d.snapshot.gpuClass },
-    ]);
-    upsertMemo({
+    ] satisfies SearchAttributeUpdatePair[];
+    const memo = {
       deployment: {
         name: d.name,
         model: d.model,
@@ -57,7 +61,16 @@ export function createDeploymentPublisher(d: DeploymentState): () => void {
         nextSeq: d.nextSeq,
         ...(d.rebuilt ? { rebuilt: d.rebuilt } : {}),
       },
-    });
+    };
+    // A replica's phase change shows in the details alone; the attributes and memo (each write
+    // an event and a visibility update) only when what they hold changed.
+    const onlyWhatChanged = patched(DEPLOYMENT_PUBLISH_WHAT_CHANGED);
+    const attributesKey = JSON.stringify(attributes);
+    if (!onlyWhatChanged || attributesKey !== recordedAttributes) upsertSearchAttributes(attributes);
+    recordedAttributes = attributesKey;
+    const memoKey = JSON.stringify(memo);
+    if (!onlyWhatChanged || memoKey !== recordedMemo) upsertMemo(memo);
+    recordedMemo = memoKey;
     setCurrentDetails(deploymentDetails(view));
   };
 }

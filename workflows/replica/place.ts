@@ -4,7 +4,7 @@
 // that would fit (activities/capacity.ts); a long timer only re-checks in case a wake-up
 // was lost. So a replica that waits for hours adds a handful of events, not thousands.
 // Workflow side.
-import { condition, patched } from '@temporalio/workflow';
+import { condition } from '@temporalio/workflow';
 import { FORWARD_UNUSED_WAKE, RECHECK_AFTER_WAITING } from '../versions.js';
 import { control } from './calls.js';
 import type { ReplicaRun } from './run.js';
@@ -62,7 +62,7 @@ async function placeLoop(run: ReplicaRun): Promise<boolean> {
       state.placements++;
       state.restartsHere = 0;
       state.shards = result.shards;
-      if (!keepWakes && run.capacity.woken.length && patched(FORWARD_UNUSED_WAKE)) await forwardWakes(run);
+      if (!keepWakes && run.capacity.woken.length && run.has(FORWARD_UNUSED_WAKE)) await forwardWakes(run);
       return true;
     }
     // No capacity is not a failure: wait, say why, and look again when GPUs are freed. The
@@ -81,7 +81,7 @@ async function placeLoop(run: ReplicaRun): Promise<boolean> {
     quickRetries = 0;
     // Whoever freed GPUs while this replica was placing found no waiter to wake: now that it is
     // one, look once more (a drain-first rollout waited 10 minutes on exactly that).
-    if (!wasWaiting && patched(RECHECK_AFTER_WAITING)) {
+    if (!wasWaiting && run.has(RECHECK_AFTER_WAITING)) {
       await condition(() => run.capacity.changed || run.stopRequested(), RECHECK_AFTER_WAITING_MS);
       continue;
     }

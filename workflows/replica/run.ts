@@ -3,9 +3,18 @@
 // deployment). Workflow side; the steps live in place.ts, start.ts, watch.ts and drain.ts.
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { getExternalWorkflowHandle, log, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { ROUTE_CHANGES_ONLY } from '../versions.js';
 import { SA } from '../../common/search-attributes.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
-import type { DemandMemo, ProfileSnapshot, ReplicaInput, ReplicaPhase, ReplicaView, RouteMemo } from '../../common/replica-types.js';
+import {
+  ROUTABLE_PHASES,
+  type DemandMemo,
+  type ProfileSnapshot,
+  type ReplicaInput,
+  type ReplicaPhase,
+  type ReplicaView,
+  type RouteMemo,
+} from '../../common/replica-types.js';
 import type { ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { replicaStatusSignal } from '../definitions.js';
 import { replicaDetails } from './details.js';
@@ -35,6 +44,8 @@ export interface ReplicaRun {
   /** Publishes a phase; a phase and reason that did not change publish nothing (no events). */
   setPhase(phase: ReplicaPhase, reason: string): Promise<void>;
   view(): ReplicaView;
+  /** Whether this run takes a patch's new path (always, in a run of the latest generation). */
+  has(patchId: string): boolean;
 }
 
 export function createPublisher(
@@ -43,11 +54,17 @@ export function createPublisher(
   state: ReplicaState,
   now: () => string,
   alreadyPublished: boolean,
+  has: (patchId: string) => boolean,
 ): (phase: ReplicaPhase, reason: string) => Promise<void> {
   const profile = input.profile;
   const keyOf = (): string => JSON.stringify([state.phase, state.reason, endpointOf(state.shards), state.shards.map((s) => s.nodeId)]);
+  // What the memo and search attributes hold (no reason), and what routers act on.
+  const recordKeyOf = (): string => JSON.stringify([state.phase, endpointOf(state.shards), state.shards.map((s) => s.nodeId)]);
+  const routeKeyOf = (): string => routeKey(state.phase, endpointOf(state.shards), revisionOfSnapshot(profile));
   // A run continued from another starts with the memo and attributes its predecessor wrote.
   let published = alreadyPublished ? keyOf() : '';
+  let recorded = alreadyPublished ? recordKeyOf() : '';
+  let routed = alreadyPublished ? routeKeyOf() : routeKey('Placing', '', '');
   return async (phase, reason) => {
     if (state.phase !== phase) state.since = now();
     state.phase = phase;
@@ -56,6 +73,7 @@ export function createPublisher(
     if (key === published) return;
     published = key;
     log.info(`replica ${phase}: ${reason}`);
+    const onlyWhatChanged = has(ROUTE_CHANGES_ONLY);
     const route: RouteMemo = {
       deployment: input.deployment,
       servedName: profile.servedName,
@@ -63,22 +81,28 @@ export function createPublisher(
       phase,
       replicaId,
     };
-    // What it waits for, so whoever frees GPUs can wake the replicas that would fit.
-    const demand: DemandMemo | undefined =
-      phase === 'Unschedulable'
-        ? { gpuClass: profile.gpuClass, gpusPerNode: profile.gpusPerNode, nodes: profile.nodes, since: state.since }
-        : undefined;
-    upsertMemo({ route, demand });
-    upsertSearchAttributes([
-      { key: SA.state, value: phase },
-      { key: SA.deployment, value: input.deployment },
-      { key: SA.model, value: profile.model },
-      { key: SA.gpuClass, value: profile.gpuClass },
-      { key: SA.nodes, value: [...new Set(state.shards.map((s) => s.nodeId))] },
-    ]);
+    if (!onlyWhatChanged || recordKeyOf() !== recorded) {
+      recorded = recordKeyOf();
+      // What it waits for, so whoever frees GPUs can wake the replicas that would fit.
+      const demand: DemandMemo | undefined =
+        phase === 'Unschedulable'
+          ? { gpuClass: profile.gpuClass, gpusPerNode: profile.gpusPerNode, nodes: profile.nodes, since: state.since }
+          : undefined;
+      upsertMemo({ route, demand });
+      upsertSearchAttributes([
+        { key: SA.state, value: phase },
+        { key: SA.deployment, value: input.deployment },
+        { key: SA.model, value: profile.model },
+        { key: SA.gpuClass, value: profile.gpuClass },
+        { key: SA.nodes, value: [...new Set(state.shards.map((s) => s.nodeId))] },
+      ]);
+    }
     setCurrentDetails(replicaDetails(replicaId, profile, state));
-    // Routers learn routes from the routes workflow (workflows/routes/), told of every change.
-    notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) });
+    // Routers learn routes from the routes workflow (workflows/routes/), told of what they act on.
+    if (!onlyWhatChanged || routeKeyOf() !== routed) {
+      routed = routeKeyOf();
+      notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) });
+    }
     try {
       await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(
         replicaStatusSignal,
@@ -88,4 +112,13 @@ export function createPublisher(
       // The deployment is gone (rebuilt later by reconciliation); the replica carries on.
     }
   };
+}
+
+/**
+ * What a router acts on in a replica's route: routable at an endpoint and revision, gone, or
+ * neither (Placing, Starting, Loading, Draining, Unschedulable are one to a router).
+ */
+function routeKey(phase: ReplicaPhase, endpoint: string, revision: string): string {
+  if (phase === 'Stopped' || phase === 'Failed') return 'gone';
+  return endpoint !== '' && ROUTABLE_PHASES.includes(phase) ? `routable ${endpoint} ${revision}` : 'not routable';
 }

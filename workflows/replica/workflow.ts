@@ -9,7 +9,7 @@ import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
 import { capacityChangedSignal, nodeStatusSignal, replicaStatusQuery, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { replicaV0 } from '../legacy/replica-v0.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
-import { FORWARD_EVERY_WAKE, QUICK_STOP_ON_AGENT_GONE, VERSIONED_RELEASE } from '../versions.js';
+import { FORWARD_EVERY_WAKE, QUICK_STOP_ON_AGENT_GONE, REPLICA_GENERATION_2, VERSIONED_RELEASE } from '../versions.js';
 import { drain, releaseShards, stopAndRelease, stopShards } from './drain.js';
 import { describeReplicaInputIssues, ReplicaInputSchema } from './input.js';
 import { forwardUnusedWakes, place } from './place.js';
@@ -29,7 +29,12 @@ export type { ReplicaState } from './state.js';
 
 export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   // Runs started before Worker Versioning replay (and carry on) on the code they started with.
-  if (!patched(VERSIONED_RELEASE)) return replicaV0(rawInput);
+  // A run of this generation holds every replica patch so far (VERSIONED_RELEASE included) in
+  // one marker: each patch marker also upserts TemporalChangeVersion, an event and a visibility
+  // write per patch per replica. Runs recorded before it take each patch as they did.
+  const latest = patched(REPLICA_GENERATION_2);
+  if (!latest && !patched(VERSIONED_RELEASE)) return replicaV0(rawInput);
+  const has = (patchId: string): boolean => latest || patched(patchId);
   const parsed = ReplicaInputSchema.safeParse(rawInput);
   if (!parsed.success) {
     throw ApplicationFailure.nonRetryable(`invalid replica input: ${describeReplicaInputIssues(parsed.error)}`, FailureType.InvalidInput);
@@ -79,11 +84,12 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     },
     // A run continued by this release got its predecessor's memo; one continued by the frozen
     // code did not, and publishes again.
-    setPhase: createPublisher(input, replicaId, state, now, input.carried !== undefined && info.memo?.route !== undefined),
+    setPhase: createPublisher(input, replicaId, state, now, input.carried !== undefined && info.memo?.route !== undefined, has),
     view: () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)),
+    has,
   };
   await upgrade.park(input.upgrading);
-  if (patched(FORWARD_EVERY_WAKE)) forwardUnusedWakes(run);
+  if (has(FORWARD_EVERY_WAKE)) forwardUnusedWakes(run);
   // A continued run whose memo did not come along publishes its state again (a no-op otherwise).
   if (input.carried !== undefined) void run.setPhase(state.phase, state.reason);
 
@@ -145,7 +151,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
       // gone, its shards keep their GPUs until the node turns Lost, and the engines are stopped by
       // reconciliation when it returns.
       const there = state.shards.filter((s) => s.nodeId === failedNode);
-      if (patched(QUICK_STOP_ON_AGENT_GONE)) {
+      if (has(QUICK_STOP_ON_AGENT_GONE)) {
         const unconfirmed = await stopShards(run, `re-placing: ${outcome.reason}`, there, { quick: true });
         await releaseShards(there.filter((s) => !unconfirmed.includes(s.shardId)));
       }
