@@ -117,7 +117,12 @@ export interface WindowEvents {
   byType: Map<string, number>;
   /** The replica runs that wrote any, with what they wrote: a steady replica should write none. */
   replicas: { workflowId: string; events: string[] }[];
+  /** "replica UPSERT_WORKFLOW_SEARCH_ATTRIBUTES" → count: what each workflow type wrote. */
+  byKind: Map<string, number>;
 }
+
+const eventName = (e: HistoryEvent): string =>
+  temporal.api.enums.v1.EventType[e.eventType ?? 0]?.replace('EVENT_TYPE_', '') ?? String(e.eventType);
 
 export async function eventsInWindow(client: Client, from: number, to: number): Promise<WindowEvents> {
   const since = new Date(from).toISOString();
@@ -127,15 +132,15 @@ export async function eventsInWindow(client: Client, from: number, to: number): 
     return { execution, events };
   });
   const byType = new Map<string, number>();
+  const byKind = new Map<string, number>();
   const replicas: WindowEvents['replicas'] = [];
   for (const { execution, events } of counted) {
     byType.set(execution.type, (byType.get(execution.type) ?? 0) + events.length);
-    if (execution.type === 'replica' && events.length) {
-      const names = events.map((e) => temporal.api.enums.v1.EventType[e.eventType ?? 0]?.replace('EVENT_TYPE_', '') ?? String(e.eventType));
-      replicas.push({ workflowId: execution.workflowId, events: names });
-    }
+    const names = events.map(eventName);
+    for (const name of names) byKind.set(`${execution.type} ${name}`, (byKind.get(`${execution.type} ${name}`) ?? 0) + 1);
+    if (execution.type === 'replica' && events.length) replicas.push({ workflowId: execution.workflowId, events: names });
   }
-  return { byType, replicas };
+  return { byType, replicas, byKind };
 }
 
 export async function countOf(client: Client, query: string): Promise<number> {

@@ -23,7 +23,7 @@ import {
   rssMb,
   serverActions,
 } from './fleet-measure.js';
-import { startFleetStack, stopEverythingStarted, type FleetStack } from './stack.js';
+import { markProfiles, startFleetStack, stopEverythingStarted, type FleetStack } from './stack.js';
 
 const Options = z.object({
   hosts: z.coerce.number().int().min(2).default(200),
@@ -84,6 +84,19 @@ async function snapshot(stack: FleetStack, hosts: string[]): Promise<{ nodes: No
   const nodes: NodeView[] = [];
   for (const id of hosts) nodes.push(await stack.client.workflow.getHandle(`node/${id}`).query(describeNodeQuery));
   return { nodes, engines: (await stack.control('engines')).engines as EngineRow[] };
+}
+
+/**
+ * "500 core-s busy (2.0 cores): workers 115, …": where the machine's cores went over a span,
+ * from [machine, ...workers, sim-fleet, engine host] CPU seconds.
+ */
+function cpuSplit(spent: number[], workers: number, spanS: number): string {
+  const [machine, ...parts] = spent;
+  const workersCpu = parts.slice(0, workers).reduce((a, b) => a + b, 0);
+  const [fleetCpu, enginesCpu] = parts.slice(workers);
+  const rest = machine! - workersCpu - fleetCpu! - enginesCpu!;
+  const cores = (machine! / Math.max(1, spanS)).toFixed(2);
+  return `${Math.round(machine!)} core-s busy (${cores} cores): workers ${Math.round(workersCpu)}, sim-fleet ${Math.round(fleetCpu!)}, engines ${Math.round(enginesCpu!)}, Temporal and the rest ${Math.round(rest)}`;
 }
 
 /** Hosts by how many engines they run, busiest first. */
@@ -184,12 +197,20 @@ async function main(): Promise<void> {
         ? true
         : undefined,
     );
+    // Every registration is reconciled; a fleet that has just come up reconciles every host at
+    // once. Deploys are measured on a settled fleet, as an operator's would be.
+    const settling = Date.now();
+    await until('every registration reconciled', options.timeout, async () =>
+      (await countOf(stack.client, `WorkflowType = 'reconcileNode' AND ExecutionStatus = 'Running'`)) === 0 ? true : undefined,
+    );
+    rows.push(['fleet up → registrations reconciled', `${seconds(Date.now() - settling)} s more`, '']);
 
     const cpu = async (): Promise<number[]> => [
       await machineBusySeconds(),
       ...(await Promise.all([...stack.workers.map((w) => w.pid!), stack.fleetPid, stack.enginesPid].map(cpuSecondsOf))),
     ];
     const cpuBefore = await cpu();
+    const actionsBefore = await serverActions(stack.temporal.metricsUrl, stack.temporal.namespace);
     const began = Date.now();
     await Promise.all(
       plan.map((d) =>
@@ -205,18 +226,26 @@ async function main(): Promise<void> {
       return ready >= options.replicas ? ready : undefined;
     });
     figures.ready_s = seconds(Date.now() - began);
+    const profiled = [...stack.workers.map((w) => w.pid!), stack.fleetPid, stack.enginesPid];
+    markProfiles(profiled);
     rows.push(['deploy start → all Ready', `${figures.ready_s} s`, '≤ 120 s']);
     rows.push(['  per replica', `${Math.round((Date.now() - began) / options.replicas)} ms`, 'flat with fleet size']);
     // Where the machine's cores went while deploying: what bounds ready_s on a small machine.
     const spent = (await cpu()).map((after, i) => after - cpuBefore[i]!);
-    const [machine, ...parts] = spent;
-    const workersCpu = parts.slice(0, stack.workers.length).reduce((a, b) => a + b, 0);
-    const [fleetCpu, enginesCpu] = parts.slice(stack.workers.length);
-    rows.push([
-      '  CPU while deploying',
-      `${Math.round(machine!)} core-s busy: workers ${Math.round(workersCpu)}, sim-fleet ${Math.round(fleetCpu!)}, engines ${Math.round(enginesCpu!)}, Temporal and the rest ${Math.round(machine! - workersCpu - fleetCpu! - enginesCpu!)}`,
-      '',
-    ]);
+    rows.push(['  CPU while deploying', cpuSplit(spent, stack.workers.length, (Date.now() - began) / 1000), '']);
+    // What each replica cost Temporal to deploy, queries included (they are billed too).
+    const deployActions = actionsBetween(actionsBefore, await serverActions(stack.temporal.metricsUrl, stack.temporal.namespace));
+    const perReplica = (n: number): string => (n / options.replicas).toFixed(1);
+    const deployTotal = [...deployActions.values()].reduce((a, b) => a + b, 0);
+    rows.push(['  billed actions / replica deployed', perReplica(deployTotal), '']);
+    for (const [type, n] of [...deployActions].sort((a, b) => b[1] - a[1]).slice(0, 8)) rows.push([`    ${type}`, perReplica(n), '']);
+    // What the deploy wrote, by workflow and event: where a replica's cost goes.
+    const deployEvents = await eventsInWindow(stack.client, began - 1_000, Date.now());
+    const deployTotalEvents = [...deployEvents.byType.values()].reduce((a, b) => a + b, 0);
+    rows.push(['  history events / replica deployed', perReplica(deployTotalEvents), '']);
+    for (const [type, n] of [...deployEvents.byType].sort((a, b) => b[1] - a[1])) rows.push([`    ${type}`, perReplica(n), '']);
+    for (const [kind, n] of [...deployEvents.byKind].sort((a, b) => b[1] - a[1]).slice(0, 12))
+      rows.push([`    ${kind}`, perReplica(n), '']);
     await checkDoubles('deployed');
     const latencies = await placementLatencies(stack.client);
     figures.placement_p50_ms = percentile(latencies, 50);
@@ -233,9 +262,12 @@ async function main(): Promise<void> {
     say(`steady state: settling ${options.settle} s, then a ${options.window} s window`);
     await sleep(options.settle * 1000);
     const before = await serverActions(stack.temporal.metricsUrl, stack.temporal.namespace);
+    const steadyCpuBefore = await cpu();
     const from = Date.now();
     await sleep(options.window * 1000);
     const after = await serverActions(stack.temporal.metricsUrl, stack.temporal.namespace);
+    const steadyCpu = (await cpu()).map((end, i) => end - steadyCpuBefore[i]!);
+    markProfiles(profiled);
     const to = Date.now();
     const hours = (to - from) / 3_600_000;
     const actions = actionsBetween(before, after);
@@ -248,6 +280,7 @@ async function main(): Promise<void> {
     figures.events_per_ready_replica_hour = Math.round((events.get('replica') ?? 0) / Math.max(1, readyNow) / hours);
     const window = `${new Date(from).toISOString().slice(11, 19)}–${new Date(to).toISOString().slice(11, 19)} UTC`;
     rows.push([`steady window`, `${seconds(to - from)} s (${window}), ${readyNow} Ready`, '']);
+    rows.push(['  CPU while steady', cpuSplit(steadyCpu, stack.workers.length, (to - from) / 1000), '']);
     rows.push(['history events / host-hour', `${figures.events_per_host_hour}`, '']);
     for (const [type, n] of [...events].sort((a, b) => b[1] - a[1])) rows.push([`  ${type}`, `${perHostHour(n)}`, '']);
     rows.push(['billed actions / host-hour', `${figures.actions_per_host_hour}`, '≤ 120']);

@@ -100,10 +100,31 @@ function stackEnv(temporal: BenchTemporal): Record<string, string> {
   };
 }
 
+/**
+ * LLMGW_BENCH_CPU_PROF=DIR: every llmgw process of a stack profiles itself
+ * (common/cpu-profile.ts) and writes what it sampled into DIR at each `markProfiles`.
+ */
+function profileEnv(): Record<string, string> {
+  const dir = process.env.LLMGW_BENCH_CPU_PROF;
+  return dir ? { LLMGW_CPU_PROFILE_DIR: dir } : {};
+}
+
+/** Each process writes its CPU profile since the last mark (a no-op unless profiling). */
+export function markProfiles(pids: number[]): void {
+  if (!process.env.LLMGW_BENCH_CPU_PROF) return;
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGUSR2');
+    } catch {
+      // gone already
+    }
+  }
+}
+
 /** Starts one llmgw process and resolves once it printed `ready`. */
 function spawnPart(children: ChildProcess[], args: string[], env: Record<string, string>, ready: RegExp): Promise<ChildProcess> {
   const child = spawn(process.execPath, [BIN, ...args], {
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...env, ...profileEnv() },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
@@ -221,7 +242,7 @@ export async function startFleetStack(options: { temporal: TemporalKind; workers
   const logFile = join(BENCH_DIR, `sim-fleet-${Date.now().toString(36)}.log`);
   const fd = openSync(logFile, 'a');
   const fleet = spawn(process.execPath, [BIN, 'sim-fleet', '--state-dir', stateDir, ...options.fleetArgs], {
-    env: { ...process.env, ...env, LLMGW_LOG_LEVEL: 'warn' },
+    env: { ...process.env, ...env, ...profileEnv(), LLMGW_LOG_LEVEL: 'warn' },
     stdio: ['ignore', fd, fd],
     detached: true,
   });

@@ -6,6 +6,9 @@ import { DEFAULT_PORTS } from '../common/names.js';
 import { addRouterCommand } from '../router/command.js';
 import { registerSimCommands } from './commands-sim.js';
 import { registerTemporalCommands } from './commands-temporal.js';
+import { profileOnSignal } from '../common/cpu-profile.js';
+
+profileOnSignal(process.argv[2] ?? 'llmgw');
 
 const program = new Command();
 program
