@@ -5,6 +5,12 @@ export type ReplicaPhase =
   'Pending' | 'Placing' | 'Unschedulable' | 'Starting' | 'Loading' | 'Ready' | 'Unknown' | 'Draining' | 'Stopped' | 'Failed';
 
 export const ROUTABLE_PHASES: ReplicaPhase[] = ['Ready', 'Unknown'];
+/**
+ * The steps of coming up, which a deployment treats as one (the replica decides nothing yet):
+ * a replica reports to its deployment only on leaving them, so the deployment's view of such a
+ * replica may name an earlier step than the replica's own.
+ */
+export const COMING_UP_PHASES: ReplicaPhase[] = ['Pending', 'Placing', 'Starting', 'Loading'];
 /** Every phase, in lifecycle order: what route entries' schemas accept (the routes workflow and the router). */
 export const REPLICA_PHASES = [
   'Pending',

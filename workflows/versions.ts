@@ -41,3 +41,32 @@ export const DEPLOYMENT_PUBLISH_WHAT_CHANGED = 'deployment-publish-what-changed'
  * its own (or starts the next generation, which then implies this one's).
  */
 export const REPLICA_GENERATION_2 = 'replica-generation-2';
+/**
+ * A replica tells its deployment only what the deployment acts on or must show: Ready, Unknown,
+ * Unschedulable, Draining, Stopped, Failed, and every restart or re-placement. Placing, Starting
+ * and Loading of a healthy start were three signals per replica (each an event pair and a workflow task on the
+ * replica, an event and a workflow task on the deployment) that changed no decision; the CLI
+ * asks a replica that is coming up for its step (`llmgw status`), and its own workflow shows it.
+ */
+export const DEPLOYMENT_CHANGES_ONLY = 'replica-deployment-changes-only';
+/**
+ * A replica run of this generation takes every patch of generation 2 and DEPLOYMENT_CHANGES_ONLY
+ * on this one marker (see REPLICA_GENERATION_2 for why one marker, not one per patch).
+ */
+export const REPLICA_GENERATION_3 = 'replica-generation-3';
+
+/** The replica patches each generation marker implies (a later generation implies the earlier ones). */
+export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: readonly string[] }> = [
+  {
+    marker: REPLICA_GENERATION_2,
+    patches: [
+      VERSIONED_RELEASE,
+      QUICK_STOP_ON_AGENT_GONE,
+      FORWARD_UNUSED_WAKE,
+      RECHECK_AFTER_WAITING,
+      FORWARD_EVERY_WAKE,
+      ROUTE_CHANGES_ONLY,
+    ],
+  },
+  { marker: REPLICA_GENERATION_3, patches: [DEPLOYMENT_CHANGES_ONLY] },
+];

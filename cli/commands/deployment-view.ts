@@ -3,8 +3,8 @@
 import { newTable } from './table.js';
 import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { CliError } from './client.js';
-import type { DeploymentView } from '../../common/replica-types.js';
-import { deploymentStatusQuery } from '../../workflows/definitions.js';
+import { COMING_UP_PHASES, type DeploymentView, type ReplicaView } from '../../common/replica-types.js';
+import { deploymentStatusQuery, replicaStatusQuery } from '../../workflows/definitions.js';
 
 /** The deployment's status, or the reason its workflow failed, or undefined while it validates. */
 export async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | undefined> {
@@ -21,11 +21,36 @@ export async function readStatus(handle: WorkflowHandle): Promise<DeploymentView
   try {
     const view = await handle.query(deploymentStatusQuery);
     if (view.phase === 'Failed') throw new CliError(view.reason);
-    return view.phase === 'Validating' ? undefined : view;
+    return view.phase === 'Validating' ? undefined : withStepsOfComingUp(handle, view);
   } catch (error) {
     if (error instanceof CliError) throw error;
     return undefined; // the first workflow task has not run yet
   }
+}
+
+/** Replicas coming up that one read asks for their step (each ask is a query, billed on Temporal Cloud). */
+const STEPS_ASKED_PER_READ = 16;
+
+/**
+ * A replica tells its deployment only what the deployment acts on, so the deployment holds one
+ * that is coming up as it last heard (Pending, or Placing before a restart). The replica's own
+ * view names its step (Placing, Starting, Loading) and why; a replica that does not answer
+ * keeps what the deployment says.
+ */
+async function withStepsOfComingUp(handle: WorkflowHandle, view: DeploymentView): Promise<DeploymentView> {
+  const comingUp = view.replicas.filter((r) => COMING_UP_PHASES.includes(r.phase)).slice(0, STEPS_ASKED_PER_READ);
+  if (!comingUp.length) return view;
+  const live = new Map<string, ReplicaView>();
+  await Promise.all(
+    comingUp.map(async (r) => {
+      const own = await handle.client
+        .getHandle(r.replicaId)
+        .query(replicaStatusQuery)
+        .catch(() => undefined);
+      if (own) live.set(r.replicaId, own);
+    }),
+  );
+  return { ...view, replicas: view.replicas.map((r) => ({ ...r, ...(live.get(r.replicaId) ?? {}) })) };
 }
 
 export function failureMessage(error: unknown): string {

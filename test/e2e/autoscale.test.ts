@@ -219,7 +219,7 @@ describe('autoscaling and scale to zero', () => {
       'a replica starting',
       async () => {
         const v = await view();
-        return v.desired > 0 && v.replicas.some((r) => ['Placing', 'Starting', 'Loading'].includes(r.phase)) ? true : undefined;
+        return v.desired > 0 && v.replicas.some((r) => ['Pending', 'Placing', 'Starting', 'Loading'].includes(r.phase)) ? true : undefined;
       },
       30_000,
       100,

@@ -1,7 +1,14 @@
 // The deployModel workflow's state (one plain object that crosses continue-as-new) and the
 // pure rules that read it: the deployment's phase, its view, the Markdown the Web UI shows.
 // Workflow side; no commands here.
-import type { AutoscaleDecision, DeploymentPhase, DeploymentView, ProfileSnapshot, ReplicaView } from '../../common/replica-types.js';
+import {
+  COMING_UP_PHASES,
+  type AutoscaleDecision,
+  type DeploymentPhase,
+  type DeploymentView,
+  type ProfileSnapshot,
+  type ReplicaView,
+} from '../../common/replica-types.js';
 import { autoscalePolicy, type AutoscaleSettings } from '../../common/autoscale.js';
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { isActive, rolloutView, type RolloutState } from './rollout.js';
@@ -168,8 +175,11 @@ export function deploymentDetails(view: DeploymentView): string {
     '| --- | --- | --- | --- | --- | --- |',
   ];
   for (const r of view.replicas) {
+    // A replica reports only what the deployment acts on: its steps of coming up live in its own
+    // workflow's details (and in `llmgw status`, which asks it).
+    const comingUp = COMING_UP_PHASES.includes(r.phase) ? ' (coming up: its own workflow shows the step)' : '';
     lines.push(
-      `| ${r.seq} | ${r.phase} | ${r.nodes.join(', ') || '—'} | ${r.gpus.join(' ') || '—'} | ${r.endpoint || '—'} | ${r.reason.replace(/\|/g, '/')} |`,
+      `| ${r.seq} | ${r.phase}${comingUp} | ${r.nodes.join(', ') || '—'} | ${r.gpus.join(' ') || '—'} | ${r.endpoint || '—'} | ${r.reason.replace(/\|/g, '/')} |`,
     );
   }
   return lines.join('\n');

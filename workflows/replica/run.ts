@@ -3,10 +3,11 @@
 // deployment). Workflow side; the steps live in place.ts, start.ts, watch.ts and drain.ts.
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { getExternalWorkflowHandle, log, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
-import { ROUTE_CHANGES_ONLY } from '../versions.js';
+import { DEPLOYMENT_CHANGES_ONLY, ROUTE_CHANGES_ONLY } from '../versions.js';
 import { SA } from '../../common/search-attributes.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import {
+  COMING_UP_PHASES,
   ROUTABLE_PHASES,
   type DemandMemo,
   type ProfileSnapshot,
@@ -65,6 +66,9 @@ export function createPublisher(
   let published = alreadyPublished ? keyOf() : '';
   let recorded = alreadyPublished ? recordKeyOf() : '';
   let routed = alreadyPublished ? routeKeyOf() : routeKey('Placing', '', '');
+  const toldKeyOf = (): string => deploymentKey(state, endpointOf(state.shards));
+  // The deployment holds a new replica as Pending (coming up) from the moment it starts it.
+  let told = alreadyPublished ? toldKeyOf() : deploymentKey({ phase: 'Pending', reason: '', shards: [], restarts: 0, avoidNodes: [] }, '');
   return async (phase, reason) => {
     if (state.phase !== phase) state.since = now();
     state.phase = phase;
@@ -103,6 +107,10 @@ export function createPublisher(
       routed = routeKeyOf();
       notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) });
     }
+    // Kept on every report, so a run that takes the patch midway knows what it last said.
+    const tell = toldKeyOf();
+    if (tell === told && has(DEPLOYMENT_CHANGES_ONLY)) return;
+    told = tell;
     try {
       await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(
         replicaStatusSignal,
@@ -121,4 +129,15 @@ export function createPublisher(
 function routeKey(phase: ReplicaPhase, endpoint: string, revision: string): string {
   if (phase === 'Stopped' || phase === 'Failed') return 'gone';
   return endpoint !== '' && ROUTABLE_PHASES.includes(phase) ? `routable ${endpoint} ${revision}` : 'not routable';
+}
+
+/**
+ * What a deployment acts on, or must show, in a replica's report: its phase, why and where; a
+ * failure (a restart, a node to avoid) whenever one happens. The steps of a healthy start
+ * (Placing, Starting, Loading) are one: they change no decision, and the replica's own view
+ * names them.
+ */
+function deploymentKey(state: Pick<ReplicaState, 'phase' | 'reason' | 'shards' | 'restarts' | 'avoidNodes'>, endpoint: string): string {
+  if (COMING_UP_PHASES.includes(state.phase)) return JSON.stringify(['coming up', state.restarts, state.avoidNodes]);
+  return JSON.stringify([state.phase, state.reason, endpoint, state.shards.map((s) => s.nodeId)]);
 }

@@ -9,7 +9,7 @@ import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
 import { capacityChangedSignal, nodeStatusSignal, replicaStatusQuery, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { replicaV0 } from '../legacy/replica-v0.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
-import { FORWARD_EVERY_WAKE, QUICK_STOP_ON_AGENT_GONE, REPLICA_GENERATION_2, VERSIONED_RELEASE } from '../versions.js';
+import { FORWARD_EVERY_WAKE, QUICK_STOP_ON_AGENT_GONE, REPLICA_GENERATIONS, VERSIONED_RELEASE } from '../versions.js';
 import { drain, releaseShards, stopAndRelease, stopShards } from './drain.js';
 import { describeReplicaInputIssues, ReplicaInputSchema } from './input.js';
 import { forwardUnusedWakes, place } from './place.js';
@@ -29,12 +29,12 @@ export type { ReplicaState } from './state.js';
 
 export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   // Runs started before Worker Versioning replay (and carry on) on the code they started with.
-  // A run of this generation holds every replica patch so far (VERSIONED_RELEASE included) in
-  // one marker: each patch marker also upserts TemporalChangeVersion, an event and a visibility
-  // write per patch per replica. Runs recorded before it take each patch as they did.
-  const latest = patched(REPLICA_GENERATION_2);
-  if (!latest && !patched(VERSIONED_RELEASE)) return replicaV0(rawInput);
-  const has = (patchId: string): boolean => latest || patched(patchId);
+  // A new run holds every replica patch so far (VERSIONED_RELEASE included) in one generation
+  // marker: each patch marker also upserts TemporalChangeVersion, an event and a visibility
+  // write per patch per replica. Runs recorded before a generation take its patches as they did.
+  const implied = generationPatches();
+  if (!implied.has(VERSIONED_RELEASE) && !patched(VERSIONED_RELEASE)) return replicaV0(rawInput);
+  const has = (patchId: string): boolean => implied.has(patchId) || patched(patchId);
   const parsed = ReplicaInputSchema.safeParse(rawInput);
   if (!parsed.success) {
     throw ApplicationFailure.nonRetryable(`invalid replica input: ${describeReplicaInputIssues(parsed.error)}`, FailureType.InvalidInput);
@@ -176,4 +176,15 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   await run.setPhase('Stopped', state.stopReason ?? 'stopped');
   await condition(allHandlersFinished);
   return run.view();
+}
+
+/**
+ * The patches this run's generation marker implies: the newest marker a new run records, or
+ * the one an older run recorded (a later generation implies every earlier one's patches).
+ */
+function generationPatches(): Set<string> {
+  for (let i = REPLICA_GENERATIONS.length - 1; i >= 0; i--) {
+    if (patched(REPLICA_GENERATIONS[i]!.marker)) return new Set(REPLICA_GENERATIONS.slice(0, i + 1).flatMap((g) => g.patches));
+  }
+  return new Set();
 }
