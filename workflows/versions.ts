@@ -55,6 +55,16 @@ export const DEPLOYMENT_CHANGES_ONLY = 'replica-deployment-changes-only';
  */
 export const REPLICA_GENERATION_3 = 'replica-generation-3';
 
+/**
+ * A replica asks for its placement in a local activity: the control worker that runs the
+ * replica's workflow task runs placeReplica at once, and its answer is one marker in the same
+ * workflow task. As an activity it was three events, a task through the server's matching
+ * and a second workflow task to read the answer, per placement.
+ */
+export const LOCAL_PLACEMENT = 'replica-local-placement';
+/** A replica run of this generation takes every patch of generation 3 and LOCAL_PLACEMENT on one marker. */
+export const REPLICA_GENERATION_4 = 'replica-generation-4';
+
 /** The replica patches each generation marker implies (a later generation implies the earlier ones). */
 export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: readonly string[] }> = [
   {
@@ -69,4 +79,5 @@ export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: reado
     ],
   },
   { marker: REPLICA_GENERATION_3, patches: [DEPLOYMENT_CHANGES_ONLY] },
+  { marker: REPLICA_GENERATION_4, patches: [LOCAL_PLACEMENT] },
 ];

@@ -5,8 +5,8 @@
 // was lost. So a replica that waits for hours adds a handful of events, not thousands.
 // Workflow side.
 import { condition } from '@temporalio/workflow';
-import { FORWARD_UNUSED_WAKE, RECHECK_AFTER_WAITING } from '../versions.js';
-import { control } from './calls.js';
+import { FORWARD_UNUSED_WAKE, LOCAL_PLACEMENT, RECHECK_AFTER_WAITING } from '../versions.js';
+import { control, controlLocal } from './calls.js';
 import type { ReplicaRun } from './run.js';
 
 /** An Unschedulable replica looks again this often even when nothing woke it. */
@@ -46,7 +46,8 @@ async function placeLoop(run: ReplicaRun): Promise<boolean> {
     run.capacity.changed = false;
     run.capacity.hint = undefined;
     if (!keepWakes) run.capacity.woken = [];
-    const result = await control(`placeReplica: ${wanted}${avoiding}`).placeReplica({
+    const controlCall = run.has(LOCAL_PLACEMENT) ? controlLocal : control;
+    const result = await controlCall(`placeReplica: ${wanted}${avoiding}`).placeReplica({
       replicaId: run.replicaId,
       deployment: input.deployment,
       nodes: profile.nodes,
