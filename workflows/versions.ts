@@ -65,6 +65,17 @@ export const LOCAL_PLACEMENT = 'replica-local-placement';
 /** A replica run of this generation takes every patch of generation 3 and LOCAL_PLACEMENT on one marker. */
 export const REPLICA_GENERATION_4 = 'replica-generation-4';
 
+/**
+ * A replica writes its memo (route and demand) only when what its readers act on changes
+ * (routable at an endpoint, waiting for GPUs, neither), not on every step; and the Placing of
+ * a new run's first look is not written at all: the local placement answers in the same
+ * workflow task, so nobody could have seen it. Each write was an event and a visibility
+ * update (a row written in PostgreSQL); search attributes still follow every phase.
+ */
+export const QUIET_STEPS = 'replica-quiet-steps';
+/** A replica run of this generation takes every patch of generation 4 and QUIET_STEPS on one marker. */
+export const REPLICA_GENERATION_5 = 'replica-generation-5';
+
 /** The replica patches each generation marker implies (a later generation implies the earlier ones). */
 export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: readonly string[] }> = [
   {
@@ -80,4 +91,5 @@ export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: reado
   },
   { marker: REPLICA_GENERATION_3, patches: [DEPLOYMENT_CHANGES_ONLY] },
   { marker: REPLICA_GENERATION_4, patches: [LOCAL_PLACEMENT] },
+  { marker: REPLICA_GENERATION_5, patches: [QUIET_STEPS] },
 ];

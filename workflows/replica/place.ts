@@ -5,7 +5,7 @@
 // was lost. So a replica that waits for hours adds a handful of events, not thousands.
 // Workflow side.
 import { condition } from '@temporalio/workflow';
-import { FORWARD_UNUSED_WAKE, LOCAL_PLACEMENT, RECHECK_AFTER_WAITING } from '../versions.js';
+import { FORWARD_UNUSED_WAKE, LOCAL_PLACEMENT, QUIET_STEPS, RECHECK_AFTER_WAITING } from '../versions.js';
 import { control, controlLocal } from './calls.js';
 import type { ReplicaRun } from './run.js';
 
@@ -41,7 +41,10 @@ async function placeLoop(run: ReplicaRun): Promise<boolean> {
     const wanted = `${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}`;
     // Once Unschedulable, it stays so while it retries: the UI and the router see one steady
     // state with its reason, not a flicker between Placing and Unschedulable.
-    if (state.phase !== 'Unschedulable') void run.setPhase('Placing', `looking for ${wanted}${avoiding}`);
+    // A new run's first look usually answers in this workflow task (a local activity): its
+    // Placing is shown in the details only, and the answer (Starting or Unschedulable) is published.
+    const quiet = state.phase === 'Pending' && run.has(LOCAL_PLACEMENT) && run.has(QUIET_STEPS);
+    if (state.phase !== 'Unschedulable') void run.setPhase('Placing', `looking for ${wanted}${avoiding}`, { quiet });
     const hint = run.capacity.hint;
     run.capacity.changed = false;
     run.capacity.hint = undefined;

@@ -3,7 +3,7 @@
 // deployment). Workflow side; the steps live in place.ts, start.ts, watch.ts and drain.ts.
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { getExternalWorkflowHandle, log, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
-import { DEPLOYMENT_CHANGES_ONLY, ROUTE_CHANGES_ONLY } from '../versions.js';
+import { DEPLOYMENT_CHANGES_ONLY, QUIET_STEPS, ROUTE_CHANGES_ONLY } from '../versions.js';
 import { SA } from '../../common/search-attributes.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import {
@@ -42,8 +42,11 @@ export interface ReplicaRun {
   handOverDue(): boolean;
   /** Continues as new with the state as it is; call only between steps. */
   handOver(): Promise<never>;
-  /** Publishes a phase; a phase and reason that did not change publish nothing (no events). */
-  setPhase(phase: ReplicaPhase, reason: string): Promise<void>;
+  /**
+   * Publishes a phase; a phase and reason that did not change publish nothing (no events).
+   * `quiet`: only the details show it (no event); the next phase publishes everything.
+   */
+  setPhase(phase: ReplicaPhase, reason: string, options?: { quiet?: boolean }): Promise<void>;
   view(): ReplicaView;
   /** Whether this run takes a patch's new path (always, in a run of the latest generation). */
   has(patchId: string): boolean;
@@ -56,7 +59,7 @@ export function createPublisher(
   now: () => string,
   alreadyPublished: boolean,
   has: (patchId: string) => boolean,
-): (phase: ReplicaPhase, reason: string) => Promise<void> {
+): ReplicaRun['setPhase'] {
   const profile = input.profile;
   const keyOf = (): string => JSON.stringify([state.phase, state.reason, endpointOf(state.shards), state.shards.map((s) => s.nodeId)]);
   // What the memo and search attributes hold (no reason), and what routers act on.
@@ -66,13 +69,19 @@ export function createPublisher(
   let published = alreadyPublished ? keyOf() : '';
   let recorded = alreadyPublished ? recordKeyOf() : '';
   let routed = alreadyPublished ? routeKeyOf() : routeKey('Placing', '', '');
+  const memoKeyOf = (): string => memoKey(state.phase, endpointOf(state.shards));
+  let memoed = alreadyPublished ? memoKeyOf() : '';
   const toldKeyOf = (): string => deploymentKey(state, endpointOf(state.shards));
   // The deployment holds a new replica as Pending (coming up) from the moment it starts it.
   let told = alreadyPublished ? toldKeyOf() : deploymentKey({ phase: 'Pending', reason: '', shards: [], restarts: 0, avoidNodes: [] }, '');
-  return async (phase, reason) => {
+  return async (phase, reason, options) => {
     if (state.phase !== phase) state.since = now();
     state.phase = phase;
     state.reason = reason;
+    if (options?.quiet) {
+      setCurrentDetails(replicaDetails(replicaId, profile, state));
+      return;
+    }
     const key = keyOf();
     if (key === published) return;
     published = key;
@@ -92,7 +101,10 @@ export function createPublisher(
         phase === 'Unschedulable'
           ? { gpuClass: profile.gpuClass, gpusPerNode: profile.gpusPerNode, nodes: profile.nodes, since: state.since }
           : undefined;
-      upsertMemo({ route, demand });
+      // Kept on every write, so a run that takes the patch midway knows what its memo holds.
+      const memo = memoKeyOf();
+      if (memo !== memoed || !has(QUIET_STEPS)) upsertMemo({ route, demand });
+      memoed = memo;
       upsertSearchAttributes([
         { key: SA.state, value: phase },
         { key: SA.deployment, value: input.deployment },
@@ -129,6 +141,16 @@ export function createPublisher(
 function routeKey(phase: ReplicaPhase, endpoint: string, revision: string): string {
   if (phase === 'Stopped' || phase === 'Failed') return 'gone';
   return endpoint !== '' && ROUTABLE_PHASES.includes(phase) ? `routable ${endpoint} ${revision}` : 'not routable';
+}
+
+/**
+ * What the memo's readers act on: the router's visibility source (routable at an endpoint; it
+ * takes a phase that is not routable from the search attributes) and whoever frees GPUs (the
+ * demand of a replica waiting for them).
+ */
+function memoKey(phase: ReplicaPhase, endpoint: string): string {
+  if (ROUTABLE_PHASES.includes(phase)) return `${phase} ${endpoint}`;
+  return phase === 'Unschedulable' ? 'waiting' : 'not routable';
 }
 
 /**
