@@ -25,8 +25,26 @@ export async function until<T>(what: string, timeoutS: number, probe: () => Prom
 /** Every node workflow's view, and every virtual engine. */
 export async function snapshot(stack: FleetStack, hosts: string[]): Promise<{ nodes: NodeView[]; engines: EngineRow[] }> {
   const nodes: NodeView[] = [];
-  for (const id of hosts) nodes.push(await stack.client.workflow.getHandle(`node/${id}`).query(describeNodeQuery));
+  for (const id of hosts) nodes.push(await describeNode(stack.client, id));
   return { nodes, engines: (await stack.control('engines')).engines as EngineRow[] };
+}
+
+/**
+ * One node workflow's view. A query can fail for a moment on a busy machine (the run is handing
+ * over, or its worker did not answer in time): asked again twice, and the cause is said.
+ */
+async function describeNode(client: Client, nodeId: string): Promise<NodeView> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
+    } catch (error) {
+      const cause = error instanceof Error && error.cause instanceof Error ? `: ${error.cause.message}` : '';
+      const message = `${error instanceof Error ? error.message : String(error)}${cause}`;
+      if (attempt === 3) throw new Error(`node/${nodeId}: ${message}`, { cause: error });
+      console.error(`bench:fleet node/${nodeId} did not answer (${message}); asking again`);
+      await sleep(1_000);
+    }
+  }
 }
 
 /**

@@ -284,7 +284,10 @@ async function main(): Promise<void> {
     `bench:fleet — ${options.hosts} simulated hosts (${options.gpus}), ${options.workers} control worker(s), Temporal ${options.temporal}`,
   );
   console.log(table.toString());
-  if (failure) console.log(`stopped early: ${failure instanceof Error ? failure.message : String(failure)}`);
+  if (failure) {
+    const cause = failure instanceof Error && failure.cause instanceof Error ? ` (${failure.cause.message})` : '';
+    console.log(`stopped early: ${failure instanceof Error ? failure.message : String(failure)}${cause}`);
+  }
   console.log(
     `fleet: ${Object.entries(figures)
       .map(([k, v]) => `${k}=${v}`)

@@ -60,6 +60,13 @@ export const REPLICA_GENERATION_3 = 'replica-generation-3';
  * replica's workflow task runs placeReplica at once, and its answer is one marker in the same
  * workflow task. As an activity it was three events, a task through the server's matching
  * and a second workflow task to read the answer, per placement.
+ *
+ * Withdrawn by generation 6, before any release: a placement waits on node workflows (their
+ * reserve Updates and queries) run by the same control workers, and a local activity holds
+ * its replica's workflow task the whole time. In bench:fleet at 200 hosts, once a host was
+ * killed, placements ran past their 20 s again and again and 79 replicas failed with "Local
+ * Activity timed out". Runs of generations 4 and 5 (recorded in .v5 and .v6 histories) replay
+ * with it; no other run asks for it.
  */
 export const LOCAL_PLACEMENT = 'replica-local-placement';
 /** A replica run of this generation takes every patch of generation 3 and LOCAL_PLACEMENT on one marker. */
@@ -67,17 +74,26 @@ export const REPLICA_GENERATION_4 = 'replica-generation-4';
 
 /**
  * A replica writes its memo (route and demand) only when what its readers act on changes
- * (routable at an endpoint, waiting for GPUs, neither), not on every step; and the Placing of
- * a new run's first look is not written at all: the local placement answers in the same
- * workflow task, so nobody could have seen it. Each write was an event and a visibility
+ * (routable at an endpoint, waiting for GPUs, neither), not on every step; and, while placement
+ * was a local activity (generations 4 and 5), the Placing of a new run's first look was not
+ * written at all: the placement answered in the same workflow task, so nobody could see it. Each write was an event and a visibility
  * update (a row written in PostgreSQL); search attributes still follow every phase.
  */
 export const QUIET_STEPS = 'replica-quiet-steps';
 /** A replica run of this generation takes every patch of generation 4 and QUIET_STEPS on one marker. */
 export const REPLICA_GENERATION_5 = 'replica-generation-5';
 
-/** The replica patches each generation marker implies (a later generation implies the earlier ones). */
-export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: readonly string[] }> = [
+/**
+ * A replica run of this generation takes every patch of generation 5 but LOCAL_PLACEMENT
+ * (withdrawn: see there) on one marker.
+ */
+export const REPLICA_GENERATION_6 = 'replica-generation-6';
+
+/**
+ * The replica patches each generation marker implies: a later generation implies the earlier
+ * ones' patches, less those it withdraws. A withdrawn patch is never asked on its own again.
+ */
+export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: readonly string[]; withdraws?: readonly string[] }> = [
   {
     marker: REPLICA_GENERATION_2,
     patches: [
@@ -92,4 +108,5 @@ export const REPLICA_GENERATIONS: ReadonlyArray<{ marker: string; patches: reado
   { marker: REPLICA_GENERATION_3, patches: [DEPLOYMENT_CHANGES_ONLY] },
   { marker: REPLICA_GENERATION_4, patches: [LOCAL_PLACEMENT] },
   { marker: REPLICA_GENERATION_5, patches: [QUIET_STEPS] },
+  { marker: REPLICA_GENERATION_6, patches: [], withdraws: [LOCAL_PLACEMENT] },
 ];

@@ -41,8 +41,8 @@ async function placeLoop(run: ReplicaRun): Promise<boolean> {
     const wanted = `${profile.nodes > 1 ? `${profile.nodes} hosts × ` : ''}${profile.gpusPerNode} ${profile.gpuClass} GPU${profile.gpusPerNode > 1 ? 's' : ''}`;
     // Once Unschedulable, it stays so while it retries: the UI and the router see one steady
     // state with its reason, not a flicker between Placing and Unschedulable.
-    // A new run's first look usually answers in this workflow task (a local activity): its
-    // Placing is shown in the details only, and the answer (Starting or Unschedulable) is published.
+    // Generations 4 and 5 (placement in a local activity, withdrawn): a new run's first look
+    // answered in the same workflow task, so its Placing showed in the details only.
     const quiet = state.phase === 'Pending' && run.has(LOCAL_PLACEMENT) && run.has(QUIET_STEPS);
     if (state.phase !== 'Unschedulable') void run.setPhase('Placing', `looking for ${wanted}${avoiding}`, { quiet });
     const hint = run.capacity.hint;

@@ -34,7 +34,8 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   // write per patch per replica. Runs recorded before a generation take its patches as they did.
   const implied = generationPatches();
   if (!implied.has(VERSIONED_RELEASE) && !patched(VERSIONED_RELEASE)) return replicaV0(rawInput);
-  const has = (patchId: string): boolean => implied.has(patchId) || patched(patchId);
+  const withdrawn = new Set(REPLICA_GENERATIONS.flatMap((g) => g.withdraws ?? []));
+  const has = (patchId: string): boolean => implied.has(patchId) || (!withdrawn.has(patchId) && patched(patchId));
   const parsed = ReplicaInputSchema.safeParse(rawInput);
   if (!parsed.success) {
     throw ApplicationFailure.nonRetryable(`invalid replica input: ${describeReplicaInputIssues(parsed.error)}`, FailureType.InvalidInput);
@@ -180,11 +181,18 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
 
 /**
  * The patches this run's generation marker implies: the newest marker a new run records, or
- * the one an older run recorded (a later generation implies every earlier one's patches).
+ * the one an older run recorded (a later generation implies every earlier one's patches, less
+ * those it withdraws).
  */
 function generationPatches(): Set<string> {
   for (let i = REPLICA_GENERATIONS.length - 1; i >= 0; i--) {
-    if (patched(REPLICA_GENERATIONS[i]!.marker)) return new Set(REPLICA_GENERATIONS.slice(0, i + 1).flatMap((g) => g.patches));
+    if (!patched(REPLICA_GENERATIONS[i]!.marker)) continue;
+    const implied = new Set<string>();
+    for (const generation of REPLICA_GENERATIONS.slice(0, i + 1)) {
+      generation.patches.forEach((p) => implied.add(p));
+      generation.withdraws?.forEach((p) => implied.delete(p));
+    }
+    return implied;
   }
   return new Set();
 }
