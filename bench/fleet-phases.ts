@@ -30,8 +30,9 @@ export async function snapshot(stack: FleetStack, hosts: string[]): Promise<{ no
 }
 
 /**
- * One node workflow's view. A query can fail for a moment on a busy machine (the run is handing
- * over, or its worker did not answer in time): asked again twice, and the cause is said.
+ * One node workflow's view. A query can fail for a moment on a busy machine ("query timed out
+ * before a worker could process it", seen while the workers wrote their CPU profiles): asked
+ * again up to four times, two seconds apart, and the cause is said.
  */
 async function describeNode(client: Client, nodeId: string): Promise<NodeView> {
   for (let attempt = 1; ; attempt++) {
@@ -40,9 +41,9 @@ async function describeNode(client: Client, nodeId: string): Promise<NodeView> {
     } catch (error) {
       const cause = error instanceof Error && error.cause instanceof Error ? `: ${error.cause.message}` : '';
       const message = `${error instanceof Error ? error.message : String(error)}${cause}`;
-      if (attempt === 3) throw new Error(`node/${nodeId}: ${message}`, { cause: error });
+      if (attempt === 5) throw new Error(`node/${nodeId}: ${message}`, { cause: error });
       console.error(`bench:fleet node/${nodeId} did not answer (${message}); asking again`);
-      await sleep(1_000);
+      await sleep(2_000);
     }
   }
 }
