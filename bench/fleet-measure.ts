@@ -64,66 +64,23 @@ async function historyOf(client: Client, execution: WorkflowExecutionInfo): Prom
   return history.events ?? [];
 }
 
-/**
- * Every placement of these workflows, in ms: a placeReplica activity from scheduled to
- * completed, or (runs since replica-local-placement) a local one from the start of the
- * workflow task that asked to the end of the one that recorded its answer.
- */
+/** Every placeReplica activity of these workflows: scheduled → completed, in ms. */
 export async function placementLatencies(client: Client): Promise<number[]> {
   const replicas = await executions(client, `WorkflowType = 'replica'`);
   const spans = await inParallel(replicas, 8, async (execution) => {
     const events = await historyOf(client, execution);
     const scheduled = new Map<number, number>();
     const out: number[] = [];
-    events.forEach((event, i) => {
+    for (const event of events) {
       const attrs = event.activityTaskScheduledEventAttributes;
       if (attrs?.activityType?.name === 'placeReplica') scheduled.set(Number(event.eventId), eventTimeMs(event));
       const done = event.activityTaskCompletedEventAttributes;
       const at = done ? scheduled.get(Number(done.scheduledEventId)) : undefined;
       if (at !== undefined) out.push(eventTimeMs(event) - at);
-      if (localActivityType(event) === 'placeReplica') {
-        const asked = askingTaskStart(events, i);
-        if (asked !== undefined) out.push(eventTimeMs(event) - asked);
-      }
-    });
+    }
     return out;
   });
   return spans.flat();
-}
-
-const EventType = temporal.api.enums.v1.EventType;
-/**
- * What a workflow task writes (its commands) or goes through while a local activity runs
- * (heartbeats included): every other event woke a workflow task, so it bounds the search.
- */
-const DURING_A_LOCAL_ACTIVITY = new Set<temporal.api.enums.v1.EventType | null | undefined>([
-  EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
-  EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
-  EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
-  EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
-  EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
-  EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
-  EventType.EVENT_TYPE_MARKER_RECORDED,
-  EventType.EVENT_TYPE_TIMER_STARTED,
-  EventType.EVENT_TYPE_TIMER_CANCELED,
-  EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
-  EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED,
-]);
-
-function localActivityType(event: HistoryEvent): string | undefined {
-  const marker = event.markerRecordedEventAttributes;
-  if (marker?.markerName !== 'core_local_activity') return undefined;
-  const data = decodeJson(marker.details?.data?.payloads?.[0]) as { activity_type?: string } | undefined;
-  return data?.activity_type;
-}
-
-/** The start of the first workflow task of the unbroken run of tasks that recorded events[markerAt]. */
-function askingTaskStart(events: HistoryEvent[], markerAt: number): number | undefined {
-  let start: number | undefined;
-  for (let i = markerAt - 1; i >= 0 && DURING_A_LOCAL_ACTIVITY.has(events[i]!.eventType); i--) {
-    if (events[i]!.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED) start = eventTimeMs(events[i]!);
-  }
-  return start;
 }
 
 function decodeJson(payload: temporal.api.common.v1.IPayload | undefined): unknown {

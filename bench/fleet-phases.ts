@@ -39,8 +39,7 @@ async function describeNode(client: Client, nodeId: string): Promise<NodeView> {
     try {
       return await client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
     } catch (error) {
-      const cause = error instanceof Error && error.cause instanceof Error ? `: ${error.cause.message}` : '';
-      const message = `${error instanceof Error ? error.message : String(error)}${cause}`;
+      const message = errorText(error);
       if (attempt === 5) throw new Error(`node/${nodeId}: ${message}`, { cause: error });
       console.error(`bench:fleet node/${nodeId} did not answer (${message}); asking again`);
       await sleep(2_000);
@@ -83,4 +82,11 @@ export async function replacedAfterKill(stack: FleetStack, killed: string[], tot
 export async function nodeDown(client: Client, nodeId: string): Promise<boolean> {
   const query = `WorkflowId = 'node/${nodeId}' AND ExecutionStatus = 'Running' AND LlmgwState IN ('NotReady', 'Lost')`;
   return (await countOf(client, query)) > 0;
+}
+
+/** An error's message and its cause's ("Failed to query Workflow: 4 DEADLINE_EXCEEDED: …"), once each. */
+export function errorText(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause = error.cause instanceof Error && !error.message.includes(error.cause.message) ? `: ${error.cause.message}` : '';
+  return `${error.message}${cause}`;
 }

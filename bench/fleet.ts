@@ -25,6 +25,7 @@ import { markProfiles, startFleetStack, stopEverythingStarted } from './stack.js
 import {
   busiest,
   cpuSplit,
+  errorText,
   nodeDown,
   READY_REPLICAS,
   replacedAfterKill,
@@ -284,10 +285,7 @@ async function main(): Promise<void> {
     `bench:fleet — ${options.hosts} simulated hosts (${options.gpus}), ${options.workers} control worker(s), Temporal ${options.temporal}`,
   );
   console.log(table.toString());
-  if (failure) {
-    const cause = failure instanceof Error && failure.cause instanceof Error ? ` (${failure.cause.message})` : '';
-    console.log(`stopped early: ${failure instanceof Error ? failure.message : String(failure)}${cause}`);
-  }
+  if (failure) console.log(`stopped early: ${errorText(failure)}`);
   console.log(
     `fleet: ${Object.entries(figures)
       .map(([k, v]) => `${k}=${v}`)

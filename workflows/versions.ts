@@ -43,10 +43,11 @@ export const DEPLOYMENT_PUBLISH_WHAT_CHANGED = 'deployment-publish-what-changed'
 export const REPLICA_GENERATION_2 = 'replica-generation-2';
 /**
  * A replica tells its deployment only what the deployment acts on or must show: Ready, Unknown,
- * Unschedulable, Draining, Stopped, Failed, and every restart or re-placement. Placing, Starting
- * and Loading of a healthy start were three signals per replica (each an event pair and a workflow task on the
- * replica, an event and a workflow task on the deployment) that changed no decision; the CLI
- * asks a replica that is coming up for its step (`llmgw status`), and its own workflow shows it.
+ * Unschedulable, Draining, Stopped, Failed, and every restart or re-placement. Placing,
+ * Starting and Loading of a healthy start were three signals per replica (each an event pair
+ * and a workflow task on the replica, an event and a workflow task on the deployment) that
+ * changed no decision; the CLI asks a replica that is coming up for its step (`llmgw status`),
+ * and its own workflow shows it.
  */
 export const DEPLOYMENT_CHANGES_ONLY = 'replica-deployment-changes-only';
 /**
@@ -76,8 +77,9 @@ export const REPLICA_GENERATION_4 = 'replica-generation-4';
  * A replica writes its memo (route and demand) only when what its readers act on changes
  * (routable at an endpoint, waiting for GPUs, neither), not on every step; and, while placement
  * was a local activity (generations 4 and 5), the Placing of a new run's first look was not
- * written at all: the placement answered in the same workflow task, so nobody could see it. Each write was an event and a visibility
- * update (a row written in PostgreSQL); search attributes still follow every phase.
+ * written at all: the placement answered in the same workflow task, so nobody could see it.
+ * Each write was an event and a visibility update (a row written in PostgreSQL); search
+ * attributes still follow every phase.
  */
 export const QUIET_STEPS = 'replica-quiet-steps';
 /** A replica run of this generation takes every patch of generation 4 and QUIET_STEPS on one marker. */
