@@ -40,7 +40,7 @@ describe('llmgw up', () => {
       { TEMPORAL_ADDRESS: '' },
       { cwd },
     );
-    await up.waitForOutput(/llmgw is up/, 240_000);
+    await up.waitForOutput(/llmgw is up/, 180_000);
     expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toHaveLength(1);
     serverPid = Number(/Temporal \S+ \(pid (\d+)\)/.exec(up.output())![1]);
     signalGroup(serverPid, 'SIGKILL');
@@ -48,12 +48,14 @@ describe('llmgw up', () => {
 
     const pressed = Date.now();
     process.kill(up.pid, 'SIGINT');
-    const code = await up.exited;
+    // Bounded, so that a stop that hangs fails here with what `up` printed, not as a bare timeout.
+    const code = await Promise.race([up.exited, new Promise<'hung'>((r) => setTimeout(() => r('hung'), 60_000))]);
+    if (code === 'hung') throw new Error(`llmgw up did not exit within 60 s of Ctrl-C; output:\n${up.output().slice(-4000)}`);
     const took = Date.now() - pressed;
     console.log(`llmgw up stopped ${took} ms after Ctrl-C with its dev server killed`);
     expect(code).toBe(0);
     expect(took).toBeLessThan(20_000);
     expect(up.output()).toMatch(/stopped in \d+\.\d s/);
     expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toEqual([]);
-  });
+  }, 300_000);
 });
