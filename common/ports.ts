@@ -24,3 +24,16 @@ export function findFreePort(host = '127.0.0.1'): Promise<number> {
     });
   });
 }
+
+/**
+ * A free port that `reserved` does not claim: a process that picks its ports at random (the dev
+ * server's HTTP and metrics ports) must not take one that its caller has promised to another
+ * part, which would then fail to bind. Gives up after 50 tries.
+ */
+export async function findFreePortAvoiding(reserved: (port: number) => boolean, host = '127.0.0.1'): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = await findFreePort(host);
+    if (!reserved(port)) return port;
+  }
+  throw new Error('no free port outside the reserved ones after 50 tries');
+}

@@ -7,7 +7,7 @@ import { dirname, resolve } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { devServerSearchAttributeFlags } from './search-attributes.js';
 import { ensureTemporalCli } from './cli-binary.js';
-import { findFreePort, isPortFree } from '../common/ports.js';
+import { findFreePortAvoiding, isPortFree } from '../common/ports.js';
 import { DEFAULT_PORTS } from '../common/names.js';
 
 export interface DevServerOptions {
@@ -26,6 +26,8 @@ export interface DevServerOptions {
   readyTimeoutMs?: number;
   /** Dynamic config values on top of llmgw's (KEY → JSON value). */
   dynamicConfig?: Record<string, string | number | boolean>;
+  /** Ports the caller has promised to other processes: the ports chosen here avoid them. */
+  reservedPorts?: (port: number) => boolean;
 }
 
 export interface DevServer {
@@ -63,8 +65,16 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   const args = ['server', 'start-dev', '--ip', ip, '--port', String(port), '--log-level', 'warn', ...devServerSearchAttributeFlags()];
   // Every port start-dev opens is chosen here, so that several servers (tests, clones)
   // can share a machine without colliding on the defaults.
-  const metricsPort = await findFreePort(ip);
-  args.push('--http-port', String(await findFreePort(ip)), '--metrics-port', String(metricsPort));
+  // Its own frontend and UI ports too: chosen by the caller, bound only once the server runs.
+  const uiPortWanted = options.headless ? undefined : (options.uiPort ?? DEFAULT_PORTS.webUi);
+  const reserved = (p: number): boolean => p === port || p === uiPortWanted || (options.reservedPorts?.(p) ?? false);
+  const metricsPort = await findFreePortAvoiding(reserved, ip);
+  args.push(
+    '--http-port',
+    String(await findFreePortAvoiding((p) => reserved(p) || p === metricsPort, ip)),
+    '--metrics-port',
+    String(metricsPort),
+  );
   let uiUrl: string | undefined;
   if (options.headless) {
     args.push('--headless');

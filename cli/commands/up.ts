@@ -5,7 +5,7 @@
 // `npm start` comes up clean; within 20 s whatever Temporal's state (up-teardown.ts), and
 // at once on a second Ctrl-C.
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { killMarkedEngines } from '../../agent/supervisor/markers.js';
@@ -52,6 +52,10 @@ export async function upCommand(opts: UpOptions): Promise<void> {
   ];
   const routerPort = Number(opts.routerPort) + offset;
   const workerMetrics = port(DEFAULT_PORTS.workerMetrics);
+  // With an offset these land among the ports the OS hands out at random, which the dev server
+  // takes for its HTTP and metrics endpoints: it must leave these to the parts they are for.
+  const promised = new Set([routerPort, workerMetrics, ...simNodes.flatMap((n) => [n.admin, n.metrics])]);
+  const reservedPorts = (p: number): boolean => promised.has(p) || (p >= engines && p <= engines + 999);
 
   const stateDir = resolve('.llmgw');
   const logDir = join(stateDir, 'logs');
@@ -63,6 +67,7 @@ export async function upCommand(opts: UpOptions): Promise<void> {
 
   const stack: Stack = { children: [], server: undefined, client: undefined, nodeIds: simNodes.map((n) => n.nodeId), say };
   let stopping = false;
+  let partFailure: string | undefined;
   const spawnPart = (name: string, args: string[]): void => {
     const fd = openSync(join(logDir, `${name}.log`), 'a');
     const child = spawn(process.execPath, [join(__dirname, '../../../bin/llmgw.js'), ...args], {
@@ -72,7 +77,11 @@ export async function upCommand(opts: UpOptions): Promise<void> {
     });
     closeSync(fd);
     child.once('exit', (code) => {
-      if (!stopping) say(`${name} exited (code ${code}); see ${join(logDir, `${name}.log`)}`);
+      if (stopping) return;
+      const log = join(logDir, `${name}.log`);
+      say(`${name} exited (code ${code}); see ${log}`);
+      // During the start nothing waits for it in vain: the start fails now, saying why.
+      partFailure ??= `${name} exited (code ${code}) while the stack was starting: ${lastLine(log)} (see ${log})`;
     });
     stack.children.push({ name, child });
   };
@@ -113,7 +122,12 @@ export async function upCommand(opts: UpOptions): Promise<void> {
       say(`using the Temporal server at ${process.env.TEMPORAL_ADDRESS}`);
     } else {
       say('starting the Temporal dev server (the first run builds the pinned CLI; that takes a few minutes)');
-      stack.server = await startDevServer({ port: port(DEFAULT_PORTS.temporal), uiPort: port(DEFAULT_PORTS.webUi), stateDir });
+      stack.server = await startDevServer({
+        port: port(DEFAULT_PORTS.temporal),
+        uiPort: port(DEFAULT_PORTS.webUi),
+        stateDir,
+        reservedPorts,
+      });
       process.env.TEMPORAL_ADDRESS = stack.server.address;
       say(`Temporal ${stack.server.address} (pid ${stack.server.pid}), data in ${stack.server.dbFile}`);
     }
@@ -148,13 +162,17 @@ export async function upCommand(opts: UpOptions): Promise<void> {
 
     const client = await connectClient();
     stack.client = client;
-    await waitFor('both simulated agents to register', async () => {
-      for (const node of simNodes) {
-        const view = await client.workflow.getHandle(nodeWorkflowId(node.nodeId)).query(describeNodeQuery);
-        if (view.phase !== 'Ready') return false;
-      }
-      return true;
-    });
+    await waitFor(
+      'both simulated agents to register',
+      () => partFailure,
+      async () => {
+        for (const node of simNodes) {
+          const view = await client.workflow.getHandle(nodeWorkflowId(node.nodeId)).query(describeNodeQuery);
+          if (view.phase !== 'Ready') return false;
+        }
+        return true;
+      },
+    );
     await releaseOrphanedAllocations(stack, Date.now() + 30_000);
 
     const replicas = Number(opts.replicas);
@@ -170,10 +188,14 @@ export async function upCommand(opts: UpOptions): Promise<void> {
       await client.workflow.getHandle(deploymentWorkflowId('demo')).executeUpdate(scaleUpdate, { args: [replicas] });
     }
     const started = Date.now();
-    const status = await waitFor('the demo replicas to be Ready', async () => {
-      const view: DeploymentView = await client.workflow.getHandle(deploymentWorkflowId('demo')).query(deploymentStatusQuery);
-      return view.phase === 'Ready' ? view : undefined;
-    });
+    const status = await waitFor(
+      'the demo replicas to be Ready',
+      () => partFailure,
+      async () => {
+        const view: DeploymentView = await client.workflow.getHandle(deploymentWorkflowId('demo')).query(deploymentStatusQuery);
+        return view.phase === 'Ready' ? view : undefined;
+      },
+    );
     const ui = `${stack.server?.uiUrl ?? ''}/namespaces/default/workflows/${encodeURIComponent('deployment/demo')}`;
     const metrics = [`127.0.0.1:${workerMetrics}`, ...simNodes.map((node) => `127.0.0.1:${node.metrics}`)];
     console.log(`
@@ -191,12 +213,30 @@ Logs are in ${logDir}. Ctrl-C stops everything.`);
   }
 }
 
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 120_000): Promise<T> {
+/** Until `probe` answers, or a part of the stack has failed (`failure` says how), or the timeout. */
+async function waitFor<T>(
+  what: string,
+  failure: () => string | undefined,
+  probe: () => Promise<T | undefined | false>,
+  timeoutMs = 120_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    const failed = failure();
+    if (failed !== undefined) throw new Error(failed);
     const value = await probe().catch(() => undefined);
     if (value) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; logs are in .llmgw/logs`);
     await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
+/** The last line a part wrote to its log: usually why it stopped. */
+function lastLine(file: string): string {
+  try {
+    const lines = readFileSync(file, 'utf8').trimEnd().split('\n');
+    return (lines[lines.length - 1] ?? '').slice(0, 400);
+  } catch {
+    return 'its log cannot be read';
   }
 }

@@ -1,6 +1,8 @@
 // `llmgw up` stops within 20 s of Ctrl-C whatever Temporal's state: here its dev server is
-// killed first, so every teardown call to Temporal meets a server that is gone.
+// killed first, so every teardown call to Temporal meets a server that is gone. And a part that
+// cannot start (its port taken) fails the start at once, saying why, leaving nothing running.
 import { mkdtempSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -26,7 +28,8 @@ async function freeOffset(): Promise<number> {
 
 afterAll(async () => {
   if (serverPid !== undefined && isAlive(serverPid)) signalGroup(serverPid, 'SIGKILL');
-  await up?.kill9();
+  // SIGTERM first: `up` stops what it started (its parts run in their own process groups).
+  await up?.stop(25_000);
   await stopAll();
 });
 
@@ -58,4 +61,35 @@ describe('llmgw up', () => {
     expect(up.output()).toMatch(/stopped in \d+\.\d s/);
     expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toEqual([]);
   }, 300_000);
+
+  it('fails its start at once when a part cannot bind its port, saying which and why, and leaves nothing running', async () => {
+    const prefix = `upx${Date.now().toString(36)}`;
+    const cwd = mkdtempSync(join(tmpdir(), 'llmgw-up-'));
+    const offset = await freeOffset();
+    // Someone else holds the first agent's admin port.
+    const squatter: Server = createServer();
+    await new Promise<void>((r) => squatter.listen(7401 + offset, '127.0.0.1', r));
+    try {
+      const failing = spawnLlmgw(
+        ['up', '--catalog', CATALOG, '--replicas', '1', '--port-offset', String(offset), '--node-prefix', prefix],
+        { TEMPORAL_ADDRESS: '' },
+        { cwd },
+      );
+      const code = await Promise.race([failing.exited, new Promise<'hung'>((r) => setTimeout(() => r('hung'), 90_000))]);
+      if (code === 'hung') {
+        await failing.stop(25_000);
+        throw new Error(`llmgw up did not give up within 90 s; output:\n${failing.output().slice(-4000)}`);
+      }
+      const output = failing.output();
+      expect(code, output).not.toBe(0);
+      expect(output).toContain(`agent-${prefix}-a exited (code 1) while the stack was starting`);
+      expect(output).toContain(`admin API cannot listen on 127.0.0.1:${7401 + offset}`);
+      const devServer = Number(/Temporal \S+ \(pid (\d+)\)/.exec(output)?.[1]);
+      expect(Number.isInteger(devServer), output).toBe(true);
+      await eventually("the stack's dev server gone", () => !isAlive(devServer), 10_000);
+      expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toEqual([]);
+    } finally {
+      await new Promise((r) => squatter.close(r));
+    }
+  }, 150_000);
 });
