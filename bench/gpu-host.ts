@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { connectAdmin } from '../agent/admin/client.js';
-import { scanMarked } from '../agent/supervisor/markers.js';
+import { killMarkedEngines } from '../agent/supervisor/markers.js';
 import { logPath } from '../agent/supervisor/spec-store.js';
 import { createSupervisor } from '../agent/supervisor/supervisor.js';
 import { findFreePort } from '../common/ports.js';
@@ -228,15 +228,7 @@ async function main(): Promise<void> {
     const adopted = reg.runningShards.filter((r) => r.adopted).map((r) => r.spec?.shardId);
     verdict(adopted.length === 3, `the agent process adopted the engines its supervisor started: ${adopted.join(', ')}`);
   } finally {
-    for (const m of scanMarked(nodeId)) {
-      for (const target of [-m.pid, m.pid]) {
-        try {
-          process.kill(target, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-    }
+    killMarkedEngines([nodeId]);
     rmSync(stateDir, { recursive: true, force: true });
   }
   console.log(misses.length === 0 ? '\nall checks hold' : `\n${misses.length} check(s) missed`);

@@ -69,12 +69,8 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   const uiPortWanted = options.headless ? undefined : (options.uiPort ?? DEFAULT_PORTS.webUi);
   const reserved = (p: number): boolean => p === port || p === uiPortWanted || (options.reservedPorts?.(p) ?? false);
   const metricsPort = await findFreePortAvoiding(reserved, ip);
-  args.push(
-    '--http-port',
-    String(await findFreePortAvoiding((p) => reserved(p) || p === metricsPort, ip)),
-    '--metrics-port',
-    String(metricsPort),
-  );
+  const httpPort = await findFreePortAvoiding((p) => reserved(p) || p === metricsPort, ip);
+  args.push('--http-port', String(httpPort), '--metrics-port', String(metricsPort));
   let uiUrl: string | undefined;
   if (options.headless) {
     args.push('--headless');

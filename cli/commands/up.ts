@@ -5,9 +5,10 @@
 // `npm start` comes up clean; within 20 s whatever Temporal's state (up-teardown.ts), and
 // at once on a second Ctrl-C.
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
+import { tailLines } from '../../agent/supervisor/logs.js';
 import { killMarkedEngines } from '../../agent/supervisor/markers.js';
 import { ensureCatalogKeyFile } from '../../common/catalog-key.js';
 import { createLogger } from '../../common/logger.js';
@@ -233,10 +234,5 @@ async function waitFor<T>(
 
 /** The last line a part wrote to its log: usually why it stopped. */
 function lastLine(file: string): string {
-  try {
-    const lines = readFileSync(file, 'utf8').trimEnd().split('\n');
-    return (lines[lines.length - 1] ?? '').slice(0, 400);
-  } catch {
-    return 'its log cannot be read';
-  }
+  return (tailLines(file, 1)[0] ?? 'its log is empty or cannot be read').slice(0, 400);
 }
