@@ -308,9 +308,16 @@ program
   });
 
 program.addOption(new Option('--json', 'machine-readable output where supported').hideHelp());
+// Answered in main() before parsing: the build id takes a bundle of the workflow code (async),
+// and commander's own --version prints a fixed string.
+program.option('-V, --version', 'print the release and the build id control workers of this install declare');
 
 export async function main(argv: string[]): Promise<void> {
   try {
+    if (argv[2] === '--version' || argv[2] === '-V') {
+      const { versionCommand } = await import('./commands/version.js');
+      return await versionCommand();
+    }
     await program.parseAsync(argv);
   } catch (error) {
     console.error(`llmgw: ${error instanceof Error ? error.message : String(error)}`);
