@@ -1,4 +1,4 @@
-// The names every part of llmgw relies on (DESIGN.md, "Names everybody can rely on"):
+// The names every part of llmgw relies on (docs/architecture.md, "Names everybody can rely on"):
 // task queues, workflow ids, search attributes, ports. Safe to import from workflows.
 
 export const CONTROL_TASK_QUEUE = 'llmgw';
