@@ -81,6 +81,23 @@ export function createLogger(component: string, options: LoggerOptions = {}): Lo
   );
 }
 
+/**
+ * One line of a log file our processes wrote, as a person reads it: a JSON record becomes its
+ * message (and its error's, if it carries one); any other line is returned as it is. For
+ * quoting a part's log on a terminal (`llmgw up` saying why a part stopped).
+ */
+export function readableLogLine(line: string): string {
+  if (!line.startsWith('{')) return line;
+  try {
+    const record = JSON.parse(line) as { msg?: unknown; err?: { message?: unknown } };
+    if (typeof record.msg !== 'string') return line;
+    const error = typeof record.err?.message === 'string' && record.err.message !== record.msg ? `: ${record.err.message}` : '';
+    return `${record.msg}${error}`;
+  } catch {
+    return line;
+  }
+}
+
 /** A `log(line, level)` callback writing to `logger` (for parts that narrate in lines). */
 export function lineLog(logger: Logger): LineLog {
   return (line, level = 'info') => logger[level](line);

@@ -11,7 +11,7 @@ import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { tailLines } from '../../agent/supervisor/logs.js';
 import { killMarkedEngines } from '../../agent/supervisor/markers.js';
 import { ensureCatalogKeyFile } from '../../common/catalog-key.js';
-import { createLogger } from '../../common/logger.js';
+import { createLogger, readableLogLine } from '../../common/logger.js';
 import { CONTROL_TASK_QUEUE, DEFAULT_PORTS, deploymentWorkflowId, nodeWorkflowId } from '../../common/names.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { connectClient } from '../../temporal/connection.js';
@@ -232,7 +232,8 @@ async function waitFor<T>(
   }
 }
 
-/** The last line a part wrote to its log: usually why it stopped. */
+/** The last line a part wrote to its log, usually why it stopped; a JSON record as its message. */
 function lastLine(file: string): string {
-  return (tailLines(file, 1)[0] ?? 'its log is empty or cannot be read').slice(0, 400);
+  const line = tailLines(file, 1)[0];
+  return line === undefined ? 'its log is empty or cannot be read' : readableLogLine(line).slice(0, 400);
 }

@@ -2,7 +2,7 @@
 // LLMGW_LOG_LEVEL, secrets' fields never written, and the Temporal SDK's logs carried through it.
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger, lineLog, logLevelFromEnv, prettyOutput, temporalLogger } from '../../common/logger.js';
+import { createLogger, lineLog, logLevelFromEnv, prettyOutput, readableLogLine, temporalLogger } from '../../common/logger.js';
 
 function capture(): { stream: Writable; lines: () => Record<string, unknown>[] } {
   const chunks: string[] = [];
@@ -66,5 +66,19 @@ describe('logger', () => {
       { level: 40, msg: 'Workflow task failed', workflowId: 'replica/demo/1', attempt: '3', source: 'temporal-sdk' },
       { level: 20, msg: 'poll' },
     ]);
+  });
+
+  it('quotes a JSON log record as its message and error, and any other line as it is', () => {
+    const out = capture();
+    createLogger('worker', { destination: out.stream, level: 'info' }).error(
+      { err: new Error('connect ECONNREFUSED 127.0.0.1:7233') },
+      'cannot reach Temporal',
+    );
+    const written = JSON.stringify(out.lines()[0]);
+    expect(readableLogLine(written)).toBe('cannot reach Temporal: connect ECONNREFUSED 127.0.0.1:7233');
+    expect(readableLogLine('{"level":30,"msg":"registered"}')).toBe('registered');
+    expect(readableLogLine('llmgw: admin API cannot listen on 127.0.0.1:7401')).toBe('llmgw: admin API cannot listen on 127.0.0.1:7401');
+    expect(readableLogLine('{"not":"ours"}')).toBe('{"not":"ours"}');
+    expect(readableLogLine('{truncated')).toBe('{truncated');
   });
 });
