@@ -37,6 +37,11 @@ export function addRouterCommand(program: Command): void {
       'watch: long-poll the routes workflow (falls back to visibility while it is missing); visibility: list replicas every 0.5 s',
       'watch',
     )
+    .option(
+      '--route-hold <seconds>',
+      'how long a route Temporal forgot (not withdrew) keeps serving while its engine answers health checks (0: never held)',
+      '600',
+    )
     .option('--body-limit <bytes>', 'largest request body', String(8 * 1024 * 1024))
     .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')
     .option('--workers <n>', 'router processes sharing the port (each enforces 1/N of every key limit and queue size)', '1')

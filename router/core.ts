@@ -290,7 +290,7 @@ export class RouterCore implements BodyConsumer {
     // Degraded, still 200: a load balancer that pulled the router out because the control plane
     // is down would turn a control-plane outage into an inference outage.
     return {
-      status: routes.state === 'unreachable' ? 'degraded' : 'ok',
+      status: routes.state === 'unreachable' || routes.held.length > 0 ? 'degraded' : 'ok',
       routes,
       models: this.state.routableModelCount(),
       endpoints,

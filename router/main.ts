@@ -12,6 +12,7 @@ import { WatchRouteSource } from './routes-watch.js';
 import { DEFAULT_GUARD } from './affinity.js';
 import { parseAffinity, type AffinitySettings } from './balancer.js';
 import { TemporalRouteSource } from './routes-temporal.js';
+import { DEFAULT_HOLD, HoldingRouteSource } from './held-routes.js';
 import { StaticRouteSource, parseStaticRoutes, type RouteSource, type StaticRoute } from './routes.js';
 import { DEFAULT_BODY_LIMIT, startRouter, type Router } from './server.js';
 import { hostname } from 'node:os';
@@ -60,6 +61,8 @@ export interface RouterFlags {
   autoscale?: string;
   /** --router-id: how the routes workflow knows this router; default HOST:PORT, so a restart replaces itself. */
   routerId?: string;
+  /** --route-hold seconds a route Temporal forgot keeps serving while its engine answers (held-routes.ts); 0: never. */
+  routeHold?: string | number;
 }
 
 const Flags = z.object({
@@ -87,6 +90,10 @@ const Flags = z.object({
     .default(DEFAULT_QUEUE.saturatedWaiting ?? 'off'),
   autoscale: z.enum(['on', 'off']).default('on'),
   routerId: z.string().min(1).optional(),
+  routeHold: z.coerce
+    .number()
+    .min(0)
+    .default(DEFAULT_HOLD.maxHoldMs / 1000),
 });
 
 /** True for an address only this machine can reach. */
@@ -148,8 +155,12 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const countCall = temporalCallCounter(temporalMetrics);
   const routeSource = (sourceLog: (line: string) => void): RouteSource => {
     if (staticRoutes) return new StaticRouteSource(staticRoutes);
-    if (f.routes === 'visibility') return new TemporalRouteSource({ log: sourceLog, onCall: countCall });
-    return new WatchRouteSource({ log: sourceLog, onCall: countCall, routerId });
+    const temporal =
+      f.routes === 'visibility'
+        ? new TemporalRouteSource({ log: sourceLog, onCall: countCall })
+        : new WatchRouteSource({ log: sourceLog, onCall: countCall, routerId });
+    // Serving never stops because Temporal forgot a replica whose engine still answers.
+    return f.routeHold > 0 ? new HoldingRouteSource(temporal, { log: sourceLog, maxHoldMs: f.routeHold * 1000 }) : temporal;
   };
 
   // Each process of a cluster holds its share of every deployment's line, as of every key limit.
@@ -207,7 +218,11 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   if (worker) reportToPrimary(() => router.loadReport());
   reports = () => [router.loadReport()];
   autoscaler?.start();
-  onStopSignal(routerLog, f.shutdownGrace, () => router.close(f.shutdownGrace * 1000));
+  onStopSignal(routerLog, f.shutdownGrace, () => {
+    // Nothing that talks to Temporal may outlive the client the route source is about to close.
+    autoscaler?.stop();
+    return router.close(f.shutdownGrace * 1000);
+  });
   if (worker) {
     // The primary says where the routers listen; /metrics on any worker answers for all of them.
     clusterMetrics = clusterMetricsSource(router.registry);

@@ -2,7 +2,7 @@
 // source back to back, any other on an interval), installs each table that differs from the
 // last, tells the source what it installed, and keeps the table it has while the source cannot
 // be reached — the router must outlive the control plane. Router side.
-import { routesSignature, type RouteSnapshot, type RouteSource } from './routes.js';
+import { routesSignature, type HeldRouteView, type RouteSnapshot, type RouteSource } from './routes.js';
 
 export type SourceState = 'connecting' | 'ok' | 'unreachable';
 
@@ -17,6 +17,8 @@ export interface SourceStatus {
   error: string | undefined;
   /** The routes workflow's version of the installed table, when the source has versions. */
   version: number | undefined;
+  /** Routes served although Temporal's view lost them, while their engines answer (held-routes.ts). */
+  held: HeldRouteView[];
 }
 
 export interface RouteRefresherOptions {
@@ -40,6 +42,7 @@ export class RouteRefresher {
   private lastError: string | undefined;
   private signature: string | undefined;
   private version: number | undefined;
+  private held: HeldRouteView[] = [];
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<boolean> | undefined;
   private stopped = false;
@@ -74,6 +77,7 @@ export class RouteRefresher {
       lastUpdate: this.lastUpdate?.toISOString(),
       error: this.state === 'unreachable' ? this.lastError : undefined,
       version: this.version,
+      held: this.held,
     };
   }
 
@@ -141,6 +145,7 @@ export class RouteRefresher {
       }
     }
     this.version = snapshot.version;
+    this.held = snapshot.held ?? [];
     this.source.installed?.(snapshot.version);
     return true;
   }

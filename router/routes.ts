@@ -14,6 +14,23 @@ export interface RouteSnapshot {
   deployments: DeploymentEntry[];
   /** The routes workflow's version of this table; undefined from sources that have none. */
   version?: number;
+  /**
+   * The routes workflow run this table comes from (a new one after the workflow started afresh);
+   * undefined from visibility and static lists. Within one epoch a route that leaves was withdrawn
+   * on purpose; across epochs, or from visibility, it may only have been forgotten (held-routes.ts).
+   */
+  epoch?: string;
+  /** Routes kept although the source no longer lists them, while their engines answer (held-routes.ts). */
+  held?: HeldRouteView[];
+}
+
+/** A route the router keeps serving although Temporal's view lost it: for /health and the log. */
+export interface HeldRouteView {
+  servedName: string;
+  endpoint: string;
+  replicaId: string;
+  /** ISO time the hold began. */
+  since: string;
 }
 
 export interface RouteSource {

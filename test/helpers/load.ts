@@ -20,6 +20,8 @@ export interface LoadOptions {
   streamClients?: number;
   /** Tokens per stream (its duration is this over the engine's token rate). */
   streamTokens?: number;
+  /** Each client starts a request at most this often (default: back to back). */
+  everyMs?: number;
 }
 
 export interface Load {
@@ -63,7 +65,12 @@ export function startLoad(options: LoadOptions): Load {
     ...Array.from({ length: options.plainClients ?? 2 }, () => false),
     ...Array.from({ length: options.streamClients ?? 0 }, () => true),
   ].map(async (stream) => {
-    while (running) await one(stream);
+    while (running) {
+      const started = Date.now();
+      await one(stream);
+      const rest = started + (options.everyMs ?? 0) - Date.now();
+      if (rest > 0 && running) await new Promise((r) => setTimeout(r, rest));
+    }
   });
   return {
     samples,

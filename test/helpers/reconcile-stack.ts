@@ -118,6 +118,12 @@ export async function undeploy(name: string): Promise<void> {
   expect(ran.code, ran.output).toBe(0);
 }
 
+/** The router's /health: where its routes come from, and what it holds that Temporal forgot. */
+export async function routerHealth(): Promise<{ routes: { held: Array<{ replicaId: string; endpoint: string }> } }> {
+  const res = await fetch(`${router.baseURL.replace(/\/v1$/, '')}/health`);
+  return (await res.json()) as { routes: { held: Array<{ replicaId: string; endpoint: string }> } };
+}
+
 export async function routed(name: string): Promise<boolean> {
   const reply = await router.chat.completions.create({ model: name, max_tokens: 2, messages: [{ role: 'user', content: 'ping' }] });
   return Boolean(reply.choices[0]?.message);
@@ -144,13 +150,26 @@ export async function startReconcileStack(): Promise<void> {
         gpusPerNode: 1
         args: ["--load-time", "0.5"]
         startupTimeoutSeconds: 30
+  - name: hold
+    source: llmgw/fake-hold
+    profiles:
+      - name: one-gpu
+        engine: fake
+        gpuClass: HOLD
+        gpusPerNode: 1
+        args: ["--load-time", "0.5", "--tokens-per-second", "200"]
+        startupTimeoutSeconds: 30
 `,
   );
   inventoryDir = dir;
-  writeFileSync(
-    join(dir, 'racex8.yaml'),
-    readFileSync(join(INVENTORIES, 'lifex8.yaml'), 'utf8').replace(/^gpuClass: LIFE$/m, 'gpuClass: RACE'),
-  );
+  // RACE and HOLD: GPU classes only the tests' own extra agents have, so what they deploy
+  // there lands there and nowhere else.
+  for (const gpuClass of ['RACE', 'HOLD']) {
+    writeFileSync(
+      join(dir, `${gpuClass.toLowerCase()}x8.yaml`),
+      readFileSync(join(INVENTORIES, 'lifex8.yaml'), 'utf8').replace(/^gpuClass: LIFE$/m, `gpuClass: ${gpuClass}`),
+    );
+  }
   workerProc = spawnLlmgw(['worker', '--catalog', catalogFile], env);
   await workerProc.waitForOutput(/serving task queue llmgw/, 90_000);
   for (const nodeId of nodeIds) await startAgent(nodeId, join(INVENTORIES, 'lifex8.yaml'));
