@@ -1,8 +1,10 @@
 // Routes learned from the `routes` workflow without polling: one long-poll Update (watchRoutes)
 // answered as soon as the table changes, or after about five minutes unchanged, each call also
 // acknowledging the version this router installed. While the workflow is missing or refuses,
-// visibility is read instead at a slow interval; while Temporal cannot be reached, the call fails
-// and the router keeps its table. Router side; in a --workers cluster only the primary runs it.
+// visibility is read instead at a slow interval and the workflow is asked for every second, so a
+// router started before it exists (`llmgw up` starts the router first) installs its table within
+// a second of its creation; while Temporal cannot be reached, the call fails and the router keeps
+// its table. Router side; in a --workers cluster only the primary runs it.
 import { hostname } from 'node:os';
 import * as grpc from '@grpc/grpc-js';
 import type { Client } from '@temporalio/client';
@@ -16,6 +18,8 @@ import type { RouteSnapshot, RouteSource } from './routes.js';
 const ATTEMPT_MS = 60_000;
 const PROBE_MS = 2_000;
 const VISIBILITY_DEADLINE_MS = 3_000;
+/** While the workflow is missing: how often it is asked for again (one failed Update each). */
+const MISSING_PROBE_MS = 1_000;
 
 export interface WatchRouteSourceOptions {
   /** Defaults to TEMPORAL_ADDRESS etc. Called again after a failure that closed the connection. */
@@ -26,6 +30,8 @@ export interface WatchRouteSourceOptions {
   onCall?: (method: string) => void;
   /** How often visibility is read while the routes workflow is missing. Default 15 s. */
   fallbackIntervalMs?: number;
+  /** How often the missing routes workflow is asked for again. Default 1 s. */
+  missingProbeMs?: number;
   routerId?: string;
 }
 
@@ -75,18 +81,22 @@ export class WatchRouteSource implements RouteSource {
   async fetch(): Promise<RouteSnapshot> {
     const client = await this.lazy.get();
     try {
-      // Without the workflow, look again only at the slow interval: first whether it is back.
-      if (this.mode === 'fallback') await this.pause(this.nextFallbackAt - Date.now());
-      const table = await this.watch(client);
-      if (table !== undefined) {
-        this.table = table;
-        return { routes: table.routes, deployments: table.deployments, version: table.version };
+      for (;;) {
+        // Without the workflow: ask for it again shortly, and read visibility at the slow interval.
+        if (this.mode === 'fallback') await this.pause(Math.min(this.missingProbeMs(), this.nextFallbackAt - Date.now()));
+        if (this.closed) throw new Error('the route source is closed');
+        const table = await this.watch(client);
+        if (table !== undefined) {
+          this.table = table;
+          return { routes: table.routes, deployments: table.deployments, version: table.version, epoch: table.epoch };
+        }
+        if (Date.now() < this.nextFallbackAt) continue;
+        this.nextFallbackAt = Date.now() + this.fallbackMs();
+        const routes = await client.connection.withDeadline(Date.now() + VISIBILITY_DEADLINE_MS, () =>
+          readReplicaRoutes(client, (workflowId, message) => this.options.log?.(`router: ignoring ${workflowId}: ${message}`)),
+        );
+        return { routes, deployments: [] };
       }
-      this.nextFallbackAt = Date.now() + this.fallbackMs();
-      const routes = await client.connection.withDeadline(Date.now() + VISIBILITY_DEADLINE_MS, () =>
-        readReplicaRoutes(client, (workflowId, message) => this.options.log?.(`router: ignoring ${workflowId}: ${message}`)),
-      );
-      return { routes, deployments: [] };
     } catch (err) {
       if (this.closed) throw err;
       this.lazy.drop(client);
@@ -129,11 +139,13 @@ export class WatchRouteSource implements RouteSource {
         if (/continuing as new/.test(message)) continue;
         if (this.mode === 'watch') {
           this.options.log?.(
-            `router: the routes workflow cannot be watched (${message.trim()}); reading visibility every ${this.fallbackMs() / 1000} s`,
+            `router: the routes workflow cannot be watched (${message.trim()}); reading visibility every ${this.fallbackMs() / 1000} s ` +
+              `and asking for the workflow every ${this.missingProbeMs() / 1000} s`,
           );
+          // Visibility at once, then at the slow interval.
+          this.nextFallbackAt = Date.now();
         }
         this.mode = 'fallback';
-        this.nextFallbackAt = Date.now() + this.fallbackMs();
         return undefined;
       }
     }
@@ -149,6 +161,10 @@ export class WatchRouteSource implements RouteSource {
 
   private fallbackMs(): number {
     return this.options.fallbackIntervalMs ?? 15_000;
+  }
+
+  private missingProbeMs(): number {
+    return this.options.missingProbeMs ?? MISSING_PROBE_MS;
   }
 
   /** The client this source reads with (connected on demand): the autoscaler's Updates share its connection. */
