@@ -28,7 +28,7 @@ export function createRoutesActivities(client: Client, log: (line: string) => vo
       const ctx = Context.current();
       const heartbeat = setInterval(() => ctx.heartbeat(), HEARTBEAT_MS);
       try {
-        const result = await untilRouted(handle, request.replicaId, request.routed ?? true);
+        const result = await untilRouted(handle, request.replicaId, request.routed ?? true, (ms) => Context.current().sleep(ms));
         const doing = request.routed === false ? 'dropped it' : 'route to it';
         return { ...result, summary: result.routers ? `${result.routers} router(s) ${doing}` : 'no router is running' };
       } finally {
@@ -38,7 +38,13 @@ export function createRoutesActivities(client: Client, log: (line: string) => vo
   };
 }
 
-async function untilRouted(handle: WorkflowHandle, replicaId: string, routed: boolean): Promise<AwaitRoutedResult> {
+/** awaitRouted until it answers for this run (the CLI's `deploy --wait` asks it too). */
+export async function untilRouted(
+  handle: WorkflowHandle,
+  replicaId: string,
+  routed: boolean,
+  pause: (ms: number) => Promise<void>,
+): Promise<AwaitRoutedResult> {
   for (;;) {
     try {
       const result = await handle.executeUpdate(awaitRoutedUpdate, { args: [{ replicaId, routed }] });
@@ -47,6 +53,6 @@ async function untilRouted(handle: WorkflowHandle, replicaId: string, routed: bo
       // Refused while the workflow continues as new: the next run answers.
       if (!(err instanceof Error) || !/continuing as new/.test(`${err.message} ${String(err.cause)}`)) throw err;
     }
-    await Context.current().sleep(200);
+    await pause(200);
   }
 }

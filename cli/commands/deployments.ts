@@ -10,6 +10,8 @@ import { DeployModelInputSchema, describeIssues } from '../../workflows/deploy-m
 import { rolloutUpdate, scaleUpdate } from '../../workflows/definitions.js';
 import type { DeployModelInput, DeploymentView } from '../../common/replica-types.js';
 import { failureMessage, print, readStatus } from './deployment-view.js';
+import { untilRouted } from '../../activities/routes.js';
+import { ROUTES_WORKFLOW_ID } from '../../workflows/routes/definitions.js';
 
 function autoscaleFromFlags(opts: DeployOptions): Pick<DeployModelInput, 'autoscale'> {
   if (opts.minReplicas === undefined && opts.maxReplicas === undefined && opts.idleToZero === undefined) return {};
@@ -118,7 +120,10 @@ export async function deployCommand(model: string, opts: DeployOptions): Promise
           `${new Date().toISOString().slice(11, 19)} ${status.name}: ${status.phase} (${status.ready}/${status.desired} Ready)\n${lines}`,
         );
       lastLines = lines;
-      if (status.phase === 'Ready') break;
+      if (status.phase === 'Ready') {
+        await untilRoutersRoute(handle.client, status, deadline, opts.json);
+        break;
+      }
       const failed = status.replicas.find((r) => r.phase === 'Failed');
       if (failed) throw new CliError(`${failed.replicaId} failed: ${failed.reason}`);
       if (Date.now() > deadline) throw new CliError(`not Ready after ${opts.timeout} s: ${status.reason || status.phase}`);
@@ -126,6 +131,42 @@ export async function deployCommand(model: string, opts: DeployOptions): Promise
     }
     print(status, opts.json);
   });
+}
+
+/**
+ * `deploy --wait` returns when a request through any router will be served: every Ready replica
+ * is in the table of every live router (the routes workflow's awaitRouted, as rollouts count a
+ * replica), not only Ready in Temporal.
+ */
+async function untilRoutersRoute(
+  client: WorkflowHandle['client'],
+  status: DeploymentView,
+  deadline: number,
+  json: boolean | undefined,
+): Promise<void> {
+  const routes = client.getHandle(ROUTES_WORKFLOW_ID);
+  let routers = 0;
+  for (const replica of status.replicas.filter((r) => r.phase === 'Ready')) {
+    const left = deadline - Date.now();
+    if (left <= 0) throw new CliError(`Ready, but the routers did not route to ${replica.replicaId} in time`);
+    try {
+      // Unreferenced: a wait that is not over must not keep the command from exiting.
+      const result = await Promise.race([
+        untilRouted(routes, replica.replicaId, true, (ms) => sleep(ms)),
+        sleep(left, undefined, { ref: false }).then(() => undefined),
+      ]);
+      if (!result) throw new CliError(`Ready, but the routers did not route to ${replica.replicaId} in time (\`llmgw status\` shows it)`);
+      routers = result.routers;
+    } catch (error) {
+      if (error instanceof CliError) throw error;
+      if (error instanceof WorkflowNotFoundError) {
+        if (!json) console.error('the routes workflow is not running (is a control worker up?): not waiting for routers');
+        return;
+      }
+      throw error;
+    }
+  }
+  if (!json) console.error(routers ? `routed by ${routers} router(s)` : 'no router is running: nothing to wait for');
 }
 
 export async function statusCommand(name: string | undefined, opts: { json?: boolean }): Promise<void> {

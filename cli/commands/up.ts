@@ -158,8 +158,8 @@ export async function upCommand(opts: UpOptions): Promise<void> {
       ]);
     }
     // Loopback only: the demo router has no API keys.
-    if (existsSync(join(__dirname, '../../router/main.js')))
-      spawnPart('router', ['router', '--port', String(routerPort), '--host', '127.0.0.1']);
+    const withRouter = existsSync(join(__dirname, '../../router/main.js'));
+    if (withRouter) spawnPart('router', ['router', '--port', String(routerPort), '--host', '127.0.0.1']);
 
     const client = await connectClient();
     stack.client = client;
@@ -197,6 +197,13 @@ export async function upCommand(opts: UpOptions): Promise<void> {
         return view.phase === 'Ready' ? view : undefined;
       },
     );
+    // The banner's curl must work the moment it is printed: wait for the router itself to serve demo.
+    if (withRouter)
+      await waitFor(
+        'the router to serve the demo model',
+        () => partFailure,
+        () => routerServes(routerPort, 'demo'),
+      );
     const ui = `${stack.server?.uiUrl ?? ''}/namespaces/default/workflows/${encodeURIComponent('deployment/demo')}`;
     const metrics = [`127.0.0.1:${workerMetrics}`, ...simNodes.map((node) => `127.0.0.1:${node.metrics}`)];
     console.log(`
@@ -230,6 +237,18 @@ async function waitFor<T>(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; logs are in .llmgw/logs`);
     await new Promise((r) => setTimeout(r, 300));
   }
+}
+
+/** True once a request for `model` through the router at `port` is answered 200 (one token asked). */
+async function routerServes(port: number, model: string): Promise<boolean> {
+  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: 'ping', max_tokens: 1 }),
+    signal: AbortSignal.timeout(5_000),
+  });
+  await res.body?.cancel();
+  return res.ok;
 }
 
 /** The last line a part wrote to its log, usually why it stopped; a JSON record as its message. */

@@ -1,30 +1,14 @@
 // `llmgw up` stops within 20 s of Ctrl-C whatever Temporal's state: here its dev server is
 // killed first, so every teardown call to Temporal meets a server that is gone. And a part that
 // cannot start (its port taken) fails the start at once, saying why, leaving nothing running.
-import { mkdtempSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { isAlive, signalGroup } from '../../agent/supervisor/proc.js';
-import { isPortFree } from '../../common/ports.js';
-import { enginesOf, eventually, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import { enginesOf, eventually, stopAll, type LlmgwProcess } from '../helpers/processes.js';
+import { freeOffset, spawnUp } from '../helpers/up.js';
 
-const CATALOG = join(__dirname, '../../examples/catalog.yaml');
 let up: LlmgwProcess | undefined;
 let serverPid: number | undefined;
-
-/** An offset that moves every port `llmgw up` opens onto ones that are free now. */
-async function freeOffset(): Promise<number> {
-  const bases = [7233, 8233, 8080, 7401, 7402, 9464, 9465, 9466, 18000, 18500];
-  for (let attempt = 0; attempt < 40; attempt++) {
-    const offset = 20_000 + Math.floor(Math.random() * 200) * 100;
-    let free = true;
-    for (const base of bases) free &&= await isPortFree(base + offset, '127.0.0.1');
-    if (free) return offset;
-  }
-  throw new Error('no free port offset for llmgw up');
-}
 
 afterAll(async () => {
   if (serverPid !== undefined && isAlive(serverPid)) signalGroup(serverPid, 'SIGKILL');
@@ -36,13 +20,7 @@ afterAll(async () => {
 describe('llmgw up', () => {
   it('stops within 20 s on Ctrl-C after its dev server was killed, leaving no engine', async () => {
     const prefix = `up${Date.now().toString(36)}`;
-    const cwd = mkdtempSync(join(tmpdir(), 'llmgw-up-'));
-    up = spawnLlmgw(
-      ['up', '--catalog', CATALOG, '--replicas', '1', '--port-offset', String(await freeOffset()), '--node-prefix', prefix],
-      // Its own dev server, not the harness's.
-      { TEMPORAL_ADDRESS: '' },
-      { cwd },
-    );
+    up = (await spawnUp(prefix, ['--replicas', '1'])).proc;
     await up.waitForOutput(/llmgw is up/, 180_000);
     expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toHaveLength(1);
     serverPid = Number(/Temporal \S+ \(pid (\d+)\)/.exec(up.output())![1]);
@@ -64,17 +42,12 @@ describe('llmgw up', () => {
 
   it('fails its start at once when a part cannot bind its port, saying which and why, and leaves nothing running', async () => {
     const prefix = `upx${Date.now().toString(36)}`;
-    const cwd = mkdtempSync(join(tmpdir(), 'llmgw-up-'));
     const offset = await freeOffset();
     // Someone else holds the first agent's admin port.
     const squatter: Server = createServer();
     await new Promise<void>((r) => squatter.listen(7401 + offset, '127.0.0.1', r));
     try {
-      const failing = spawnLlmgw(
-        ['up', '--catalog', CATALOG, '--replicas', '1', '--port-offset', String(offset), '--node-prefix', prefix],
-        { TEMPORAL_ADDRESS: '' },
-        { cwd },
-      );
+      const failing = (await spawnUp(prefix, ['--replicas', '1'], offset)).proc;
       const code = await Promise.race([failing.exited, new Promise<'hung'>((r) => setTimeout(() => r('hung'), 90_000))]);
       if (code === 'hung') {
         await failing.stop(25_000);
