@@ -55,6 +55,7 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
   }
 
   proc.stdout(`fake-engine: pid ${proc.pid ?? process.pid} CUDA_VISIBLE_DEVICES=${proc.env.CUDA_VISIBLE_DEVICES ?? '(unset)'}`);
+  for (const name of opts.printEnv) proc.stdout(`fake-engine: ${name}=${proc.env[name] ?? '(unset)'}`);
   if (opts.failStart) {
     proc.stderr(`fake-engine: failed to load model ${opts.model} (--fail-start)`);
     return proc.exit(FakeEngineExit.cannotStart);

@@ -31,6 +31,11 @@ export interface FakeEngineOptions {
   unhealthyAfterS: number | undefined;
   hang: boolean;
   failStart: boolean;
+  /**
+   * Host variables printed (NAME=value) before anything else: tests show that what an engine
+   * prints, a token included, stays in its log on the host.
+   */
+  printEnv: string[];
   nnodes: number;
   nodeRank: number;
   /** Rank 0 listens here for workers; workers connect here. Required when nnodes > 1. */
@@ -77,6 +82,7 @@ const VALUE_FLAGS = {
   '--node-rank': 'nodeRank',
   '--leader': 'leader',
   '--dist-init-addr': 'leader',
+  '--print-env': 'printEnv',
 } as const;
 
 type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
@@ -110,6 +116,10 @@ const RawOptions = z.object({
   nnodes: count('--nnodes', 1).optional(),
   nodeRank: count('--node-rank', 0).optional(),
   leader: z.string().optional(),
+  printEnv: z
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, '--print-env must be NAME[,NAME…]')
+    .optional(),
 });
 
 /**
@@ -204,6 +214,7 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
     unhealthyAfterS: o.unhealthyAfter,
     hang,
     failStart,
+    printEnv: o.printEnv ? o.printEnv.split(',') : [],
     nnodes,
     nodeRank,
     leader,
@@ -230,6 +241,7 @@ export function fakeEngineOptions(overrides: Partial<FakeEngineOptions> = {}): F
     unhealthyAfterS: undefined,
     hang: false,
     failStart: false,
+    printEnv: [],
     nnodes: DEFAULTS.nnodes,
     nodeRank: DEFAULTS.nodeRank,
     leader: undefined,

@@ -2,8 +2,22 @@
 // through the agent would break when the agent dies, and take the engine down with it.
 import { appendFileSync, chmodSync, closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { copyFile, stat, truncate } from 'node:fs/promises';
+import { redactedSummary } from '../../common/redact.js';
 
 const TAIL_WINDOW_BYTES = 64 * 1024;
+/** Lines searched, from the end, for one that is not blank. */
+const SUMMARY_SEARCH_LINES = 20;
+
+/**
+ * What a failure (ShardStatus.last_log_lines, EngineExited details and messages) carries of an
+ * engine's log: at most one line, redacted (common/redact.ts). Failures travel into Temporal's
+ * histories, where whatever an engine printed (a token in a debug dump) would be kept and
+ * exported; the log itself stays on the host and is read through the admin API.
+ */
+export function failureLogLines(file: string): string[] {
+  const summary = redactedSummary(tailLines(file, SUMMARY_SEARCH_LINES));
+  return summary ? [summary] : [];
+}
 
 /** Appends one line of the agent's own; the file is kept 0600 (an older agent's 0644 is tightened). */
 export function appendLogLine(file: string, line: string): void {

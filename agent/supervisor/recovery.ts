@@ -5,9 +5,9 @@ import type { ForeignProcess, UnidentifiedProcess } from '../../proto/gen/llmgw/
 import { ShardState, type RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { judgeRecord } from './adopt.js';
 import { errorText, type SupervisorCore } from './core.js';
-import { adoptionLine, appendLogLine, tailLines } from './logs.js';
+import { adoptionLine, appendLogLine, failureLogLines } from './logs.js';
 import { scanMarked, type MarkedProcess } from './markers.js';
-import { LOG_TAIL_LINES, mainProcess } from './shard.js';
+import { mainProcess } from './shard.js';
 import {
   readAllRecords,
   removeStaleTempFiles,
@@ -79,7 +79,7 @@ function recoverRecord(core: SupervisorCore, record: ShardRecord, marked: Marked
       shard.exited = true;
       shard.state = ShardState.FAILED;
       shard.message = verdict.message;
-      shard.lastLogLines = tailLines(shard.logFile, LOG_TAIL_LINES);
+      shard.lastLogLines = failureLogLines(shard.logFile);
       core.log(`shard ${id}: ${verdict.message}`);
       return 'failed';
     case 'alive': {

@@ -16,9 +16,6 @@ import type { ShardRecord } from './spec-store.js';
 
 export type { ProcessExit } from './launcher.js';
 
-/** How many lines of an engine's log go into a failure (its last words). */
-export const LOG_TAIL_LINES = 20;
-
 export interface ShardProcess {
   role: ProcessRole;
   pid: number;
@@ -41,6 +38,7 @@ export interface Shard {
   exitCode?: number;
   signal: string;
   message: string;
+  /** At most one redacted line (logs.ts failureLogLines): never the log itself. */
   lastLogLines: string[];
   adopted: boolean;
   /** A stop is in progress: exits are expected and are not failures. */
@@ -105,4 +103,11 @@ export interface ExitDetails {
 /** The details of an EngineExited failure, for workflows to read without parsing the message. */
 export function exitDetails(shard: Shard): ExitDetails {
   return { shardId: shard.spec.shardId, exitCode: shard.exitCode ?? null, signal: shard.signal, lastLogLines: shard.lastLogLines };
+}
+
+/** Where an operator reads a failed shard's whole log: the CLI, through the agent's admin API. */
+export function logsHint(spec: StartShard, nodeId: string): string {
+  const replica = spec.replicaId.replace(/^replica\//, '');
+  const rank = spec.rank > 0 ? ` --rank ${spec.rank}` : '';
+  return `the engine's log stays on node ${nodeId}: \`llmgw logs ${replica}${rank}\``;
 }

@@ -3,8 +3,8 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../../common/failures.js';
 import { ShardState, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { tailLines } from './logs.js';
-import { exitDetails, LOG_TAIL_LINES, type Shard } from './shard.js';
+import { failureLogLines } from './logs.js';
+import { exitDetails, logsHint, type Shard } from './shard.js';
 
 export const DEFAULT_STARTUP_TIMEOUT_S = 600;
 
@@ -67,10 +67,15 @@ export function waitUntilReady(view: ShardView, shardId: string, timeoutSeconds:
         return;
       }
       if (shard.exited) {
-        const tail = shard.lastLogLines.length > 0 ? `; last log lines:\n${shard.lastLogLines.join('\n')}` : '';
+        const last = shard.lastLogLines.length > 0 ? `; last log line (redacted): ${shard.lastLogLines.join(' ')}` : '';
+        const hint = logsHint(shard.spec, view.nodeId);
         finish(() =>
           reject(
-            ApplicationFailure.nonRetryable(`shard ${shardId}: ${shard.message}${tail}`, FailureType.EngineExited, exitDetails(shard)),
+            ApplicationFailure.nonRetryable(
+              `shard ${shardId}: ${shard.message}${last}; ${hint}`,
+              FailureType.EngineExited,
+              exitDetails(shard),
+            ),
           ),
         );
       }
@@ -81,15 +86,16 @@ export function waitUntilReady(view: ShardView, shardId: string, timeoutSeconds:
       const shard = view.shard(shardId);
       const state = stateName(shard);
       const why = shard?.message ? `: ${shard.message}` : '';
+      const hint = shard ? `; ${logsHint(shard.spec, view.nodeId)}` : '';
       finish(() =>
         reject(
           ApplicationFailure.nonRetryable(
-            `shard ${shardId} did not become healthy within ${timeoutS} s (state ${state}${why})`,
+            `shard ${shardId} did not become healthy within ${timeoutS} s (state ${state}${why})${hint}`,
             FailureType.StartupTimeout,
             {
               shardId,
               state,
-              lastLogLines: shard ? tailLines(shard.logFile, LOG_TAIL_LINES) : [],
+              lastLogLines: shard ? failureLogLines(shard.logFile) : [],
             },
           ),
         ),

@@ -5,9 +5,9 @@ import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { hostPort } from '../engines/plan.js';
 import type { SupervisorCore } from './core.js';
 import { probeHealth, probeHost, type ProbeResult } from './health.js';
-import { tailLines } from './logs.js';
+import { failureLogLines } from './logs.js';
 import { sameProcess } from './process-table.js';
-import { describeExit, LOG_TAIL_LINES, type ProcessExit, type Shard, type ShardProcess } from './shard.js';
+import { describeExit, type ProcessExit, type Shard, type ShardProcess } from './shard.js';
 
 export function onProcessExit(core: SupervisorCore, shard: Shard, proc: ShardProcess): void {
   const exit: ProcessExit = proc.exit ?? { code: null, signal: null };
@@ -29,7 +29,7 @@ export function markExited(core: SupervisorCore, shard: Shard, how: { message: s
   shard.message = how.message;
   if (how.exit?.code !== undefined && how.exit.code !== null) shard.exitCode = how.exit.code;
   shard.signal = how.exit?.signal ?? '';
-  shard.lastLogLines = tailLines(shard.logFile, LOG_TAIL_LINES);
+  shard.lastLogLines = failureLogLines(shard.logFile);
   clearTimer(shard);
   core.count({ kind: 'exit' });
   core.emitChange(shard.spec.shardId);
@@ -118,7 +118,7 @@ function setState(core: SupervisorCore, shard: Shard, state: ShardState, message
   if (shard.state === state) return;
   shard.state = state;
   shard.message = message;
-  shard.lastLogLines = state === ShardState.FAILED ? tailLines(shard.logFile, LOG_TAIL_LINES) : [];
+  shard.lastLogLines = state === ShardState.FAILED ? failureLogLines(shard.logFile) : [];
   core.log(`shard ${shard.spec.shardId}: ${ShardState[state]}: ${message}`);
   core.emitChange(shard.spec.shardId);
   core.transitioned(shard);

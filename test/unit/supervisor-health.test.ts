@@ -1,6 +1,8 @@
 // The engine supervisor watching its engines: crashes and failing health reported with the exit
 // code and last log lines, and waitHealthy's timeout, cancellation and unknown shards.
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { logPath } from '../../agent/supervisor/spec-store.js';
 import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { isAlive } from '../../agent/supervisor/proc.js';
 import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness, waitFor } from '../helpers/supervisor.js';
@@ -46,6 +48,37 @@ describe('engine failures', () => {
     const details = failure.details?.[0] as { exitCode: number; lastLogLines: string[] };
     expect(details.exitCode).toBe(2);
     expect(details.lastLogLines.join('\n')).toContain('failed to load model');
+    expect(failure.message).toContain('`llmgw logs demo/1`');
+  });
+
+  it('keeps what a failing engine printed on the host: the failure carries one redacted line and says where the log is', async () => {
+    const node = nodeId('leaky');
+    const stateDir = tempDir();
+    const token = `hf_${'QwErTyUiOpAsDfGhJkLzXcVbNmQwErTyUi'}`;
+    process.env.LLMGW_TEST_LEAKY_TOKEN = token;
+    try {
+      const { sup, transitions } = supervisor({
+        nodeId: node,
+        stateDir,
+        portRange: await freeRange(4),
+        passEnv: ['LLMGW_TEST_LEAKY_TOKEN'],
+      });
+      const spec = fakeSpec(node, 'demo.5.r0.a1', ['--print-env', 'HF_TOKEN', '--fail-start']);
+      spec.profile!.envFromHost = { HF_TOKEN: 'LLMGW_TEST_LEAKY_TOKEN' };
+      await sup.start(spec);
+      const failure = await rejection(sup.waitHealthy('demo.5.r0.a1', 20));
+      const failed = await waitFor('the exit', () => transitions.find((t) => t.state === ShardState.FAILED));
+      const details = failure.details?.[0] as { lastLogLines: string[] };
+      const leaving = JSON.stringify([failure.message, details, failed.lastLogLines, failed.message]);
+      expect(leaving).not.toContain(token);
+      expect(failed.lastLogLines.length).toBeLessThanOrEqual(1);
+      expect(details.lastLogLines.length).toBeLessThanOrEqual(1);
+      expect(failure.message).toMatch(/the engine's log stays on node leaky-\S+: `llmgw logs demo\/1`/);
+      // The log on the host has it all.
+      expect(readFileSync(logPath(stateDir, 'demo.5.r0.a1'), 'utf8')).toContain(`HF_TOKEN=${token}`);
+    } finally {
+      delete process.env.LLMGW_TEST_LEAKY_TOKEN;
+    }
   });
 });
 
