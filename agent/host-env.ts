@@ -22,7 +22,8 @@ export interface HostEnvSource {
  * optionally in single or double quotes). A bad line is named by its number, never its value.
  */
 export function parseEnvFile(text: string, file: string): Record<string, string> {
-  const out: Record<string, string> = {};
+  // No prototype: a line `__proto__=x` must be a variable like any other, not a prototype.
+  const out: Record<string, string> = Object.create(null) as Record<string, string>;
   text.split('\n').forEach((raw, index) => {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) return;
@@ -67,13 +68,21 @@ export interface HostEnvironment {
 }
 
 export function hostEnvironment(source: HostEnvSource, env: NodeJS.ProcessEnv = process.env): HostEnvironment {
-  const passed: Record<string, string> = {};
+  const passed: Record<string, string> = Object.create(null) as Record<string, string>;
   for (const name of source.passEnv) {
-    const value = env[name];
+    const value = ownValue(env, name);
     if (value !== undefined) passed[name] = value;
   }
   const fromFile = source.envFile === undefined ? {} : readEnvFile(source.envFile);
-  return { passed, lookup: (name) => fromFile[name] ?? passed[name] };
+  // Own properties only: `{fromHost: constructor}` must find nothing, not Object.prototype's
+  // constructor, whose text would become an engine's variable and a "resolved" reference.
+  return { passed, lookup: (name) => ownValue(fromFile, name) ?? ownValue(passed, name) };
+}
+
+function ownValue(values: Record<string, string | undefined>, name: string): string | undefined {
+  if (!Object.hasOwn(values, name)) return undefined;
+  const value = values[name];
+  return typeof value === 'string' ? value : undefined;
 }
 
 /**
@@ -93,7 +102,7 @@ export function resolveHostReferences(spec: StartShard, source: HostEnvSource): 
       FailureType.HostEnvMissing,
     );
   }
-  const resolved: Record<string, string> = {};
+  const resolved: Record<string, string> = Object.create(null) as Record<string, string>;
   const missing: string[] = [];
   for (const [name, hostName] of references) {
     const value = host.lookup(hostName);
@@ -101,7 +110,7 @@ export function resolveHostReferences(spec: StartShard, source: HostEnvSource): 
     else resolved[name] = value;
   }
   if (missing.length > 0) {
-    const names = [...new Set(references.filter(([name]) => !(name in resolved)).map(([, hostName]) => hostName))];
+    const names = [...new Set(references.filter(([name]) => !Object.hasOwn(resolved, name)).map(([, hostName]) => hostName))];
     throw ApplicationFailure.nonRetryable(
       `shard ${spec.shardId} of ${spec.replicaId}: its profile takes ${missing.join(', ')} from this host, and agent ${spec.nodeId} was not given ${names.join(', ')}: start it with --pass-env ${names.join(',')} or put ${names.length === 1 ? 'it' : 'them'} in its --env-file${source.envFile ? ` (${source.envFile})` : ''}`,
       FailureType.HostEnvMissing,

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { readEnviron } from '../../agent/supervisor/proc.js';
 import { logPath, recordPath } from '../../agent/supervisor/spec-store.js';
-import { parseEnvFile } from '../../agent/host-env.js';
+import { parseEnvFile, resolveHostReferences } from '../../agent/host-env.js';
 import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
 import { rejection } from '../helpers/failures.js';
 
@@ -65,5 +65,20 @@ describe('secrets stay on the host', () => {
     expect(parseEnvFile('A=1\n# c\n\nexport B = "two words"\nC=\'x=y\'\n', 'f')).toEqual({ A: '1', B: 'two words', C: 'x=y' });
     expect(() => parseEnvFile('A=1\nsecret-value-without-name\n', 'f')).toThrow(/^f line 2: expected NAME=value/);
     expect(() => parseEnvFile('A=1\nsecret-value-without-name\n', 'f')).not.toThrow(/secret-value/);
+  });
+
+  it('looks host variables up as own properties only: {fromHost: constructor} finds nothing, __proto__ is a variable', () => {
+    const dir = tempDir();
+    const envFile = join(dir, 'engine.env');
+    writeFileSync(envFile, '__proto__=from-file\n', { mode: 0o600 });
+    for (const name of ['constructor', 'toString', 'hasOwnProperty', 'valueOf']) {
+      const spec = fakeSpec('n', 'demo.42.r0.a1', []);
+      spec.profile!.envFromHost = { X: name };
+      expect(() => resolveHostReferences(spec, { passEnv: [], envFile }), name).toThrow(new RegExp(`was not given ${name}`));
+      expect(() => resolveHostReferences(spec, { passEnv: [name] }), name).toThrow(new RegExp(`was not given ${name}`));
+    }
+    const spec = fakeSpec('n', 'demo.43.r0.a1', []);
+    spec.profile!.envFromHost = { X: '__proto__' };
+    expect({ ...resolveHostReferences(spec, { passEnv: [], envFile }) }).toEqual({ X: 'from-file' });
   });
 });
