@@ -6,6 +6,7 @@
 //
 // Visibility is the waiting list: nothing is recorded anywhere while a replica waits, so a
 // replica that waits for hours costs no events on any node.
+import { queryLiteral } from '../common/safe-name.js';
 import type { Client } from '@temporalio/client';
 import { nodeWorkflowId } from '../common/names.js';
 import type { DemandMemo } from '../common/replica-types.js';
@@ -35,7 +36,7 @@ export function chooseWaitersToWake(waiters: Waiter[], free: number): string[] {
 
 export async function listWaiters(client: Client, gpuClass: string): Promise<Waiter[]> {
   const waiters: Waiter[] = [];
-  const query = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwState = 'Unschedulable' AND LlmgwGpuClass = '${gpuClass}'`;
+  const query = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwState = 'Unschedulable' AND LlmgwGpuClass = ${queryLiteral('gpuClass', gpuClass)}`;
   for await (const execution of client.workflow.list({ query })) {
     const demand = execution.memo?.demand as DemandMemo | undefined;
     if (demand && typeof demand.gpusPerNode === 'number') waiters.push({ replicaId: execution.workflowId, demand });

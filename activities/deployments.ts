@@ -1,5 +1,6 @@
 // What a deployment asks of visibility: the first replica sequence number no earlier
 // incarnation of its name used, and which of its replica workflows still run. Control side.
+import { queryLiteral } from '../common/safe-name.js';
 import type { Client } from '@temporalio/client';
 import { parseReplicaWorkflowId } from '../common/names.js';
 
@@ -12,12 +13,14 @@ export function createDeploymentActivities(client: Client) {
      */
     async nextReplicaSeq(request: { deployment: string }): Promise<number> {
       let highest = 0;
-      const query = `WorkflowType = 'replica' AND LlmgwDeployment = '${request.deployment}'`;
+      const deployment = queryLiteral('deployment', request.deployment);
+      const query = `WorkflowType = 'replica' AND LlmgwDeployment = ${deployment}`;
       for await (const execution of client.workflow.list({ query })) {
         const parsed = parseReplicaWorkflowId(execution.workflowId);
         if (parsed?.deployment === request.deployment) highest = Math.max(highest, parsed.seq);
       }
       // A replica whose first task never ran has no LlmgwDeployment yet; its id still counts.
+      // request.deployment passed queryLiteral above, so it cannot close the quote.
       const byId = `WorkflowType = 'replica' AND WorkflowId STARTS_WITH 'replica/${request.deployment}/'`;
       try {
         for await (const execution of client.workflow.list({ query: byId })) {

@@ -15,6 +15,7 @@
 //  5. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
 //     nothing (common/placement/choose-hosts.ts).
 // The node itself checks health, memory, NVLink and NUMA when it picks the GPUs.
+import { queryLiteral } from '../common/safe-name.js';
 import type { Client } from '@temporalio/client';
 import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
 import type { ReserveResult } from '../common/node-types.js';
@@ -178,14 +179,14 @@ export function createPlacementActivities(client: Client, options: { log?: (line
 /** The node workflows of a GPU class as the index shows them, with this deployment's replicas per node. */
 async function readCapacityIndex(client: Client, request: PlaceRequest): Promise<IndexedNode[]> {
   const siblings = new Map<string, number>();
-  const replicas = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = '${request.deployment}'`;
+  const replicas = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = ${queryLiteral('deployment', request.deployment)}`;
   for (const replica of await listShared(client, replicas)) {
     if (replica.workflowId === request.replicaId) continue;
     const nodes = replica.searchAttributes?.LlmgwNodes;
     for (const node of Array.isArray(nodes) ? nodes : []) if (typeof node === 'string') siblings.set(node, (siblings.get(node) ?? 0) + 1);
   }
   const index: IndexedNode[] = [];
-  const nodes = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = '${request.gpuClass}'`;
+  const nodes = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = ${queryLiteral('gpuClass', request.gpuClass)}`;
   for (const execution of await listShared(client, nodes)) {
     const free = execution.searchAttributes?.LlmgwFreeGpus;
     const state = execution.searchAttributes?.LlmgwState;

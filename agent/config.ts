@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_AGENT_ADMIN_ADDR, DEFAULT_PORTS } from '../common/names.js';
+import { SAFE_NAME, SAFE_NAME_RULE } from '../common/safe-name.js';
 
 const PortRange = z
   .string()
@@ -57,7 +58,7 @@ export const AgentFlags = z
   .object({
     nodeId: z
       .string()
-      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'node ids are letters, digits, ".", "_" and "-"')
+      .regex(SAFE_NAME, `node ids must be ${SAFE_NAME_RULE} (one names the agent's task queue and state dir)`)
       .default(() => hostname()),
     stateDir: z.string().min(1).optional(),
     gpus: z.string().default('real'),

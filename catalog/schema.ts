@@ -1,6 +1,7 @@
 // The catalog's one definition: which models may run, and with which engine profile on
 // which GPU class. Pure zod, no I/O: the control worker, the CLI and tests all parse with it.
 import { z } from 'zod';
+import { SafeName } from '../common/safe-name.js';
 import { ENGINE_MARKER_ENV } from '../common/names.js';
 import { AutoscaleSchema } from '../common/autoscale.js';
 
@@ -117,7 +118,7 @@ const Env = z.record(EnvName, EnvValue, {
 export const CatalogProfile = strictObject('a profile', {
   name: name('a profile name'),
   engine: Engine,
-  gpuClass: z.string().min(1, 'gpuClass must not be empty'),
+  gpuClass: SafeName('gpuClass'),
   tensorParallel: count(1).default(1),
   pipelineParallel: count(1).default(1),
   gpusPerNode: count(1),

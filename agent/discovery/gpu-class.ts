@@ -27,14 +27,21 @@ const GPU_CLASSES: { pattern: RegExp; gpuClass: string }[] = [
   { pattern: /\bRTX A6000\b/, gpuClass: 'A6000' },
 ];
 
-/** "NVIDIA H100 80GB HBM3" → "H100"; a name the table does not know gives its first word. */
+/**
+ * "NVIDIA H100 80GB HBM3" → "H100"; a name the table does not know gives its first word, with
+ * anything outside common/safe-name.ts's spelling replaced by "-" (the class reaches
+ * visibility queries, and a driver's name is not ours to trust).
+ */
 export function gpuClassFromName(name: string): string {
   const known = GPU_CLASSES.find(({ pattern }) => pattern.test(name));
   if (known) return known.gpuClass;
-  return (
+  const word =
     name
       .trim()
       .replace(/^NVIDIA\s+/i, '')
-      .split(/\s+/)[0] ?? ''
-  );
+      .split(/\s+/)[0] ?? '';
+  return word
+    .replace(/[^A-Za-z0-9._-]/g, '-')
+    .replace(/^[^A-Za-z0-9]+/, '')
+    .slice(0, 63);
 }

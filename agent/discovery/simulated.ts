@@ -4,6 +4,7 @@ import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { SafeName } from '../../common/safe-name.js';
 import { BUILTIN_INVENTORIES, isBuiltinName } from './builtin-inventories.js';
 import { buildInventory, type DiscoveredHost } from './inventory.js';
 import type { QueryGpuRow, TopologyGpu } from './nvidia-smi.js';
@@ -47,7 +48,7 @@ export const SimulatedHca = z
 
 export const SimulatedInventory = z
   .object({
-    gpuClass: z.string().min(1).optional(),
+    gpuClass: SafeName('gpuClass').optional(),
     cudaVersion: version.optional(),
     driverVersion: version.optional(),
     gpus: z.array(SimulatedGpu),

@@ -2,12 +2,13 @@
 // Web UI's start form, validated here so every way in behaves the same.
 import { z } from 'zod';
 import { AutoscaleSchema } from '../../common/autoscale.js';
+import { SafeName } from '../../common/safe-name.js';
 
 export const DEPLOYMENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 export const DeployModelInputSchema = z
   .object({
-    model: z.string().min(1, 'model is required'),
+    model: SafeName('model'),
     name: z.string().regex(DEPLOYMENT_NAME, 'name must be lowercase letters, digits, ".", "_" or "-" (at most 63)').optional(),
     profile: z.string().min(1).optional(),
     replicas: z
@@ -16,7 +17,7 @@ export const DeployModelInputSchema = z
       .min(0, 'replicas must be ≥ 0')
       .optional(),
     autoscale: AutoscaleSchema.optional(),
-    gpuClass: z.string().min(1).optional(),
+    gpuClass: SafeName('gpuClass').optional(),
     labels: z.record(z.string(), z.string()).optional(),
     rebuilt: z.object({ reason: z.string() }).strict().optional(),
     /** auto: a catalog edit to its profile starts a rollout; manual (default): only `llmgw rollout`. */

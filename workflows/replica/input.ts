@@ -3,19 +3,20 @@
 // workflow with the path named, instead of a workflow task that fails for ever.
 // Workflow side (pure zod).
 import { z } from 'zod';
+import { SafeName } from '../../common/safe-name.js';
 
 const Count = z.int().min(1);
 
 const EnvValue = z.union([z.string(), z.strictObject({ fromHost: z.string().min(1) })]);
 
 export const ProfileSnapshotSchema = z.strictObject({
-  model: z.string().min(1),
+  model: SafeName('model'),
   modelSource: z.string().min(1),
   servedName: z.string().min(1),
   profile: z.string().min(1),
   engine: z.enum(['vllm', 'sglang', 'fake']),
   launcher: z.enum(['native', 'ray']),
-  gpuClass: z.string().min(1),
+  gpuClass: SafeName('gpuClass'),
   tensorParallel: Count,
   pipelineParallel: Count,
   gpusPerNode: Count,
@@ -32,7 +33,7 @@ export const ProfileSnapshotSchema = z.strictObject({
 
 const ShardPlacementSchema = z.strictObject({
   rank: z.int().min(0),
-  nodeId: z.string().min(1),
+  nodeId: SafeName('nodeId'),
   shardId: z.string().min(1),
   gpuIndices: z.array(z.int().min(0)),
   hcas: z.array(z.string()),
