@@ -88,6 +88,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
     nodeId: config.nodeId,
     stateDir: config.stateDir,
     portRange: config.portRange,
+    ...(config.portClaimsDir !== undefined ? { portClaimsDir: config.portClaimsDir } : {}),
     advertiseAddress: config.advertiseAddr,
     engineContext: {
       fakeEngineCommand: config.fakeEngineCommand,

@@ -104,6 +104,8 @@ export const AgentFlags = z
     metricsAddr: z.string().min(1).optional(),
     /** NAME=value lines engines get only by reference ({fromHost: NAME} in the catalog): secrets. */
     envFile: z.string().min(1, '--env-file must name a file').optional(),
+    /** Port claims shared by agents of one host (default <state dir>/port-claims). */
+    portClaimsDir: z.string().min(1, '--port-claims-dir must name a directory').optional(),
   })
   .superRefine((flags, ctx) => {
     if (flags.catalogKey !== undefined && flags.insecureUnsigned) {
@@ -139,6 +141,7 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
     stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
     catalogKey: value.catalogKey === undefined ? undefined : resolve(value.catalogKey),
     envFile: value.envFile === undefined ? undefined : resolve(value.envFile),
+    portClaimsDir: value.portClaimsDir === undefined ? undefined : resolve(value.portClaimsDir),
     // Engines of the `fake` kind are this same program; spawn it with the same Node.
     fakeEngineCommand: [process.execPath, resolve(__dirname, '../../bin/llmgw.js'), 'fake-engine'],
   };

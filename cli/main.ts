@@ -48,6 +48,7 @@ program
   .option('--labels <k=v,...>', 'node labels (fabric=ib-a, pool=...)')
   .option('--managed-gpus <list>', 'GPU indices this agent may hand out, e.g. 0,1,2,3 (default: all)')
   .option('--port-range <from-to>', 'engine HTTP ports', '18000-18999')
+  .option('--port-claims-dir <dir>', 'port claims shared with other agents on this host (default <state dir>/port-claims)')
   .option(
     '--presence-heartbeat-seconds <s>',
     'heartbeat timeout of the presence activity (default: 300 where Temporal keeps worker heartbeats, which then detect a dead agent; else 10)',

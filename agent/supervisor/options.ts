@@ -18,6 +18,11 @@ export interface SupervisorOptions {
   stateDir: string;
   /** The agent's own engine port range, inclusive. */
   portRange: PortRange;
+  /**
+   * Where port claims are kept (port-claims.ts): default `<stateDir>/port-claims`. Agents that
+   * share a host and port ranges share one directory of their own user (`llmgw up` does).
+   */
+  portClaimsDir?: string;
   /** Where engines bind and are reached (by the router, other ranks, and our health probes). */
   advertiseAddress: string;
   /** How to invoke each engine here; the supervisor fills in the address and the chosen port. */

@@ -1,17 +1,31 @@
 // Which ports a start gets: the engine's HTTP port and, for rank 0 of a multi-node replica,
 // the rendezvous port the other ranks join. Agent side. Several agents can share a host, so
 // a port is taken only when it binds now, no other agent's engine carries it, and its
-// host-wide claim file (port-claims.ts) is ours.
+// claim file (port-claims.ts) is ours.
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../../common/failures.js';
 import type { StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { SupervisorCore } from './core.js';
 import { portsMarkedOnHost } from './markers.js';
-import { claimPort } from './port-claims.js';
+import { claimPort, defaultClaimsDir, ensureClaimsDir } from './port-claims.js';
 import { allocatePort } from './ports.js';
 import type { Shard } from './shard.js';
 
 const PORT_LOCK = ' ports';
+
+/** Claims `port` in the agent's claims directory; an unsafe directory refuses the start. */
+function claim(core: SupervisorCore, port: number, owner: string): boolean {
+  const dir = core.options.portClaimsDir ?? defaultClaimsDir(core.options.stateDir);
+  try {
+    ensureClaimsDir(dir);
+  } catch (error) {
+    throw ApplicationFailure.nonRetryable(
+      `${error instanceof Error ? error.message : String(error)}: fix it, or give the agent another --port-claims-dir`,
+      FailureType.StateDirUnwritable,
+    );
+  }
+  return claimPort(dir, port, owner);
+}
 
 /** The port the agent gives the engine: the request's, or the first free one in its range. */
 export async function choosePort(core: SupervisorCore, spec: StartShard, existing: Shard | undefined): Promise<number> {
@@ -33,13 +47,13 @@ export async function choosePort(core: SupervisorCore, spec: StartShard, existin
     let port: number;
     try {
       port = await allocatePort(range, inUse, advertiseAddress, log);
-      if (previous <= 0 && !claimPort(port, owner)) throw new Error('claimed by another agent');
+      if (previous <= 0 && !claim(core, port, owner)) throw new Error('claimed by another agent');
     } catch {
       if (previous > 0) inUse.add(previous);
       // Skip ports another agent on this host has just claimed (bounded by the range size).
       for (let tries = portRange.to - portRange.from + 1; ; tries--) {
         port = await allocatePort(portRange, inUse, advertiseAddress, log);
-        if (claimPort(port, owner) || tries <= 0) break;
+        if (claim(core, port, owner) || tries <= 0) break;
         inUse.add(port);
       }
     }
@@ -75,7 +89,7 @@ export async function chooseRendezvousPort(
         inUse.add(previous);
         continue;
       }
-      if (port === previous || claimPort(port, owner)) {
+      if (port === previous || claim(core, port, owner)) {
         core.reservedPorts.add(port);
         return port;
       }

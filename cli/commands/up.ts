@@ -153,6 +153,9 @@ export async function upCommand(opts: UpOptions): Promise<void> {
         `127.0.0.1:${node.metrics}`,
         '--port-range',
         node.ports,
+        // Both agents of `llmgw up` share this host: they share claims, under llmgw's state dir.
+        '--port-claims-dir',
+        join(stateDir, 'port-claims'),
         '--lost-grace-seconds',
         '60',
       ]);

@@ -2,12 +2,15 @@
 // engines they start. Every process a test starts is ended by pid or process group.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
 import { testCatalogKeyFile } from './catalog-key.js';
 import { temporalAddress } from './temporal.js';
 
 const LLMGW_BIN = join(__dirname, '../../bin/llmgw.js');
 const running = new Set<LlmgwProcess>();
+/** One claims directory for every test agent of this user (agents check it is theirs and 0700). */
+const SHARED_PORT_CLAIMS = join(tmpdir(), `llmgw-test-port-claims-${process.getuid?.() ?? 0}`);
 
 export interface LlmgwProcess {
   pid: number;
@@ -166,6 +169,9 @@ export async function startSimAgent(
       '127.0.0.1:0',
       '--port-range',
       range,
+      // Agents of one test process share a host, and so their port claims.
+      '--port-claims-dir',
+      SHARED_PORT_CLAIMS,
       '--presence-heartbeat-seconds',
       '5',
       ...(options.extra ?? []),

@@ -84,8 +84,10 @@ describe('ports', () => {
 
     const nodeA = nodeId('ports-a');
     const nodeB = nodeId('ports-b');
-    const a = supervisor({ nodeId: nodeA, stateDir: tempDir(), portRange: range });
-    const b = supervisor({ nodeId: nodeB, stateDir: tempDir(), portRange: range });
+    // Two agents of one host share a claims directory of their own (as `llmgw up`'s do).
+    const portClaimsDir = join(tempDir(), 'port-claims');
+    const a = supervisor({ nodeId: nodeA, stateDir: tempDir(), portRange: range, portClaimsDir });
+    const b = supervisor({ nodeId: nodeB, stateDir: tempDir(), portRange: range, portClaimsDir });
     const ra = await a.sup.start(fakeSpec(nodeA, 'demo.5.r0.a1', ['--load-time', '2']));
     // Straight away: A's engine has not bound its port yet.
     const rb = await b.sup.start(fakeSpec(nodeB, 'demo.6.r0.a1', ['--load-time', '2']));
