@@ -89,6 +89,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
     stateDir: config.stateDir,
     portRange: config.portRange,
     ...(config.portClaimsDir !== undefined ? { portClaimsDir: config.portClaimsDir } : {}),
+    managedGpus: config.managedGpus ?? discovered.gpus.map((gpu) => gpu.index),
     advertiseAddress: config.advertiseAddr,
     engineContext: {
       fakeEngineCommand: config.fakeEngineCommand,

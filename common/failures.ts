@@ -29,6 +29,11 @@ export const FailureType = {
   UnsignedRevision: 'UnsignedRevision',
   /** A catalog env reference names a host variable the agent was not given (--pass-env, --env-file). */
   HostEnvMissing: 'HostEnvMissing',
+  /**
+   * The agent refused a start's placement: GPUs it does not manage or another live shard
+   * holds, or a port outside its range (agent/supervisor/start-checks.ts).
+   */
+  PlacementRefused: 'PlacementRefused',
 } as const;
 
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];
@@ -44,4 +49,5 @@ export const NON_RETRYABLE_AGENT_FAILURES: FailureType[] = [
   FailureType.ShardNotFound,
   FailureType.UnsignedRevision,
   FailureType.HostEnvMissing,
+  FailureType.PlacementRefused,
 ];

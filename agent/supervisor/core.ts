@@ -23,6 +23,8 @@ export class SupervisorCore {
   readonly locks = new KeyedLock();
   /** Ports chosen for starts that have not yet created their shard entry. */
   readonly reservedPorts = new Set<number>();
+  /** GPUs of starts that passed the placement check and have no shard entry yet, by GPU → shard id. */
+  readonly reservedGpus = new Map<number, string>();
   /** Processes found unidentified, by pid → start ticks: kill() may end these. */
   readonly unidentifiedSeen = new Map<number, string>();
   /** Shard ids whose spec file was corrupted, with the parse error (for kill reasons). */

@@ -23,6 +23,11 @@ export interface SupervisorOptions {
    * share a host and port ranges share one directory of their own user (`llmgw up` does).
    */
   portClaimsDir?: string;
+  /**
+   * GPU indices this agent may hand out (its --managed-gpus, else every GPU discovery found): a
+   * start naming any other is refused (start-checks.ts). Absent: not checked (unit tests).
+   */
+  managedGpus?: number[];
   /** Where engines bind and are reached (by the router, other ranks, and our health probes). */
   advertiseAddress: string;
   /** How to invoke each engine here; the supervisor fills in the address and the chosen port. */

@@ -16,6 +16,7 @@ import { sameProcess } from './process-table.js';
 import { exitDetails, type Shard, type ShardProcess } from './shard.js';
 import { specDifferences } from './spec-diff.js';
 import { checkStateDirWritable, recordPath, writeRecordAtomic, type ShardRecord } from './spec-store.js';
+import { checkPlacement } from './start-checks.js';
 import { startAfterRay } from './start-ray.js';
 import { stopTargets } from './stop.js';
 import { terminate } from './terminate.js';
@@ -55,7 +56,6 @@ export async function start(core: SupervisorCore, requested: StartShard): Promis
 
 async function startLocked(core: SupervisorCore, spec: StartShard): Promise<RunningShard> {
   core.assertOpen();
-  const { stateDir, advertiseAddress } = core.options;
   const id = spec.shardId;
   const existing = core.shards.get(id);
   if (existing) {
@@ -71,6 +71,19 @@ async function startLocked(core: SupervisorCore, spec: StartShard): Promise<Runn
     await clearRemnants(core, existing);
   }
 
+  // Before any spec or port: the placement must be one this host can honour. Its GPUs stay
+  // reserved until the shard is in core.shards, where the next check sees them.
+  const releaseGpus = checkPlacement(core, spec, existing);
+  try {
+    return await startChecked(core, spec, existing);
+  } finally {
+    releaseGpus();
+  }
+}
+
+async function startChecked(core: SupervisorCore, spec: StartShard, existing: Shard | undefined): Promise<RunningShard> {
+  const { stateDir, advertiseAddress } = core.options;
+  const id = spec.shardId;
   checkStateDirWritable(stateDir);
   // A reference to a host variable this agent was not given fails now, before any spec or port.
   resolveHostReferences(spec, hostSource(core));

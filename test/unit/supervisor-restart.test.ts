@@ -118,7 +118,7 @@ describe('an agent restart', () => {
     const stateDir = tempDir();
     const portRange = await freeRange(4);
     const orphan = fakeSpec(node, 'demo.8.r0.a1', []);
-    const never = fakeSpec(node, 'demo.9.r0.a1', []);
+    const never = fakeSpec(node, 'demo.9.r0.a1', [], [4, 5]);
     const launch = { roles: ['engine' as const], servesHttp: true, healthPath: '/health' };
     checkStateDirWritable(stateDir);
     for (const spec of [orphan, never]) {

@@ -46,7 +46,7 @@ describe('secrets stay on the host', () => {
       expect(statSync(recordPath(stateDir, 'demo.40.r0.a1')).mode & 0o777).toBe(0o600);
       expect(statSync(logPath(stateDir, 'demo.40.r0.a1')).mode & 0o777).toBe(0o600);
 
-      const missing = fakeSpec(node, 'demo.41.r0.a1', []);
+      const missing = fakeSpec(node, 'demo.41.r0.a1', [], [4, 5]);
       missing.profile!.envFromHost = { HF_TOKEN: 'NOT_GIVEN_TOKEN' };
       const failure = await rejection(sup.start(missing));
       expect(failure.type).toBe('HostEnvMissing');

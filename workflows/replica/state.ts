@@ -112,6 +112,7 @@ export function failureOutcome(error: unknown, nodeId: string, what: string): Ou
       case FailureType.UnsignedRevision:
         return { kind: 'fail', reason: `${what}: ${firstLine(cause.message)}` };
       case FailureType.HostEnvMissing:
+      case FailureType.PlacementRefused:
       case FailureType.InvalidSpec:
       case FailureType.SpecConflict:
       case FailureType.NoFreePort:
