@@ -18,6 +18,8 @@ import { createTransitionNotifier } from './notifier.js';
 import { createDrainer } from './drain.js';
 import { presenceHeartbeatFor, SHORT_PRESENCE_SECONDS, watchNodeWorkflow } from './presence.js';
 import { createShardReporter, runningShardIds, type ShardReporter } from './shard-report.js';
+import { join } from 'node:path';
+import { ADMIN_TOKEN_FILE, adminToken, isUnixAddress, resolveAdminAddress } from './admin/auth.js';
 import { startAdminServer } from './admin/server.js';
 import { createSupervisor, type SupervisorOptions } from './supervisor/supervisor.js';
 import type { Launcher } from './supervisor/launcher.js';
@@ -124,13 +126,16 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   let adminAddress = '';
   const hostReports = createHostReports({ config, supervisor, host: discovered, recovered, adminAddress: () => adminAddress });
   const { describe, survey } = hostReports;
-  const admin = await startAdminServer(config.adminAddr, {
-    describe,
-    logFile: (shardId) => logPath(config.stateDir, shardId),
-    tailLines,
-  });
-  adminAddress = `${config.adminAddr.replace(/:\d+$/, '')}:${admin.port}`;
-  log(`admin API on ${adminAddress} (Describe, TailLogs, gRPC health)`);
+  // A Unix socket (the default) is guarded by its mode; TCP by the token in the state dir.
+  const adminAddr = resolveAdminAddress(config.adminAddr, config.stateDir);
+  const admin = await startAdminServer(
+    adminAddr,
+    { describe, logFile: (shardId) => logPath(config.stateDir, shardId), tailLines },
+    isUnixAddress(adminAddr) ? undefined : adminToken(config.stateDir),
+  );
+  adminAddress = admin.address;
+  const guard = isUnixAddress(adminAddr) ? 'socket mode 0600' : `token in ${join(config.stateDir, ADMIN_TOKEN_FILE)}`;
+  log(`admin API on ${adminAddress} (Describe, TailLogs, gRPC health; ${guard})`);
   const observe = (): void => deps.metrics?.observe(hostReports.view());
   const gauges = setInterval(observe, 5_000);
   gauges.unref();

@@ -64,7 +64,8 @@ export const AgentFlags = z
     gpus: z.string().default('real'),
     sysfsRoot: z.string().default('/'),
     advertiseAddr: z.string().default('127.0.0.1'),
-    adminAddr: z.string().default(DEFAULT_AGENT_ADMIN_ADDR),
+    /** `unix` (a 0600 socket in the state dir), `unix:/path`, or host:port (then a token is required). */
+    adminAddr: z.string().min(1).default(DEFAULT_AGENT_ADMIN_ADDR),
     labels: Labels.default({}),
     managedGpus: GpuList.optional(),
     portRange: PortRange.default({ from: DEFAULT_PORTS.enginesFrom, to: DEFAULT_PORTS.enginesFrom + 999 }),

@@ -8,10 +8,11 @@
 // on a miss. Without PyTorch it checks each engine's environment and says CUDA went unasked;
 // test/helpers/bin/nvidia-smi (with LLMGW_FAKE_SMI_HOST) stands in for a GPU host in the tests.
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
+import { ADMIN_TOKEN_FILE, readTokenFile } from '../agent/admin/auth.js';
 import { connectAdmin } from '../agent/admin/client.js';
 import { killMarkedEngines } from '../agent/supervisor/markers.js';
 import { logPath } from '../agent/supervisor/spec-store.js';
@@ -174,7 +175,10 @@ async function main(): Promise<void> {
     const keep = (chunk: Buffer) => agentLog.push(...chunk.toString('utf8').split('\n').filter(Boolean));
     agent.stdout.on('data', keep);
     agent.stderr.on('data', keep);
-    const admin = connectAdmin(`127.0.0.1:${adminPort}`);
+    // On TCP the admin API wants the token the agent keeps in its state dir.
+    const tokenFile = join(stateDir, ADMIN_TOKEN_FILE);
+    for (let attempt = 0; attempt < 60 && !existsSync(tokenFile); attempt++) await new Promise((r) => setTimeout(r, 250));
+    const admin = connectAdmin(`127.0.0.1:${adminPort}`, { token: readTokenFile(tokenFile) });
     let described: Awaited<ReturnType<typeof admin.describe>> | undefined;
     for (let attempt = 0; attempt < 60 && !described; attempt++) {
       await new Promise((r) => setTimeout(r, 500));

@@ -44,7 +44,11 @@ program
   )
   .option('--sysfs-root <dir>', 'root of the sysfs tree to read', '/')
   .option('--advertise-addr <ip>', 'the address engines are reached at', '127.0.0.1')
-  .option('--admin-addr <host:port>', 'admin gRPC API (Describe, TailLogs, health)', '127.0.0.1:7401')
+  .option(
+    '--admin-addr <unix|unix:PATH|host:port>',
+    'admin gRPC API (Describe, TailLogs, health): unix is <state dir>/admin.sock (0600); on TCP every call needs <state dir>/admin.token',
+    'unix',
+  )
   .option('--labels <k=v,...>', 'node labels (fabric=ib-a, pool=...)')
   .option('--managed-gpus <list>', 'GPU indices this agent may hand out, e.g. 0,1,2,3 (default: all)')
   .option('--port-range <from-to>', 'engine HTTP ports', '18000-18999')
@@ -288,7 +292,11 @@ program
   .option('--rank <n>', 'which rank', '0')
   .option('-n, --lines <n>', 'how many lines first', '100')
   .option('-f, --follow', 'keep printing new lines')
-  .action(async (replica: string, opts: { lines: string; follow?: boolean; rank: string }) => {
+  .option(
+    '--admin-token-file <file>',
+    'for an agent whose admin API is on TCP: its <state dir>/admin.token (or LLMGW_ADMIN_TOKEN_FILE; default .llmgw/agents/<node>/admin.token when it exists)',
+  )
+  .action(async (replica: string, opts: { lines: string; follow?: boolean; rank: string; adminTokenFile?: string }) => {
     const { logsCommand } = await import('./commands/scale.js');
     await logsCommand(replica, opts);
   });

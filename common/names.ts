@@ -70,7 +70,8 @@ export const DEFAULT_PORTS = {
   rayWorkersFrom: 10002,
 } as const;
 
-export const DEFAULT_AGENT_ADMIN_ADDR = `127.0.0.1:${DEFAULT_PORTS.agentAdmin}`;
+/** `unix`: the agent's admin API listens on `<state dir>/admin.sock` (agent/admin/auth.ts). */
+export const DEFAULT_AGENT_ADMIN_ADDR = 'unix';
 export const DEFAULT_AGENT_METRICS_ADDR = `127.0.0.1:${DEFAULT_PORTS.agentMetrics}`;
 export const DEFAULT_WORKER_METRICS_ADDR = `127.0.0.1:${DEFAULT_PORTS.workerMetrics}`;
 

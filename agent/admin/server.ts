@@ -1,6 +1,7 @@
 // The agent's admin API (grpc-js): Describe, TailLogs (follow a shard's log) and the
-// standard gRPC health service. Bound to loopback by default: it shows the host's
-// engines and logs, so exposing it is an operator's explicit choice.
+// standard gRPC health service. On a 0600 Unix socket in the state dir by default, or on TCP
+// with a token (auth.ts): it shows the host's engines and their logs, which hold whatever an
+// engine printed. Follows are bounded (follow.ts).
 import {
   Server,
   ServerCredentials,
@@ -11,7 +12,7 @@ import {
 } from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import { create } from '@bufbuild/protobuf';
-import { closeSync, existsSync, openSync, readSync, statSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import {
   AgentAdminService,
   DescribeResponseSchema,
@@ -23,6 +24,8 @@ import {
 } from '../../proto/gen/llmgw/v1/admin_pb.js';
 import type { Register } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { isSafeShardId } from '../../common/names.js';
+import { authorized, isUnixAddress, prepareSocketPath, restrictSocket } from './auth.js';
+import { capLine, followFile, FOLLOW_LIMITS } from './follow.js';
 import { grpcServiceDefinition } from './grpc-service.js';
 
 export interface AdminDeps {
@@ -31,69 +34,91 @@ export interface AdminDeps {
   tailLines(file: string, lines: number): string[];
 }
 
-export async function startAdminServer(address: string, deps: AdminDeps): Promise<{ port: number; close(): Promise<void> }> {
+export interface AdminServer {
+  /** Where clients connect: `unix:/path`, or host:port with the port actually bound. */
+  address: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+/** Ends a server stream with a status: grpc-js sends an 'error' event's status as the trailer. */
+function fail(call: ServerWritableStream<TailLogsRequest, TailLogsResponse>, code: GrpcStatus, message: string): void {
+  call.emit('error', { code, details: message });
+}
+
+const UNAUTHENTICATED = 'the admin API on TCP needs the token in the agent state dir (admin.token): `llmgw logs --admin-token-file FILE`';
+
+/** Starts the API on `address`; `token` is required for TCP addresses and ignored for Unix sockets. */
+export async function startAdminServer(address: string, deps: AdminDeps, token?: string): Promise<AdminServer> {
+  const unix = isUnixAddress(address);
+  if (!unix && token === undefined) throw new Error(`admin API on ${address}: a TCP listener needs a token`);
+  const required = unix ? undefined : token;
+  const follows = { open: 0 };
   const server = new Server();
   server.addService(grpcServiceDefinition(AgentAdminService), {
-    describe: (_call: ServerUnaryCall<DescribeRequest, DescribeResponse>, callback: sendUnaryData<DescribeResponse>) => {
+    describe: (call: ServerUnaryCall<DescribeRequest, DescribeResponse>, callback: sendUnaryData<DescribeResponse>) => {
+      if (!authorized(call.metadata, required)) return callback({ code: GrpcStatus.UNAUTHENTICATED, details: UNAUTHENTICATED });
       deps.describe().then(
         (register) => callback(null, create(DescribeResponseSchema, { register })),
         (error: unknown) => callback({ code: GrpcStatus.INTERNAL, details: error instanceof Error ? error.message : String(error) }),
       );
     },
-    tailLogs: (call: ServerWritableStream<TailLogsRequest, TailLogsResponse>) => streamLog(call, deps),
+    tailLogs: (call: ServerWritableStream<TailLogsRequest, TailLogsResponse>) => {
+      if (!authorized(call.metadata, required)) return fail(call, GrpcStatus.UNAUTHENTICATED, UNAUTHENTICATED);
+      streamLog(call, deps, follows);
+    },
   });
   const health = new HealthImplementation({ '': 'SERVING', 'llmgw.v1.AgentAdminService': 'SERVING' });
   health.addToServer(server);
+  const socketPath = unix ? prepareSocketPath(address) : undefined;
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync(address, ServerCredentials.createInsecure(), (error, boundPort) =>
       error ? reject(new Error(`admin API cannot listen on ${address}: ${error.message}`)) : resolve(boundPort),
     ),
   );
+  if (socketPath !== undefined) restrictSocket(socketPath);
   return {
+    address: unix ? address : `${address.replace(/:\d+$/, '')}:${port}`,
     port,
     close: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
   };
 }
 
-function streamLog(call: ServerWritableStream<TailLogsRequest, TailLogsResponse>, deps: AdminDeps): void {
+function streamLog(call: ServerWritableStream<TailLogsRequest, TailLogsResponse>, deps: AdminDeps, follows: { open: number }): void {
   const { shardId, follow } = call.request;
   if (!isSafeShardId(shardId)) {
-    call.destroy(Object.assign(new Error(`not a shard id: ${JSON.stringify(shardId)}`), { code: GrpcStatus.INVALID_ARGUMENT }));
+    fail(call, GrpcStatus.INVALID_ARGUMENT, `not a shard id: ${JSON.stringify(shardId.slice(0, 80))}`);
     return;
   }
   const file = deps.logFile(shardId);
   if (!existsSync(file)) {
-    call.destroy(Object.assign(new Error(`no log for shard ${shardId} on this agent`), { code: GrpcStatus.NOT_FOUND }));
+    fail(call, GrpcStatus.NOT_FOUND, `no log for shard ${shardId} on this agent`);
     return;
   }
-  call.write(create(TailLogsResponseSchema, { lines: deps.tailLines(file, call.request.lines || 100) }));
+  if (follow && follows.open >= FOLLOW_LIMITS.maxFollows) {
+    fail(call, GrpcStatus.RESOURCE_EXHAUSTED, `${follows.open} log follows are open on this agent (at most ${FOLLOW_LIMITS.maxFollows})`);
+    return;
+  }
+  const wanted = Math.min(call.request.lines || 100, FOLLOW_LIMITS.maxInitialLines);
+  call.write(create(TailLogsResponseSchema, { lines: deps.tailLines(file, wanted).map((line) => capLine(line)) }));
   if (!follow) {
     call.end();
     return;
   }
-  // Follow by polling the size: the engine writes to the file directly (not through
-  // the agent), and copy-truncate rotation shows up as the file getting shorter.
-  let offset = statSync(file).size;
-  let partial = '';
-  const timer = setInterval(() => {
-    try {
-      const size = statSync(file).size;
-      if (size < offset) offset = 0;
-      if (size === offset) return;
-      const fd = openSync(file, 'r');
-      const buffer = Buffer.alloc(Math.min(size - offset, 1 << 20));
-      const read = readSync(fd, buffer, 0, buffer.length, offset);
-      closeSync(fd);
-      offset += read;
-      const text = partial + buffer.subarray(0, read).toString('utf8');
-      const lines = text.split('\n');
-      partial = lines.pop() ?? '';
-      if (lines.length) call.write(create(TailLogsResponseSchema, { lines }));
-    } catch {
-      clearInterval(timer);
-      call.end();
-    }
-  }, 300);
-  call.on('cancelled', () => clearInterval(timer));
-  call.on('close', () => clearInterval(timer));
+  follows.open++;
+  let done = false;
+  const follower = followFile(file, (lines) => call.write(create(TailLogsResponseSchema, { lines })), {
+    onResume: (listener) => call.once('drain', listener),
+    end: () => call.end(),
+  });
+  const finish = (): void => {
+    if (done) return;
+    done = true;
+    follows.open--;
+    follower.stop();
+  };
+  call.on('cancelled', finish);
+  call.on('close', finish);
+  call.on('finish', finish);
+  call.on('error', finish);
 }

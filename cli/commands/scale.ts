@@ -1,5 +1,7 @@
 // `llmgw scale | undeploy | logs`: change a deployment's count or autoscaling bounds, drain it
 // away, and read an engine's log through its agent. Operator side.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { CliError, withClient } from './client.js';
 import { deploymentWorkflowId } from '../../common/names.js';
@@ -15,6 +17,7 @@ import {
 } from '../../workflows/definitions.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import { connectAdmin } from '../../agent/admin/client.js';
+import { ADMIN_TOKEN_FILE, isUnixAddress, readTokenFile } from '../../agent/admin/auth.js';
 import { failureMessage, print } from './deployment-view.js';
 
 export interface ScaleOptions {
@@ -82,7 +85,26 @@ export async function undeployCommand(name: string, opts: { wait: boolean; json?
   });
 }
 
-export async function logsCommand(replica: string, opts: { lines: string; follow?: boolean; rank: string }): Promise<void> {
+/** The token for an agent's TCP admin API: the flag, the variable, or `llmgw up`'s state dir. */
+function adminTokenFor(nodeId: string, address: string, flag: string | undefined): string | undefined {
+  if (isUnixAddress(address)) return undefined;
+  const file = flag ?? process.env.LLMGW_ADMIN_TOKEN_FILE ?? join('.llmgw', 'agents', nodeId, ADMIN_TOKEN_FILE);
+  if (!existsSync(file)) {
+    throw new CliError(
+      `agent ${nodeId}'s admin API is on TCP (${address}) and needs its token: --admin-token-file <its state dir>/${ADMIN_TOKEN_FILE} (readable by the agent's user only)`,
+    );
+  }
+  try {
+    return readTokenFile(file);
+  } catch (error) {
+    throw new CliError(`cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? String(error)} (run as the agent's user)`);
+  }
+}
+
+export async function logsCommand(
+  replica: string,
+  opts: { lines: string; follow?: boolean; rank: string; adminTokenFile?: string },
+): Promise<void> {
   const replicaId = replica.startsWith('replica/') ? replica : `replica/${replica}`;
   await withClient(async (client) => {
     const view = (await client.workflow
@@ -96,7 +118,8 @@ export async function logsCommand(replica: string, opts: { lines: string; follow
     const node = await client.workflow.getHandle(`node/${shard.nodeId}`).query(describeNodeQuery);
     const address = node.inventory?.adminAddress;
     if (!address) throw new CliError(`node ${shard.nodeId} has not reported its admin address`);
-    const admin = connectAdmin(address);
+    const token = adminTokenFor(shard.nodeId, address, opts.adminTokenFile);
+    const admin = connectAdmin(address, token === undefined ? {} : { token });
     await new Promise<void>((resolve, reject) => {
       const stream = admin.tail(shard.shardId, Number(opts.lines), Boolean(opts.follow));
       stream.on('data', (chunk: { lines: string[] }) => {

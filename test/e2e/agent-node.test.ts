@@ -67,8 +67,6 @@ async function startAgent(
       options.gpus ?? 'builtin:h100x8',
       '--state-dir',
       stateDir,
-      '--admin-addr',
-      '127.0.0.1:0',
       '--port-range',
       options.range ?? (await portRange()),
       '--presence-heartbeat-seconds',

@@ -165,8 +165,7 @@ export async function startSimAgent(
       options.inventory,
       '--state-dir',
       stateDir,
-      '--admin-addr',
-      '127.0.0.1:0',
+      // The admin API on its default Unix socket in the state dir (no token needed to test it).
       '--port-range',
       range,
       // Agents of one test process share a host, and so their port claims.
