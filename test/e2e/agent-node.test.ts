@@ -292,15 +292,17 @@ describe('agent and node workflow', () => {
     const range = await portRange();
     const a = uniqueId('twin-a');
     const b = uniqueId('twin-b');
-    const agentA = await startAgent(a, { range });
-    const agentB = await startAgent(b, { range });
+    // Agents sharing a host and a range share a claims directory of their own (docs/security.md).
+    const claims = ['--port-claims-dir', join(mkdtempSync(join(tmpdir(), 'llmgw-claims-')), 'port-claims')];
+    const agentA = await startAgent(a, { range, extra: claims });
+    const agentB = await startAgent(b, { range, extra: claims });
     const [shardA, shardB] = await Promise.all([
       call<RunningShard>(a, 'startShard', fakeShardSpec({ nodeId: a, deployment: 'twin-a', gpus: [0], args: ['--load-time', '0'] })),
       call<RunningShard>(b, 'startShard', fakeShardSpec({ nodeId: b, deployment: 'twin-b', gpus: [0], args: ['--load-time', '0'] })),
     ]);
     expect(shardA.status!.httpPort).not.toBe(shardB.status!.httpPort);
     await agentA.proc.kill9();
-    const again = await startAgent(a, { stateDir: agentA.stateDir, range });
+    const again = await startAgent(a, { stateDir: agentA.stateDir, range, extra: claims });
     expect(again.proc.output()).toMatch(/1 adopted, 0 found exited, 0 unidentified killed/);
     expect(enginesOf([b]).map((engine) => engine.pid)).toEqual([shardB.status!.pid]);
     expect(enginesOf([a]).map((engine) => engine.pid)).toEqual([shardA.status!.pid]);
