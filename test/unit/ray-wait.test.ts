@@ -204,7 +204,8 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
       rank: 0,
       nnodes: 2,
       leaderAddress: '127.0.0.1',
-      leaderPort: 26379,
+      // Inside the supervisor's --port-range below (27000+…-29999): the agent refuses a rank 0 port outside it.
+      leaderPort: 29999,
       gpuIndices: [0],
       startupTimeoutSeconds,
       profile: create(EngineProfileSchema, {
@@ -252,13 +253,13 @@ describe('the Ray wait inside the supervisor, on rank 0 of a 2-node Ray replica'
     // The head is spawned before the first status poll, but the two are separate processes
     // and either may note its call first (CI saw the poll first on a busy machine); what must
     // hold is one head, and the engine only after the third poll saw both nodes.
-    const head = 'start --head --port 26379 --node-ip-address 127.0.0.1 --block';
+    const head = 'start --head --port 29999 --node-ip-address 127.0.0.1 --block';
     expect(calls.filter((call) => call === head)).toHaveLength(1);
     expect(calls.indexOf(head)).toBeLessThan(calls.indexOf('engine'));
     expect(calls.filter((call) => call !== head)).toEqual([
-      'status --address 127.0.0.1:26379',
-      'status --address 127.0.0.1:26379',
-      'status --address 127.0.0.1:26379',
+      'status --address 127.0.0.1:29999',
+      'status --address 127.0.0.1:29999',
+      'status --address 127.0.0.1:29999',
       'engine',
     ]);
   });
