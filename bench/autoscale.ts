@@ -135,7 +135,7 @@ async function main(): Promise<void> {
     const within = (xs: typeof changes, windowS: number) =>
       Math.max(0, ...xs.map((x) => xs.filter((y) => y.at >= x.at && y.at < x.at + windowS).length));
     // What the router itself counted, by direction (accepted Updates).
-    const metrics = await (await request(`${stack.routerUrl}/metrics`)).body.text();
+    const metrics = await (await request(`${stack.routerAdminUrl}/metrics`)).body.text();
     const sent = (direction: string) =>
       metrics
         .split('\n')

@@ -5,7 +5,7 @@
 import { Pool } from 'undici';
 import { fakeEngineOptions } from '../fake-engine/options.js';
 import { startFakeEngine } from '../fake-engine/server.js';
-import { clusterMetricsSource, isRouterWorker, startRouterCluster } from '../router/cluster.js';
+import { announceListening, clusterMetricsSource, isRouterWorker, startRouterCluster } from '../router/cluster.js';
 import { StaticRouteSource } from '../router/routes.js';
 import { startRouter } from '../router/server.js';
 
@@ -59,8 +59,10 @@ async function runRouterRole(plain: string, stream: string, workers: number): Pr
     log,
     metricsText: worker ? () => (clusterMetrics as () => Promise<string>)() : undefined,
   });
-  if (worker) clusterMetrics = clusterMetricsSource(router.registry);
-  else process.send?.({ ready: { port: router.port, pids: [process.pid] } } satisfies ChildMessage);
+  if (worker) {
+    clusterMetrics = clusterMetricsSource(router.registry);
+    announceListening(router.port, router.adminPort);
+  } else process.send?.({ ready: { port: router.port, pids: [process.pid] } } satisfies ChildMessage);
 }
 
 const CONTENT_MARK = Buffer.from('{"content":');

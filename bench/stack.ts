@@ -161,6 +161,8 @@ export interface Stack {
   client: Client;
   nodeIds: string[];
   routerUrl: string | undefined;
+  /** The router's admin listener (/metrics, detailed /health). */
+  routerAdminUrl: string | undefined;
   /** Runs one `llmgw` command against the stack and waits for it. */
   llmgw(args: string[]): Promise<number | null>;
   stop(): Promise<void>;
@@ -188,15 +190,18 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     }),
   );
   let routerUrl: string | undefined;
+  let routerAdminUrl: string | undefined;
   if (options.router) {
     const routerPort = await findFreePort();
+    const admin = `127.0.0.1:${await findFreePort()}`;
     await spawnPart(
       children,
-      ['router', '--port', String(routerPort), '--host', '127.0.0.1', ...(options.routerArgs ?? [])],
+      ['router', '--port', String(routerPort), '--host', '127.0.0.1', '--admin-addr', admin, ...(options.routerArgs ?? [])],
       env,
       /listening on http/,
     );
     routerUrl = `http://127.0.0.1:${routerPort}`;
+    routerAdminUrl = `http://${admin}`;
   }
   const { client, connection } = await connectClient(temporal);
   return {
@@ -204,6 +209,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     client,
     nodeIds,
     routerUrl,
+    routerAdminUrl,
     async llmgw(args) {
       const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: 'ignore' });
       return new Promise((resolve) => child.once('exit', resolve));

@@ -2,7 +2,8 @@
 // router does about twice an engine's HTTP work per request, so a single event loop saturates
 // before a fast engine does. Each worker is a whole router (its own table, balancer counts,
 // ejections); the primary forks, restarts, reads the routes for all (cluster-routes.ts) and
-// aggregates /metrics. Router side.
+// aggregates /metrics. The workers share the admin listener as they share the public one: its
+// /metrics, on whichever worker takes the connection, answers for all. Router side.
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry, type Registry } from 'prom-client';
 import type { Autoscaler } from './autoscaler.js';
@@ -13,12 +14,19 @@ import type { RouteSource } from './routes.js';
 const METRICS_REQUEST = 'llmgw-router:metrics?';
 const METRICS_RESPONSE = 'llmgw-router:metrics';
 const METRICS_TIMEOUT_MS = 5000;
+/** A worker says it serves, with its ports: 'listening' events cannot tell its two listeners apart. */
+const LISTENING = 'llmgw-router:listening';
 /** A worker that dies this soon after starting is broken, not unlucky: stop restarting it. */
 const CRASH_LOOP_MS = 2000;
 
 type MetricsRequest = { type: typeof METRICS_REQUEST; id: number };
 type MetricsResponse = { type: typeof METRICS_RESPONSE; id: number; text: string; error?: string };
 
+type ListeningMessage = { type: typeof LISTENING; port: number; adminPort: number | undefined };
+
+function isListening(m: unknown): m is ListeningMessage {
+  return typeof m === 'object' && m !== null && (m as { type?: unknown }).type === LISTENING;
+}
 function isMetricsRequest(m: unknown): m is MetricsRequest {
   return typeof m === 'object' && m !== null && (m as { type?: unknown }).type === METRICS_REQUEST;
 }
@@ -28,6 +36,8 @@ function isMetricsResponse(m: unknown): m is MetricsResponse {
 
 export interface RouterCluster {
   port: number;
+  /** The admin listener every worker shares; undefined when it is off. */
+  adminPort: number | undefined;
   pids(): number[];
   /** Every live worker's latest load report (the autoscaler's input). */
   reports(): LoadReport[];
@@ -94,16 +104,19 @@ export async function startRouterCluster(
   };
 
   let port = 0;
+  let adminPort: number | undefined;
   await new Promise<void>((resolve, reject) => {
     let listening = 0;
-    const onListening = (_worker: Worker, address: { port: number }) => {
-      port = address.port;
+    const onListening = (_worker: Worker, message: unknown) => {
+      if (!isListening(message)) return;
+      port = message.port;
+      adminPort = message.adminPort;
       if (++listening === workers) {
-        cluster.off('listening', onListening);
+        cluster.off('message', onListening);
         resolve();
       }
     };
-    cluster.on('listening', onListening);
+    cluster.on('message', onListening);
     cluster.on('exit', (worker, code, signal) => {
       const lived = Date.now() - (startedAt.get(worker) ?? 0);
       startedAt.delete(worker);
@@ -124,6 +137,7 @@ export async function startRouterCluster(
   const live = () => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
   return {
     port,
+    adminPort,
     pids: () => live().flatMap((w) => (w.process.pid === undefined ? [] : [w.process.pid])),
     reports: () => [...reports.values()].filter((r) => Date.now() - r.at < REPORT_STALE_MS).map((r) => r.report),
     close: async () => {
@@ -135,6 +149,11 @@ export async function startRouterCluster(
       await broadcaster?.stop();
     },
   };
+}
+
+/** In a worker: tells the primary that this worker serves, and where. */
+export function announceListening(port: number, adminPort: number | undefined): void {
+  process.send?.({ type: LISTENING, port, adminPort } satisfies ListeningMessage);
 }
 
 /** True in a process forked by startRouterCluster. */

@@ -16,7 +16,11 @@ export function addRouterCommand(program: Command): void {
     )
     .option('--allow-unauthenticated', 'serve a non-loopback address without API keys (anyone who can reach it may use it)')
     .option('--key-rps <n>', 'requests per second per API key unless its line says otherwise (default unlimited)')
-    .option('--key-concurrency <n>', 'requests in flight per API key unless its line says otherwise (default unlimited)')
+    .option(
+      '--key-concurrency <n|off>',
+      'requests in flight (held ones included) per API key unless its line says otherwise (off: unlimited)',
+      '64',
+    )
     .option(
       '--affinity <list>',
       'cache-aware routing: on (default), off, or per deployment NAME:on|off,... (default LLMGW_ROUTER_AFFINITY)',
@@ -43,6 +47,21 @@ export function addRouterCommand(program: Command): void {
       '600',
     )
     .option('--body-limit <bytes>', 'largest request body', String(8 * 1024 * 1024))
+    .option(
+      '--held-bytes <bytes>',
+      'request bodies held in memory at once (being read, waiting, in flight to engines); beyond: 503 with Retry-After',
+      String(256 * 1024 * 1024),
+    )
+    .option(
+      '--upstream-idle-timeout <seconds>',
+      'how long an engine may send nothing (no headers yet, or between two pieces of an answer) before its request fails (0: never)',
+      '600',
+    )
+    .option(
+      '--admin-addr <host:port|off>',
+      '/metrics and the detailed /health (engine URLs, route-source errors); default 127.0.0.1 on the port after --port',
+    )
+    .option('--debug-headers', 'name the engine that answered in x-llmgw-endpoint (clients learn engine addresses: not for production)')
     .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')
     .option('--workers <n>', 'router processes sharing the port (each enforces 1/N of every key limit and queue size)', '1')
     .option(

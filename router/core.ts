@@ -1,74 +1,27 @@
-// What the router does with each HTTP request: dispatch on the path, check the API key, read
-// `model` (and the affinity key) from the body, refuse what it must in OpenAI's error shape, and
-// hand the rest to an Exchange. Also the router's /health view. Router side; server.ts owns the
-// HTTP server and its lifecycle.
+// What the router does with each request on its public listener: dispatch on the path, check the
+// API key and the budgets, read `model` (and the affinity key) from the body, refuse what it must
+// in OpenAI's error shape, and hand the rest to an Exchange. Router side; server.ts owns the HTTP
+// servers and their lifecycle, admin.ts what the admin listener shows (/metrics, detailed health).
 import type { ServerResponse } from 'node:http';
 import type { ApiKeys } from './auth.js';
-import { DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js';
-import { AFFINITY_ON, hashText, type AffinitySettings } from './balancer.js';
+import { DEFAULT_GUARD } from './affinity.js';
+import { AFFINITY_ON, hashText } from './balancer.js';
 import { promptPrefixHash, scanRequest, withModel, NOT_AN_OBJECT } from './body.js';
 import { Registry } from 'prom-client';
 import { sendError } from './errors.js';
 import { RouterMetrics, type ModelMetrics } from './metrics.js';
-import { RoutingState, type Policy } from './pools.js';
+import { DEFAULT_BODY_LIMIT, type RouterOptions } from './options.js';
+import { RoutingState } from './pools.js';
 import { Exchange, type ExchangeResponse, type ProxySettings } from './proxy.js';
 import { KeyGate } from './limits.js';
-import { readBody, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
-import { RouteRefresher, type SourceStatus } from './refresher.js';
-import type { RouteSnapshot, RouteSource } from './routes.js';
+import { BUSY_RETRY_AFTER_S, ByteBudget, DEFAULT_HELD_BYTES } from './byte-budget.js';
+import { readBody, releaseBytes, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
+import { RouteRefresher } from './refresher.js';
 import { DEFAULT_SCRAPER, Scraper } from './scraper.js';
-import { DEFAULT_UPSTREAM } from './upstream.js';
+import { DEFAULT_UPSTREAM, type UpstreamOptions } from './upstream.js';
 import { reportOf, type LoadReport } from './load-report.js';
-import { DEFAULT_QUEUE, WaitingRoom, type QueueSettings } from './waiting-room.js';
+import { DEFAULT_QUEUE, WaitingRoom } from './waiting-room.js';
 
-export interface RouterOptions {
-  source: RouteSource;
-  /** 0 asks the OS for a port. Default 8080. */
-  port?: number;
-  host?: string;
-  /** Undefined: no authentication. */
-  apiKeys?: ApiKeys | undefined;
-  /** The share of each key's limits this process enforces: 1 / router processes. Default 1. */
-  limitShare?: number;
-  /** Cache-aware routing on or off, for all deployments and by name; on by default. */
-  affinity?: AffinitySettings;
-  /** When cache-aware routing moves a request off its home replica. */
-  guard?: ImbalanceGuard;
-  /** One policy for every model, whatever `affinity` says (bench:affinity compares them). */
-  policy?: Policy;
-  bodyLimitBytes?: number;
-  /** How often to read the route source. */
-  routesIntervalMs?: number;
-  scrapeIntervalMs?: number;
-  connectTimeoutMs?: number;
-  /** Tries per request, the first included. */
-  maxAttempts?: number;
-  /** Process metrics (CPU, memory, event loop lag) in /metrics; on for the CLI, off in tests. */
-  processMetrics?: boolean;
-  /** What /metrics answers instead of this router's own registry (a cluster worker: all workers' sum). */
-  metricsText?: () => Promise<string>;
-  /** More metrics for /metrics beside the router's own (its route source's Temporal calls). */
-  extraMetrics?: Registry;
-  /** The waiting line's limits per deployment, and flow control's threshold. */
-  queue?: Partial<QueueSettings>;
-  /** Requests are held for a model with no routable replica: wake its deployment (the autoscaler). */
-  onHold?: (model: string) => void;
-  /** Hears every table installed (the autoscaler reads desired counts and bounds from it). */
-  onTable?: (snapshot: RouteSnapshot) => void;
-  log?: (line: string) => void;
-}
-
-export interface RouterHealth {
-  status: 'ok' | 'degraded';
-  routes: SourceStatus;
-  models: number;
-  endpoints: number;
-  ejected: string[];
-  /** Requests held at this router, by model. */
-  queued: Record<string, number>;
-}
-
-export const DEFAULT_BODY_LIMIT = 8 * 1024 * 1024;
 const PATH_CHAT = '/v1/chat/completions';
 const PATH_COMPLETIONS = '/v1/completions';
 const PATH_EMBEDDINGS = '/v1/embeddings';
@@ -83,10 +36,11 @@ export class RouterCore implements BodyConsumer {
   readonly refresher: RouteRefresher;
   readonly scraper: Scraper;
   readonly waiting: WaitingRoom;
+  readonly budget: ByteBudget;
+  readonly metricsText: () => Promise<string>;
   private readonly apiKeys: ApiKeys | undefined;
   /** By ApiKey.index. */
   private readonly gates: KeyGate[];
-  private readonly metricsText: () => Promise<string>;
   private readonly unknownModel: ModelMetrics;
   private readonly unauthenticated: ModelMetrics;
 
@@ -101,22 +55,24 @@ export class RouterCore implements BodyConsumer {
       },
       this.metrics.registry,
     );
-    this.state = new RoutingState(
-      this.metrics,
-      { ...DEFAULT_UPSTREAM, ...(options.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: options.connectTimeoutMs }) },
-      {
-        affinity: options.affinity ?? AFFINITY_ON,
-        guard: options.guard ?? DEFAULT_GUARD,
-        policy: options.policy,
-        queueFor: (model) => this.waiting.queueFor(model),
-      },
-    );
+    const upstream: UpstreamOptions = { ...DEFAULT_UPSTREAM };
+    if (options.connectTimeoutMs !== undefined) upstream.connectTimeoutMs = options.connectTimeoutMs;
+    if (options.upstreamIdleTimeoutMs !== undefined) upstream.idleTimeoutMs = options.upstreamIdleTimeoutMs;
+    this.state = new RoutingState(this.metrics, upstream, {
+      affinity: options.affinity ?? AFFINITY_ON,
+      guard: options.guard ?? DEFAULT_GUARD,
+      policy: options.policy,
+      queueFor: (model) => this.waiting.queueFor(model),
+    });
     this.proxy = {
       metrics: this.metrics,
       maxAttempts: options.maxAttempts ?? 3,
       lookup: (model) => this.state.lookup(model),
       released: (pool) => this.waiting.drain(pool.servedName),
+      debugHeaders: options.debugHeaders ?? false,
     };
+    this.budget = new ByteBudget(options.heldBytes ?? DEFAULT_HELD_BYTES);
+    this.metrics.watchHeldBytes(() => this.budget.used);
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
     this.apiKeys = options.apiKeys;
     this.gates = (options.apiKeys?.keys ?? []).map((key) => new KeyGate(key, this.metrics.forKey(key.label), options.limitShare ?? 1));
@@ -147,7 +103,8 @@ export class RouterCore implements BodyConsumer {
     );
   }
 
-  handle(req: RouterRequest, res: RouterResponse): void {
+  /** `expectContinue`: the client waits for 100 Continue before it sends the body (Expect: 100-continue). */
+  handle(req: RouterRequest, res: RouterResponse, expectContinue = false): void {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
@@ -155,27 +112,26 @@ export class RouterCore implements BodyConsumer {
       case PATH_CHAT:
       case PATH_COMPLETIONS:
       case PATH_EMBEDDINGS:
-        return this.inference(req, res, path);
+        return this.inference(req, res, path, expectContinue);
       case '/v1/models':
         if (req.method !== 'GET' && req.method !== 'HEAD')
           return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}`);
         if (this.authenticate(req, res) === false) return;
         return sendJson(res, 200, this.state.modelsBody());
       case '/health':
-        return sendJson(res, 200, JSON.stringify(this.health()));
-      case '/metrics':
-        void this.metricsText().then(
-          (text) => {
-            res.writeHead(200, { 'content-type': this.metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
-            res.end(text);
-          },
-          (err: unknown) => sendError(res, 'internal', `metrics: ${(err as Error).message}`),
-        );
-        return;
+        // For load balancers: whether to send traffic here, nothing about engines or the control
+        // plane (that is the admin listener's /health).
+        return sendJson(res, 200, JSON.stringify({ status: this.status() }));
       default:
         if (path.startsWith('/v1/models/') && req.method === 'GET') {
           if (this.authenticate(req, res) === false) return;
-          return this.oneModel(res, decodeURIComponent(path.slice('/v1/models/'.length)));
+          let name: string;
+          try {
+            name = decodeURIComponent(path.slice('/v1/models/'.length));
+          } catch {
+            return sendError(res, 'invalid_path', `The path ${path} holds a malformed percent-escape.`);
+          }
+          return this.oneModel(res, name);
         }
         return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
     }
@@ -205,7 +161,7 @@ export class RouterCore implements BodyConsumer {
     return false;
   }
 
-  private inference(req: RouterRequest, res: RouterResponse, path: string): void {
+  private inference(req: RouterRequest, res: RouterResponse, path: string, expectContinue: boolean): void {
     if (req.method !== 'POST') return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}; use POST`);
     const gate = this.authenticate(req, res);
     if (gate === false) return;
@@ -220,7 +176,35 @@ export class RouterCore implements BodyConsumer {
     }
     const declared = req.headers['content-length'];
     if (declared !== undefined && Number(declared) > this.bodyLimit) return this.tooLarge(res);
-    readBody(req, res, path, this);
+    // A declared body is reserved whole before a byte of it is read, so that what the router
+    // holds can never pass the budget. A client that waits for 100 Continue is answered at once
+    // and sends nothing; any other is answered once its body has been read and dropped, since
+    // an answer while it still sends would meet a closed connection.
+    if (declared !== undefined && !this.reserve(res, Number(declared))) {
+      if (expectContinue) return this.busy(res, true);
+      req.once('end', () => this.busy(res, false));
+      req.resume();
+      return;
+    }
+    if (expectContinue) res.writeContinue();
+    readBody(req, res, path, this, declared === undefined ? -1 : Number(declared));
+  }
+
+  reserve(res: RouterResponse, bytes: number): boolean {
+    if (!this.budget.take(bytes)) return false;
+    if (res.budget === undefined) {
+      res.budget = this.budget;
+      res.on('close', releaseBytes);
+    }
+    res.reserved += bytes;
+    return true;
+  }
+
+  busy(res: RouterResponse, closeConnection: boolean): void {
+    this.unknownModel.refused(503);
+    this.metrics.overBudget();
+    const message = `The router holds as many request bodies as it may (${this.budget.limit} bytes); please try again shortly.`;
+    sendError(res, 'router_busy', message, closeConnection, BUSY_RETRY_AFTER_S);
   }
 
   tooLarge(res: ExchangeResponse): void {
@@ -279,23 +263,12 @@ export class RouterCore implements BodyConsumer {
     return reportOf(this.state.liveEndpoints(), this.waiting.depths());
   }
 
-  health(): RouterHealth {
+  /**
+   * Degraded, still 200: a load balancer that pulled the router out because the control plane
+   * is down would turn a control-plane outage into an inference outage.
+   */
+  status(): 'ok' | 'degraded' {
     const routes = this.refresher.status();
-    const ejected: string[] = [];
-    let endpoints = 0;
-    for (const e of this.state.liveEndpoints()) {
-      endpoints++;
-      if (e.ejected) ejected.push(e.url);
-    }
-    // Degraded, still 200: a load balancer that pulled the router out because the control plane
-    // is down would turn a control-plane outage into an inference outage.
-    return {
-      status: routes.state === 'unreachable' || routes.held.length > 0 ? 'degraded' : 'ok',
-      routes,
-      models: this.state.routableModelCount(),
-      endpoints,
-      ejected,
-      queued: this.waiting.depths(),
-    };
+    return routes.state === 'unreachable' || routes.held.length > 0 ? 'degraded' : 'ok';
   }
 }

@@ -19,6 +19,8 @@ export type RouterErrorKind =
   | 'queue_full'
   | 'queue_timeout'
   | 'router_stopping'
+  | 'router_busy'
+  | 'invalid_path'
   | 'internal';
 
 interface ErrorShape {
@@ -60,6 +62,11 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
       return { status: 503, type: 'service_unavailable_error', code: 'queue_timeout', param: null };
     case 'router_stopping':
       return { status: 503, type: 'service_unavailable_error', code: 'router_stopping', param: null };
+    case 'router_busy':
+      // The router's own memory, not the client's rate, ran out: a 503 to retry (here or elsewhere).
+      return { status: 503, type: 'service_unavailable_error', code: 'router_busy', param: null };
+    case 'invalid_path':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_url', param: null };
     case 'internal':
       return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }

@@ -10,6 +10,13 @@ import type { KeyMetrics } from './metrics.js';
 
 export type LimitKind = 'rps' | 'concurrent';
 
+/**
+ * Requests in flight (held in the waiting room included) per API key when keys are configured and
+ * neither --key-concurrency nor the key's line says otherwise: one key's burst must not take every
+ * slot of the waiting room or the byte budget from the others.
+ */
+export const DEFAULT_KEY_CONCURRENCY = 64;
+
 export interface Refusal {
   limit: LimitKind;
   /** Whole seconds until a retry can pass (Retry-After). */

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { DEFAULT_PORTS } from '../common/names.js';
 import { loadApiKeys, type ApiKeys } from './auth.js';
 import { Registry } from 'prom-client';
-import { clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
+import { announceListening, clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
 import { PrimaryRouteSource } from './cluster-routes.js';
 import { temporalCallCounter } from './metrics.js';
 import { WatchRouteSource } from './routes-watch.js';
@@ -20,6 +20,10 @@ import { Autoscaler } from './autoscaler.js';
 import { TemporalDeploymentControl } from './autoscale-temporal.js';
 import { holdToPrimary, reportToPrimary, type LoadReport } from './load-report.js';
 import { DEFAULT_QUEUE, type QueueSettings } from './waiting-room.js';
+import { AdminAddr, adminListener, describeAdmin } from './admin-addr.js';
+import { DEFAULT_HELD_BYTES } from './byte-budget.js';
+import { DEFAULT_KEY_CONCURRENCY } from './limits.js';
+import { DEFAULT_UPSTREAM } from './upstream.js';
 
 /** The flags of `llmgw router` as commander hands them over (strings, as typed). */
 export interface RouterFlags {
@@ -63,6 +67,14 @@ export interface RouterFlags {
   routerId?: string;
   /** --route-hold seconds a route Temporal forgot keeps serving while its engine answers (held-routes.ts); 0: never. */
   routeHold?: string | number;
+  /** --admin-addr HOST:PORT|off: /metrics and the detailed /health; default 127.0.0.1 and the port after --port. */
+  adminAddr?: string;
+  /** --debug-headers: name the engine that answered in x-llmgw-endpoint. */
+  debugHeaders?: boolean;
+  /** --held-bytes: request bodies held in memory at once, default 256 MiB. */
+  heldBytes?: string | number;
+  /** --upstream-idle-timeout seconds an engine may send nothing, default 600; 0: no limit. */
+  upstreamIdleTimeout?: string | number;
 }
 
 const Flags = z.object({
@@ -77,7 +89,9 @@ const Flags = z.object({
   allowUnauthenticated: z.boolean().default(false),
   routes: z.enum(['watch', 'visibility']).default('watch'),
   keyRps: z.coerce.number().positive().optional(),
-  keyConcurrency: z.coerce.number().int().positive().optional(),
+  keyConcurrency: z
+    .union([z.literal('off'), z.coerce.number().int().positive()], { error: 'must be a whole number > 0 or off' })
+    .default(DEFAULT_KEY_CONCURRENCY),
   affinityAbsGap: z.coerce.number().min(0).default(DEFAULT_GUARD.absGap),
   affinityRelGap: z.coerce.number().min(1).default(DEFAULT_GUARD.relGap),
   queueSize: z.coerce.number().int().min(0).default(DEFAULT_QUEUE.maxPerModel),
@@ -94,6 +108,13 @@ const Flags = z.object({
     .number()
     .min(0)
     .default(DEFAULT_HOLD.maxHoldMs / 1000),
+  adminAddr: AdminAddr.optional(),
+  debugHeaders: z.boolean().default(false),
+  heldBytes: z.coerce.number().int().min(1024).default(DEFAULT_HELD_BYTES),
+  upstreamIdleTimeout: z.coerce
+    .number()
+    .min(0)
+    .default(DEFAULT_UPSTREAM.idleTimeoutMs / 1000),
 });
 
 /** True for an address only this machine can reach. */
@@ -134,7 +155,8 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   }
   let apiKeys: ApiKeys | undefined;
   try {
-    apiKeys = loadApiKeys({ file: f.apiKeysFile, env, defaults: { rps: f.keyRps, concurrent: f.keyConcurrency } });
+    const concurrent = f.keyConcurrency === 'off' ? undefined : f.keyConcurrency;
+    apiKeys = loadApiKeys({ file: f.apiKeysFile, env, defaults: { rps: f.keyRps, concurrent } });
   } catch (err) {
     throw new RouterFlagsError((err as Error).message);
   }
@@ -190,10 +212,12 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     reports = () => routers.reports();
     autoscaler?.start();
     log(`router: ${f.workers} workers listening on http://${f.host}:${routers.port} (pids ${routers.pids().join(', ')})`);
+    log(describeAdmin(f.host, routers.adminPort, adminListener(f.adminAddr, f.port)));
     onStopSignal(log, f.shutdownGrace, () => routers.close());
     return routers;
   }
   const worker = isRouterWorker();
+  const admin = adminListener(f.adminAddr, f.port);
   const routerLog = worker ? (line: string) => log(`[worker ${process.pid}] ${line}`) : log;
   let clusterMetrics: (() => Promise<string>) | undefined;
   const source: RouteSource = worker ? new PrimaryRouteSource() : routeSource(routerLog);
@@ -207,6 +231,12 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     affinity,
     guard: { absGap: f.affinityAbsGap, relGap: f.affinityRelGap },
     bodyLimitBytes: f.bodyLimit,
+    // Each process of a cluster holds its share, as of the waiting lines.
+    heldBytes: Math.ceil(f.heldBytes / f.workers),
+    debugHeaders: f.debugHeaders,
+    upstreamIdleTimeoutMs: f.upstreamIdleTimeout * 1000,
+    // Workers share the admin address as they share the public one (node:cluster).
+    admin,
     processMetrics: true,
     log: routerLog,
     metricsText: worker ? () => (clusterMetrics as () => Promise<string>)() : undefined,
@@ -215,7 +245,10 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     onHold: worker ? holdToPrimary : (model) => autoscaler?.hold(model),
     onTable: autoscaler ? (snapshot) => autoscaler.setTable(snapshot) : undefined,
   });
-  if (worker) reportToPrimary(() => router.loadReport());
+  if (worker) {
+    reportToPrimary(() => router.loadReport());
+    announceListening(router.port, router.adminPort);
+  }
   reports = () => [router.loadReport()];
   autoscaler?.start();
   onStopSignal(routerLog, f.shutdownGrace, () => {
@@ -234,6 +267,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
       `${apiKeys ? `${apiKeys.size} API key(s)` : 'no API keys: open to anyone who can reach it'}` +
       `; cache-aware routing ${describeAffinity(affinity)})`,
   );
+  log(describeAdmin(f.host, router.adminPort, admin));
   return router;
 }
 

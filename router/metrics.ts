@@ -27,6 +27,7 @@ export class RouterMetrics {
   private readonly keyRequests: Counter<'key'>;
   private readonly keyLimited: Counter<'key' | 'limit'>;
   private readonly keyTokens: Counter<'key' | 'kind'>;
+  private readonly busy: Counter;
 
   constructor(endpoints: () => Iterable<InflightView>, options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -121,6 +122,11 @@ export class RouterMetrics {
       labelNames: ['key', 'kind'],
       registers,
     });
+    this.busy = new Counter({
+      name: 'llmgw_router_held_bytes_refused_total',
+      help: 'Requests refused with 503 because their body would pass the budget for request bodies in memory (--held-bytes).',
+      registers,
+    });
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llmgw_router_' });
   }
 
@@ -141,6 +147,22 @@ export class RouterMetrics {
       promptTokens: this.keyTokens.labels(label, 'prompt'),
       completionTokens: this.keyTokens.labels(label, 'completion'),
     };
+  }
+
+  /** llmgw_router_held_bytes: what `read` says the request bodies in memory weigh, at scrape time. */
+  watchHeldBytes(read: () => number): void {
+    new Gauge({
+      name: 'llmgw_router_held_bytes',
+      help: 'Bytes of request bodies this router holds in memory (being read, waiting for a replica, in flight to an engine).',
+      registers: [this.registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  }
+
+  overBudget(): void {
+    this.busy.inc();
   }
 
   upstreamError(endpoint: string, reason: string): void {

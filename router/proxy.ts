@@ -35,6 +35,8 @@ export interface ProxySettings {
   maxAttempts: number;
   /** A request of a model with requests waiting at the router has finished: one may go now. */
   released?(model: ModelPool): void;
+  /** Name the engine that answered in x-llmgw-endpoint (--debug-headers). */
+  debugHeaders: boolean;
 }
 
 /**
@@ -128,32 +130,30 @@ export class Exchange implements Dispatcher.DispatchHandler {
     this.sse = type.startsWith('text/event-stream');
     const res = this.res;
     if (this.sse) {
-      // x-llmgw-endpoint says which engine answered: what an operator asks first when one misbehaves.
-      res.writeHead(statusCode, [
-        'content-type',
-        type,
-        'cache-control',
-        'no-cache',
-        'x-accel-buffering',
-        'no',
-        'x-llmgw-endpoint',
-        endpoint.url,
-        ...(this.queuedMs < 0 ? [] : ['x-llmgw-queued-ms', String(Math.round(this.queuedMs))]),
-      ]);
+      const out = ['content-type', type, 'cache-control', 'no-cache', 'x-accel-buffering', 'no'];
+      this.extraHeaders(out, endpoint);
+      res.writeHead(statusCode, out);
       // The first chunk usually arrives with the headers and carries them out in one write; if
       // it does not (a long prefill), the client still learns at once that its stream started.
       queueMicrotask(() => {
         if (!res.headersSent && !res.destroyed) res.flushHeaders();
       });
     } else {
-      const out = ['content-type', type, 'x-llmgw-endpoint', endpoint.url];
+      const out = ['content-type', type];
       if (contentLength !== undefined) out.push('content-length', contentLength);
       // Engines do not compress by default; if one does, the client must be told how.
       if (encoding !== undefined) out.push('content-encoding', encoding);
-      if (this.queuedMs >= 0) out.push('x-llmgw-queued-ms', String(Math.round(this.queuedMs)));
+      this.extraHeaders(out, endpoint);
       res.writeHead(statusCode, out);
     }
     return true;
+  }
+
+  private extraHeaders(out: string[], endpoint: Endpoint): void {
+    // Which engine answered is what an operator asks first when one misbehaves, but a client that
+    // learns it can call the engine directly, past keys and limits: only with --debug-headers.
+    if (this.settings.debugHeaders) out.push('x-llmgw-endpoint', endpoint.url);
+    if (this.queuedMs >= 0) out.push('x-llmgw-queued-ms', String(Math.round(this.queuedMs)));
   }
 
   onData(chunk: Buffer): boolean {

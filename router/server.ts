@@ -1,16 +1,23 @@
-// The router's HTTP server and its lifecycle: node:http with the router's request and response
-// classes, the route refresher and the load scraper started before it listens, and a close that
-// lets requests in flight finish. Router side; what each request gets is core.ts.
+// The router's HTTP servers and their lifecycle: the public one (node:http with the router's
+// request and response classes) and the admin one (admin.ts), the route refresher and the load
+// scraper started before they listen, and a close that lets requests in flight finish. Router
+// side; what each public request gets is core.ts.
 import http from 'node:http';
+import type { Server as NetServer } from 'node:net';
 import type { Registry } from 'prom-client';
-import { RouterCore, type RouterHealth, type RouterOptions } from './core.js';
+import { createAdminServer, detailedHealth, type RouterHealth } from './admin.js';
+import { RouterCore } from './core.js';
 import type { LoadReport } from './load-report.js';
+import type { RouterOptions } from './options.js';
 import { internalError, RouterRequest, RouterResponse } from './request.js';
 
-export { DEFAULT_BODY_LIMIT, type RouterHealth, type RouterOptions } from './core.js';
+export { DEFAULT_BODY_LIMIT, type RouterOptions } from './options.js';
+export type { RouterHealth } from './admin.js';
 
 export interface Router {
   port: number;
+  /** The admin listener's port (/metrics, detailed /health); undefined when it is off. */
+  adminPort: number | undefined;
   /** This router's prom-client registry. */
   registry: Registry;
   /** Reads the route source now (tests; the router also polls on its own). */
@@ -55,26 +62,41 @@ export async function startRouter(options: RouterOptions): Promise<Router> {
       }
     },
   );
+  // A client that sends `Expect: 100-continue` (curl does for large bodies) learns of a refusal
+  // (key, limits, budget) before it uploads the body.
+  server.on('checkContinue', (req: RouterRequest, res: RouterResponse) => {
+    try {
+      core.handle(req, res, true);
+    } catch (err) {
+      internalError(res, err);
+    }
+  });
   server.on('clientError', (_err, socket) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
     else socket.destroy();
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 8080, options.host ?? '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const address = server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : (options.port ?? 0);
+  await listen(server, options.port ?? 8080, options.host ?? '127.0.0.1');
+  const port = boundPort(server, options.port ?? 0);
+  const admin = options.admin === undefined ? undefined : createAdminServer(core);
+  if (admin !== undefined && options.admin !== undefined) {
+    const { host, port: wanted } = options.admin;
+    try {
+      await listen(admin, wanted, host);
+    } catch (err) {
+      server.close();
+      throw new Error(`router: admin listener ${host}:${wanted}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+  const adminPort = admin === undefined ? undefined : boundPort(admin, options.admin?.port ?? 0);
 
   let closed: Promise<void> | undefined;
   const close = (graceMs = 5000): Promise<void> => {
     closed ??= (async () => {
       clearInterval(syncSourceGauge);
       core.scraper.stop();
+      admin?.close();
+      admin?.closeAllConnections();
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
       const deadline = Date.now() + graceMs;
@@ -100,10 +122,26 @@ export async function startRouter(options: RouterOptions): Promise<Router> {
 
   return {
     port,
+    adminPort,
     registry: core.metrics.registry,
     refreshRoutes: () => core.refresher.refresh(),
-    health: () => core.health(),
+    health: () => detailedHealth(core),
     loadReport: () => core.loadReport(),
     close,
   };
+}
+
+function listen(server: NetServer, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+function boundPort(server: NetServer, fallback: number): number {
+  const address = server.address();
+  return typeof address === 'object' && address !== null ? address.port : fallback;
 }

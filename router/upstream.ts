@@ -1,7 +1,7 @@
 // The router's connections to engines: one undici Pool per replica endpoint, kept alive a
 // little less than the engines keep idle connections (uvicorn closes them after 5 s), with a
-// connect timeout but no headers or body timeout, because a long generation must never be cut.
-// Also names the ways talking to an engine fails. Router side.
+// connect timeout and an idle timeout (silence, not length: a long generation that keeps sending
+// is never cut). Also names the ways talking to an engine fails. Router side.
 import { Pool } from 'undici';
 
 export interface UpstreamOptions {
@@ -9,9 +9,20 @@ export interface UpstreamOptions {
   connectTimeoutMs: number;
   /** Idle keep-alive; below the engines' own 5 s so that we, not they, close idle sockets. */
   keepAliveMs: number;
+  /**
+   * How long an engine may send nothing, while the router waits for its answer's headers or
+   * between two pieces of its body, before the request fails (a hung engine, a half-open
+   * connection). A stream sends a chunk per token; a non-streaming answer is silent until it is
+   * whole, so the default leaves a long non-streaming generation (thousands of tokens at tens a
+   * second) room to finish. 0: no limit.
+   */
+  idleTimeoutMs: number;
 }
 
-export const DEFAULT_UPSTREAM: UpstreamOptions = { connectTimeoutMs: 3000, keepAliveMs: 4000 };
+/** Ten minutes of silence: no healthy engine is that quiet while it serves a request. */
+export const DEFAULT_IDLE_TIMEOUT_MS = 600_000;
+
+export const DEFAULT_UPSTREAM: UpstreamOptions = { connectTimeoutMs: 3000, keepAliveMs: 4000, idleTimeoutMs: DEFAULT_IDLE_TIMEOUT_MS };
 
 export function createUpstreamPool(url: string, options: UpstreamOptions): Pool {
   return new Pool(url, {
@@ -22,14 +33,13 @@ export function createUpstreamPool(url: string, options: UpstreamOptions): Pool 
     connect: { timeout: options.connectTimeoutMs, noDelay: true },
     keepAliveTimeout: options.keepAliveMs,
     keepAliveMaxTimeout: options.keepAliveMs,
-    // A non-streaming answer sends its headers only when the whole generation is done.
-    headersTimeout: 0,
-    bodyTimeout: 0,
+    headersTimeout: options.idleTimeoutMs,
+    bodyTimeout: options.idleTimeoutMs,
   });
 }
 
 export type UpstreamFailure =
-  'connect_refused' | 'connect_timeout' | 'connection_reset' | 'status_503' | 'mid_stream' | 'endpoint_closed' | 'other';
+  'connect_refused' | 'connect_timeout' | 'connection_reset' | 'idle_timeout' | 'status_503' | 'mid_stream' | 'endpoint_closed' | 'other';
 
 /** The reason label for an error undici reported before any response byte. */
 export function classifyUpstreamError(err: unknown): UpstreamFailure {
@@ -48,6 +58,9 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
     case 'EPIPE':
     case 'UND_ERR_SOCKET':
       return 'connection_reset';
+    case 'UND_ERR_HEADERS_TIMEOUT':
+    case 'UND_ERR_BODY_TIMEOUT':
+      return 'idle_timeout';
     case 'UND_ERR_CLOSED':
     case 'UND_ERR_DESTROYED':
       return 'endpoint_closed';

@@ -52,10 +52,12 @@ export async function upCommand(opts: UpOptions): Promise<void> {
     },
   ];
   const routerPort = Number(opts.routerPort) + offset;
+  // The router's own default: its admin listener (/metrics, detailed /health) on the next port.
+  const routerAdmin = routerPort + 1;
   const workerMetrics = port(DEFAULT_PORTS.workerMetrics);
   // With an offset these land among the ports the OS hands out at random, which the dev server
   // takes for its HTTP and metrics endpoints: it must leave these to the parts they are for.
-  const promised = new Set([routerPort, workerMetrics, ...simNodes.flatMap((n) => [n.admin, n.metrics])]);
+  const promised = new Set([routerPort, routerAdmin, workerMetrics, ...simNodes.flatMap((n) => [n.admin, n.metrics])]);
   const reservedPorts = (p: number): boolean => promised.has(p) || (p >= engines && p <= engines + 999);
 
   const stateDir = resolve('.llmgw');
@@ -162,7 +164,8 @@ export async function upCommand(opts: UpOptions): Promise<void> {
     }
     // Loopback only: the demo router has no API keys.
     const withRouter = existsSync(join(__dirname, '../../router/main.js'));
-    if (withRouter) spawnPart('router', ['router', '--port', String(routerPort), '--host', '127.0.0.1']);
+    if (withRouter)
+      spawnPart('router', ['router', '--port', String(routerPort), '--host', '127.0.0.1', '--admin-addr', `127.0.0.1:${routerAdmin}`]);
 
     const client = await connectClient();
     stack.client = client;
@@ -208,7 +211,11 @@ export async function upCommand(opts: UpOptions): Promise<void> {
         () => routerServes(routerPort, 'demo'),
       );
     const ui = `${stack.server?.uiUrl ?? ''}/namespaces/default/workflows/${encodeURIComponent('deployment/demo')}`;
-    const metrics = [`127.0.0.1:${workerMetrics}`, ...simNodes.map((node) => `127.0.0.1:${node.metrics}`)];
+    const metrics = [
+      ...(withRouter ? [`127.0.0.1:${routerAdmin}`] : []),
+      `127.0.0.1:${workerMetrics}`,
+      ...simNodes.map((node) => `127.0.0.1:${node.metrics}`),
+    ];
     console.log(`
 llmgw is up: deployment "demo" has ${status.ready}/${status.desired} replicas Ready (${((Date.now() - started) / 1000).toFixed(1)} s after deploy)
 

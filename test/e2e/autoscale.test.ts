@@ -42,13 +42,27 @@ const servedName = 'auto';
 interface RouterProc {
   proc: LlmgwProcess;
   base: string;
+  /** The admin listener: the detailed /health with the waiting lines. */
+  admin: string;
 }
 
 /** A router on `port` (a restart takes the same one, and with it the router's place in the routes workflow). */
 async function startRouterProc(port: number, extra: string[] = []): Promise<RouterProc> {
-  const proc = spawnLlmgw(['router', '--host', '127.0.0.1', '--port', String(port), '--shutdown-grace', '60', ...extra]);
+  const admin = `127.0.0.1:${await findFreePort()}`;
+  const proc = spawnLlmgw([
+    'router',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--admin-addr',
+    admin,
+    '--shutdown-grace',
+    '60',
+    ...extra,
+  ]);
   await proc.waitForOutput(/listening on http/, 60_000);
-  return { proc, base: `http://127.0.0.1:${port}` };
+  return { proc, base: `http://127.0.0.1:${port}`, admin: `http://${admin}` };
 }
 
 interface Answer {
@@ -77,7 +91,7 @@ async function ask(base: string, maxTokens = 8): Promise<Answer> {
 const view = (): Promise<DeploymentView> => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
 
 async function queued(router: RouterProc): Promise<number> {
-  const health = (await (await fetch(`${router.base}/health`)).json()) as { queued: Record<string, number> };
+  const health = (await (await fetch(`${router.admin}/health`)).json()) as { queued: Record<string, number> };
   return health.queued[servedName] ?? 0;
 }
 

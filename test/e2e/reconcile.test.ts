@@ -31,6 +31,7 @@ import {
   restartTemporalEmpty,
   routed,
   router,
+  routerAdmin,
   routerHealth,
   routerProc,
   startAgent,
@@ -56,7 +57,7 @@ describe('reconciliation', () => {
     await eventually('the router serves both', async () => (await routed(first)) && (await routed(second)), 20_000, 250).catch(
       async (error: unknown) => {
         console.log(routerProc.output().slice(-3000));
-        const health = await fetch(`${router.baseURL.replace(/\/v1$/, '')}/health`)
+        const health = await fetch(`http://${routerAdmin}/health`)
           .then((r) => r.text())
           .catch(String);
         console.log(health);

@@ -110,7 +110,8 @@ beforeAll(async () => {
   ({ client, close: closeClient } = await testClient());
   await spawnControlWorker();
   const port = await findFreePort();
-  const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1']);
+  // --debug-headers: the load helper tells replicas apart by x-llmgw-endpoint.
+  const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--debug-headers']);
   await router.waitForOutput(/listening|router/, 30_000);
   routerUrl = `http://127.0.0.1:${port}`;
 });

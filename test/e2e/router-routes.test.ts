@@ -36,6 +36,8 @@ const engines: FakeEngine[] = [];
 interface WatchedRouter {
   proc: LlmgwProcess;
   url: string;
+  /** The admin listener: /metrics and the detailed /health. */
+  admin: string;
   /** The processes that serve (the workers of a cluster, or the router itself). */
   servers: number[];
   lines: Array<{ at: number; text: string }>;
@@ -43,7 +45,22 @@ interface WatchedRouter {
 
 async function startWatchedRouter(workers: number): Promise<WatchedRouter> {
   const routerPort = await findFreePort();
-  const proc = spawnLlmgw(['router', '--host', '127.0.0.1', '--port', String(routerPort), '--workers', String(workers)], env);
+  const admin = `http://127.0.0.1:${await findFreePort()}`;
+  const proc = spawnLlmgw(
+    [
+      'router',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(routerPort),
+      '--workers',
+      String(workers),
+      '--admin-addr',
+      admin.slice('http://'.length),
+      '--debug-headers',
+    ],
+    env,
+  );
   const lines: WatchedRouter['lines'] = [];
   let partial = '';
   proc.child.stdout?.on('data', (chunk: Buffer) => {
@@ -54,7 +71,7 @@ async function startWatchedRouter(workers: number): Promise<WatchedRouter> {
   });
   const listening = await proc.waitForOutput(/listening on http\S+( \(pids [\d, ]+\))?/, 60_000);
   const servers = workers > 1 ? (/pids ([\d, ]+)/.exec(listening)?.[1] ?? '').split(', ').map(Number) : [proc.pid];
-  return { proc, url: `http://127.0.0.1:${routerPort}`, servers, lines };
+  return { proc, url: `http://127.0.0.1:${routerPort}`, admin, servers, lines };
 }
 
 /** How many endpoints a server process installed last, from its log. */
@@ -82,7 +99,7 @@ async function propagation(router: WatchedRouter, since: number, endpoints: numb
 }
 
 async function temporalCalls(router: WatchedRouter): Promise<number> {
-  const text = await (await fetch(`${router.url}/metrics`)).text();
+  const text = await (await fetch(`${router.admin}/metrics`)).text();
   return text
     .split('\n')
     .filter((l) => l.startsWith('llmgw_router_temporal_requests_total{'))
@@ -240,7 +257,9 @@ describe('routes from the routes workflow', () => {
     })();
     await server.stop();
     await sleep(30_000);
-    const health = (await (await fetch(`${four.url}/health`)).json()) as { status: string; routes: { state: string } };
+    const health = (await (await fetch(`${four.admin}/health`)).json()) as { status: string; routes: { state: string } };
+    // The public listener says degraded and nothing about why (no Temporal address, no error).
+    expect(await (await fetch(`${four.url}/health`)).json()).toEqual({ status: 'degraded' });
     running = false;
     await load;
     console.log(`30 s Temporal outage: ${served} requests served, ${failures.length} failed`);

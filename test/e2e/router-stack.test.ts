@@ -20,6 +20,8 @@ let server: DevServer;
 let port: number;
 let dbFile: string;
 let routerUrl: string;
+/** The router's admin listener: the detailed /health. */
+let routerAdmin: string;
 let routerProc: ReturnType<typeof spawnLlmgw>;
 let env: Record<string, string>;
 const processes: Array<[string, ReturnType<typeof spawnLlmgw>]> = [];
@@ -128,7 +130,12 @@ beforeAll(async () => {
     await agent.waitForOutput(/registered with node\//, 60_000);
   }
   const routerPort = await findFreePort();
-  const router = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
+  routerAdmin = `http://127.0.0.1:${await findFreePort()}`;
+  // --debug-headers: the test tells replicas apart by x-llmgw-endpoint.
+  const router = spawnLlmgw(
+    ['router', '--port', String(routerPort), '--host', '127.0.0.1', '--admin-addr', routerAdmin.slice(7), '--debug-headers'],
+    env,
+  );
   routerProc = router;
   await router.waitForOutput(/listening|router/, 30_000);
   routerUrl = `http://127.0.0.1:${routerPort}`;
@@ -263,7 +270,7 @@ describe('the router under load', () => {
       20,
     ).catch(async (error: unknown) => {
       console.log(`router output:\n${routerProc.output().slice(-3000)}`);
-      console.log(`health: ${await (await request(`${routerUrl}/health`)).body.text()}`);
+      console.log(`health: ${await (await request(`${routerAdmin}/health`)).body.text()}`);
       console.log(`added: ${JSON.stringify(added)}`);
       throw error;
     });

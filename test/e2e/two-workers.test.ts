@@ -38,7 +38,8 @@ beforeAll(async () => {
   workers.push(...(await Promise.all([spawnControlWorker(), spawnControlWorker()])));
   for (const nodeId of nodeIds) await startSimAgent(nodeId, { inventory: TWO });
   const port = await findFreePort();
-  const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1']);
+  // --debug-headers: the load helper tells replicas apart by x-llmgw-endpoint.
+  const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--debug-headers']);
   await router.waitForOutput(/listening/, 30_000);
   routerUrl = `http://127.0.0.1:${port}`;
   for (const d of [steady, scaled]) {

@@ -118,9 +118,12 @@ export async function undeploy(name: string): Promise<void> {
   expect(ran.code, ran.output).toBe(0);
 }
 
-/** The router's /health: where its routes come from, and what it holds that Temporal forgot. */
+/** The router's admin address (HOST:PORT): /metrics and the detailed /health. */
+export let routerAdmin = '';
+
+/** The router's detailed /health: where its routes come from, and what it holds that Temporal forgot. */
 export async function routerHealth(): Promise<{ routes: { held: Array<{ replicaId: string; endpoint: string }> } }> {
-  const res = await fetch(`${router.baseURL.replace(/\/v1$/, '')}/health`);
+  const res = await fetch(`http://${routerAdmin}/health`);
   return (await res.json()) as { routes: { held: Array<{ replicaId: string; endpoint: string }> } };
 }
 
@@ -174,7 +177,12 @@ export async function startReconcileStack(): Promise<void> {
   await workerProc.waitForOutput(/serving task queue llmgw/, 90_000);
   for (const nodeId of nodeIds) await startAgent(nodeId, join(INVENTORIES, 'lifex8.yaml'));
   const routerPort = await findFreePort();
-  routerProc = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
+  routerAdmin = `127.0.0.1:${await findFreePort()}`;
+  // --debug-headers: the load helpers tell replicas apart by x-llmgw-endpoint.
+  routerProc = spawnLlmgw(
+    ['router', '--port', String(routerPort), '--host', '127.0.0.1', '--admin-addr', routerAdmin, '--debug-headers'],
+    env,
+  );
   await routerProc.waitForOutput(/listening|router/, 30_000);
   router = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 });
 }

@@ -30,6 +30,8 @@ export interface Running {
   router: Router;
   source: StaticRouteSource;
   base: string;
+  /** The admin listener: /metrics and the detailed /health. */
+  admin: string;
   openai: OpenAI;
   logs: string[];
 }
@@ -37,10 +39,19 @@ export interface Running {
 export async function router(routes: StaticRoute[], options: Partial<RouterOptions> = {}): Promise<Running> {
   const source = new StaticRouteSource(routes);
   const logs: string[] = [];
-  const r = await startRouter({ source, port: 0, routesIntervalMs: 100, scrapeIntervalMs: 200, log: (l) => logs.push(l), ...options });
+  const r = await startRouter({
+    source,
+    port: 0,
+    routesIntervalMs: 100,
+    scrapeIntervalMs: 200,
+    admin: { host: '127.0.0.1', port: 0 },
+    log: (l) => logs.push(l),
+    ...options,
+  });
   routers.push(r);
   const base = `http://127.0.0.1:${r.port}`;
-  return { router: r, source, base, openai: new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 }), logs };
+  const admin = `http://127.0.0.1:${r.adminPort ?? 0}`;
+  return { router: r, source, base, admin, openai: new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 }), logs };
 }
 
 /** Which fake engine answered: its ids carry a per-engine random prefix. */
@@ -56,8 +67,9 @@ export async function engineMetric(e: FakeEngine, name: string): Promise<number>
   return Number(line?.slice(line.lastIndexOf(' ') + 1));
 }
 
-export async function routerMetric(base: string, prefix: string): Promise<number> {
-  const text = await (await fetch(`${base}/metrics`)).text();
+/** A metric's sum over its series, read from the router's admin listener (`admin`). */
+export async function routerMetric(admin: string, prefix: string): Promise<number> {
+  const text = await (await fetch(`${admin}/metrics`)).text();
   return text
     .split('\n')
     .filter((l) => l.startsWith(prefix))

@@ -37,7 +37,7 @@ describe('router: backpressure', () => {
     const model = new ModelPool('demo', [new Endpoint('http://engine:1', pool)], 'least-loaded', metrics.forModel('demo'), undefined);
     const client = new SlowClient();
     const exchange = new Exchange(
-      { metrics, maxAttempts: 3, lookup: () => model },
+      { metrics, maxAttempts: 3, lookup: () => model, debugHeaders: false },
       client as unknown as ExchangeResponse,
       model,
       '/v1/chat/completions',

@@ -16,7 +16,7 @@ describe('router: failover and faults', () => {
     const live = await engine();
     const dead = `http://127.0.0.1:${await findFreePort()}`;
     const {
-      base,
+      admin,
       openai,
       router: r,
     } = await router([
@@ -29,14 +29,14 @@ describe('router: failover and faults', () => {
       ),
     );
     expect(results.every((c) => c.object === 'chat.completion')).toBe(true);
-    expect(await routerMetric(base, 'llmgw_router_retries_total')).toBeGreaterThan(0);
-    expect(await routerMetric(base, `llmgw_router_ejections_total{endpoint="${dead}"}`)).toBeGreaterThanOrEqual(1);
+    expect(await routerMetric(admin, 'llmgw_router_retries_total')).toBeGreaterThan(0);
+    expect(await routerMetric(admin, `llmgw_router_ejections_total{endpoint="${dead}"}`)).toBeGreaterThanOrEqual(1);
     expect(r.health().ejected).toEqual([dead]);
     // Once ejected, the dead endpoint costs nothing more.
-    const retriesBefore = await routerMetric(base, 'llmgw_router_retries_total');
+    const retriesBefore = await routerMetric(admin, 'llmgw_router_retries_total');
     for (let i = 0; i < 10; i++)
       await openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'again' }], max_tokens: 2 });
-    expect(await routerMetric(base, 'llmgw_router_retries_total')).toBe(retriesBefore);
+    expect(await routerMetric(admin, 'llmgw_router_retries_total')).toBe(retriesBefore);
   });
 
   it('retries a 503 before the first byte on another replica (an engine still loading)', async () => {
@@ -77,7 +77,7 @@ describe('router: failover and faults', () => {
 
   it("aborts the engine's work when the client disconnects", async () => {
     const e = await engine({ tokensPerSecond: 50 });
-    const { base } = await router([{ servedName: 'demo', endpoint: url(e) }]);
+    const { base, admin } = await router([{ servedName: 'demo', endpoint: url(e) }]);
     const abort = new AbortController();
     const res = await fetch(`${base}/v1/chat/completions`, {
       method: 'POST',
@@ -91,7 +91,7 @@ describe('router: failover and faults', () => {
     expect(await engineMetric(e, 'vllm:num_requests_running')).toBe(1);
     abort.abort();
     await waitFor(async () => (await engineMetric(e, 'vllm:num_requests_running')) === 0, 2000);
-    await waitFor(async () => (await routerMetric(base, 'llmgw_router_requests_total{model="demo",status="499"}')) === 1, 2000);
+    await waitFor(async () => (await routerMetric(admin, 'llmgw_router_requests_total{model="demo",status="499"}')) === 1, 2000);
   });
 });
 
@@ -107,14 +107,17 @@ describe('router: route source outages', () => {
       close: () => Promise.resolve(),
     };
     const logs: string[] = [];
-    const r = await startRouter({ source, port: 0, routesIntervalMs: 50, log: (l) => logs.push(l) });
+    const r = await startRouter({ source, port: 0, routesIntervalMs: 50, admin: { host: '127.0.0.1', port: 0 }, log: (l) => logs.push(l) });
     routers.push(r);
     const base = `http://127.0.0.1:${r.port}`;
+    const admin = `http://127.0.0.1:${r.adminPort ?? 0}`;
 
     down = true;
     await new Promise((res) => setTimeout(res, 300));
     expect((await post(base, '/v1/chat/completions', chat())).status).toBe(200);
-    const health = (await (await fetch(`${base}/health`)).json()) as {
+    // The public listener says only that it is degraded; the admin listener says why.
+    expect(await (await fetch(`${base}/health`)).json()).toEqual({ status: 'degraded' });
+    const health = (await (await fetch(`${admin}/health`)).json()) as {
       status: string;
       routes: { state: string; since: string; error: string };
     };

@@ -22,6 +22,9 @@ afterEach(async () => {
   await Promise.all(engines.splice(0).map((e) => e.close(0)));
 });
 
+/** A router with these keys before one fake engine; its public URL (the admin one is `admin`). */
+let admin = '';
+
 async function routerWithKeys(keys: ApiKeys, tokensPerSecond = 0): Promise<string> {
   const e = await startFakeEngine(fakeEngineOptions({ model: 'demo', tokensPerSecond }));
   engines.push(e);
@@ -29,9 +32,11 @@ async function routerWithKeys(keys: ApiKeys, tokensPerSecond = 0): Promise<strin
     source: new StaticRouteSource([{ servedName: 'demo', endpoint: `http://127.0.0.1:${e.port}` }]),
     port: 0,
     apiKeys: keys,
+    admin: { host: '127.0.0.1', port: 0 },
     log: () => undefined,
   });
   routers.push(r);
+  admin = `http://127.0.0.1:${r.adminPort ?? 0}`;
   return `http://127.0.0.1:${r.port}`;
 }
 
@@ -99,7 +104,8 @@ describe('router: per-key limits', () => {
     await new Promise((r) => setTimeout(r, 1100));
     const stream = await post(base, 'sk-secret-alpha', { max_tokens: 3, stream: true, stream_options: { include_usage: true } });
     await stream.text();
-    const text = await (await fetch(`${base}/metrics`)).text();
+    expect((await fetch(`${base}/metrics`)).status).toBe(404);
+    const text = await (await fetch(`${admin}/metrics`)).text();
     const label = keys.keys[0]?.label as string;
     expect(label).toMatch(/^sha256:[0-9a-f]{12}$/);
     expect(text).not.toContain('sk-secret-alpha');

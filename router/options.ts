@@ -1,0 +1,56 @@
+// What startRouter takes: the route source, the listeners, the limits and budgets, and the hooks
+// the process around it (main.ts, a test, a bench) plugs in. Router side.
+import type { Registry } from 'prom-client';
+import type { ImbalanceGuard } from './affinity.js';
+import type { ApiKeys } from './auth.js';
+import type { AffinitySettings } from './balancer.js';
+import type { Policy } from './pools.js';
+import type { RouteSnapshot, RouteSource } from './routes.js';
+import type { QueueSettings } from './waiting-room.js';
+
+export interface RouterOptions {
+  source: RouteSource;
+  /** 0 asks the OS for a port. Default 8080. */
+  port?: number;
+  host?: string;
+  /** Undefined: no authentication. */
+  apiKeys?: ApiKeys | undefined;
+  /** The share of each key's limits this process enforces: 1 / router processes. Default 1. */
+  limitShare?: number;
+  /** Cache-aware routing on or off, for all deployments and by name; on by default. */
+  affinity?: AffinitySettings;
+  /** When cache-aware routing moves a request off its home replica. */
+  guard?: ImbalanceGuard;
+  /** One policy for every model, whatever `affinity` says (bench:affinity compares them). */
+  policy?: Policy;
+  bodyLimitBytes?: number;
+  /** Request bodies this process holds in memory at once (being read, waiting, in flight); default 256 MiB. */
+  heldBytes?: number;
+  /** Name the engine that answered in `x-llmgw-endpoint` (off by default: clients must not learn engines' addresses). */
+  debugHeaders?: boolean;
+  /** Where /metrics and the detailed /health are served; undefined: nowhere. Port 0 asks the OS. */
+  admin?: { host: string; port: number };
+  /** How often to read the route source. */
+  routesIntervalMs?: number;
+  scrapeIntervalMs?: number;
+  connectTimeoutMs?: number;
+  /** Silence from an engine (no header or body bytes) after which its request fails; see upstream.ts. */
+  upstreamIdleTimeoutMs?: number;
+  /** Tries per request, the first included. */
+  maxAttempts?: number;
+  /** Process metrics (CPU, memory, event loop lag) in /metrics; on for the CLI, off in tests. */
+  processMetrics?: boolean;
+  /** What /metrics answers instead of this router's own registry (a cluster worker: all workers' sum). */
+  metricsText?: () => Promise<string>;
+  /** More metrics for /metrics beside the router's own (its route source's Temporal calls). */
+  extraMetrics?: Registry;
+  /** The waiting line's limits per deployment, and flow control's threshold. */
+  queue?: Partial<QueueSettings>;
+  /** Requests are held for a model with no routable replica: wake its deployment (the autoscaler). */
+  onHold?: (model: string) => void;
+  /** Hears every table installed (the autoscaler reads desired counts and bounds from it). */
+  onTable?: (snapshot: RouteSnapshot) => void;
+  log?: (line: string) => void;
+}
+
+export const DEFAULT_BODY_LIMIT = 8 * 1024 * 1024;
