@@ -27,5 +27,9 @@ export function adminListener(flag: string | undefined, publicPort: number): { h
 export function describeAdmin(publicHost: string, port: number | undefined, admin: { host: string } | undefined): string {
   if (admin === undefined || port === undefined) return 'router: admin listener off (no /metrics, no detailed /health)';
   const host = admin.host.includes(':') ? `[${admin.host}]` : admin.host;
-  return `router: /metrics and detailed /health on http://${host}:${port} (the public ${publicHost} answers /health with the status only)`;
+  // Engine URLs and route-source errors are for operators: say so when others can reach them.
+  const exposed = LOOPBACK.test(admin.host) ? '' : '; not loopback: anyone who can reach it sees engine URLs';
+  return `router: /metrics and detailed /health on http://${host}:${port} (the public ${publicHost} answers /health with the status only${exposed})`;
 }
+
+const LOOPBACK = /^(localhost|::1|127\.\d{1,3}\.\d{1,3}\.\d{1,3})$/;

@@ -147,7 +147,9 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const log = (line: string) => console.log(line);
   let affinity: AffinitySettings;
   let staticRoutes: StaticRoute[] | undefined;
+  let admin: { host: string; port: number } | undefined;
   try {
+    admin = adminListener(f.adminAddr, f.port);
     affinity = parseAffinity(f.affinity ?? env.LLMGW_ROUTER_AFFINITY);
     staticRoutes = f.staticRoutes ? parseStaticRoutes(f.staticRoutes) : undefined;
   } catch (err) {
@@ -212,12 +214,11 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     reports = () => routers.reports();
     autoscaler?.start();
     log(`router: ${f.workers} workers listening on http://${f.host}:${routers.port} (pids ${routers.pids().join(', ')})`);
-    log(describeAdmin(f.host, routers.adminPort, adminListener(f.adminAddr, f.port)));
+    log(describeAdmin(f.host, routers.adminPort, admin));
     onStopSignal(log, f.shutdownGrace, () => routers.close());
     return routers;
   }
   const worker = isRouterWorker();
-  const admin = adminListener(f.adminAddr, f.port);
   const routerLog = worker ? (line: string) => log(`[worker ${process.pid}] ${line}`) : log;
   let clusterMetrics: (() => Promise<string>) | undefined;
   const source: RouteSource = worker ? new PrimaryRouteSource() : routeSource(routerLog);

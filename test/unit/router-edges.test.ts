@@ -6,6 +6,7 @@
 import http from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { autoscalePolicy } from '../../common/autoscale.js';
+import { adminListener } from '../../router/admin-addr.js';
 import { runRouter } from '../../router/main.js';
 import { StaticRouteSource, type DeploymentEntry } from '../../router/routes.js';
 import { chat, engine, post, router, url, useRouterHarness } from '../helpers/router-harness.js';
@@ -81,6 +82,16 @@ describe('router edges: what clients can learn', () => {
     // Off: no admin listener at all.
     const off = await router([{ servedName: 'demo', endpoint: url(e) }], { admin: undefined });
     expect(off.router.adminPort).toBeUndefined();
+  });
+
+  it('puts the admin listener on loopback and the port after the public one unless told otherwise', async () => {
+    expect(adminListener(undefined, 8080)).toEqual({ host: '127.0.0.1', port: 8081 });
+    expect(adminListener(undefined, 0)).toEqual({ host: '127.0.0.1', port: 0 });
+    expect(adminListener('off', 8080)).toBeUndefined();
+    expect(adminListener('[::1]:9100', 8080)).toEqual({ host: '::1', port: 9100 });
+    await expect(runRouter({ port: 0, host: '127.0.0.1', staticRoutes: 'demo=http://127.0.0.1:9', adminAddr: 'nowhere' })).rejects.toThrow(
+      /--admin-addr: must be HOST:PORT or off/,
+    );
   });
 
   it('answers a malformed percent-escape in the path with 400 in OpenAI’s shape', async () => {
