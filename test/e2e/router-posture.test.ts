@@ -1,6 +1,7 @@
 // `llmgw router` as an operator starts it: on a reachable address with no API key it refuses
 // to start and says how to proceed; with keys (and limits from the keys file) it serves, and a
-// key over its limit gets 429 with Retry-After. Real processes, static routes (no Temporal).
+// key over its limit gets 429 with Retry-After; no answer names the engine, and /metrics is only
+// on the loopback admin listener. Real processes, static routes (no Temporal).
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -64,6 +65,12 @@ describe('router posture', () => {
     const first = await ask();
     expect(first.status).toBe(200);
     await first.arrayBuffer();
+    // Nothing tells the client where the engine is; /metrics is on 127.0.0.1:<port+1> only.
+    expect(first.headers.get('x-llmgw-endpoint')).toBeNull();
+    expect([...first.headers.values()].join(' ')).not.toContain(String(engine?.port));
+    expect((await fetch(`http://127.0.0.1:${port}/metrics`)).status).toBe(404);
+    expect(await (await fetch(`http://127.0.0.1:${port}/health`)).json()).toEqual({ status: 'ok' });
+    expect((await fetch(`http://127.0.0.1:${port + 1}/metrics`)).status).toBe(200);
     const second = await ask();
     expect(second.status).toBe(429);
     expect(Number(second.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
