@@ -66,7 +66,7 @@ describe('router shutdown', () => {
     const fake = await startFakeTemporal(routeTable(base(engine)));
     temporals.push(fake);
     const port = await findFreePort();
-    const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--shutdown-grace', '20'], {
+    const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--admin-addr', 'off', '--shutdown-grace', '20'], {
       TEMPORAL_ADDRESS: fake.address,
     });
     const url = `http://127.0.0.1:${port}/v1/chat/completions`;

@@ -10,7 +10,7 @@ export const UP_CATALOG = join(__dirname, '../../examples/catalog.yaml');
 
 /** An offset that moves every port `llmgw up` opens onto ones that are free now. */
 export async function freeOffset(): Promise<number> {
-  const bases = [7233, 8233, 8080, 7401, 7402, 9464, 9465, 9466, 18000, 18500];
+  const bases = [7233, 8233, 8080, 8081, 7401, 7402, 9464, 9465, 9466, 18000, 18500];
   for (let attempt = 0; attempt < 40; attempt++) {
     const offset = 20_000 + Math.floor(Math.random() * 200) * 100;
     let free = true;
