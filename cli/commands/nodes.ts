@@ -7,18 +7,30 @@ import { cordonUpdate, describeNodeQuery, uncordonUpdate } from '../../workflows
 import { nodeWorkflowId, reconcileScheduleId } from '../../common/names.js';
 import type { NodeView } from '../../common/node-types.js';
 
-export async function listNodes(): Promise<NodeView[]> {
+/**
+ * Every running node's view. A node whose query fails (its workflow pinned to a build no worker
+ * serves, a worker too busy to answer in time) is told to `unanswered` and left out, so that one
+ * such node does not hide every other host from the operator.
+ */
+export async function listNodes(unanswered?: (workflowId: string, error: string) => void): Promise<NodeView[]> {
   return withClient(async (client) => {
     const views: NodeView[] = [];
     for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` })) {
-      views.push(await client.workflow.getHandle(execution.workflowId).query(describeNodeQuery));
+      try {
+        views.push(await client.workflow.getHandle(execution.workflowId).query(describeNodeQuery));
+      } catch (error) {
+        if (!unanswered) throw error;
+        unanswered(execution.workflowId, error instanceof Error ? error.message : String(error));
+      }
     }
     return views.sort((a, b) => a.nodeId.localeCompare(b.nodeId));
   });
 }
 
 export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
-  const views = await listNodes();
+  const views = await listNodes((workflowId, error) =>
+    console.error(`${workflowId} did not answer its describe query (${error}): is a control worker of its build running?`),
+  );
   if (opts.json) {
     console.log(JSON.stringify(views, null, 2));
     return;
