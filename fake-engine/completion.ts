@@ -48,6 +48,9 @@ class Completion {
   private readonly tokens: TokenStream;
   private emitted = 0;
   private startedAt = 0;
+  /** When it got its slot, and how long its prefill took: vLLM's prefill and inference times. */
+  private runAt = 0;
+  private prefillMs = 0;
   private holdsSlot = false;
   private done = false;
   private timer: NodeJS.Timeout | undefined;
@@ -89,7 +92,12 @@ class Completion {
     }
     const now = performance.now();
     const { plan, ctx } = this;
-    const prefillMs = ctx.cache ? ctx.cache.admit(plan.blocks, plan.promptTokens, now).prefillMs : 0;
+    const prefill = ctx.cache?.admit(plan.blocks, plan.promptTokens, now);
+    const prefillMs = prefill?.prefillMs ?? 0;
+    this.runAt = now;
+    // vLLM's prefill time is the prefill's own work when prefills do not crowd each other; the
+    // wait behind earlier prefills is this model's stand-in for that crowding, not the prefill.
+    this.prefillMs = prefill?.computeMs ?? 0;
     this.startedAt = now + prefillMs;
     if (!plan.stream) {
       const ms = prefillMs + plan.tokens * ctx.intervalMs;
@@ -182,6 +190,10 @@ class Completion {
   private complete(): void {
     this.done = true;
     const { metrics, slots } = this.ctx;
+    // vLLM's phase histograms: a router reads from them what a prefill and a request cost here.
+    metrics.prefillSeconds += this.prefillMs / 1000;
+    metrics.inferenceSeconds += (performance.now() - this.runAt) / 1000;
+    metrics.completions++;
     metrics.requestSuccess++;
     metrics.promptTokens += this.plan.promptTokens;
     metrics.generationTokens += this.plan.tokens;

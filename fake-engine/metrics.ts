@@ -9,6 +9,11 @@ export class EngineMetrics {
   requestSuccess = 0;
   promptTokens = 0;
   generationTokens = 0;
+  /** Sums over finished requests of the prefill phase and of the whole run (slot to end), seconds. */
+  prefillSeconds = 0;
+  inferenceSeconds = 0;
+  /** Completions finished (embeddings have no phases). */
+  completions = 0;
   private readonly label: string;
 
   constructor(
@@ -45,6 +50,20 @@ export class EngineMetrics {
       '# HELP vllm:generation_tokens_total Number of generation tokens processed.\n' +
       '# TYPE vllm:generation_tokens_total counter\n' +
       `vllm:generation_tokens_total${l} ${this.generationTokens}\n` +
+      histogram(
+        'vllm:request_prefill_time_seconds',
+        'Histogram of time spent in PREFILL phase for request.',
+        l,
+        this.prefillSeconds,
+        this.completions,
+      ) +
+      histogram(
+        'vllm:request_inference_time_seconds',
+        'Histogram of time spent in RUNNING phase for request.',
+        l,
+        this.inferenceSeconds,
+        this.completions,
+      ) +
       (this.cache === undefined
         ? ''
         : '# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n' +
@@ -55,6 +74,15 @@ export class EngineMetrics {
           `vllm:prefix_cache_hits_total${l} ${this.cache.hits}\n`)
     );
   }
+}
+
+/** A histogram with only its +Inf bucket: what a reader of means (sum / count) needs, under vLLM's name. */
+function histogram(name: string, help: string, labels: string, sum: number, count: number): string {
+  const bucketLabels = `${labels.slice(0, -1)},le="+Inf"}`;
+  return (
+    `# HELP ${name} ${help}\n# TYPE ${name} histogram\n` +
+    `${name}_bucket${bucketLabels} ${count}\n${name}_sum${labels} ${sum}\n${name}_count${labels} ${count}\n`
+  );
 }
 
 /**

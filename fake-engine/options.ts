@@ -2,6 +2,7 @@
 // the agent hands the fake engine the same argv it would hand vLLM, so flags we do not know
 // are accepted and skipped rather than rejected.
 import { z } from 'zod';
+import { parseKvEventsConfig, type KvEventsSettings } from './kv-events.js';
 
 export interface LeaderAddress {
   host: string;
@@ -27,6 +28,8 @@ export interface FakeEngineOptions {
   blockSize: number;
   embeddingDim: number;
   maxModelLen: number;
+  /** vLLM's --kv-events-config: publish the prefix cache's KV-cache events; undefined: off. */
+  kvEvents: KvEventsSettings | undefined;
   crashAfterS: number | undefined;
   unhealthyAfterS: number | undefined;
   hang: boolean;
@@ -83,6 +86,7 @@ const VALUE_FLAGS = {
   '--leader': 'leader',
   '--dist-init-addr': 'leader',
   '--print-env': 'printEnv',
+  '--kv-events-config': 'kvEventsConfig',
 } as const;
 
 type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
@@ -120,6 +124,7 @@ const RawOptions = z.object({
     .string()
     .regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, '--print-env must be NAME[,NAME…]')
     .optional(),
+  kvEventsConfig: z.string().optional(),
 });
 
 /**
@@ -195,6 +200,13 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
   const leader = o.leader === undefined ? undefined : parseLeader(o.leader);
   if (nnodes > 1 && leader === undefined) throw new FakeEngineArgsError('--leader HOST:PORT is required when --nnodes > 1');
 
+  let kvEvents: KvEventsSettings | undefined;
+  try {
+    kvEvents = o.kvEventsConfig === undefined ? undefined : parseKvEventsConfig(o.kvEventsConfig);
+  } catch (err) {
+    throw new FakeEngineArgsError((err as Error).message);
+  }
+
   const model = o.model ?? DEFAULTS.model;
   const [first = model, ...rest] = served;
   return {
@@ -210,6 +222,7 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
     blockSize: o.blockSize ?? DEFAULTS.blockSize,
     embeddingDim: o.embeddingDim ?? DEFAULTS.embeddingDim,
     maxModelLen: o.maxModelLen ?? DEFAULTS.maxModelLen,
+    kvEvents,
     crashAfterS: o.crashAfter,
     unhealthyAfterS: o.unhealthyAfter,
     hang,
@@ -237,6 +250,7 @@ export function fakeEngineOptions(overrides: Partial<FakeEngineOptions> = {}): F
     blockSize: DEFAULTS.blockSize,
     embeddingDim: DEFAULTS.embeddingDim,
     maxModelLen: DEFAULTS.maxModelLen,
+    kvEvents: undefined,
     crashAfterS: undefined,
     unhealthyAfterS: undefined,
     hang: false,

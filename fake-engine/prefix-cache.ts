@@ -48,10 +48,35 @@ export interface PrefillPlan {
   cachedTokens: number;
   /** Milliseconds from now until the prompt is prefilled (waiting for earlier prefills included). */
   prefillMs: number;
+  /** Of that, the prefill's own compute (without waiting for earlier prefills). */
+  computeMs: number;
+}
+
+/** Hears what the cache stores and evicts, as vLLM's KV-cache events say it (kv-events.ts). */
+export interface CacheListener {
+  /** New blocks, in prompt order; `parent` is the block before the first (null at a prompt's start). */
+  stored(hashes: number[], parent: number | null): void;
+  removed(hashes: number[]): void;
+}
+
+/** The block hashes of a chat's messages as the fake engine names them: each role, then its text. */
+export function chatBlocks(messages: ReadonlyArray<{ role: string; content?: unknown }>, blockSize: number): number[] {
+  const hasher = new BlockHasher(blockSize);
+  for (const message of messages) {
+    hasher.feed(message.role);
+    const content = message.content;
+    if (typeof content === 'string') hasher.feed(content);
+    else if (Array.isArray(content)) {
+      for (const part of content as Array<{ text?: unknown }>) if (typeof part?.text === 'string') hasher.feed(part.text);
+    }
+  }
+  return hasher.blocks;
 }
 
 /** One engine's prefix cache and prefill queue. */
 export class PrefixCache {
+  /** Set by the KV-event publisher; the cache works the same without one. */
+  listener: CacheListener | undefined;
   /** Block hash → when its KV is computed (performance.now() ms); Map order is LRU order. */
   private readonly blocks = new Map<number, number>();
   private prefillBusyUntil = 0;
@@ -85,26 +110,39 @@ export class PrefixCache {
     const cachedTokens = Math.min(promptTokens, hit * this.blockSize);
     const uncached = promptTokens - cachedTokens;
     let done = now;
+    let computeMs = 0;
     if (this.prefillTokensPerSecond > 0 && uncached > 0) {
-      done = Math.max(now, this.prefillBusyUntil) + (uncached / this.prefillTokensPerSecond) * 1000;
+      computeMs = (uncached / this.prefillTokensPerSecond) * 1000;
+      done = Math.max(now, this.prefillBusyUntil) + computeMs;
       this.prefillBusyUntil = done;
     }
     this.queries += promptTokens;
     this.hits += cachedTokens;
     if (this.capacityBlocks > 0) {
+      const listener = this.listener;
+      let firstNew = -1;
       for (let i = 0; i < blocks.length; i++) {
         const hash = blocks[i] as number;
         const known = this.blocks.get(hash);
+        if (known === undefined && firstNew < 0) firstNew = i;
         this.blocks.delete(hash);
         // A block another request is computing is ready when that one finishes, if sooner.
         this.blocks.set(hash, i < hit ? (known as number) : Math.min(done, known ?? done));
       }
+      // vLLM says a block is stored once it is allocated to a request's prompt, as here.
+      if (listener !== undefined && firstNew >= 0) {
+        // Hashes are chained: every block after the first new one is new too.
+        listener.stored(blocks.slice(firstNew), firstNew > 0 ? (blocks[firstNew - 1] as number) : null);
+      }
       // The oldest blocks go first, as in vLLM's free-block queue.
+      let evicted: number[] | undefined;
       for (const hash of this.blocks.keys()) {
         if (this.blocks.size <= this.capacityBlocks) break;
         this.blocks.delete(hash);
+        if (listener !== undefined) (evicted ??= []).push(hash);
       }
+      if (evicted !== undefined) listener?.removed(evicted);
     }
-    return { cachedTokens, prefillMs: done - now };
+    return { cachedTokens, prefillMs: done - now, computeMs };
   }
 }

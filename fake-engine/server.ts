@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CompletionContext } from './completion.js';
 import { inferenceRoutes } from './inference.js';
+import { KvEventPublisher } from './kv-events.js';
 import { EngineMetrics, Slots } from './metrics.js';
 import type { FakeEngineOptions } from './options.js';
 import { joinLeader, listenForWorkers, type RendezvousLeader, type RendezvousWorker } from './rendezvous.js';
@@ -32,6 +33,8 @@ export interface FakeEngine {
   /** Rank 0 of a multi-node engine: where workers connect. */
   rendezvousPort: number | undefined;
   state(): EngineState;
+  /** Its KV-cache event publisher, with --kv-events-config (and a prefix cache). */
+  kvEvents: KvEventPublisher | undefined;
   /** Stops accepting, lets in-flight requests finish for up to `graceMs`, then cuts the rest. */
   close(graceMs?: number): Promise<void>;
 }
@@ -51,6 +54,13 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
       ? new PrefixCache(opts.prefixCacheBlocks, opts.blockSize, opts.prefillTokensPerSecond)
       : undefined;
   const metrics = new EngineMetrics(primaryName, opts.maxConcurrency, cache);
+  let kvEvents: KvEventPublisher | undefined;
+  if (cache !== undefined && opts.kvEvents !== undefined && !isWorker) {
+    kvEvents = new KvEventPublisher(opts.kvEvents, opts.blockSize);
+    await kvEvents.start();
+    cache.listener = kvEvents;
+    log(`fake-engine: KV-cache events on ${kvEvents.address}`);
+  }
   const ctx: CompletionContext = {
     slots: new Slots(opts.maxConcurrency, metrics),
     metrics,
@@ -248,11 +258,12 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
         await stopped;
       }
       await leader?.close();
+      kvEvents?.stop();
     })();
     return closed;
   };
 
-  return { port, rendezvousPort: leader?.port, state, close };
+  return { port, rendezvousPort: leader?.port, state, kvEvents, close };
 }
 
 function healthStatus(state: EngineState): number {

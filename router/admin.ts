@@ -5,6 +5,7 @@
 import http from 'node:http';
 import type { RouterCore } from './core.js';
 import { sendError } from './errors.js';
+import type { KvStreamState } from './kv-events.js';
 import type { SourceStatus } from './refresher.js';
 import { sendJson } from './request.js';
 
@@ -18,14 +19,19 @@ export interface RouterHealth {
   queued: Record<string, number>;
   /** Bytes of request bodies held in memory, and the budget (--held-bytes). */
   heldBytes: { used: number; limit: number };
+  /** Each followed engine's KV-event stream (live: scored by its blocks; else by homes), by endpoint. */
+  kvEvents?: Record<string, KvStreamState>;
 }
 
 export function detailedHealth(core: RouterCore): RouterHealth {
   const ejected: string[] = [];
   let endpoints = 0;
+  let kvEvents: Record<string, KvStreamState> | undefined;
+  const now = performance.now();
   for (const e of core.state.liveEndpoints()) {
     endpoints++;
     if (e.ejected) ejected.push(e.url);
+    if (e.kv !== undefined) (kvEvents ??= {})[e.url] = e.kv.state(now);
   }
   return {
     status: core.status(),
@@ -35,6 +41,7 @@ export function detailedHealth(core: RouterCore): RouterHealth {
     ejected,
     queued: core.waiting.depths(),
     heldBytes: { used: core.budget.used, limit: core.budget.limit },
+    ...(kvEvents === undefined ? {} : { kvEvents }),
   };
 }
 

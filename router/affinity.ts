@@ -1,26 +1,36 @@
-// Cache-aware routing: a request goes where its KV cache most likely is, unless that replica is
-// much busier than the least-loaded one. Pure logic over Candidates. Router side.
+// Cache-aware routing with load before locality: a request goes to the replica where it would
+// start soonest, counting both the wait for a slot and the prefill of what that replica has not
+// cached. Pure logic over Candidates. Router side.
 //
-// The cache is followed by key: the session (X-Session-ID, else the body's `user`) and the
-// prompt's first kilobyte (a system prompt, a conversation's start). A key seen before has a
-// home, the replica its first request went to; a key never seen goes to the replica home to the
-// fewest keys among those the guard below would not skip, and that becomes its home. So shared
-// prefixes spread evenly over the replicas' caches when they first appear and then stay put, and
-// prompts that share nothing spread evenly too. A new session starts on its prompt prefix's home when it has one, so
-// conversations that share a system prompt share its cache too.
+// What is cached where comes from one of two sources. Precise: the engine publishes its KV-cache
+// events (kv-events.ts) and the request's own block hashes are looked up in the index built from
+// them (kv-index.ts). Approximate, for an engine that publishes nothing or whose stream is down:
+// keys (the session: X-Session-ID, else the body's `user`; and the prompt's first kilobyte) have
+// homes, the replicas their requests went to, in the order they became homes.
 //
-// The imbalance guard is SGLang's and AIBrix's two-part test, applied to the chosen home: it is
-// skipped for the least-loaded replica when it holds more than `absGap` requests beyond it AND
-// more than `relGap` times as many. Both parts matter: the absolute gap alone would move work off
-// a replica that is busy only in proportion; the relative one alone would move it at 2 vs 1. A
-// diverted request leaves the home as it is (the cache is still there once the burst is over).
+// The cost of a replica for one request, in milliseconds:
+//   wait  = requests that would queue ahead of it there (its in-flight beyond the engine's
+//           concurrency, or the engine's own num_requests_waiting until that is learned)
+//           × the engine's time per request / its concurrency (one slot frees that often)
+//   miss  = prompt tokens not cached there × the engine's prefill time per token
+// both learned from the engine's own counters (endpoint.ts). The cheapest wins. So a hot prefix
+// stays on its home while a slot is free there, spreads to another replica once the queue at home
+// would cost more than one prefill of the prefix elsewhere, and that replica becomes a home too:
+// popular prefixes end up cached on as many replicas as their load needs. Ties go to the earliest
+// home, so when load falls a prefix's traffic comes back to its first home and the others' copies
+// age out of their caches. A key never seen goes, at equal cost, to the replica home to the fewest
+// keys (SGLang's "smallest cache"), so new prefixes spread evenly.
 //
-// Homes are per router process: with --workers N a prefix may have up to N homes, one per
-// process, each taking its share of the prefix's traffic.
+// An engine that reports no load at all (no metrics page) has no queue to weigh: for it the old
+// two-part imbalance guard (SGLang's and AIBrix's) still keeps a home from taking more than
+// `absGap` beyond the least loaded and `relGap` times as much.
+//
+// Homes are per router process: with --workers N a prefix may have up to N home lists.
 import { eligible, pickLeastLoaded, type Candidate } from './balancer.js';
+import { DEFAULT_COSTS, type EngineCosts } from './endpoint.js';
 
 export interface ImbalanceGuard {
-  /** In-flight requests beyond the least-loaded replica's before a home is skipped. */
+  /** In-flight requests beyond the least-loaded replica's before a home is skipped (engines without metrics only). */
   absGap: number;
   /** How many times the least-loaded replica's load a home must also exceed. */
   relGap: number;
@@ -28,15 +38,46 @@ export interface ImbalanceGuard {
 
 export const DEFAULT_GUARD: ImbalanceGuard = { absGap: 8, relGap: 1.5 };
 
-/** How a request was placed: on a key's home, on the least-loaded replica instead of an overloaded home, or as a new key. */
+/** How a request was placed: where its key was cached, elsewhere for load (a new home), or as a new key. */
 export type AffinityResult = 'home' | 'diverted' | 'new';
 
 /** Keys a router remembers per model; the least recently used are forgotten past this. */
 export const AFFINITY_KEYS = 100_000;
 
+/** How much of a prompt a prefix home is taken to hold: its system prompt, not the turns after. */
+const PREFIX_HOME_SHARE = 0.5;
+/**
+ * A miss costs its own prefill and as much again for the requests whose prefills queue behind it
+ * on that engine (prefills run one after another), and it evicts something else from the cache.
+ */
+const MISS_WEIGHT = 2;
+/** Costs closer than this (ms) are a tie. */
+const TIE_MS = 0.01;
+
+/** What the precise index knows about one request on the model's replicas (kv-index.ts). */
+export interface CachedBlocks<T> {
+  /** The request's blocks in the engines' naming, and tokens per block. */
+  readonly blocks: readonly number[];
+  readonly blockSize: number;
+  /** Whether this replica's events are live: if not, its homes (approximate) are used. */
+  live(c: T): boolean;
+  /** Leading blocks of the request that this replica holds. */
+  matched(c: T): number;
+}
+
+/** What a pick needs to know about the request beyond its keys. */
+export interface RequestShape<T> {
+  /** The request body's bytes: prompt tokens are guessed from them with the engines' bytes per token. */
+  promptBytes: number;
+  precise?: CachedBlocks<T> | undefined;
+}
+
+const NO_SHAPE: RequestShape<never> = { promptBytes: 0 };
+
 export class AffinityTable<T extends Candidate> {
-  private readonly homes = new Map<number, T>();
-  /** How many keys each replica is home to: the tie-break for new keys, as SGLang routes a new prefix to the smallest cache. */
+  /** Key → its homes, earliest first; Map order is LRU order. */
+  private readonly homes = new Map<number, T[]>();
+  /** How many keys each replica is home to: the tie-break for new keys. */
   private readonly homed = new Map<T, number>();
   /** What the last pick() did, for metrics. */
   result: AffinityResult = 'new';
@@ -50,99 +91,143 @@ export class AffinityTable<T extends Candidate> {
     return this.homes.size;
   }
 
-  /**
-   * The replica for a request with these keys (-1: none) among `candidates` (the model's
-   * endpoints now). An endpoint that left the table is no longer anybody's home.
-   */
-  pick(session: number, prefix: number, candidates: readonly T[], now: number): T | undefined {
-    const sessionHome = this.home(session, candidates, now);
-    const prefixHome = sessionHome === undefined ? this.home(prefix, candidates, now) : undefined;
-    const home = sessionHome ?? prefixHome;
-    if (home !== undefined) {
-      let least = Infinity;
-      for (const c of candidates) if (eligible(c, undefined, now, false) && c.load() < least) least = c.load();
-      if (this.overloaded(home.load(), least)) {
-        this.result = 'diverted';
-        return pickLeastLoaded(candidates, undefined, now);
-      }
-      this.result = 'home';
-      // A session seen for the first time follows its prefix, and stays there.
-      if (session >= 0 && sessionHome === undefined) this.remember(session, home);
-      return home;
-    }
-    this.result = 'new';
-    const chosen = this.forNewKey(candidates, now);
-    if (chosen !== undefined) {
-      if (session >= 0 && !this.homes.has(session)) this.remember(session, chosen);
-      if (prefix >= 0 && !this.homes.has(prefix)) this.remember(prefix, chosen);
-    }
-    return chosen;
+  /** The replicas a key is cached on as far as this table knows, earliest home first. */
+  homesOf(key: number): readonly T[] {
+    return this.homes.get(key) ?? [];
   }
 
-  /**
-   * Where a new key goes: of the candidates in rotation that the guard would not skip, the one
-   * home to the fewest keys (ties: the less loaded), as SGLang sends a new prefix to the worker
-   * with the smallest cache. Keys count a replica's share of distinct sessions and prefixes, so
-   * new ones even out what each cache holds; load decides only through the guard, since the
-   * in-flight count of the moment says little about how much a new prefix will bring.
-   */
-  private forNewKey(candidates: readonly T[], now: number): T | undefined {
+  /** The replica for a request with these keys (-1: none) among `candidates` (the model's endpoints now). */
+  pick(session: number, prefix: number, candidates: readonly T[], now: number, shape: RequestShape<T> = NO_SHAPE): T | undefined {
+    const sessionHomes = this.live(session, candidates);
+    const prefixHomes = this.live(prefix, candidates);
     let least = Infinity;
-    for (const c of candidates) if (c.available(now) && c.load() < least) least = c.load();
+    for (const c of candidates) if (eligible(c, undefined, now, false) && c.load() < least) least = c.load();
+
+    // One set of costs for the model, the mean of its engines': replicas of one deployment run
+    // the same engine on the same GPUs, and one engine's noisy reading must not decide alone.
+    const costs = meanCosts(candidates);
+    // A prompt of unknown size still costs something to miss: a home beats a stranger at equal load.
+    const guessedTokens = Math.max(1, shape.promptBytes / costs.bytesPerToken);
+    const precise = shape.precise;
     let best: T | undefined;
+    let bestCost = Infinity;
+    let bestRank = Infinity;
     let bestHomed = Infinity;
     let bestLoad = Infinity;
+    let bestCached = false;
     for (const c of candidates) {
       if (!c.available(now)) continue;
       const load = c.load();
-      if (this.overloaded(load, least)) continue;
+      // Until the engine's concurrency is learned (a scrape that found requests waiting), its
+      // queue is a guess: the in-flight guard keeps a home from piling up meanwhile.
+      const reports = c.queued !== undefined && (c.reportsLoad?.() ?? true);
+      const known = reports && Number.isFinite(c.concurrency?.() ?? NaN);
+      if (!known && this.overloaded(load, least)) continue;
+      const sessionAt = sessionHomes.indexOf(c);
+      const prefixAt = prefixHomes.indexOf(c);
+      let cachedTokens: number;
+      let promptTokens = guessedTokens;
+      if (precise !== undefined && precise.live(c)) {
+        promptTokens = Math.max(promptTokens, precise.blocks.length * precise.blockSize);
+        cachedTokens = precise.matched(c) * precise.blockSize;
+      } else if (sessionAt >= 0) cachedTokens = promptTokens;
+      else if (prefixAt >= 0) cachedTokens = PREFIX_HOME_SHARE * promptTokens;
+      else cachedTokens = 0;
+      let cost = MISS_WEIGHT * (promptTokens - cachedTokens) * costs.prefillMsPerToken;
+      if (reports) {
+        const queued = (c.queued as () => number)();
+        if (queued > 0) {
+          const slots = c.concurrency?.() ?? NaN;
+          cost += (queued * costs.serviceMs) / (Number.isFinite(slots) && slots > 0 ? slots : Math.max(1, load));
+        }
+      }
+      const rank = sessionAt >= 0 ? sessionAt : prefixAt >= 0 ? sessionHomes.length + prefixAt : Infinity;
       const homed = this.homed.get(c) ?? 0;
-      if (homed < bestHomed || (homed === bestHomed && load < bestLoad)) {
+      // At equal cost the less loaded wins (prefills queue one after another on an engine), then
+      // the earliest home: when load falls, the prefix's requests come back to its first home.
+      const better =
+        cost < bestCost - TIE_MS ||
+        (cost <= bestCost + TIE_MS &&
+          (load < bestLoad || (load === bestLoad && (rank < bestRank || (rank === bestRank && homed < bestHomed)))));
+      if (better) {
         best = c;
+        bestCost = cost;
+        bestRank = rank;
         bestHomed = homed;
         bestLoad = load;
+        bestCached = cachedTokens > 0;
       }
     }
-    // Every candidate ejected: the balancer's own fallback uses them anyway.
-    return best ?? pickLeastLoaded(candidates, undefined, now);
+    // Every candidate ejected or guarded: the balancer's own fallback uses them anyway.
+    if (best === undefined) {
+      this.result = 'diverted';
+      return pickLeastLoaded(candidates, undefined, now);
+    }
+    const seen = sessionHomes.length > 0 || prefixHomes.length > 0;
+    this.result = !seen && !bestCached ? 'new' : bestRank !== Infinity || bestCached ? 'home' : 'diverted';
+    // The request's prompt will be cached where it runs: that replica is now a home of its keys.
+    if (session >= 0) this.remember(session, best);
+    if (prefix >= 0) this.remember(prefix, best);
+    return best;
   }
 
   private overloaded(load: number, least: number): boolean {
     return load - least > this.guard.absGap && load > this.guard.relGap * least;
   }
 
-  /** The key's home when it is still a candidate and in rotation; refreshed as recently used. */
-  private home(key: number, candidates: readonly T[], now: number): T | undefined {
-    if (key < 0) return undefined;
-    const home = this.homes.get(key);
-    if (home === undefined) return undefined;
-    if (!candidates.includes(home)) {
-      this.forget(key, home);
-      return undefined;
+  /** A key's homes that are still candidates (the others are forgotten); refreshed as recently used. */
+  private live(key: number, candidates: readonly T[]): readonly T[] {
+    if (key < 0) return [];
+    const list = this.homes.get(key);
+    if (list === undefined) return [];
+    for (let i = list.length - 1; i >= 0; i--) {
+      const home = list[i] as T;
+      if (candidates.includes(home)) continue;
+      list.splice(i, 1);
+      this.uncount(home);
     }
-    if (!home.available(now)) return undefined;
     this.homes.delete(key);
-    this.homes.set(key, home);
-    return home;
+    if (list.length === 0) return [];
+    this.homes.set(key, list);
+    return list;
   }
 
   private remember(key: number, home: T): void {
-    const previous = this.homes.get(key);
-    if (previous !== undefined) this.forget(key, previous);
-    this.homes.set(key, home);
-    this.homed.set(home, (this.homed.get(home) ?? 0) + 1);
-    if (this.homes.size > this.capacity) {
-      for (const [oldest, where] of this.homes) {
-        this.forget(oldest, where);
-        break;
+    let list = this.homes.get(key);
+    if (list === undefined) {
+      list = [];
+      this.homes.set(key, list);
+      if (this.homes.size > this.capacity) {
+        for (const [oldest, homes] of this.homes) {
+          this.homes.delete(oldest);
+          for (const h of homes) this.uncount(h);
+          break;
+        }
       }
     }
+    if (list.includes(home)) return;
+    list.push(home);
+    this.homed.set(home, (this.homed.get(home) ?? 0) + 1);
   }
 
-  private forget(key: number, home: T): void {
-    this.homes.delete(key);
+  private uncount(home: T): void {
     const n = (this.homed.get(home) ?? 1) - 1;
     if (n > 0) this.homed.set(home, n);
     else this.homed.delete(home);
   }
+}
+
+function meanCosts(candidates: readonly Candidate[]): EngineCosts {
+  let n = 0;
+  let bytesPerToken = 0;
+  let serviceMs = 0;
+  let prefillMsPerToken = 0;
+  for (const c of candidates) {
+    if (c.costs === undefined) continue;
+    n++;
+    bytesPerToken += c.costs.bytesPerToken;
+    serviceMs += c.costs.serviceMs;
+    prefillMsPerToken += c.costs.prefillMsPerToken;
+  }
+  return n === 0 ? DEFAULT_COSTS : { bytesPerToken: bytesPerToken / n, serviceMs: serviceMs / n, prefillMsPerToken: prefillMsPerToken / n };
 }

@@ -1,6 +1,7 @@
 // Which replica gets a request when there is no cache to follow: least outstanding work by the
 // power of two choices; and whether cache-aware routing (affinity.ts) is on for a deployment.
 // Pure logic over Candidates; the router's Endpoint is one. Router side.
+import type { EngineCosts } from './endpoint.js';
 
 /** What the balancer needs to know about a replica's endpoint. */
 export interface Candidate {
@@ -13,6 +14,15 @@ export interface Candidate {
   load(): number;
   /** False while ejected for failing. */
   available(now: number): boolean;
+  // What load before locality weighs (affinity.ts); a candidate without them is guarded by in-flight gaps.
+  /** Requests that would wait ahead of one more sent now. */
+  queued?(): number;
+  /** Requests the engine runs at once; NaN until learned. */
+  concurrency?(): number;
+  /** Whether the engine's load has been read (its metrics page); queued() means nothing before. */
+  reportsLoad?(): boolean;
+  /** What a request and a prefilled token cost on it. */
+  readonly costs?: EngineCosts;
 }
 
 export function eligible(c: Candidate, tried: readonly Candidate[] | undefined, now: number, ignoreHealth: boolean): boolean {

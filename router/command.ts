@@ -35,6 +35,10 @@ export function addRouterCommand(program: Command): void {
       '... and how many times the least-loaded one it may hold (both must be exceeded to move a request)',
       '1.5',
     )
+    .option(
+      '--kv-events <port>',
+      "follow engines' KV-cache events: off, PORT, or +OFFSET from the engine's HTTP port (default LLMGW_ROUTER_KV_EVENTS)",
+    )
     .option('--static-routes <list>', 'serve name=http://host:port,... instead of asking Temporal')
     .option(
       '--routes <how>',

@@ -19,6 +19,7 @@ import { readBody, releaseBytes, releaseGate, sendJson, type BodyConsumer, type 
 import { RouteRefresher } from './refresher.js';
 import { DEFAULT_SCRAPER, Scraper } from './scraper.js';
 import { DEFAULT_UPSTREAM, type UpstreamOptions } from './upstream.js';
+import { parseKvEventsSpec } from './kv-events.js';
 import { reportOf, type LoadReport } from './load-report.js';
 import { DEFAULT_QUEUE, WaitingRoom } from './waiting-room.js';
 
@@ -63,6 +64,7 @@ export class RouterCore implements BodyConsumer {
       guard: options.guard ?? DEFAULT_GUARD,
       policy: options.policy,
       queueFor: (model) => this.waiting.queueFor(model),
+      kvEvents: typeof options.kvEvents === 'function' ? options.kvEvents : parseKvEventsSpec(options.kvEvents),
     });
     this.proxy = {
       metrics: this.metrics,

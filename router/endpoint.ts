@@ -4,6 +4,7 @@
 // read it, the proxy and the scraper write it.
 import type { Pool } from 'undici';
 import type { Candidate } from './balancer.js';
+import type { KvEventStream } from './kv-events.js';
 
 /** The load an engine reports on /metrics (vLLM or SGLang names). */
 export interface EngineLoad {
@@ -13,7 +14,28 @@ export interface EngineLoad {
   kvUsage: number;
   /** A counter of the requests the engine has handled (vLLM's successes, SGLang's total), when it exports one. */
   requests?: number;
+  /** Counters (vLLM's phase histograms and token counters), when exported: what a prefill and a request cost. */
+  prefillSeconds?: number;
+  inferenceSeconds?: number;
+  inferenceCount?: number;
+  promptTokens?: number;
+  cachedTokens?: number;
 }
+
+/** What requests cost on an engine, learned from its counters; defaults until it has served some. */
+export interface EngineCosts {
+  /** Request body bytes per prompt token (what the router sent over what the engine counted). */
+  bytesPerToken: number;
+  /** Milliseconds a request holds one of the engine's slots (vLLM's inference time). */
+  serviceMs: number;
+  /** Milliseconds of prefill per prompt token not found in the cache. */
+  prefillMsPerToken: number;
+}
+
+/** Before an engine has shown its own: a request of a second, prefill at 20,000 tokens a second. */
+export const DEFAULT_COSTS: EngineCosts = { bytesPerToken: 4, serviceMs: 1000, prefillMsPerToken: 0.05 };
+/** Weight of the newest scrape interval in the running costs. */
+const COST_EWMA = 0.3;
 
 /** An engine's load as last scraped, and this router's requests there: what the autoscaler reads. */
 export interface EngineSample {
@@ -37,6 +59,11 @@ const KV_WEIGHT = 4;
 
 export class Endpoint implements Candidate {
   inflight = 0;
+  /** The engine's KV-cache events, when the router follows them (--kv-events). */
+  kv: KvEventStream | undefined = undefined;
+  /** Request body bytes this router has sent here: with the engine's prompt tokens, how many make a token. */
+  bytesSent = 0;
+  private bytesAtScrape = 0;
   /** Requests the engine had beyond ours at the last scrape: other routers, direct clients. */
   private foreign = 0;
   private running = 0;
@@ -53,6 +80,12 @@ export class Endpoint implements Candidate {
    */
   private capacity: number | undefined = undefined;
   private consecutiveFailures = 0;
+  /** The engine's counters at the last scrape that had them, for the costs' deltas. */
+  private counters: EngineLoad | undefined;
+  readonly costs: EngineCosts = { ...DEFAULT_COSTS };
+  /** Whether the costs are the engine's own yet (the first measurement replaces the defaults). */
+  private costsLearned = false;
+  private prefillLearned = false;
   /** Times ejected in a row without a success in between; doubles the ejection each time. */
   private ejections = 0;
   /** performance.now() until which the endpoint is out; 0 when in rotation. */
@@ -69,6 +102,21 @@ export class Endpoint implements Candidate {
 
   load(): number {
     return this.inflight + this.foreign;
+  }
+
+  reportsLoad(): boolean {
+    return this.scrapedAt !== 0;
+  }
+
+  concurrency(): number {
+    return this.capacity ?? NaN;
+  }
+
+  queued(): number {
+    if (this.capacity !== undefined) return Math.max(0, this.inflight + this.foreign + 1 - this.capacity);
+    // Capacity not learned yet: the engine's own line, moved by what this router sent since.
+    if (this.scrapedAt === 0) return 0;
+    return Math.max(0, this.waiting + (this.inflight - this.inflightAtScrape));
   }
 
   available(_now: number): boolean {
@@ -110,10 +158,39 @@ export class Endpoint implements Candidate {
       this.inflightAtScrape = this.inflight;
       if (load.waiting > 0) this.capacity = load.running;
       else if (this.capacity !== undefined && load.running > this.capacity) this.capacity = load.running;
+      this.learnCosts(load);
     }
     if (this.ejectedUntil !== 0 && now >= this.ejectedUntil) {
       this.ejectedUntil = 0;
       this.consecutiveFailures = EJECT_AFTER_FAILURES - 1;
+    }
+  }
+
+  private learnCosts(load: EngineLoad): void {
+    const before = this.counters;
+    this.counters = load;
+    if (before === undefined) return;
+    const served = (load.inferenceCount ?? 0) - (before.inferenceCount ?? 0);
+    const busy = (load.inferenceSeconds ?? 0) - (before.inferenceSeconds ?? 0);
+    // A counter that went back means the engine restarted: start again from this scrape.
+    if (served > 0 && busy > 0) {
+      const ms = (busy * 1000) / served;
+      this.costs.serviceMs = this.costsLearned ? this.costs.serviceMs + COST_EWMA * (ms - this.costs.serviceMs) : ms;
+      this.costsLearned = true;
+    }
+    const bytes = this.bytesSent - this.bytesAtScrape;
+    this.bytesAtScrape = this.bytesSent;
+    const tokens = (load.promptTokens ?? 0) - (before.promptTokens ?? 0);
+    // Only while this router's requests are all the engine saw (others' would count as ours).
+    if (bytes > 0 && tokens > 0 && this.foreign === 0) this.costs.bytesPerToken += COST_EWMA * (bytes / tokens - this.costs.bytesPerToken);
+    const prefilled = (load.promptTokens ?? 0) - (load.cachedTokens ?? 0) - ((before.promptTokens ?? 0) - (before.cachedTokens ?? 0));
+    const prefill = (load.prefillSeconds ?? 0) - (before.prefillSeconds ?? 0);
+    if (prefilled > 0 && prefill > 0) {
+      const ms = (prefill * 1000) / prefilled;
+      this.costs.prefillMsPerToken = this.prefillLearned
+        ? this.costs.prefillMsPerToken + COST_EWMA * (ms - this.costs.prefillMsPerToken)
+        : ms;
+      this.prefillLearned = true;
     }
   }
 

@@ -35,6 +35,8 @@ export interface RouterFlags {
   apiKeysFile?: string;
   /** --affinity `on|off|NAME:on|NAME:off,...` (cache-aware routing, on by default); defaults to LLMGW_ROUTER_AFFINITY. */
   affinity?: string;
+  /** --kv-events `off|PORT|+OFFSET`: follow engines' KV-cache events; defaults to LLMGW_ROUTER_KV_EVENTS. */
+  kvEvents?: string;
   /** --affinity-abs-gap: in-flight requests a home may hold beyond the least-loaded replica. */
   affinityAbsGap?: string | number;
   /** --affinity-rel-gap: how many times the least-loaded replica's load a home may hold. */
@@ -82,6 +84,7 @@ const Flags = z.object({
   host: z.string().min(1).default('0.0.0.0'),
   apiKeysFile: z.string().min(1).optional(),
   affinity: z.string().optional(),
+  kvEvents: z.string().optional(),
   staticRoutes: z.string().optional(),
   bodyLimit: z.coerce.number().int().min(1024).default(DEFAULT_BODY_LIMIT),
   shutdownGrace: z.coerce.number().min(0).default(30),
@@ -231,6 +234,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     limitShare: 1 / f.workers,
     affinity,
     guard: { absGap: f.affinityAbsGap, relGap: f.affinityRelGap },
+    kvEvents: f.kvEvents ?? env.LLMGW_ROUTER_KV_EVENTS,
     bodyLimitBytes: f.bodyLimit,
     // Each process of a cluster holds its share, as of the waiting lines.
     heldBytes: Math.ceil(f.heldBytes / f.workers),

@@ -23,6 +23,8 @@ export interface RouterOptions {
   guard?: ImbalanceGuard;
   /** One policy for every model, whatever `affinity` says (bench:affinity compares them). */
   policy?: Policy;
+  /** Where engines publish KV-cache events: `off` (default), `PORT` or `+OFFSET` from the HTTP port (kv-events.ts). */
+  kvEvents?: string | ((url: string) => string | undefined);
   bodyLimitBytes?: number;
   /** Request bodies this process holds in memory at once (being read, waiting, in flight); default 256 MiB. */
   heldBytes?: number;

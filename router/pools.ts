@@ -2,9 +2,11 @@
 // requests, each endpoint one shared object (pool, load, health) however many models or table
 // refreshes refer to it, and each model's cache-affinity memory, which outlives table changes.
 // Rebuilt from the route table only when it changes. Router side.
-import { AffinityTable, DEFAULT_GUARD, type ImbalanceGuard } from './affinity.js';
+import { AffinityTable, DEFAULT_GUARD, type CachedBlocks, type ImbalanceGuard, type RequestShape } from './affinity.js';
 import { AFFINITY_ON, pickLeastLoaded, type AffinitySettings } from './balancer.js';
 import { Endpoint } from './endpoint.js';
+import { KvEventStream } from './kv-events.js';
+import { promptBlocks } from './kv-blocks.js';
 import type { ModelMetrics, RouterMetrics } from './metrics.js';
 import { ModelQueue } from './queue.js';
 import { buildModelRoutes, type DeploymentEntry, type RouteEntry } from './routes.js';
@@ -35,16 +37,31 @@ export class ModelPool {
     this.servedNameJson = Buffer.from(JSON.stringify(servedName));
   }
 
+  /** The request's blocks in the engines' naming, when some endpoint's KV events are live (JSON is parsed only then). */
+  private cachedBlocks(body: Buffer, now: number): CachedBlocks<Endpoint> | undefined {
+    let blockSize = 0;
+    for (const e of this.endpoints) if (e.kv !== undefined && e.kv.live(now)) blockSize = e.kv.blockSize;
+    if (blockSize === 0) return undefined;
+    const blocks = promptBlocks(body, blockSize);
+    return blocks === undefined ? undefined : preciseView(blocks, blockSize, now);
+  }
+
   /**
    * The endpoint for the next attempt. `session` and `prefix` are affinity keys (-1: none);
-   * a retry (`tried` set) goes to the least-loaded endpoint not yet tried.
+   * a retry (`tried` set) goes to the least-loaded endpoint not yet tried. `body` is what is
+   * sent, for the size of its prompt.
    */
-  pick(session: number, prefix: number, tried: Endpoint[] | undefined, now: number): Endpoint | undefined {
+  pick(session: number, prefix: number, tried: Endpoint[] | undefined, now: number, body?: Buffer): Endpoint | undefined {
     if (tried !== undefined) return pickLeastLoaded(this.endpoints, tried, now);
     switch (this.policy) {
       case 'cache-aware': {
         const table = this.affinity as AffinityTable<Endpoint>;
-        const chosen = table.pick(session, prefix, this.endpoints, now);
+        const shape: RequestShape<Endpoint> = { promptBytes: body === undefined ? 0 : body.length };
+        if (body !== undefined) shape.precise = this.cachedBlocks(body, now);
+        const chosen = table.pick(session, prefix, this.endpoints, now, shape);
+        // Blocks it does not hold yet will be stored there: their events are due.
+        if (chosen?.kv !== undefined && shape.precise !== undefined && shape.precise.matched(chosen) < shape.precise.blocks.length)
+          chosen.kv.expectEvents(now);
         this.metrics.affinity(table.result);
         return chosen;
       }
@@ -62,6 +79,16 @@ export class ModelPool {
   }
 }
 
+/** The precise view of a request's blocks, when some endpoint's KV events are live. */
+function preciseView(blocks: readonly number[], blockSize: number, now: number): CachedBlocks<Endpoint> {
+  return {
+    blocks,
+    blockSize,
+    live: (c) => c.kv?.live(now) ?? false,
+    matched: (c) => c.kv?.index.matched(blocks) ?? 0,
+  };
+}
+
 export interface RoutingOptions {
   affinity: AffinitySettings;
   guard: ImbalanceGuard;
@@ -69,6 +96,8 @@ export interface RoutingOptions {
   policy: Policy | undefined;
   /** Each model's waiting line (the waiting room's); a private one per pool when absent. */
   queueFor?: (servedName: string) => ModelQueue;
+  /** Where an engine publishes its KV-cache events (kv-events.ts: parseKvEventsSpec); undefined: nowhere. */
+  kvEvents?: ((url: string) => string | undefined) | undefined;
 }
 
 export const DEFAULT_ROUTING: RoutingOptions = { affinity: AFFINITY_ON, guard: DEFAULT_GUARD, policy: undefined };
@@ -120,10 +149,18 @@ export class RoutingState {
     for (const [url, endpoint] of this.endpoints) {
       if (wanted.has(url)) continue;
       this.endpoints.delete(url);
+      endpoint.kv?.close();
       void endpoint.pool.close().catch(() => undefined);
     }
     for (const url of wanted) {
-      if (!this.endpoints.has(url)) this.endpoints.set(url, new Endpoint(url, createUpstreamPool(url, this.upstream)));
+      if (this.endpoints.has(url)) continue;
+      const endpoint = new Endpoint(url, createUpstreamPool(url, this.upstream));
+      const address = this.routing.kvEvents?.(url);
+      if (address !== undefined) {
+        endpoint.kv = new KvEventStream(address);
+        endpoint.kv.start();
+      }
+      this.endpoints.set(url, endpoint);
     }
 
     const models = new Map<string, ModelPool>();
@@ -177,6 +214,7 @@ export class RoutingState {
   }
 
   async close(): Promise<void> {
+    for (const e of this.endpoints.values()) e.kv?.close();
     const pools = [...this.endpoints.values()].map((e) => e.pool);
     this.endpoints.clear();
     this.models = new Map();

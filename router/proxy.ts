@@ -85,7 +85,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
 
   private attempt(): void {
     const now = performance.now();
-    let endpoint = this.model.pick(this.session, this.prefix, this.tried, now);
+    let endpoint = this.model.pick(this.session, this.prefix, this.tried, now, this.body);
     // Every replica has been tried: a second go at one beats giving up while attempts remain
     // (a keep-alive race or a replica that just became ready).
     if (endpoint === undefined && this.tried !== undefined) endpoint = pickLeastLoaded(this.model.endpoints, undefined, now);
@@ -100,6 +100,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
     this.paused = false;
     this.phase = 'waiting';
     endpoint.inflight++;
+    endpoint.bytesSent += this.body.length;
     endpoint.pool.dispatch({ path: this.path, method: 'POST', headers: UPSTREAM_HEADERS, body: this.body }, this);
   }
 

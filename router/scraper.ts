@@ -20,7 +20,16 @@ const WANTED: ReadonlyArray<readonly [string, Field]> = [
   // router agrees on when a deployment went idle.
   ['vllm:request_success_total', 'requests'],
   ['sglang:num_requests_total', 'requests'],
+  // What a prefill and a request cost there (load before locality, affinity.ts): the phase
+  // histograms' sums and counts, and the prompt tokens that were not found in the cache.
+  ['vllm:request_prefill_time_seconds_sum', 'prefillSeconds'],
+  ['vllm:request_inference_time_seconds_sum', 'inferenceSeconds'],
+  ['vllm:request_inference_time_seconds_count', 'inferenceCount'],
+  ['vllm:prompt_tokens_total', 'promptTokens'],
+  ['vllm:prefix_cache_hits_total', 'cachedTokens'],
 ];
+
+type Counter = 'requests' | 'prefillSeconds' | 'inferenceSeconds' | 'inferenceCount' | 'promptTokens' | 'cachedTokens';
 
 /**
  * The load in a Prometheus text page, or undefined when it has none of the names we know.
@@ -52,8 +61,8 @@ export function parseEngineLoad(text: string): EngineLoad | undefined {
       if (!Number.isFinite(value)) continue;
       found = true;
       if (field === 'kvUsage') load.kvUsage = Math.max(load.kvUsage, value);
-      else if (field === 'requests') load.requests = (load.requests ?? 0) + value;
-      else load[field] += value;
+      else if (field === 'running' || field === 'waiting') load[field] += value;
+      else load[field as Counter] = (load[field as Counter] ?? 0) + value;
     }
   }
   return found ? load : undefined;

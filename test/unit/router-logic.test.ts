@@ -87,26 +87,28 @@ describe('cache-aware homes', () => {
     for (const f of all) expect(f.inflight).toBe(100);
   });
 
-  it('moves a request off its home only when both the absolute and the relative gap are exceeded', () => {
+  it('for engines that report no load, moves a request off its home only when both the absolute and the relative gap are exceeded', () => {
     const [home, other] = fakes(2) as [Fake, Fake];
-    const table = new AffinityTable<Fake>({ absGap: 8, relGap: 1.5 });
     const key = hashText('hot prefix');
-    expect(table.pick(-1, key, [home, other], 0)).toBe(home);
-    // 9 beyond 0 and more than 1.5 x 0: moved.
+    const homed = () => {
+      const table = new AffinityTable<Fake>({ absGap: 8, relGap: 1.5 });
+      [home.inflight, other.inflight] = [0, 0];
+      expect(table.pick(-1, key, [home, other], 0)).toBe(home);
+      return table;
+    };
+    // 9 beyond 0 and more than 1.5 x 0: moved, and the prefix is now cached on both.
+    let table = homed();
     home.inflight = 9;
     expect(table.pick(-1, key, [home, other], 0)).toBe(other);
     expect(table.result).toBe('diverted');
+    expect(table.homesOf(key)).toEqual([home, other]);
     // 9 beyond, but not 1.5 x: stays (a big but proportional load is not an imbalance).
-    home.inflight = 29;
-    other.inflight = 20;
+    table = homed();
+    [home.inflight, other.inflight] = [29, 20];
     expect(table.pick(-1, key, [home, other], 0)).toBe(home);
     // 1.5 x but only 8 beyond: stays.
-    home.inflight = 16;
-    other.inflight = 8;
-    expect(table.pick(-1, key, [home, other], 0)).toBe(home);
-    // A diverted request leaves the home where it was.
-    home.inflight = 0;
-    other.inflight = 0;
+    table = homed();
+    [home.inflight, other.inflight] = [16, 8];
     expect(table.pick(-1, key, [home, other], 0)).toBe(home);
   });
 
