@@ -114,8 +114,10 @@ export class Endpoint implements Candidate {
 
   queued(): number {
     if (this.capacity !== undefined) return Math.max(0, this.inflight + this.foreign + 1 - this.capacity);
-    // Capacity not learned yet: the engine's own line, moved by what this router sent since.
-    if (this.scrapedAt === 0) return 0;
+    // Capacity not learned yet: an engine that had no line at the last scrape is taken to have
+    // room (the in-flight guard bounds the guess); one that had a line, that line, moved by what
+    // this router sent or saw finish since.
+    if (this.scrapedAt === 0 || this.waiting === 0) return 0;
     return Math.max(0, this.waiting + (this.inflight - this.inflightAtScrape));
   }
 
