@@ -148,6 +148,8 @@ export async function drive(url: string, workload: Workload, seconds: number, en
   const arrivals = new Prng(7);
   const gen = bodies(workload, 11);
   const ttfts: number[] = [];
+  /** Arrival second of each counted TTFT, for LLMGW_BENCH_SERIES (p90 by second, to see transients). */
+  const at: number[] = [];
   let errors = 0;
   let sent = 0;
   const pending: Promise<void>[] = [];
@@ -158,13 +160,17 @@ export async function drive(url: string, workload: Workload, seconds: number, en
     const wait = next - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     const counted = next - start >= spec.warmupS * 1000;
+    const second = Math.floor((next - start) / 1000);
     const body = gen.next().value as string;
     sent++;
     pending.push(
       oneRequest(url, body, dispatcher).then(
         (ttft) => {
           if (ttft === undefined) errors++;
-          else if (counted) ttfts.push(ttft);
+          else if (counted) {
+            ttfts.push(ttft);
+            at.push(second);
+          }
         },
         () => void errors++,
       ),
@@ -173,6 +179,11 @@ export async function drive(url: string, workload: Workload, seconds: number, en
   }
   await Promise.all(pending);
   const elapsed = (performance.now() - start) / 1000;
+  if (process.env.LLMGW_BENCH_SERIES === '1') {
+    const bySecond = new Map<number, number[]>();
+    at.forEach((s, i) => bySecond.set(s, [...(bySecond.get(s) ?? []), ttfts[i] as number]));
+    console.log(`    p90 by second: ${[...bySecond].map(([s, v]) => `${s}:${percentile(v, 90).toFixed(0)}`).join(' ')}`);
+  }
   await dispatcher.close();
   const counters = await Promise.all(enginePorts.map(engineCounters));
   const queries = counters.reduce((s, c) => s + c.queries, 0);

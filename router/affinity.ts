@@ -12,14 +12,20 @@
 //   wait  = requests that would queue ahead of it there (its in-flight beyond the engine's
 //           concurrency, or the engine's own num_requests_waiting until that is learned)
 //           × the engine's time per request / its concurrency (one slot frees that often)
-//   miss  = prompt tokens not cached there × the engine's prefill time per token
-// both learned from the engine's own counters (endpoint.ts). The cheapest wins. So a hot prefix
-// stays on its home while a slot is free there, spreads to another replica once the queue at home
-// would cost more than one prefill of the prefix elsewhere, and that replica becomes a home too:
-// popular prefixes end up cached on as many replicas as their load needs. Ties go to the earliest
-// home, so when load falls a prefix's traffic comes back to its first home and the others' copies
-// age out of their caches. A key never seen goes, at equal cost, to the replica home to the fewest
-// keys (SGLang's "smallest cache"), so new prefixes spread evenly.
+//         + the prefills there that this router started and that have not answered yet × the
+//           engine's mean prefill per request (prefills run one after another)
+//   miss  = prompt tokens not cached there × the engine's prefill time per token, twice (the
+//           prefills behind it wait as long)
+// both learned from the engine's own counters (endpoint.ts). The cheapest wins; ties go to the
+// less loaded, then to the earliest home. So a prefix stays on its home while a slot is free
+// there and spreads to another replica once the queue at home costs more than a prefill there;
+// that replica becomes a home too. A prompt prefix also wants as many homes as its own load
+// needs (its request rate × time per request over half an engine's concurrency): short of them,
+// a new replica is scored as a home (the miss is repaid by the traffic it takes); beyond them,
+// the later homes count as half a home, so when load falls the prefix gathers on its first homes
+// and the other copies age out. Popular prefixes are cached on several replicas on purpose. A key
+// never seen goes, at equal cost, to the replica home to the fewest keys (SGLang's "smallest
+// cache"), so new prefixes spread evenly.
 //
 // An engine that reports no load at all (no metrics page) has no queue to weigh: for it the old
 // two-part imbalance guard (SGLang's and AIBrix's) still keeps a home from taking more than
@@ -51,6 +57,10 @@ const PREFIX_HOME_SHARE = 0.5;
  * on that engine (prefills run one after another), and it evicts something else from the cache.
  */
 const MISS_WEIGHT = 2;
+/** The window over which a prefix's request rate is averaged. */
+const RATE_WINDOW_MS = 2000;
+/** The share of an engine's concurrency one prefix may fill on each of its homes before it wants another. */
+const HOME_BUSY = 0.5;
 /** Costs closer than this (ms) are a tie. */
 const TIE_MS = 0.01;
 
@@ -79,6 +89,8 @@ export class AffinityTable<T extends Candidate> {
   private readonly homes = new Map<number, T[]>();
   /** How many keys each replica is home to: the tie-break for new keys. */
   private readonly homed = new Map<T, number>();
+  /** Prefix key → its requests a second, decayed, and when it was last updated. */
+  private readonly rates = new Map<number, { rate: number; at: number }>();
   /** What the last pick() did, for metrics. */
   result: AffinityResult = 'new';
 
@@ -109,6 +121,11 @@ export class AffinityTable<T extends Candidate> {
     // A prompt of unknown size still costs something to miss: a home beats a stranger at equal load.
     const guessedTokens = Math.max(1, shape.promptBytes / costs.bytesPerToken);
     const precise = shape.precise;
+    // Homes the prefix's own load needs: beyond them a copy is surplus (scored as half a home,
+    // so the prefix's traffic gathers on its first homes and the other copies age out); short of
+    // them, a stranger's miss is an investment the prefix's traffic repays, scored as a home's.
+    const wanted = prefix >= 0 ? this.homesWanted(prefix, now, costs.serviceMs, candidates) : 1;
+    const short = prefixHomes.length > 0 && prefixHomes.length < wanted;
     let best: T | undefined;
     let bestCost = Infinity;
     let bestRank = Infinity;
@@ -131,7 +148,8 @@ export class AffinityTable<T extends Candidate> {
         promptTokens = Math.max(promptTokens, precise.blocks.length * precise.blockSize);
         cachedTokens = precise.matched(c) * precise.blockSize;
       } else if (sessionAt >= 0) cachedTokens = promptTokens;
-      else if (prefixAt >= 0) cachedTokens = PREFIX_HOME_SHARE * promptTokens;
+      else if ((prefixAt >= 0 && prefixAt < wanted) || (prefixAt < 0 && short)) cachedTokens = PREFIX_HOME_SHARE * promptTokens;
+      else if (prefixAt >= 0) cachedTokens = (PREFIX_HOME_SHARE / 2) * promptTokens;
       else cachedTokens = 0;
       let cost = MISS_WEIGHT * (promptTokens - cachedTokens) * costs.prefillMsPerToken;
       if (reports) {
@@ -140,6 +158,10 @@ export class AffinityTable<T extends Candidate> {
           const slots = c.concurrency?.() ?? NaN;
           cost += (queued * costs.serviceMs) / (Number.isFinite(slots) && slots > 0 ? slots : Math.max(1, load));
         }
+        // Prefills there that have not finished run before this one's (those still queued for a
+        // slot are counted above).
+        const prefilling = Math.max(0, (c.prefilling ?? 0) - queued);
+        cost += prefilling * costs.prefillMs;
       }
       const rank = sessionAt >= 0 ? sessionAt : prefixAt >= 0 ? sessionHomes.length + prefixAt : Infinity;
       const homed = this.homed.get(c) ?? 0;
@@ -169,6 +191,34 @@ export class AffinityTable<T extends Candidate> {
     if (session >= 0) this.remember(session, best);
     if (prefix >= 0) this.remember(prefix, best);
     return best;
+  }
+
+  /**
+   * How many homes a prefix's load needs: its requests a second (decayed over RATE_WINDOW_MS)
+   * times the engines' time per request is how many of it run at once; each home should carry at
+   * most HOME_BUSY of its engine's concurrency. 1 while no engine's concurrency is known.
+   */
+  private homesWanted(prefix: number, now: number, serviceMs: number, candidates: readonly T[]): number {
+    let state = this.rates.get(prefix);
+    if (state === undefined) {
+      state = { rate: 0, at: now };
+      this.rates.set(prefix, state);
+      if (this.rates.size > this.capacity) for (const oldest of this.rates.keys()) if (this.rates.delete(oldest)) break;
+    }
+    state.rate = state.rate * Math.exp(-Math.max(0, now - state.at) / RATE_WINDOW_MS) + 1000 / RATE_WINDOW_MS;
+    state.at = now;
+    let slots = 0;
+    let known = 0;
+    for (const c of candidates) {
+      const n = c.concurrency?.() ?? NaN;
+      if (Number.isFinite(n)) {
+        slots += n;
+        known++;
+      }
+    }
+    if (known === 0) return 1;
+    const concurrent = (state.rate * serviceMs) / 1000;
+    return Math.max(1, Math.ceil(concurrent / ((slots / known) * HOME_BUSY)));
   }
 
   private overloaded(load: number, least: number): boolean {
@@ -222,12 +272,15 @@ function meanCosts(candidates: readonly Candidate[]): EngineCosts {
   let bytesPerToken = 0;
   let serviceMs = 0;
   let prefillMsPerToken = 0;
+  let prefillMs = 0;
   for (const c of candidates) {
     if (c.costs === undefined) continue;
     n++;
     bytesPerToken += c.costs.bytesPerToken;
     serviceMs += c.costs.serviceMs;
     prefillMsPerToken += c.costs.prefillMsPerToken;
+    prefillMs += c.costs.prefillMs;
   }
-  return n === 0 ? DEFAULT_COSTS : { bytesPerToken: bytesPerToken / n, serviceMs: serviceMs / n, prefillMsPerToken: prefillMsPerToken / n };
+  if (n === 0) return DEFAULT_COSTS;
+  return { bytesPerToken: bytesPerToken / n, serviceMs: serviceMs / n, prefillMsPerToken: prefillMsPerToken / n, prefillMs: prefillMs / n };
 }

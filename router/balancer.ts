@@ -17,6 +17,8 @@ export interface Candidate {
   // What load before locality weighs (affinity.ts); a candidate without them is guarded by in-flight gaps.
   /** Requests that would wait ahead of one more sent now. */
   queued?(): number;
+  /** Requests sent there without a byte of answer yet (queued or prefilling). */
+  readonly prefilling?: number;
   /** Requests the engine runs at once; NaN until learned. */
   concurrency?(): number;
   /** Whether the engine's load has been read (its metrics page); queued() means nothing before. */

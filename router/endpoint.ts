@@ -30,10 +30,12 @@ export interface EngineCosts {
   serviceMs: number;
   /** Milliseconds of prefill per prompt token not found in the cache. */
   prefillMsPerToken: number;
+  /** Milliseconds of prefill per request, on average (mostly hits, when routing works). */
+  prefillMs: number;
 }
 
 /** Before an engine has shown its own: a request of a second, prefill at 20,000 tokens a second. */
-export const DEFAULT_COSTS: EngineCosts = { bytesPerToken: 4, serviceMs: 1000, prefillMsPerToken: 0.05 };
+export const DEFAULT_COSTS: EngineCosts = { bytesPerToken: 4, serviceMs: 1000, prefillMsPerToken: 0.05, prefillMs: 0 };
 /** Weight of the newest scrape interval in the running costs. */
 const COST_EWMA = 0.3;
 
@@ -59,6 +61,11 @@ const KV_WEIGHT = 4;
 
 export class Endpoint implements Candidate {
   inflight = 0;
+  /**
+   * Requests this router sent that have not had a byte of their body yet: still queued or
+   * prefilling there. Prefills run one after another, so each delays the next one sent.
+   */
+  prefilling = 0;
   /** The engine's KV-cache events, when the router follows them (--kv-events). */
   kv: KvEventStream | undefined = undefined;
   /** Request body bytes this router has sent here: with the engine's prompt tokens, how many make a token. */
@@ -187,6 +194,7 @@ export class Endpoint implements Candidate {
     if (bytes > 0 && tokens > 0 && this.foreign === 0) this.costs.bytesPerToken += COST_EWMA * (bytes / tokens - this.costs.bytesPerToken);
     const prefilled = (load.promptTokens ?? 0) - (load.cachedTokens ?? 0) - ((before.promptTokens ?? 0) - (before.cachedTokens ?? 0));
     const prefill = (load.prefillSeconds ?? 0) - (before.prefillSeconds ?? 0);
+    if (served > 0) this.costs.prefillMs += COST_EWMA * ((prefill * 1000) / served - this.costs.prefillMs);
     if (prefilled > 0 && prefill > 0) {
       const ms = (prefill * 1000) / prefilled;
       this.costs.prefillMsPerToken = this.prefillLearned

@@ -60,6 +60,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
   private status = 0;
   private sse = false;
   private firstByteAt = 0;
+  /** Counted in its endpoint's `prefilling` until the first byte of its body (or its end). */
+  private prefilling = false;
   private errorChunks: Buffer[] | undefined = undefined;
   private errorBytes = 0;
   /** How long it waited at the router before it was sent (x-llmgw-queued-ms); -1: it did not. */
@@ -100,6 +102,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
     this.paused = false;
     this.phase = 'waiting';
     endpoint.inflight++;
+    endpoint.prefilling++;
+    this.prefilling = true;
     endpoint.bytesSent += this.body.length;
     endpoint.pool.dispatch({ path: this.path, method: 'POST', headers: UPSTREAM_HEADERS, body: this.body }, this);
   }
@@ -161,6 +165,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
     switch (this.phase) {
       case 'passing':
         if (this.firstByteAt === 0) this.firstByteAt = performance.now();
+        if (this.prefilling) this.prefilled();
         if (this.res.gate !== undefined) countUsage(this.res.gate, chunk);
         if (this.res.write(chunk)) return true;
         // The client's socket is full: undici stops reading the engine until resume().
@@ -180,9 +185,16 @@ export class Exchange implements Dispatcher.DispatchHandler {
     }
   }
 
+  /** The engine has started answering: its prefill of this prompt is over. */
+  private prefilled(): void {
+    this.prefilling = false;
+    (this.endpoint as Endpoint).prefilling--;
+  }
+
   onComplete(): void {
     const endpoint = this.endpoint as Endpoint;
     endpoint.inflight--;
+    if (this.prefilling) this.prefilled();
     switch (this.phase) {
       case 'discarding':
         this.failedBeforeFirstByte(endpoint, 'status_503');
@@ -212,6 +224,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
   onError(err: Error): void {
     const endpoint = this.endpoint as Endpoint;
     endpoint.inflight--;
+    if (this.prefilling) this.prefilled();
     if (this.clientGone) {
       // We aborted it: the client left. 499 is what proxies log for that.
       this.finish(499);

@@ -75,10 +75,23 @@ export interface ScraperOptions {
 
 export const DEFAULT_SCRAPER: ScraperOptions = { intervalMs: 1000, timeoutMs: 800 };
 
+/**
+ * An engine whose concurrency is not known yet, with work from this router on it, is read this
+ * often instead: until a scrape has seen it full, cache-aware routing cannot weigh its queue
+ * (affinity.ts), and a hot prefix must not pile up on it for a whole interval.
+ */
+const LEARNING_MS = 200;
+/** ... for this long after it first had work: an engine never seen full (a large max_num_seqs) is not read 5x a second for good. */
+const LEARNING_FOR_MS = 10_000;
+
 /** Scrapes every live endpoint each interval; a slow engine never delays the others. */
 export class Scraper {
   private timer: NodeJS.Timeout | undefined;
   private readonly busy = new WeakSet<Endpoint>();
+  /** performance.now() of each endpoint's last scrape. */
+  private readonly lastAt = new WeakMap<Endpoint, number>();
+  /** performance.now() until which an endpoint may be read every LEARNING_MS (from when it first had work). */
+  private readonly learnUntil = new WeakMap<Endpoint, number>();
 
   constructor(
     private readonly endpoints: () => Iterable<Endpoint>,
@@ -89,9 +102,24 @@ export class Scraper {
   ) {}
 
   start(): void {
-    this.timer = setInterval(() => this.scrapeAll(), this.options.intervalMs);
+    const tick = Math.min(LEARNING_MS, this.options.intervalMs);
+    this.timer = setInterval(() => this.scrapeDue(performance.now()), tick);
     this.timer.unref();
     this.scrapeAll();
+  }
+
+  /** Endpoints whose interval is over, and those still being learned that have work on them. */
+  private scrapeDue(now: number): void {
+    for (const endpoint of this.endpoints()) {
+      const since = now - (this.lastAt.get(endpoint) ?? -Infinity);
+      let learning = false;
+      if (endpoint.inflight > 0 && !Number.isFinite(endpoint.concurrency())) {
+        let until = this.learnUntil.get(endpoint);
+        if (until === undefined) this.learnUntil.set(endpoint, (until = now + LEARNING_FOR_MS));
+        learning = now < until;
+      }
+      if (since >= this.options.intervalMs - 1 || (learning && since >= LEARNING_MS - 1)) this.scrapeOne(endpoint);
+    }
   }
 
   stop(): void {
@@ -99,11 +127,14 @@ export class Scraper {
   }
 
   scrapeAll(): void {
-    for (const endpoint of this.endpoints()) {
-      if (this.busy.has(endpoint)) continue;
-      this.busy.add(endpoint);
-      void this.scrape(endpoint).finally(() => this.busy.delete(endpoint));
-    }
+    for (const endpoint of this.endpoints()) this.scrapeOne(endpoint);
+  }
+
+  private scrapeOne(endpoint: Endpoint): void {
+    if (this.busy.has(endpoint)) return;
+    this.busy.add(endpoint);
+    this.lastAt.set(endpoint, performance.now());
+    void this.scrape(endpoint).finally(() => this.busy.delete(endpoint));
   }
 
   private async scrape(endpoint: Endpoint): Promise<void> {

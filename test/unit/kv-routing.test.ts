@@ -165,7 +165,7 @@ describe('KV events: parsing and the index', () => {
 describe('load before locality', () => {
   class Engine {
     inflight = 0;
-    readonly costs = { bytesPerToken: 4, serviceMs: 80, prefillMsPerToken: 0.04 };
+    readonly costs = { bytesPerToken: 4, serviceMs: 80, prefillMsPerToken: 0.04, prefillMs: 2 };
     constructor(readonly url: string) {}
     score(): number {
       return this.inflight;
