@@ -1,4 +1,4 @@
-// `npm run bench:routers` (node dist/bench/routers.js [--seconds S] [--only WORKLOAD]): llmgw's
+// `npm run bench:routers` (node dist/bench/routers.js [--seconds S] [--only WORKLOAD] [--routers K,K]): llmgw's
 // router against vLLM's own (`vllm-router` 0.1.17 from PyPI, installed by this bench into
 // .llmgw/vllm-router with pip) on the same fake engines (prefix cache, serial prefill, 4 requests
 // at once: bench/workloads.ts) and the same seeded loads, one router after another: multi-turn
@@ -117,7 +117,9 @@ async function main(): Promise<void> {
   const onlyAt = process.argv.indexOf('--only');
   const workloads: Workload[] = onlyAt > 0 ? [process.argv[onlyAt + 1] as Workload] : ['chats', 'hot', 'uniform', 'burst'];
   const { bin, why } = vllmRouter();
-  const routers = ROUTERS.filter((k) => bin !== undefined || !k.startsWith('vllm'));
+  const routersAt = process.argv.indexOf('--routers');
+  const picked = routersAt > 0 ? (process.argv[routersAt + 1] ?? '').split(',') : ROUTERS;
+  const routers = ROUTERS.filter((k) => picked.includes(k) && (bin !== undefined || !k.startsWith('vllm')));
   console.log(
     `routers benchmark: ${os.cpus().length} CPUs, node ${process.version}, load ${os.loadavg()[0]?.toFixed(1)}; ${seconds} s a run`,
   );

@@ -35,7 +35,11 @@ export class ModelPool {
     readonly holds: boolean = false,
   ) {
     this.servedNameJson = Buffer.from(JSON.stringify(servedName));
+    this.followsKv = endpoints.some((e) => e.kv !== undefined);
   }
+
+  /** Whether the router follows some endpoint's KV-cache events (only then is a body parsed for its blocks). */
+  private readonly followsKv: boolean;
 
   /** The request's blocks in the engines' naming, when some endpoint's KV events are live (JSON is parsed only then). */
   private cachedBlocks(body: Buffer, now: number): CachedBlocks<Endpoint> | undefined {
@@ -57,7 +61,7 @@ export class ModelPool {
       case 'cache-aware': {
         const table = this.affinity as AffinityTable<Endpoint>;
         const shape: RequestShape<Endpoint> = { promptBytes: body === undefined ? 0 : body.length };
-        if (body !== undefined) shape.precise = this.cachedBlocks(body, now);
+        if (body !== undefined && this.followsKv) shape.precise = this.cachedBlocks(body, now);
         const chosen = table.pick(session, prefix, this.endpoints, now, shape);
         // Blocks it does not hold yet will be stored there: their events are due.
         if (chosen?.kv !== undefined && shape.precise !== undefined && shape.precise.matched(chosen) < shape.precise.blocks.length)

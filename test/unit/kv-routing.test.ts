@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { fakeEngineOptions } from '../../fake-engine/options.js';
 import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
 import { parseKvEventsConfig } from '../../fake-engine/kv-events.js';
+import { parseFakeEngineArgs } from '../../fake-engine/options.js';
 import { KvIndex, blockKey } from '../../router/kv-index.js';
 import { parseKvEventsSpec } from '../../router/kv-events.js';
 import { StaticRouteSource } from '../../router/routes.js';
@@ -139,6 +140,9 @@ describe('KV events: parsing and the index', () => {
       topic: 'kv',
     });
     expect(parseKvEventsConfig('{"enable_kv_cache_events":true,"publisher":"null"}')).toBeUndefined();
+    const argv = ['serve', 'demo', '--port', '18000', '--kv-events-config', '{"enable_kv_cache_events":true,"publisher":"zmq"}'];
+    expect(parseFakeEngineArgs(argv).kvEvents).toEqual({ endpoint: 'tcp://*:5557', topic: '' });
+    expect(() => parseFakeEngineArgs(['--port', '1', '--kv-events-config', 'nope'])).toThrow(/must be JSON/);
     expect(() => parseKvEventsConfig('{"enable_kv_cache_events":"yes"}')).toThrow(/enable_kv_cache_events/);
     expect(parseKvEventsSpec('+1000')?.('http://10.0.0.1:18000')).toBe('tcp://10.0.0.1:19000');
     expect(parseKvEventsSpec('5557')?.('http://gpu-7:8000')).toBe('tcp://gpu-7:5557');
