@@ -9,7 +9,7 @@ import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { findFreePort } from '../common/ports.js';
+import { findFreePort, isPortFree } from '../common/ports.js';
 import { fakeEngineOptions } from '../fake-engine/options.js';
 import { startFakeEngine } from '../fake-engine/server.js';
 import { StaticRouteSource } from '../router/routes.js';
@@ -214,7 +214,12 @@ async function instantEngine(routers: RouterKind[], bin: string | undefined): Pr
 async function runRoleMain(role: string, rest: string[]): Promise<void> {
   if (role === 'engines') {
     // Every engine publishes KV events at its HTTP port + KV_OFFSET (llmgw --kv-events +1000).
-    const reserved = await Promise.all([0, 1, 2, 3].map(() => findFreePort()));
+    // Each engine's HTTP port P and its events' P + KV_OFFSET, both free.
+    const reserved: number[] = [];
+    for (let tries = 0; reserved.length < 4 && tries < 100; tries++) {
+      const port = await findFreePort();
+      if (port + KV_OFFSET <= 65535 && !reserved.includes(port) && (await isPortFree(port + KV_OFFSET))) reserved.push(port);
+    }
     const engines = await startEngines((i) => ({
       port: reserved[i] as number,
       kvEvents: { endpoint: `tcp://127.0.0.1:${(reserved[i] as number) + KV_OFFSET}`, topic: '' },

@@ -20,7 +20,7 @@
 // less loaded, then to the earliest home. So a prefix stays on its home while a slot is free
 // there and spreads to another replica once the queue at home costs more than a prefill there;
 // that replica becomes a home too. A prompt prefix also wants as many homes as its own load
-// needs (its request rate × time per request over 3/4 of an engine's concurrency): short of them,
+// needs (its request rate × time per request over half an engine's concurrency): short of them,
 // a new replica is scored as a home (the miss is repaid by the traffic it takes); beyond them,
 // the later homes count as half a home, so when load falls the prefix gathers on its first homes
 // and the other copies age out. Popular prefixes are cached on several replicas on purpose. A key
@@ -60,7 +60,7 @@ const MISS_WEIGHT = 2;
 /** The window over which a prefix's request rate is averaged. */
 const RATE_WINDOW_MS = 2000;
 /** The share of an engine's concurrency one prefix may fill on each of its homes before it wants another. */
-const HOME_BUSY = 0.75;
+const HOME_BUSY = 0.5;
 /** Costs closer than this (ms) are a tie. */
 const TIE_MS = 0.01;
 
@@ -124,7 +124,7 @@ export class AffinityTable<T extends Candidate> {
     // Homes the prefix's own load needs: beyond them a copy is surplus (scored as half a home,
     // so the prefix's traffic gathers on its first homes and the other copies age out); short of
     // them, a stranger's miss is an investment the prefix's traffic repays, scored as a home's.
-    const wanted = prefix >= 0 && Number.isFinite(costs.slots) ? this.homesWanted(prefix, now, costs) : 1;
+    const wanted = prefix >= 0 ? this.homesWanted(prefix, now, costs) : 1;
     const short = prefixHomes.length > 0 && prefixHomes.length < wanted;
     let best: T | undefined;
     let bestCost = Infinity;
@@ -196,7 +196,7 @@ export class AffinityTable<T extends Candidate> {
   /**
    * How many homes a prefix's load needs: its requests a second (decayed over RATE_WINDOW_MS)
    * times the engines' time per request is how many of it run at once; each home should carry at
-   * most HOME_BUSY of its engine's concurrency. Asked only once some engine's concurrency is known.
+   * most HOME_BUSY of its engine's concurrency. 1 while no engine's concurrency is known.
    */
   private homesWanted(prefix: number, now: number, costs: ModelCosts): number {
     let state = this.rates.get(prefix);
@@ -207,6 +207,8 @@ export class AffinityTable<T extends Candidate> {
     }
     state.rate = state.rate * Math.exp(-Math.max(0, now - state.at) / RATE_WINDOW_MS) + 1000 / RATE_WINDOW_MS;
     state.at = now;
+    // The rate is kept from the first request, so it is there once a concurrency is learned.
+    if (!Number.isFinite(costs.slots)) return 1;
     const concurrent = (state.rate * costs.serviceMs) / 1000;
     return Math.max(1, Math.ceil(concurrent / (costs.slots * HOME_BUSY)));
   }

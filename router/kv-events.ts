@@ -2,12 +2,13 @@
 // publisher (vLLM's --kv-events-config; fake-engine/kv-events.ts has the wire format), decoded
 // into an index of the blocks the engine holds. Router side; affinity.ts asks it what is cached.
 //
-// The index is trusted only while the stream is: it is not live while the socket is
-// disconnected, and not when the router sent work there more than STALE_MS ago (work stores
-// blocks, so events were due) and heard nothing since. A batch whose sequence number does not
-// follow the last one (a lost message, an engine that restarted and counts from 0) empties the
-// index: what it held may be gone, and a router that under-reports a cache only routes as if it
-// were colder. Meanwhile the router scores that replica approximately, by its homes.
+// The index is trusted only while the stream is: not from a disconnect until the engine's next
+// message (the index is emptied at the disconnect: an engine that restarted holds nothing, and
+// events published meanwhile are lost), and not when the router sent work there more than
+// STALE_MS ago (work stores blocks, so events were due) and heard nothing since. A batch whose
+// sequence number does not follow the last one (a lost message) empties the index too: a router
+// that under-reports a cache only routes as if it were colder. Meanwhile the router scores that
+// replica approximately, by its homes.
 import { decode } from '@msgpack/msgpack';
 import { Subscriber } from 'zeromq';
 import { blockKey, KvIndex, MAX_BLOCKS_PER_REPLICA } from './kv-index.js';
@@ -21,6 +22,8 @@ export class KvEventStream {
   readonly index: KvIndex;
   private socket: Subscriber | undefined;
   private connected = false;
+  /** Disconnected since the last message: not trusted until the engine publishes again. */
+  private resync = true;
   /** The last batch's sequence number; -1 before the first. */
   private lastSeq = -1n;
   /** performance.now() by which an event is due (work was sent); 0 when none is. */
@@ -46,7 +49,12 @@ export class KvEventStream {
       this.connected = true;
     });
     socket.events.on('disconnect', () => {
+      // What happened while away cannot be known (an engine that restarted, events missed; a
+      // reconnected subscriber also misses what is published before its subscription lands), so
+      // the index starts again from the next message.
       this.connected = false;
+      this.index.clear();
+      this.resync = true;
     });
     socket.subscribe(this.topic);
     socket.connect(this.address);
@@ -60,7 +68,7 @@ export class KvEventStream {
   }
 
   state(now: number): KvStreamState {
-    if (!this.connected || this.blockSize === 0) return 'down';
+    if (!this.connected || this.resync || this.blockSize === 0) return 'down';
     if (this.dueBy !== 0 && now > this.dueBy) return 'silent';
     return 'live';
   }
@@ -94,6 +102,7 @@ export class KvEventStream {
     this.lastSeq = seq;
     // Something from the engine: the stream is alive, whatever the batch holds.
     this.connected = true;
+    this.resync = false;
     this.dueBy = 0;
     let batch: unknown;
     try {

@@ -133,6 +133,48 @@ describe('precise KV-aware routing', () => {
   });
 });
 
+describe('precise KV-aware routing across an engine restart', () => {
+  it('scores the restarted engine by its homes until it publishes, then by its (empty) cache, with no request failing', async () => {
+    const { urls, router: r } = await setup();
+    const base = `http://127.0.0.1:${r.port}`;
+    const [a, b] = urls as [string, string];
+    await post(a, chat(SYSTEM, 'warm a'));
+    await post(b, chat(words(8, 'warm-b'), 'x'));
+    expect(await within(2000, () => streams(r).length === 2 && streams(r).every((s) => s === 'live'))).toBeLessThan(2000);
+
+    // Engine A goes away and a new one (empty cache, events counting from 0) takes its ports.
+    const old = engines[0] as FakeEngine;
+    const kvAddress = old.kvEvents?.address as string;
+    await old.close(100);
+    expect(await within(1000, () => r.health().kvEvents?.[a] !== 'live')).toBeLessThan(1000);
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push(await post(base, chat(SYSTEM, `while a is away ${i}`)));
+    engines[0] = await startFakeEngine(
+      fakeEngineOptions({
+        model: 'demo',
+        port: old.port,
+        prefixCacheBlocks: 24,
+        blockSize: 4,
+        kvEvents: { endpoint: kvAddress, topic: '' },
+      }),
+    );
+    // It is trusted again from its first batch the router hears (one published before the
+    // subscriber is back is lost, as with any ZeroMQ subscriber): work there makes batches.
+    for (let i = 0; i < 20 && r.health().kvEvents?.[a] !== 'live'; i++) {
+      await post(a, chat(words(12, `fresh-a${i}-`), 'x'));
+      await within(100, () => r.health().kvEvents?.[a] === 'live');
+    }
+    expect(r.health().kvEvents?.[a]).toBe('live');
+    // The new A holds no system prompt: B, which does, gets it.
+    await post(b, chat(SYSTEM, 'b has it'));
+    await new Promise((res) => setTimeout(res, 100));
+    const servedA = await served(a);
+    for (let i = 0; i < 3; i++) statuses.push(await post(base, chat(SYSTEM, `after restart ${i}`)));
+    expect(await served(a)).toBe(servedA);
+    expect(statuses.every((s) => s === 200)).toBe(true);
+  });
+});
+
 describe('KV events: parsing and the index', () => {
   it('reads vLLM --kv-events-config and the router --kv-events spec', () => {
     expect(parseKvEventsConfig('{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv"}')).toEqual({
