@@ -152,15 +152,13 @@ async function main(): Promise<void> {
   console.log('\nworkload router                     TTFT ms p50     p90     p99  req/s done  busiest/mean errors');
   for (const line of table) console.log(line);
 
-  console.log('\ngoals (p90 TTFT, llmgw against the best vllm-router policy on each workload)');
+  console.log('\ngoals (p90 TTFT against the best vllm-router policy on each workload: no worse, better somewhere)');
   for (const workload of workloads) {
     const p90 = (k: RouterKind) => percentile(results.get(`${workload}/${k}`)?.ttfts ?? [], 90);
     const best = Math.min(p90('vllm-cache_aware'), p90('vllm-power_of_two'));
-    const ours = Math.min(p90('llmgw'), p90('llmgw-kv'));
-    const ratio = ours / best;
-    console.log(
-      `  ${ratio <= 1.05 ? 'ok  ' : 'MISS'} ${workload}: llmgw ${f1(ours)} ms, best vllm-router ${f1(best)} ms (${ratio.toFixed(2)}x)`,
-    );
+    const ratios = (['llmgw', 'llmgw-kv'] as const).map((k) => `${LABEL[k]} ${f1(p90(k))} ms (${(p90(k) / best).toFixed(2)}x)`);
+    const worst = Math.max(p90('llmgw'), p90('llmgw-kv')) / best;
+    console.log(`  ${worst <= 1 ? 'ok  ' : 'MISS'} ${workload}: best vllm-router ${f1(best)} ms; ${ratios.join(', ')}`);
   }
   await instantEngine(routers, bin);
 }
