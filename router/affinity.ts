@@ -124,7 +124,9 @@ export class AffinityTable<T extends Candidate> {
     // Homes the prefix's own load needs: beyond them a copy is surplus (scored as half a home,
     // so the prefix's traffic gathers on its first homes and the other copies age out); short of
     // them, a stranger's miss is an investment the prefix's traffic repays, scored as a home's.
-    const wanted = prefix >= 0 ? this.homesWanted(prefix, now, costs) : 1;
+    // Until some engine's concurrency is known the load cannot be sized: every home counts fully.
+    const sized = prefix >= 0 ? this.homesWanted(prefix, now, costs) : 1;
+    const wanted = Number.isNaN(sized) ? prefixHomes.length : sized;
     const short = prefixHomes.length > 0 && prefixHomes.length < wanted;
     let best: T | undefined;
     let bestCost = Infinity;
@@ -196,7 +198,7 @@ export class AffinityTable<T extends Candidate> {
   /**
    * How many homes a prefix's load needs: its requests a second (decayed over RATE_WINDOW_MS)
    * times the engines' time per request is how many of it run at once; each home should carry at
-   * most HOME_BUSY of its engine's concurrency. 1 while no engine's concurrency is known.
+   * most HOME_BUSY of its engine's concurrency. NaN while no engine's concurrency is known.
    */
   private homesWanted(prefix: number, now: number, costs: ModelCosts): number {
     let state = this.rates.get(prefix);
@@ -208,7 +210,7 @@ export class AffinityTable<T extends Candidate> {
     state.rate = state.rate * Math.exp(-Math.max(0, now - state.at) / RATE_WINDOW_MS) + 1000 / RATE_WINDOW_MS;
     state.at = now;
     // The rate is kept from the first request, so it is there once a concurrency is learned.
-    if (!Number.isFinite(costs.slots)) return 1;
+    if (!Number.isFinite(costs.slots)) return NaN;
     const concurrent = (state.rate * costs.serviceMs) / 1000;
     return Math.max(1, Math.ceil(concurrent / (costs.slots * HOME_BUSY)));
   }
