@@ -27,7 +27,7 @@ export function addRouterCommand(program: Command): void {
     )
     .option(
       '--affinity-abs-gap <n>',
-      'in-flight requests a replica may hold beyond the least-loaded one and still get its cached keys',
+      'until an engine reports its concurrency: in-flight requests a replica may hold beyond the least-loaded one and still get its cached keys (then cost decides: docs/routing.md)',
       '8',
     )
     .option(
