@@ -14,7 +14,14 @@ import type { CatalogSource } from '../catalog/watch.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId, reconcileScheduleId } from '../common/names.js';
 import type { NodeView, ReconcileAllocationsRequest, ReconcileAllocationsResult } from '../common/node-types.js';
 import type { DeployModelInput, ReplicaInput, ReplicaView } from '../common/replica-types.js';
-import type { ReconcileAction, ReconcileFacts, ReconcileNodeInput, ReplicaFacts, WorkflowPresence } from '../common/reconcile-types.js';
+import {
+  ENDED_TO_BE_ADOPTED,
+  type ReconcileAction,
+  type ReconcileFacts,
+  type ReconcileNodeInput,
+  type ReplicaFacts,
+  type WorkflowPresence,
+} from '../common/reconcile-types.js';
 import { wakeWaitersFor } from './capacity.js';
 import { adoptReplicaSignal, describeNodeQuery, reconcileAllocationsUpdate, replicaStatusQuery } from '../workflows/definitions.js';
 
@@ -32,10 +39,22 @@ export interface RebuildOutcome {
 }
 
 export function createReconcileActivities(catalog: CatalogSource, client: Client) {
+  /** Whether `llmgw upgrade` ended this run for reconciliation to rebuild (its reason says so). */
+  const endedToBeAdopted = async (workflowId: string, runId: string): Promise<boolean> => {
+    const response = await client.workflowService.getWorkflowExecutionHistoryReverse({
+      namespace: client.options.namespace,
+      execution: { workflowId, runId },
+      maximumPageSize: 1,
+    });
+    return (response.history?.events?.[0]?.workflowExecutionTerminatedEventAttributes?.reason ?? '').startsWith(ENDED_TO_BE_ADOPTED);
+  };
   const presence = async (workflowId: string): Promise<WorkflowPresence> => {
     try {
       const description = await client.workflow.getHandle(workflowId).describe();
-      return description.status.name === 'RUNNING' ? 'running' : 'closed';
+      if (description.status.name === 'RUNNING') return 'running';
+      // A run ended to move it to a new build counts as lost: its engines are adopted, not stopped.
+      if (description.status.name === 'TERMINATED' && (await endedToBeAdopted(workflowId, description.runId))) return 'missing';
+      return 'closed';
     } catch (error) {
       if (error instanceof WorkflowNotFoundError) return 'missing';
       throw error;

@@ -118,8 +118,6 @@ program
     '--make-current',
     'make this build the Current version at start (default: only when there is none yet; otherwise `llmgw upgrade`)',
   )
-  // The upgrade test's second build; not for operators.
-  .addOption(new Option('--workflows-module <path>').hideHelp())
   .action(
     async (opts: {
       catalog: string;
@@ -128,7 +126,6 @@ program
       buildId?: string;
       deploymentName: string;
       makeCurrent?: boolean;
-      workflowsModule?: string;
     }) => {
       const { runControlWorker } = await import('../workers/control-worker.js');
       await runControlWorker({
@@ -138,7 +135,6 @@ program
         buildId: opts.buildId,
         deploymentName: opts.deploymentName,
         makeCurrent: opts.makeCurrent,
-        workflowsPath: opts.workflowsModule,
       });
     },
   );
@@ -151,7 +147,7 @@ program
   .option('--build-id <id>', 'the build to move to (default: the newest version of the Worker Deployment)')
   .option('--deployment-name <name>', 'the Worker Deployment', process.env.LLMGW_DEPLOYMENT_NAME ?? 'llmgw')
   .option('--timeout <seconds>', 'how long to wait for every run to move', '300')
-  .option('--move-stranded', 'also move runs pinned to a build no worker serves (they replay on the new build; see docs/upgrades.md)')
+  .option('--move-stranded', 'also end runs pinned to a build no worker serves; reconciliation adopts their engines (docs/upgrades.md)')
   .action(async (opts: { buildId?: string; deploymentName: string; timeout: string; moveStranded?: boolean }) => {
     const { upgradeCommand } = await import('./commands/upgrade.js');
     await upgradeCommand(opts);

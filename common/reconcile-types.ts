@@ -19,6 +19,13 @@ export interface ReconcileNodeInput {
 
 export type WorkflowPresence = 'running' | 'closed' | 'missing';
 
+/**
+ * How `llmgw upgrade` begins the reason of a run it ends so that reconciliation rebuilds it
+ * (cli/commands/upgrade-pre-release.ts): such a replica counts as missing, not closed, and its
+ * engines are adopted rather than stopped.
+ */
+export const ENDED_TO_BE_ADOPTED = 'llmgw upgrade: ended to move to a new build';
+
 /** What Temporal and the catalog say about one replica a report or an allocation names. */
 export interface ReplicaFacts {
   replica: WorkflowPresence;

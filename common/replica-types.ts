@@ -1,17 +1,10 @@
 // The replica and deployment domain: states, inputs and views, as plain JSON (they
 // cross continue-as-new and show in the Web UI). Safe to import from workflows.
 
-export type ReplicaPhase =
-  'Pending' | 'Placing' | 'Unschedulable' | 'Starting' | 'Loading' | 'Ready' | 'Unknown' | 'Draining' | 'Stopped' | 'Failed';
-
-export const ROUTABLE_PHASES: ReplicaPhase[] = ['Ready', 'Unknown'];
 /**
- * The steps of coming up, which a deployment treats as one (the replica decides nothing yet):
- * a replica reports to its deployment only on leaving them, so the deployment's view of such a
- * replica may name an earlier step than the replica's own.
+ * Every phase of a replica, in lifecycle order, defined once: the type is derived from the list,
+ * and route entries' schemas (the routes workflow and the router) accept exactly these.
  */
-export const COMING_UP_PHASES: ReplicaPhase[] = ['Pending', 'Placing', 'Starting', 'Loading'];
-/** Every phase, in lifecycle order: what route entries' schemas accept (the routes workflow and the router). */
 export const REPLICA_PHASES = [
   'Pending',
   'Placing',
@@ -23,7 +16,16 @@ export const REPLICA_PHASES = [
   'Draining',
   'Stopped',
   'Failed',
-] as const satisfies readonly ReplicaPhase[];
+] as const;
+export type ReplicaPhase = (typeof REPLICA_PHASES)[number];
+
+export const ROUTABLE_PHASES: readonly ReplicaPhase[] = ['Ready', 'Unknown'];
+/**
+ * The steps of coming up, which a deployment treats as one (the replica decides nothing yet):
+ * a replica reports to its deployment only on leaving them, so the deployment's view of such a
+ * replica may name an earlier step than the replica's own.
+ */
+export const COMING_UP_PHASES: readonly ReplicaPhase[] = ['Pending', 'Placing', 'Starting', 'Loading'];
 
 /**
  * A variable's value in a profile: a literal, or a reference to a variable of the agent's own

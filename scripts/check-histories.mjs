@@ -1,42 +1,47 @@
-// CI check: replay histories are append-only. A history under test/histories/ that has
-// landed is never edited, renamed or deleted, because it stands for workflows that are
-// running in someone's fleet; re-recording it would hide exactly the break the replay
-// test exists to catch. Every commit since the rule was introduced is checked (not only
-// the last one), plus uncommitted changes, so a change spread over several commits is
-// caught too.
+// CI check: a released version's replay histories are frozen. test/histories/<version>/ of
+// every release in releases.json must be exactly what it was at the release's commit (no file
+// edited, added, renamed or deleted since, committed or not), and package.json must name a
+// version not yet released: the release in progress, whose folder `npm run record:histories`
+// records anew whenever the workflow code changes (docs/upgrades.md).
 import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import { historiesDir, releases, root, versionInProgress } from './releases.mjs';
 
-/** The commit that introduced the rule; earlier commits re-recorded histories. */
-const RULE_SINCE = '1bdc5a15c4bb1ab180e07bb7aa96558f580a91b0';
-
-const root = new URL('..', import.meta.url).pathname;
 const git = (...args) => execFileSync('git', args, { cwd: root, encoding: 'utf8' }).trim();
 
 if (git('rev-parse', '--is-shallow-repository') === 'true') {
   console.log('check-histories: shallow clone, fetching the full history');
   git('fetch', '--unshallow', '--quiet');
 }
-try {
-  git('cat-file', '-e', `${RULE_SINCE}^{commit}`);
-} catch {
-  console.error(`check-histories: commit ${RULE_SINCE} is not in this clone's history; clone the full history of main`);
-  process.exit(1);
-}
 
 const problems = [];
-const log = git('log', '--format=commit %h %s', '--diff-filter=MDRT', '--name-status', `${RULE_SINCE}..HEAD`, '--', 'test/histories');
-let commit = '';
-for (const line of log.split('\n').filter(Boolean)) {
-  if (line.startsWith('commit ')) commit = line.slice(7);
-  else problems.push(`${commit}: ${line.replace(/\t/g, ' ')}`);
+const inProgress = versionInProgress();
+for (const { version, commit } of releases()) {
+  if (version === inProgress) problems.push(`package.json names ${version}, which is released: name the next version in progress`);
+  try {
+    git('cat-file', '-e', `${commit}^{commit}`);
+  } catch {
+    problems.push(`release ${version}: commit ${commit} is not in this clone's history; clone the full history of main`);
+    continue;
+  }
+  const folder = `test/histories/${version}`;
+  if (!git('ls-tree', '-r', '--name-only', commit, '--', folder)) problems.push(`release ${version}: ${folder} is empty at ${commit}`);
+  // Against the working tree: catches committed and uncommitted changes alike.
+  for (const line of git('diff', '--name-status', commit, '--', folder).split('\n').filter(Boolean)) {
+    problems.push(`release ${version} is frozen, but: ${line.replace(/\t/g, ' ')}`);
+  }
+  for (const file of git('ls-files', '--others', '--exclude-standard', '--', folder).split('\n').filter(Boolean)) {
+    problems.push(`release ${version} is frozen, but: untracked ${file}`);
+  }
 }
-for (const line of git('diff', '--name-status', '--diff-filter=MDRT', 'HEAD', '--', 'test/histories').split('\n').filter(Boolean)) {
-  problems.push(`uncommitted: ${line.replace(/\t/g, ' ')}`);
+const current = historiesDir(inProgress);
+if (!existsSync(current) || !readdirSync(current).some((f) => f.endsWith('.json'))) {
+  problems.push(`test/histories/${inProgress}/ (the release in progress) has no histories: run npm run record:histories`);
 }
 if (problems.length) {
-  console.error('Replay histories are append-only, but these changes edit, rename or delete one:');
+  console.error('Replay histories:');
   for (const problem of problems) console.error(`  ${problem}`);
-  console.error('Restore the recorded file and record the new behaviour under a new name (test/helpers/histories.ts).');
+  console.error('A released folder is never edited; record the release in progress with npm run record:histories.');
   process.exit(1);
 }
-console.log('check-histories: every recorded history is unchanged since it landed');
+console.log(`check-histories: ${releases().length} released folder(s) unchanged; ${inProgress} is in progress`);

@@ -32,8 +32,6 @@ export interface ControlWorkerOptions {
    * for `llmgw upgrade`, so starting a new worker never moves traffic by itself.
    */
   makeCurrent?: boolean;
-  /** Another workflows module (the upgrade test's second build). */
-  workflowsPath?: string;
 }
 
 export async function runControlWorker(options: ControlWorkerOptions): Promise<void> {
@@ -70,12 +68,12 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   });
   const stopWatchingDeployments = watchDeployments(client, runtime.metricMeter);
   const version = await bundleWithBuildId({
-    workflowsPath: options.workflowsPath ?? join(__dirname, '../workflows/index.js'),
+    workflowsPath: join(__dirname, '../workflows/index.js'),
     buildId: options.buildId,
     deploymentName: options.deploymentName,
     // Our workflow interceptors (reconcile metrics) are part of the bundle, and so of the build;
     // another workflows module may bring its own (the upgrade test's second build).
-    interceptorModules: [require.resolve('./workflow-interceptors'), ...(options.workflowsPath ? [options.workflowsPath] : [])],
+    interceptorModules: [require.resolve('./workflow-interceptors')],
   });
   const worker = await Worker.create({
     connection,

@@ -1,4 +1,4 @@
-// How a Pinned long-running workflow (deployModel, replica, node) moves to a new llmgw build:
+// How a Pinned long-running workflow (deployModel, replica, node, routes) moves to a new llmgw build:
 // only at continue-as-new, never in the middle of a run. Workflow side; `llmgw upgrade`
 // (cli/commands/upgrade.ts) is the other half.
 //
@@ -8,8 +8,8 @@
 // 2. A server that supports upgrade-on-continue-as-new starts the new run on the Current build
 //    at once. Temporal 1.29 (the pinned dev server) does not: the new run inherits the old
 //    pinning. So a run that starts with `upgrading: true` first *parks*: it registers its
-//    handlers and waits for `upgradeApplied`, issuing the same commands on every build (a
-//    marker and one timer), and `llmgw upgrade` meanwhile moves it to the Current build with a
+//    handlers and waits for `upgradeApplied`, issuing the same command on every build (one
+//    timer), and `llmgw upgrade` meanwhile moves it to the Current build with a
 //    versioning override. The new build replays the parked prologue identically and goes on.
 // 3. A park that is never released (the command died) ends after PARK_TIMEOUT and the run
 //    simply carries on where it is.

@@ -6,7 +6,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { CliError, withClient } from './client.js';
 import { deploymentWorkflowId } from '../../common/names.js';
 import { AutoscaleSchema } from '../../common/autoscale.js';
-import { describeIssues } from '../../workflows/deploy-model/input.js';
+import { describeIssues } from '../../workflows/toolkit.js';
 import {
   deploymentStatusQuery,
   describeNodeQuery,

@@ -7,13 +7,17 @@
 //    over (signal prepareUpgrade); each does so at its next safe point by continuing as new.
 // 3. A new run that the server left on the old build parks; it is moved to the target with a
 //    versioning override and released (signal upgradeApplied).
-// It waits until every run is on the target or --timeout passes, and says which are not.
+// Runs of builds older than the first release, and with --move-stranded runs whose build no
+// worker serves, cannot hand over: they are ended and rebuilt by reconciliation instead
+// (upgrade-pre-release.ts). It waits until every run is on the target or --timeout passes,
+// and says which are not.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isGrpcServiceError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { describeDeployment, setCurrentVersion, type BuildVersion } from '../../workers/versioning.js';
 import { prepareUpgradeSignal, upgradeAppliedSignal, upgradeStatusQuery } from '../../workflows/upgrade.js';
 import { withClient } from './client.js';
+import { endAndAdopt, firstRelease, predates, type EndedRun } from './upgrade-pre-release.js';
 
 const MOVABLE_TYPES = ['deployModel', 'replica', 'node', 'routes'];
 
@@ -21,14 +25,11 @@ export interface UpgradeOptions {
   buildId?: string;
   deploymentName: string;
   timeout: string;
-  /** Move runs pinned to builds no worker serves any more (dev stacks, lost workers). */
+  /** End runs pinned to builds no worker serves any more (dev stacks, lost workers); reconciliation adopts their engines. */
   moveStranded?: boolean;
 }
 
-interface Pinned {
-  workflowId: string;
-  buildId: string;
-}
+type Pinned = EndedRun;
 
 export async function upgradeCommand(options: UpgradeOptions): Promise<void> {
   await withClient(async (client) => {
@@ -58,9 +59,27 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
     say(`${options.deploymentName}:${target} is Current`);
   }
 
-  // Every run hears it: those pinned elsewhere hand over, those on the target ignore it, and runs
-  // started before Worker Versioning (on the target, but still on their frozen code) move to
-  // the current code at their next safe point.
+  const timeoutMs = parseSeconds(options.timeout) * 1000;
+  const release = firstRelease();
+  const elsewhere = await listPinnedElsewhere(client, options.deploymentName, target);
+  const cannotHandOver = [
+    ...(release ? elsewhere.filter((p) => predates(p.buildId, release)) : []),
+    ...(options.moveStranded
+      ? await stranded(
+          client,
+          elsewhere.filter((p) => !release || !predates(p.buildId, release)),
+        )
+      : []),
+  ];
+  if (cannotHandOver.length) {
+    say(
+      `${cannotHandOver.length} run(s) cannot hand over (${summarise(cannotHandOver)}): ending them; reconciliation adopts their engines`,
+    );
+    const why = `its build predates release ${release}, or no worker serves it`;
+    await endAndAdopt(client, cannotHandOver, why, say, timeoutMs);
+  }
+
+  // Every run hears it: those pinned elsewhere hand over, those on the target ignore it.
   const woken = await signalAll(client, target);
   let pinned = await listPinnedElsewhere(client, options.deploymentName, target);
   if (!pinned.length && woken) {
@@ -74,7 +93,7 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
   }
   say(`${pinned.length} workflow(s) run on older builds: ${summarise(pinned)}; each hands over at its next safe point`);
 
-  const deadline = Date.now() + parseSeconds(options.timeout) * 1000;
+  const deadline = Date.now() + timeoutMs;
   const all = pinned.map((p) => p.workflowId);
   const known = new Set(all);
   let pending = all;
@@ -92,7 +111,7 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
     }
     const still: string[] = [];
     for (const workflowId of new Set([...pending, ...listed])) {
-      if ((await stepOne(client, workflowId, version, Boolean(options.moveStranded))) !== 'done') still.push(workflowId);
+      if ((await stepOne(client, workflowId, version)) !== 'done') still.push(workflowId);
     }
     if (!still.length && confirming) {
       pending = [];
@@ -122,7 +141,7 @@ export async function upgradeFleet(client: Client, options: UpgradeOptions, say:
  * Everything after the describe talks to that one run: if it continues as new meanwhile, the
  * next round finds its successor instead of releasing a park that was never moved.
  */
-async function stepOne(client: Client, workflowId: string, version: BuildVersion, moveStranded: boolean): Promise<'done' | 'waiting'> {
+async function stepOne(client: Client, workflowId: string, version: BuildVersion): Promise<'done' | 'waiting'> {
   let description;
   try {
     description = await client.workflow.getHandle(workflowId).describe();
@@ -143,11 +162,7 @@ async function stepOne(client: Client, workflowId: string, version: BuildVersion
     return 'waiting';
   }
   // A run that did not answer may be parked all the same: only an answer says it is not.
-  if (onTarget) return status ? 'done' : 'waiting';
-  // A run whose build no worker serves can never reach a safe point: move it where it stands.
-  // This relies on the new build replaying its history (patched changes, docs/upgrades.md).
-  if (moveStranded && status === undefined) await pinTo(client, workflowId, description.runId, version);
-  return 'waiting';
+  return onTarget && status ? 'done' : 'waiting';
 }
 
 /** Pins one run to the target; false when that run has ended meanwhile (continued as new). */
@@ -189,9 +204,27 @@ async function listPinnedElsewhere(client: Client, deploymentName: string, targe
   for await (const execution of client.workflow.list({ query })) {
     const version = execution.searchAttributes?.TemporalWorkerDeploymentVersion;
     const text = Array.isArray(version) && typeof version[0] === 'string' ? version[0] : '';
-    found.push({ workflowId: execution.workflowId, buildId: text.replace(`${deploymentName}:`, '') || 'unversioned' });
+    found.push({
+      workflowId: execution.workflowId,
+      type: execution.type,
+      buildId: text.replace(`${deploymentName}:`, '') || 'unversioned',
+    });
   }
   return found;
+}
+
+/** Runs that do not answer a query (no worker serves their build): they can never reach a safe point. */
+async function stranded(client: Client, runs: Pinned[]): Promise<Pinned[]> {
+  const answers = await Promise.all(
+    runs.map((run) =>
+      client.workflow
+        .getHandle(run.workflowId)
+        .query(upgradeStatusQuery)
+        .then(() => true)
+        .catch(() => false),
+    ),
+  );
+  return runs.filter((_, i) => !answers[i]);
 }
 
 function summarise(pinned: Pinned[]): string {

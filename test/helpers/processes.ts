@@ -23,8 +23,9 @@ export interface LlmgwProcess {
   kill9(): Promise<void>;
 }
 
-export function spawnLlmgw(args: string[], env: Record<string, string> = {}, options: { cwd?: string } = {}): LlmgwProcess {
-  const child = spawn(process.execPath, [LLMGW_BIN, ...args], {
+/** `bin`: another build's bin/llmgw.js (test/helpers/release-build.ts); this checkout's by default. */
+export function spawnLlmgw(args: string[], env: Record<string, string> = {}, options: { cwd?: string; bin?: string } = {}): LlmgwProcess {
+  const child = spawn(process.execPath, [options.bin ?? LLMGW_BIN, ...args], {
     ...(options.cwd ? { cwd: options.cwd } : {}),
     // Every worker and agent shares the run's catalog key, as a real deployment shares one;
     // many run side by side, so none serves /metrics unless a test asks (--metrics-addr).
@@ -149,7 +150,16 @@ export async function runLlmgw(
 /** Starts a simulated agent and waits for it to register. */
 export async function startSimAgent(
   nodeId: string,
-  options: { inventory: string; stateDir?: string; range?: string; extra?: string[]; env?: Record<string, string>; wait?: boolean },
+  options: {
+    inventory: string;
+    stateDir?: string;
+    range?: string;
+    extra?: string[];
+    env?: Record<string, string>;
+    wait?: boolean;
+    /** Another build's bin/llmgw.js. */
+    bin?: string;
+  },
 ): Promise<{ proc: LlmgwProcess; stateDir: string; range: string }> {
   const { mkdtempSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
@@ -176,6 +186,7 @@ export async function startSimAgent(
       ...(options.extra ?? []),
     ],
     options.env,
+    { bin: options.bin },
   );
   if (options.wait !== false) await proc.waitForOutput(/registered with node\//, 60_000);
   return { proc, stateDir, range };

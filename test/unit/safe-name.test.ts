@@ -5,7 +5,8 @@ import { parseAgentFlags } from '../../agent/config.js';
 import { gpuClassFromName } from '../../agent/discovery/gpu-class.js';
 import { parseCatalog } from '../../catalog/load.js';
 import { isSafeName, queryLiteral } from '../../common/safe-name.js';
-import { DeployModelInputSchema, describeIssues } from '../../workflows/deploy-model/input.js';
+import { DeployModelInputSchema } from '../../workflows/deploy-model/input.js';
+import { describeIssues } from '../../workflows/toolkit.js';
 
 const HOSTILE = ["H100' OR WorkflowType = 'node", '../../etc', 'a b', '', '-lead', 'x'.repeat(64), 'é'];
 

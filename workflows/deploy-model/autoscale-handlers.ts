@@ -7,6 +7,7 @@ import { AutoscaleSchema } from '../../common/autoscale.js';
 import { autoscaleUpdate, setAutoscaleUpdate, wakeUpdate } from '../definitions.js';
 import type { DeploymentRun } from './handlers.js';
 import { deploymentView } from './state.js';
+import { describeIssues } from '../toolkit.js';
 
 export function registerAutoscaleHandlers(run: DeploymentRun): void {
   setHandler(
@@ -68,10 +69,7 @@ export function registerAutoscaleHandlers(run: DeploymentRun): void {
       validator: (settings) => {
         if (settings === null) return;
         const parsed = AutoscaleSchema.safeParse(settings);
-        if (!parsed.success)
-          throw new Error(
-            `invalid autoscale settings: ${parsed.error.issues.map((i) => `${i.path.join('.') || 'autoscale'}: ${i.message}`).join('; ')}`,
-          );
+        if (!parsed.success) throw new Error(`invalid autoscale settings: ${describeIssues(parsed.error, 'autoscale')}`);
         if (run.s && parsed.data.max > run.s.maxReplicas)
           throw new Error(`max ${parsed.data.max} is over the maximum of ${run.s.maxReplicas} (catalog defaults.maxReplicas)`);
         if (run.s?.undeploying) throw ApplicationFailure.nonRetryable(`deployment ${run.s.name} is being undeployed`);

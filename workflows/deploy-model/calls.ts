@@ -1,6 +1,6 @@
 // What a deployment calls: the catalog and visibility through control activities, and each
 // replica as a child workflow. Workflow side.
-import { ParentClosePolicy, proxyActivities, startChild, workflowInfo, type ChildWorkflowHandle } from '@temporalio/workflow';
+import { ParentClosePolicy, startChild, workflowInfo, type ChildWorkflowHandle } from '@temporalio/workflow';
 import type { ControlActivities } from '../../activities/index.js';
 import { CONTROL_TASK_QUEUE, replicaWorkflowId } from '../../common/names.js';
 import { FailureType } from '../../common/failures.js';
@@ -8,22 +8,16 @@ import type { ReplicaInput } from '../../common/replica-types.js';
 import { revisionOfSnapshot } from '../../common/revision.js';
 import type { replica } from '../replica/workflow.js';
 import type { DeploymentState } from './state.js';
+import { controlActivities } from '../toolkit.js';
 
-export const catalog = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '20 seconds',
-  retry: { maximumAttempts: 5 },
-  summary: 'profileInCatalog: is the profile still in the catalog before starting a replica',
-});
+export const catalog = controlActivities('profileInCatalog: is the profile still in the catalog before starting a replica');
 
 export function control(summary: string): ControlActivities {
-  return proxyActivities<ControlActivities>({
-    // Control activities are quick; a short timeout lets a killed worker's work move on fast.
-    startToCloseTimeout: '20 seconds',
+  return controlActivities(summary, {
     retry: {
       maximumAttempts: 5,
       nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile, FailureType.UnknownGpuClass, FailureType.InvalidInput],
     },
-    summary,
   });
 }
 

@@ -35,7 +35,3 @@ export const DeployModelInputSchema = z
     message: 'maxSurge and maxUnavailable cannot both be 0: a rollout could never start a new replica nor stop an old one',
     path: ['maxSurge'],
   });
-
-export function describeIssues(error: z.ZodError): string {
-  return error.issues.map((issue) => `${issue.path.length ? issue.path.join('.') : 'input'}: ${issue.message}`).join('; ');
-}

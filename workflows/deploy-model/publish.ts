@@ -1,9 +1,8 @@
 // What a deployment shows: its search attributes (LlmgwState, …), its memo (read by the CLI,
 // the catalog notifier and `llmgw upgrade`) and the Web UI's current details. Published only
 // when something visible changed, so a deployment that waits costs no events. Workflow side.
-import { patched, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
 import type { SearchAttributeUpdatePair } from '@temporalio/common';
-import { DEPLOYMENT_PUBLISH_WHAT_CHANGED } from '../versions.js';
 import { autoscalePolicy } from '../../common/autoscale.js';
 import { notifyDeploymentChanged } from '../routes/notify.js';
 import { SA } from '../../common/search-attributes.js';
@@ -64,12 +63,11 @@ export function createDeploymentPublisher(d: DeploymentState): () => void {
     };
     // A replica's phase change shows in the details alone; the attributes and memo (each write
     // an event and a visibility update) only when what they hold changed.
-    const onlyWhatChanged = patched(DEPLOYMENT_PUBLISH_WHAT_CHANGED);
     const attributesKey = JSON.stringify(attributes);
-    if (!onlyWhatChanged || attributesKey !== recordedAttributes) upsertSearchAttributes(attributes);
+    if (attributesKey !== recordedAttributes) upsertSearchAttributes(attributes);
     recordedAttributes = attributesKey;
     const memoKey = JSON.stringify(memo);
-    if (!onlyWhatChanged || memoKey !== recordedMemo) upsertMemo(memo);
+    if (memoKey !== recordedMemo) upsertMemo(memo);
     recordedMemo = memoKey;
     setCurrentDetails(deploymentDetails(view));
   };

@@ -11,6 +11,7 @@ import { control, startReplica } from './calls.js';
 import { awaitRouters } from '../routes/await.js';
 import { isActive, newRollout, note, planRollout } from './rollout.js';
 import { DEFAULT_POLICY, type DeploymentState } from './state.js';
+import { describeIssues } from '../toolkit.js';
 
 export const RolloutRequestSchema = z
   .strictObject({
@@ -26,10 +27,7 @@ export const RolloutRequestSchema = z
 /** The Update's validator: a bad request is refused before it is recorded, and changes nothing. */
 export function validateRolloutRequest(request: RolloutRequest, d: DeploymentState | undefined): void {
   const parsed = RolloutRequestSchema.safeParse(request ?? {});
-  if (!parsed.success)
-    throw new Error(
-      `invalid rollout request: ${parsed.error.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ')}`,
-    );
+  if (!parsed.success) throw new Error(`invalid rollout request: ${describeIssues(parsed.error)}`);
   const policy = { ...DEFAULT_POLICY, ...d?.policy };
   const maxSurge = request.maxSurge ?? policy.maxSurge;
   const maxUnavailable = request.maxUnavailable ?? policy.maxUnavailable;

@@ -4,25 +4,16 @@
 // with backoff, scales, and drains everything on undeploy. Every handler is registered before
 // the first await, so a `scale` sent a moment after the start is accepted and applied once the
 // deployment is resolved. State: state.ts; continue-as-new in one place (handOver).
-import {
-  ApplicationFailure,
-  allHandlersFinished,
-  condition,
-  getExternalWorkflowHandle,
-  log,
-  patched,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { ApplicationFailure, allHandlersFinished, condition, getExternalWorkflowHandle, log, workflowInfo } from '@temporalio/workflow';
 import { FailureType } from '../../common/failures.js';
 import type { DeployModelInput, DeploymentView } from '../../common/replica-types.js';
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { stopReplicaSignal } from '../definitions.js';
-import { deployModelV0 } from '../legacy/deploy-model-v0.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
-import { VERSIONED_RELEASE } from '../versions.js';
+import { describeIssues, handOverDue as handOverDueFor } from '../toolkit.js';
 import { control, startReplica } from './calls.js';
 import { createDeploymentRun, registerDeploymentHandlers } from './handlers.js';
-import { DEPLOYMENT_NAME, DeployModelInputSchema, describeIssues } from './input.js';
+import { DEPLOYMENT_NAME, DeployModelInputSchema } from './input.js';
 import { createDeploymentPublisher } from './publish.js';
 import { closeReason, profileStillInCatalog, resolveDeployment } from './resolve.js';
 import { isActive } from './rollout.js';
@@ -32,7 +23,6 @@ import { activeReplicas, deploymentView, drainVictims, pruneFinished, replacemen
 const HISTORY_LIMIT = 5_000;
 
 export async function deployModel(rawInput: DeployModelInput): Promise<DeploymentView> {
-  if (!patched(VERSIONED_RELEASE)) return deployModelV0(rawInput);
   const parsed = DeployModelInputSchema.safeParse(rawInput);
   if (!parsed.success)
     throw ApplicationFailure.nonRetryable(`invalid deployModel input: ${describeIssues(parsed.error)}`, FailureType.InvalidInput);
@@ -84,9 +74,7 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
   const d: DeploymentState = run.s;
 
   const publish = createDeploymentPublisher(d);
-  const historyLimit = input.continueAsNewAfterEvents ?? HISTORY_LIMIT;
-  const handOverDue = (): boolean =>
-    upgrade.requested() || workflowInfo().continueAsNewSuggested || workflowInfo().historyLength > historyLimit;
+  const handOverDue = handOverDueFor(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT);
 
   const routedAsked: Record<string, boolean> = {};
   for (;;) {

@@ -21,6 +21,7 @@ import type { NodeStatusSignal } from '../../common/node-types.js';
 import { nodeStatusSignal } from '../definitions.js';
 import type { reconcileNode } from '../reconcile/workflow.js';
 import { freeGpus, type NodeState } from './state.js';
+import { controlActivities } from '../toolkit.js';
 
 export interface NodeRun {
   state: NodeState;
@@ -36,8 +37,7 @@ export interface NodeRun {
   markNotReady?: (reason: string) => void;
 }
 
-const control = (summary: string): ControlActivities =>
-  proxyActivities<ControlActivities>({ startToCloseTimeout: '20 seconds', retry: { maximumAttempts: 5 }, summary });
+const control = (summary: string): ControlActivities => controlActivities(summary);
 
 /**
  * What the node's handlers and loops do to the outside: tell its replicas about the node,

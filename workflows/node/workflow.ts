@@ -8,7 +8,6 @@ import {
   CancellationScope,
   condition,
   log,
-  patched,
   setCurrentDetails,
   setHandler,
   upsertSearchAttributes,
@@ -30,9 +29,8 @@ import {
   reserveUpdate,
   uncordonUpdate,
 } from '../definitions.js';
-import { nodeV0 } from '../legacy/node-v0.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
-import { VERSIONED_RELEASE } from '../versions.js';
+import { handOverDue as handOverDueFor } from '../toolkit.js';
 import {
   applyRegister,
   claim,
@@ -74,7 +72,6 @@ export function settingsFrom(input: Partial<AgentSettings>): AgentSettings {
 }
 
 export async function node(input: NodeWorkflowInput): Promise<void> {
-  if (!patched(VERSIONED_RELEASE)) return nodeV0(input);
   const carried = input.carried !== undefined && workflowInfo().continuedFromExecutionRunId ? input.carried : undefined;
   const state: NodeState = carried ?? initialNodeState(input.nodeId);
   state.released ??= [];
@@ -197,9 +194,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   if (publishPending) run.publish();
   if (tellPending) run.tellReplicas();
 
-  const historyLimit = input.continueAsNewAfterEvents ?? HISTORY_LIMIT;
-  const handOverDue = (): boolean =>
-    upgrade.requested() || workflowInfo().continueAsNewSuggested || workflowInfo().historyLength > historyLimit;
+  const handOverDue = handOverDueFor(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT);
   const scope = new CancellationScope();
   const watchers = scope.run(() => startWatchers(run));
   watchers.catch(() => undefined);

@@ -25,6 +25,7 @@ import type { ActionOutcome, ReconcileAction, ReconcileNodeInput, ReconcileResul
 import { replicaClosedSignal, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { catalogKey, isDead, planReconcile } from './plan.js';
 import { reconcileDetails } from './details.js';
+import { controlActivities } from '../toolkit.js';
 
 /** Marks runs that tell a deployment about a replica whose workflow closed under it. */
 const TELL_DEPLOYMENT_PATCH = 'tell-deployment-of-closed-replica';
@@ -44,7 +45,7 @@ function agent(nodeId: string, summary: string): AgentActivities {
 }
 
 function control(summary: string): ControlActivities {
-  return proxyActivities<ControlActivities>({ startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 5 }, summary });
+  return controlActivities(summary, { startToCloseTimeout: '30 seconds' });
 }
 
 export async function reconcileNode(input: ReconcileNodeInput): Promise<ReconcileResult> {

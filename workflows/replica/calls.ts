@@ -1,31 +1,17 @@
 // The activities a replica calls, with the timeouts and summaries the Web UI shows beside
 // each call: control activities on `llmgw`, agent activities on each host's own queue.
 // Workflow side.
-import { ActivityCancellationType, proxyActivities, proxyLocalActivities } from '@temporalio/workflow';
+import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import type { ControlActivities } from '../../activities/index.js';
 import { agentTaskQueue } from '../../common/names.js';
 import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
+import { controlActivities } from '../toolkit.js';
 
 /** Control activities with a summary the Web UI shows beside each call. */
 export function control(summary: string): ControlActivities {
-  return proxyActivities<ControlActivities>({
-    // Control activities are quick; a short timeout lets a killed worker's work move on fast.
-    startToCloseTimeout: '20 seconds',
+  return controlActivities(summary, {
     retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile] },
-    summary,
-  });
-}
-
-/**
- * Control activities run by the worker that runs the workflow task: no task through the
- * server, and the answer is one marker event. For quick calls whose inputs and answers are small.
- */
-export function controlLocal(summary: string): ControlActivities {
-  return proxyLocalActivities<ControlActivities>({
-    startToCloseTimeout: '20 seconds',
-    retry: { maximumAttempts: 5, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile] },
-    summary,
   });
 }
 

@@ -59,7 +59,3 @@ export const ReplicaInputSchema = z.strictObject({
   continueAsNewAfterEvents: z.int().min(10).optional(),
   capacityRecheckSeconds: z.number().min(1).optional(),
 });
-
-export function describeReplicaInputIssues(error: z.ZodError): string {
-  return error.issues.map((issue) => `${issue.path.length ? issue.path.join('.') : 'input'}: ${issue.message}`).join('; ');
-}

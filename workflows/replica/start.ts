@@ -1,4 +1,4 @@
-// The replica's start step: startShard on each rank's host (rank 0 first, since its agent
+// The replica's start and load steps: startShard on each rank's host (rank 0 first, since its agent
 // chooses the rendezvous port the others are given), then waitHealthy on the leader and each
 // worker rank. Startup is never fire-and-forget. Workflow side.
 import { CancellationScope, condition, isCancellation } from '@temporalio/workflow';
@@ -6,15 +6,15 @@ import { create } from '@bufbuild/protobuf';
 import { WaitHealthySchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { startShardFor } from '../../common/profile-conversion.js';
 import { agent } from './calls.js';
-import type { ReplicaEvent, ReplicaRun } from './run.js';
+import type { ReplicaContext, ReplicaEvent } from './context.js';
 import { endpointOf, failureOutcome, gpuRange, isExitOf, type Outcome } from './state.js';
 
-export async function startAndWait(run: ReplicaRun): Promise<Outcome | 'ready'> {
-  const { state, events } = run;
+export async function startAndWait(ctx: ReplicaContext): Promise<Outcome | 'ready'> {
+  const { state, events } = ctx;
   events.length = 0;
   let leaderPort = 0;
   for (const shard of [...state.shards].sort((a, b) => a.rank - b.rank)) {
-    void run.setPhase('Starting', `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${shard.gpuIndices.join(',')}`);
+    void ctx.setPhase('Starting', `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${shard.gpuIndices.join(',')}`);
     // A host whose agent is known to be gone for good (Lost) does not get to run out a start
     // timeout. A NotReady one may be an agent restarting mid-start: the retried startShard
     // reaches the new agent, which finds the spec and starts the engine exactly once.
@@ -31,9 +31,9 @@ export async function startAndWait(run: ReplicaRun): Promise<Outcome | 'ready'> 
           heartbeatSeconds: 10,
         }).startShard(
           startShardFor(shard, {
-            replicaId: run.replicaId,
-            deployment: run.input.deployment,
-            snapshot: run.profile,
+            replicaId: ctx.replicaId,
+            deployment: ctx.input.deployment,
+            snapshot: ctx.profile,
             shards: state.shards,
             leaderPort: shard.rank === 0 ? 0 : leaderPort,
           }),
@@ -58,17 +58,17 @@ export async function startAndWait(run: ReplicaRun): Promise<Outcome | 'ready'> 
     }
   }
   return awaitHealthy(
-    run,
-    `waiting for ${endpointOf(state.shards)} to be healthy (startup timeout ${run.profile.startupTimeoutSeconds} s)`,
+    ctx,
+    `waiting for ${endpointOf(state.shards)} to be healthy (startup timeout ${ctx.profile.startupTimeoutSeconds} s)`,
   );
 }
 
 /** The leader's health decides; a worker rank that exits meanwhile fails the whole replica. */
-export async function awaitHealthy(run: ReplicaRun, why: string): Promise<Outcome | 'ready'> {
-  const { state, events, profile } = run;
+export async function awaitHealthy(ctx: ReplicaContext, why: string): Promise<Outcome | 'ready'> {
+  const { state, events, profile } = ctx;
   const leader = state.shards.find((s) => s.rank === 0);
   if (!leader) return { kind: 'replace', reason: 'no rank 0 among its shards', nodeId: state.shards[0]?.nodeId ?? '', agentGone: false };
-  void run.setPhase('Loading', why);
+  void ctx.setPhase('Loading', why);
   const scope = new CancellationScope();
   const healthy = scope.run(() =>
     agent(leader.nodeId, {
@@ -78,7 +78,7 @@ export async function awaitHealthy(run: ReplicaRun, why: string): Promise<Outcom
     }).waitHealthy(create(WaitHealthySchema, { shardId: leader.shardId, timeoutSeconds: profile.startupTimeoutSeconds })),
   );
   const workerExited = (): boolean => events.some((e) => e.kind === 'shard' && isExitOf(e.status, state.shards) && e.status.rank !== 0);
-  void condition(() => run.stopRequested() || workerExited()).then(() => scope.cancel());
+  void condition(() => ctx.stopRequested() || workerExited()).then(() => scope.cancel());
   try {
     await healthy;
     leader.state = 'Ready';
@@ -102,7 +102,7 @@ export async function awaitHealthy(run: ReplicaRun, why: string): Promise<Outcom
     }
     return 'ready';
   } catch (error) {
-    if (run.stopRequested()) return { kind: 'stop' };
+    if (ctx.stopRequested()) return { kind: 'stop' };
     const workerExit = events.find(
       (e): e is Extract<ReplicaEvent, { kind: 'shard' }> => e.kind === 'shard' && isExitOf(e.status, state.shards),
     );

@@ -5,6 +5,7 @@ import { ActivityFailure, ApplicationFailure, isCancellation, TimeoutFailure } f
 import { FailureType } from '../../common/failures.js';
 import type { ReplicaInput, ReplicaPhase, ReplicaView, ShardPlacement } from '../../common/replica-types.js';
 import { ShardState, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import type { Next } from './steps.js';
 
 export interface ReplicaState {
   phase: ReplicaPhase;
@@ -22,6 +23,8 @@ export interface ReplicaState {
   nodeSeen: Record<string, string>;
   /** While Draining: when the engine is stopped whatever is still in flight. */
   drainUntil?: string;
+  /** Set at a hand-over: the step the next run resumes with (steps.ts). */
+  resume?: Next;
 }
 
 export type Outcome =
@@ -48,7 +51,7 @@ export function initialReplicaState(input: ReplicaInput, now: string): ReplicaSt
   };
 }
 
-/** State carried by an earlier run, including one of the release before Worker Versioning. */
+/** State carried by an earlier run, of this release or the one before (fields added since get defaults). */
 export function carriedReplicaState(carried: unknown): ReplicaState {
   const state = carried as Partial<ReplicaState> & Pick<ReplicaState, 'phase' | 'reason' | 'since' | 'shards'>;
   return {

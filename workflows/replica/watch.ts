@@ -3,18 +3,18 @@
 // Workflow side.
 import { condition } from '@temporalio/workflow';
 import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import type { ReplicaRun } from './run.js';
+import type { ReplicaContext } from './context.js';
 import { endpointOf, isExitOf, type Outcome } from './state.js';
 
-export async function watchReady(run: ReplicaRun): Promise<Outcome> {
-  const { state, events } = run;
+/** Returns what ended Ready, or 'handOver' when the history is long and nothing is queued. */
+export async function watchReady(ctx: ReplicaContext): Promise<Outcome | 'handOver'> {
+  const { state, events } = ctx;
   for (;;) {
-    await condition(() => events.length > 0 || run.stopRequested() || run.handOverDue());
-    if (run.stopRequested()) return { kind: 'stop' };
+    await condition(() => events.length > 0 || ctx.stopRequested() || ctx.handOverDue());
+    if (ctx.stopRequested()) return { kind: 'stop' };
     const event = events.shift();
     // Hand over only with nothing queued: queued events do not cross continue-as-new.
-    if (!event) await run.handOver();
-    if (!event) continue;
+    if (!event) return 'handOver';
     if (event.kind === 'shard') {
       if (!isExitOf(event.status, state.shards) && event.status.state !== ShardState.FAILED) continue;
       const shard = state.shards.find((s) => s.shardId === event.status.shardId);
@@ -27,9 +27,9 @@ export async function watchReady(run: ReplicaRun): Promise<Outcome> {
     if (at && (state.nodeSeen[nodeId] ?? '') > at) continue;
     if (at) state.nodeSeen[nodeId] = at;
     if (phase === 'NotReady') {
-      void run.setPhase('Unknown', `agent on ${nodeId} unreachable (${reason}); the engine keeps its traffic while it answers`);
+      void ctx.setPhase('Unknown', `agent on ${nodeId} unreachable (${reason}); the engine keeps its traffic while it answers`);
     } else if (phase === 'Ready' && state.phase === 'Unknown') {
-      void run.setPhase('Ready', `agent on ${nodeId} is back; serving at ${endpointOf(state.shards)}`);
+      void ctx.setPhase('Ready', `agent on ${nodeId} is back; serving at ${endpointOf(state.shards)}`);
     } else if (phase === 'Lost') {
       return { kind: 'replace', reason: `node ${nodeId} lost: ${reason}`, nodeId, agentGone: true };
     }

@@ -3,18 +3,7 @@
 // acknowledge what they installed; rollouts ask awaitRouted whether every live router has a
 // replica. So a route change costs one signal and one answer per router, and an idle router
 // costs one Update every five minutes, instead of every router listing visibility twice a second.
-import {
-  allHandlersFinished,
-  condition,
-  log,
-  patched,
-  proxyActivities,
-  setCurrentDetails,
-  setHandler,
-  sleep,
-  workflowInfo,
-} from '@temporalio/workflow';
-import type { ControlActivities } from '../../activities/index.js';
+import { allHandlersFinished, condition, log, setCurrentDetails, setHandler, sleep, workflowInfo } from '@temporalio/workflow';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import {
   awaitRoutedUpdate,
@@ -44,12 +33,10 @@ import {
   WatchRoutesRequestSchema,
   type RoutesState,
 } from './state.js';
+import { controlActivities } from '../toolkit.js';
 
 /** How long a wait gives routers to pick up a change before the silent ones are presumed gone. */
 const ROUTER_ACK_TIMEOUT_MS = 10_000;
-const ROUTER_ACK_PATCH = 'routes-ack-timeout';
-/** Routers that let an earlier answer go unanswered are not waited for at all. */
-const EAGER_GONE_PATCH = 'routes-eager-gone-routers';
 
 export interface RoutesInput {
   /** State carried over continue-as-new; honoured only in a run continued from one of ours. */
@@ -77,7 +64,6 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
   // A live router always has a watch waiting here, but for the moment between an answer and
   // its next call. One with none waiting, answered long ago, died after that answer: a drain
   // need not give it the whole ack timeout (it comes back with its next call if it lives).
-  const eagerGone = patched(EAGER_GONE_PATCH);
   const watchesOf = new Map<string, { waiting: number; answeredAt: number }>();
   const forgetGoneRouters = (now: number): void => {
     const gone = state.routers.filter((r) => {
@@ -141,15 +127,12 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
     async ({ replicaId, routed: wanted }): Promise<AwaitRoutedResult> => {
       const done = (): boolean =>
         wanted === false ? droppedEverywhere(state, replicaId, Date.now()) : routedEverywhere(state, replicaId, Date.now());
-      if (eagerGone) forgetGoneRouters(Date.now());
+      forgetGoneRouters(Date.now());
       waiting++;
       try {
         // A router that has not called since the last change within a few seconds is gone (a
         // live one calls again at once): it is not waited for; if alive, its next call brings it back.
-        // Runs recorded before this timer existed replay without it.
-        const acked = patched(ROUTER_ACK_PATCH)
-          ? await condition(() => closing || done(), ROUTER_ACK_TIMEOUT_MS)
-          : await condition(() => closing || done()).then(() => true);
+        const acked = await condition(() => closing || done(), ROUTER_ACK_TIMEOUT_MS);
         if (!acked) {
           const gone = state.routers.filter((r) => r.seenAt < changedAt).map((r) => r.routerId);
           if (gone.length) log.warn(`routers ${gone.join(', ')} did not call after the last change: no longer waited for`);
@@ -172,10 +155,9 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
   const upgrade = watchUpgrades();
   await upgrade.park(input.upgrading);
 
-  const { listReplicaRoutes } = proxyActivities<ControlActivities>({
+  const { listReplicaRoutes } = controlActivities('read the replicas’ route memos from visibility', {
     startToCloseTimeout: '30 seconds',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds' },
-    summary: 'read the replicas’ route memos from visibility',
   });
   const resyncLoop = async (): Promise<void> => {
     for (;;) {

@@ -1,0 +1,206 @@
+// Upgrading a running fleet from one llmgw build to this checkout, with the old build built
+// from its commit (test/helpers/release-build.ts), as an operator upgrades (docs/upgrades.md):
+// - from the newest release: deployments, replicas, nodes and the routes table keep working on
+//   the release's control worker after this build becomes Current, and move to this build at
+//   their continue-as-new when `llmgw upgrade` asks, engines untouched; then the agents are
+//   replaced by this build's and adopt the same engines;
+// - from before the first release: `llmgw upgrade` ends those runs and reconciliation rebuilds
+//   them around the same engines.
+// Each scenario has its own dev server, so changing the Current version touches no other test.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import { Client, Connection } from '@temporalio/client';
+import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import { findFreePort } from '../../common/ports.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { deploymentStatusQuery } from '../../workflows/definitions.js';
+import { ROUTES_WORKFLOW_ID } from '../../workflows/routes/definitions.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import {
+  E2E_CATALOG,
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  runLlmgw,
+  spawnLlmgw,
+  startSimAgent,
+  stopAll,
+} from '../helpers/processes.js';
+import { beforeReleases, buildCommit, latestRelease } from '../helpers/release-build.js';
+import { uniqueId } from '../helpers/temporal.js';
+
+interface Fleet {
+  server: DevServer;
+  client: Client;
+  connection: Connection;
+  env: Record<string, string>;
+  nodeIds: string[];
+}
+let fleet: Fleet | undefined;
+
+async function startFleet(): Promise<Fleet> {
+  const port = await findFreePort();
+  const server = await startDevServer({
+    temporalBin: inject('temporalBin'),
+    port,
+    headless: true,
+    inMemory: true,
+    logFile: `.llmgw/test/temporal-release-upgrade-${port}.log`,
+  });
+  const connection = await Connection.connect({ address: server.address });
+  const client = new Client({ connection, dataConverter: llmgwDataConverter() });
+  fleet = { server, client, connection, env: { TEMPORAL_ADDRESS: server.address }, nodeIds: [uniqueId('rel-a'), uniqueId('rel-b')] };
+  return fleet;
+}
+
+afterEach(async () => {
+  await stopAll();
+  if (!fleet) return;
+  await killEnginesOf(fleet.nodeIds);
+  await fleet.connection.close();
+  await fleet.server.stop();
+  fleet = undefined;
+});
+
+async function startWorker(f: Fleet, bin?: string): Promise<string> {
+  const proc = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], f.env, { bin });
+  const line = await proc.waitForOutput(/serving task queue llmgw as llmgw:\S+/, 120_000);
+  return line.replace(/.*llmgw:/, '');
+}
+
+async function startAgents(f: Fleet, bin?: string, stateDirs?: string[]) {
+  return Promise.all(
+    f.nodeIds.map((nodeId, i) =>
+      startSimAgent(nodeId, {
+        inventory: join(INVENTORIES, 'upgx8.yaml'),
+        stateDir: stateDirs?.[i] ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
+        env: f.env,
+        bin,
+      }),
+    ),
+  );
+}
+
+function status(f: Fleet, name: string): Promise<DeploymentView> {
+  return f.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+}
+
+async function ready(f: Fleet, name: string, count: number): Promise<DeploymentView> {
+  return eventually(
+    `${name} Ready with ${count}`,
+    async () => {
+      const view = await status(f, name).catch(() => undefined);
+      return view?.phase === 'Ready' && view.ready === count && view.desired === count ? view : undefined;
+    },
+    90_000,
+  );
+}
+
+async function buildOf(f: Fleet, workflowId: string): Promise<string> {
+  const info = (await f.client.workflow.getHandle(workflowId).describe()).raw.workflowExecutionInfo?.versioningInfo;
+  return info?.versioningOverride?.pinned?.version?.buildId ?? info?.deploymentVersion?.buildId ?? 'unversioned';
+}
+
+function pids(f: Fleet): number[] {
+  return enginesOf(f.nodeIds)
+    .map((e) => e.pid)
+    .sort((a, b) => a - b);
+}
+
+/** Every long-running workflow of the fleet is on `build`. */
+async function expectAllOn(f: Fleet, name: string, build: string): Promise<void> {
+  const view = await status(f, name);
+  const ids = [`deployment/${name}`, ...view.replicas.map((r) => r.replicaId), ...f.nodeIds.map((n) => `node/${n}`), ROUTES_WORKFLOW_ID];
+  // A run that just handed over (or the routes workflow, restarted by the worker's next check)
+  // shows its build once its first task completes.
+  for (const id of ids)
+    await eventually(`${id} on ${build}`, async () => ((await buildOf(f, id).catch(() => '')) === build ? true : undefined), 30_000);
+}
+
+/** Reserve and release through a scale up and down, a crash recovered on the same GPUs. */
+async function exercise(f: Fleet, name: string): Promise<void> {
+  expect((await runLlmgw(['scale', name, '3'], f.env)).code).toBe(0);
+  const three = await ready(f, name, 3);
+  const victim = three.replicas.find((r) => r.phase === 'Ready')!;
+  process.kill(victim.shards[0]!.pid, 'SIGKILL');
+  await eventually(
+    'the crashed replica Ready with a new engine',
+    async () => {
+      const view = (await status(f, name)).replicas.find((r) => r.replicaId === victim.replicaId);
+      return view?.phase === 'Ready' && view.shards[0]!.pid !== victim.shards[0]!.pid ? view : undefined;
+    },
+    60_000,
+  );
+  expect((await runLlmgw(['scale', name, '2'], f.env)).code).toBe(0);
+  await ready(f, name, 2);
+}
+
+describe('upgrading a running fleet to this build', () => {
+  it('from the newest release: every run moves at its continue-as-new, engines untouched, then the agents', async () => {
+    const release = latestRelease();
+    if (!release) return console.log('no release in releases.json yet: nothing to upgrade from');
+    const releaseBin = buildCommit(release.commit);
+    const f = await startFleet();
+    const oldBuild = await startWorker(f, releaseBin);
+    expect(oldBuild.startsWith(`${release.version}-`), oldBuild).toBe(true);
+    const agents = await startAgents(f, releaseBin);
+    const name = uniqueId('rel');
+    expect((await runLlmgw(['deploy', 'upg', '--name', name, '--replicas', '2', '--wait', '--timeout', '90'], f.env)).code).toBe(0);
+
+    // This build starts beside the release's, not Current: the release's runs keep working on it.
+    const newBuild = await startWorker(f);
+    expect(newBuild).not.toBe(oldBuild);
+    await exercise(f, name);
+    await expectAllOn(f, name, oldBuild);
+
+    const before = pids(f);
+    const upgrade = await runLlmgw(['upgrade', '--timeout', '120'], f.env, 180_000);
+    console.log(upgrade.output);
+    expect(upgrade.code, upgrade.output).toBe(0);
+    await ready(f, name, 2);
+    await expectAllOn(f, name, newBuild);
+    expect(pids(f)).toEqual(before);
+    await exercise(f, name);
+
+    // Then the agents, one at a time: the new agent adopts the engines the old one left running.
+    const serving = pids(f);
+    for (const [i, agent] of agents.entries()) {
+      await agent.proc.stop();
+      await startSimAgent(f.nodeIds[i]!, {
+        inventory: join(INVENTORIES, 'upgx8.yaml'),
+        stateDir: agent.stateDir,
+        range: agent.range,
+        env: f.env,
+      });
+    }
+    await ready(f, name, 2);
+    expect(pids(f)).toEqual(serving);
+    await exercise(f, name);
+  }, 900_000);
+
+  it('from before the first release: runs are ended and rebuilt around the same engines', async () => {
+    const oldBin = buildCommit(beforeReleases());
+    const f = await startFleet();
+    const oldBuild = await startWorker(f, oldBin);
+    await startAgents(f, oldBin);
+    const name = uniqueId('pre');
+    expect((await runLlmgw(['deploy', 'upg', '--name', name, '--replicas', '2', '--wait', '--timeout', '90'], f.env)).code).toBe(0);
+    const before = pids(f);
+    const replicasBefore = (await status(f, name)).replicas.map((r) => r.replicaId).sort();
+
+    const newBuild = await startWorker(f);
+    expect(newBuild).not.toBe(oldBuild);
+    const upgrade = await runLlmgw(['upgrade', '--timeout', '120'], f.env, 180_000);
+    console.log(upgrade.output);
+    expect(upgrade.code, upgrade.output).toBe(0);
+    expect(upgrade.output).toMatch(/cannot hand over/);
+    const moved = await ready(f, name, 2);
+    expect(moved.replicas.map((r) => r.replicaId).sort()).toEqual(replicasBefore);
+    expect(pids(f)).toEqual(before);
+    await expectAllOn(f, name, newBuild);
+    await exercise(f, name);
+  }, 600_000);
+});
