@@ -28,6 +28,7 @@ import {
   spawnLlmgw,
   startSimAgent,
   stopAll,
+  type LlmgwProcess,
 } from '../helpers/processes.js';
 import { beforeReleases, buildCommit, latestRelease } from '../helpers/release-build.js';
 import { uniqueId } from '../helpers/temporal.js';
@@ -65,10 +66,10 @@ afterEach(async () => {
   fleet = undefined;
 });
 
-async function startWorker(f: Fleet, bin?: string): Promise<string> {
+async function startWorker(f: Fleet, bin?: string): Promise<{ buildId: string; proc: LlmgwProcess }> {
   const proc = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], f.env, { bin });
   const line = await proc.waitForOutput(/serving task queue llmgw as llmgw:\S+/, 120_000);
-  return line.replace(/.*llmgw:/, '');
+  return { buildId: line.replace(/.*llmgw:/, ''), proc };
 }
 
 async function startAgents(f: Fleet, bin?: string, stateDirs?: string[]) {
@@ -113,7 +114,12 @@ function pids(f: Fleet): number[] {
 /** Every long-running workflow of the fleet is on `build`. */
 async function expectAllOn(f: Fleet, name: string, build: string): Promise<void> {
   const view = await status(f, name);
-  const ids = [`deployment/${name}`, ...view.replicas.map((r) => r.replicaId), ...f.nodeIds.map((n) => `node/${n}`), ROUTES_WORKFLOW_ID];
+  const ids = [
+    `deployment/${name}`,
+    ...view.replicas.filter((r) => r.phase === 'Ready').map((r) => r.replicaId),
+    ...f.nodeIds.map((n) => `node/${n}`),
+    ROUTES_WORKFLOW_ID,
+  ];
   // A run that just handed over (or the routes workflow, restarted by the worker's next check)
   // shows its build once its first task completes.
   for (const id of ids)
@@ -144,14 +150,14 @@ describe('upgrading a running fleet to this build', () => {
     if (!release) return console.log('no release in releases.json yet: nothing to upgrade from');
     const releaseBin = buildCommit(release.commit);
     const f = await startFleet();
-    const oldBuild = await startWorker(f, releaseBin);
+    const { buildId: oldBuild, proc: oldWorker } = await startWorker(f, releaseBin);
     expect(oldBuild.startsWith(`${release.version}-`), oldBuild).toBe(true);
     const agents = await startAgents(f, releaseBin);
     const name = uniqueId('rel');
     expect((await runLlmgw(['deploy', 'upg', '--name', name, '--replicas', '2', '--wait', '--timeout', '90'], f.env)).code).toBe(0);
 
     // This build starts beside the release's, not Current: the release's runs keep working on it.
-    const newBuild = await startWorker(f);
+    const { buildId: newBuild } = await startWorker(f);
     expect(newBuild).not.toBe(oldBuild);
     await exercise(f, name);
     await expectAllOn(f, name, oldBuild);
@@ -163,6 +169,8 @@ describe('upgrading a running fleet to this build', () => {
     await ready(f, name, 2);
     await expectAllOn(f, name, newBuild);
     expect(pids(f)).toEqual(before);
+    // The moved runs need nothing of the release's worker any more.
+    await oldWorker.stop();
     await exercise(f, name);
 
     // Then the agents, one at a time: the new agent adopts the engines the old one left running.
@@ -184,14 +192,14 @@ describe('upgrading a running fleet to this build', () => {
   it('from before the first release: runs are ended and rebuilt around the same engines', async () => {
     const oldBin = buildCommit(beforeReleases());
     const f = await startFleet();
-    const oldBuild = await startWorker(f, oldBin);
+    const { buildId: oldBuild } = await startWorker(f, oldBin);
     await startAgents(f, oldBin);
     const name = uniqueId('pre');
     expect((await runLlmgw(['deploy', 'upg', '--name', name, '--replicas', '2', '--wait', '--timeout', '90'], f.env)).code).toBe(0);
     const before = pids(f);
     const replicasBefore = (await status(f, name)).replicas.map((r) => r.replicaId).sort();
 
-    const newBuild = await startWorker(f);
+    const { buildId: newBuild } = await startWorker(f);
     expect(newBuild).not.toBe(oldBuild);
     const upgrade = await runLlmgw(['upgrade', '--timeout', '120'], f.env, 180_000);
     console.log(upgrade.output);
