@@ -18,6 +18,7 @@ import { connectClient } from '../../temporal/connection.js';
 import { startDevServer } from '../../temporal/dev-server.js';
 import { deploymentStatusQuery, describeNodeQuery, scaleUpdate } from '../../workflows/definitions.js';
 import { killStack, releaseOrphanedAllocations, stopStack, STOP_BUDGET_MS, type Stack } from './up-teardown.js';
+import { endRunsOfEarlierBuilds, logSize } from './up-stale-runs.js';
 
 export interface UpOptions {
   catalog: string;
@@ -139,6 +140,7 @@ export async function upCommand(opts: UpOptions): Promise<void> {
     killMarkedEngines(stack.nodeIds);
     for (const node of simNodes) rmSync(join(stateDir, 'agents', node.nodeId, 'shards'), { recursive: true, force: true });
 
+    const workerLog = { log: join(logDir, 'worker.log'), from: logSize(join(logDir, 'worker.log')) };
     spawnPart('worker', ['worker', '--catalog', opts.catalog, '--make-current', '--metrics-addr', `127.0.0.1:${workerMetrics}`]);
     for (const node of simNodes) {
       spawnPart(`agent-${node.nodeId}`, [
@@ -169,6 +171,7 @@ export async function upCommand(opts: UpOptions): Promise<void> {
 
     const client = await connectClient();
     stack.client = client;
+    await endRunsOfEarlierBuilds(client, workerLog, () => partFailure, say);
     await waitFor(
       'both simulated agents to register',
       () => partFailure,

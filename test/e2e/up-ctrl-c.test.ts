@@ -40,6 +40,26 @@ describe('llmgw up', () => {
     expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toEqual([]);
   }, 300_000);
 
+  it('starts again on its dev server after a code change, ending the runs no worker serves any more', async () => {
+    const prefix = `upr${Date.now().toString(36)}`;
+    const first = await spawnUp(prefix, ['--replicas', '1']);
+    up = first.proc;
+    await up.waitForOutput(/llmgw is up/, 180_000);
+    process.kill(up.pid, 'SIGINT');
+    expect(await up.exited).toBe(0);
+    // Another build id is what a code change makes: the runs the first start left are pinned
+    // to a build no worker serves, and would hold the agents' registrations for ever.
+    const started = Date.now();
+    up = (await spawnUp(prefix, ['--replicas', '1'], first.offset, { cwd: first.cwd, env: { LLMGW_BUILD_ID: `restart-${prefix}` } })).proc;
+    await up.waitForOutput(/llmgw is up/, 180_000);
+    console.log(`second llmgw up on the same dev server was up in ${Date.now() - started} ms`);
+    expect(up.output()).toMatch(/ended \d+ run\(s\) of earlier builds/);
+    expect(enginesOf([`${prefix}-a`, `${prefix}-b`])).toHaveLength(1);
+    process.kill(up.pid, 'SIGINT');
+    expect(await up.exited).toBe(0);
+    up = undefined;
+  }, 420_000);
+
   it('fails its start at once when a part cannot bind its port, saying which and why, and leaves nothing running', async () => {
     const prefix = `upx${Date.now().toString(36)}`;
     const offset = await freeOffset();

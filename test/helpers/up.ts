@@ -28,13 +28,19 @@ export interface UpRun {
 }
 
 /** Starts `llmgw up` with its own dev server (not the harness's) in a fresh working directory. */
-export async function spawnUp(prefix: string, args: string[] = [], offset?: number): Promise<UpRun> {
+export async function spawnUp(
+  prefix: string,
+  args: string[] = [],
+  offset?: number,
+  /** `cwd`: the working directory of an earlier start (its dev server's data is there). */
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<UpRun & { cwd: string }> {
   const chosen = offset ?? (await freeOffset());
-  const cwd = mkdtempSync(join(tmpdir(), 'llmgw-up-'));
+  const cwd = options.cwd ?? mkdtempSync(join(tmpdir(), 'llmgw-up-'));
   const proc = spawnLlmgw(
     ['up', '--catalog', UP_CATALOG, '--port-offset', String(chosen), '--node-prefix', prefix, ...args],
-    { TEMPORAL_ADDRESS: '' },
+    { TEMPORAL_ADDRESS: '', ...options.env },
     { cwd },
   );
-  return { proc, nodeIds: [`${prefix}-a`, `${prefix}-b`], offset: chosen };
+  return { proc, nodeIds: [`${prefix}-a`, `${prefix}-b`], offset: chosen, cwd };
 }
