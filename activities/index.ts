@@ -26,7 +26,11 @@ export function createControlActivities(deps: ControlActivityDeps) {
   const catalog = deps.catalog ?? createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
   return {
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
-    ...createPlacementActivities(deps.client, { log: deps.log, ...(deps.placementMetric ? { metric: deps.placementMetric } : {}) }),
+    ...createPlacementActivities(deps.client, {
+      log: deps.log,
+      ...(deps.placementMetric ? { metric: deps.placementMetric } : {}),
+      ...(deps.catalogKeyFile ? { catalogKeyFile: deps.catalogKeyFile } : {}),
+    }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
     ...createReconcileActivities(catalog, deps.client),

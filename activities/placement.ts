@@ -25,6 +25,7 @@ import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/de
 import { wakeWaitersFor } from './capacity.js';
 import { listShared } from './shared-list.js';
 import { placementsInFlight, type PlacementsInFlight } from './placement-inflight.js';
+import { withTickets } from './placement-tickets.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -39,6 +40,8 @@ export interface PlaceRequest {
   pool?: string;
   /** Nodes to try first (a node that just freed GPUs and woke this replica). */
   preferNodes?: string[];
+  /** The revision's signature, which the placement tickets name (absent: unsigned revision). */
+  revision?: string;
 }
 
 export type PlaceResult =
@@ -64,7 +67,10 @@ const MAX_RESERVES = 3;
 /** Counts each placement by outcome, with its latency (the control worker's metrics). */
 export type PlacementMetric = (outcome: 'placed' | 'unschedulable' | 'error', ms: number) => void;
 
-export function createPlacementActivities(client: Client, options: { log?: (line: string) => void; metric?: PlacementMetric } = {}) {
+export function createPlacementActivities(
+  client: Client,
+  options: { log?: (line: string) => void; metric?: PlacementMetric; catalogKeyFile?: string } = {},
+) {
   const log = options.log ?? (() => undefined);
   const metric = options.metric ?? (() => undefined);
   const inFlight = placementsInFlight(client);
@@ -153,7 +159,7 @@ export function createPlacementActivities(client: Client, options: { log?: (line
     async placeReplica(request: PlaceRequest): Promise<PlaceResult> {
       const started = performance.now();
       try {
-        const result = await place(request);
+        const result = withTickets(await place(request), request, options.catalogKeyFile);
         metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
         return result;
       } catch (error) {

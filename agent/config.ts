@@ -91,7 +91,7 @@ export const AgentFlags = z
      * their GPUs out of placement), or kill them. Report by default: a host may run other jobs.
      */
     foreignGpuProcesses: z.enum(['report', 'kill'], { error: 'use report or kill' }).default('report'),
-    /** The control worker's catalog key file (LLMGW_CATALOG_KEY_FILE): only revisions it signed start. */
+    /** The control worker's public key file (LLMGW_CATALOG_PUBLIC_KEY_FILE): only what it signed starts. */
     catalogKey: z.string().min(1, '--catalog-key must name a file').optional(),
     /** Start revisions nobody signed: anyone who can start a workflow can then run anything here. */
     insecureUnsigned: z.boolean().default(false),
@@ -129,8 +129,11 @@ export const AgentFlags = z
 export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };
 
 export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
-  // LLMGW_CATALOG_KEY_FILE stands in for --catalog-key; an explicit --insecure-unsigned wins over it.
-  const fromEnv = flags.insecureUnsigned ? undefined : process.env.LLMGW_CATALOG_KEY_FILE || undefined;
+  // LLMGW_CATALOG_PUBLIC_KEY_FILE (else LLMGW_CATALOG_KEY_FILE) stands in for --catalog-key; an
+  // explicit --insecure-unsigned wins over it. Agents hold the public keys only.
+  const fromEnv = flags.insecureUnsigned
+    ? undefined
+    : process.env.LLMGW_CATALOG_PUBLIC_KEY_FILE || process.env.LLMGW_CATALOG_KEY_FILE || undefined;
   const parsed = AgentFlags.safeParse({ catalogKey: fromEnv, ...flags });
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => `--${kebab(String(issue.path[0] ?? ''))}: ${issue.message}`);

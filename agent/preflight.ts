@@ -1,7 +1,7 @@
 // What the agent checks before it touches anything: its state dir, which revisions it may
 // start (the catalog key), and the host variables engines may get. Agent side. Each problem
 // stops the agent with a message naming the flag; warnings (loose file modes) are logged.
-import { keyFileWarnings, readCatalogKeys } from '../common/catalog-key.js';
+import { keyFileWarnings, legacyKeys, readVerifyingKeys } from '../common/catalog-key.js';
 import type { LineLog } from '../common/logger.js';
 import type { AgentConfig } from './config.js';
 import { envFileWarnings, readEnvFile } from './host-env.js';
@@ -25,8 +25,15 @@ export function preflight(config: AgentConfig, log: LineLog): RevisionPolicy {
 /** Which revisions this agent starts; a key file that cannot be read stops the agent now. */
 function revisionPolicyOf(config: AgentConfig, log: LineLog): RevisionPolicy {
   if (config.catalogKey !== undefined) {
-    const keys = readCatalogKeys(config.catalogKey);
+    const keys = readVerifyingKeys(config.catalogKey);
     for (const warning of keyFileWarnings(config.catalogKey)) log(warning, 'warn');
+    const legacy = legacyKeys(keys);
+    if (legacy.length > 0) {
+      log(
+        `catalog key file ${config.catalogKey} still holds the shared HMAC key ${legacy.join(', ')}: accepted while moving to Ed25519, but whoever takes this host can sign with it; remove the line once every control worker signs with Ed25519 (docs/security.md)`,
+        'warn',
+      );
+    }
     log(
       `catalog key(s) ${keys.all.map((k) => k.id).join(', ')} from ${config.catalogKey}: only revisions the control worker signed start here`,
     );

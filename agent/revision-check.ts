@@ -1,11 +1,13 @@
 // The agent's half of "only the catalog decides what runs": before a shard is started, its
-// profile's signature must verify against the catalog key the control worker signs with.
-// Agent side. An agent without a key starts nothing unless told --insecure-unsigned.
+// profile's signature must verify against the control worker's public keys, and its placement
+// ticket must match the start (agent/placement-ticket.ts). Agent side. An agent without a key
+// starts nothing unless told --insecure-unsigned.
 import { ApplicationFailure } from '@temporalio/common';
-import { readCatalogKeys } from '../common/catalog-key.js';
+import { readVerifyingKeys } from '../common/catalog-key.js';
 import { FailureType } from '../common/failures.js';
 import { verifyRevision } from '../common/revision-signature.js';
 import type { StartShard } from '../proto/gen/llmgw/v1/shard_pb.js';
+import { checkPlacementTicket } from './placement-ticket.js';
 
 export type RevisionPolicy =
   /** Verify against the keys in this file (read on every start, so a rotated file needs no restart). */
@@ -50,12 +52,13 @@ export function createRevisionCheck(policy: RevisionPolicy): (spec: StartShard) 
     if (!spec.profile) throw refuse(spec, 'it has no profile');
     let keys;
     try {
-      keys = readCatalogKeys(policy.file).all;
+      keys = readVerifyingKeys(policy.file).all;
     } catch (error) {
       throw refuse(spec, `${error instanceof Error ? error.message : String(error)}; no engine starts until the key file is readable`);
     }
     const verdict = verifyRevision(spec.profile, keys);
-    if (verdict.ok) return;
+    // The revision may run; the ticket says whether here, on these GPUs, with this leader.
+    if (verdict.ok) return checkPlacementTicket(spec, keys);
     switch (verdict.why) {
       case 'unsigned':
         throw refuse(

@@ -13,7 +13,7 @@ import { findFreePort } from '../common/ports.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
 import { signalGroup } from '../agent/supervisor/proc.js';
 import { killMarkedEngines } from '../agent/supervisor/markers.js';
-import { ensureCatalogKeyFile } from '../common/catalog-key.js';
+import { ensureCatalogKeyFile, publicKeyFileOf } from '../common/catalog-key.js';
 import { controlRequest } from '../sim/control.js';
 
 export const BIN = join(__dirname, '../../bin/llmgw.js');
@@ -96,6 +96,7 @@ function stackEnv(temporal: BenchTemporal): Record<string, string> {
     TEMPORAL_ADDRESS: temporal.address,
     TEMPORAL_NAMESPACE: temporal.namespace,
     LLMGW_CATALOG_KEY_FILE: keyFile,
+    LLMGW_CATALOG_PUBLIC_KEY_FILE: publicKeyFileOf(keyFile),
     LLMGW_METRICS_ADDR: 'off',
   };
 }

@@ -75,7 +75,10 @@ program
     'compute processes on managed GPUs that this agent did not start: report them and withhold their GPUs, or kill them (never in dry-run)',
     'report',
   )
-  .option('--catalog-key <file>', "the control worker's catalog key file (or LLMGW_CATALOG_KEY_FILE): only revisions it signed start here")
+  .option(
+    '--catalog-key <file>',
+    "the control worker's public key file (or LLMGW_CATALOG_PUBLIC_KEY_FILE, LLMGW_CATALOG_KEY_FILE): only revisions and placements it signed start here",
+  )
   .option('--insecure-unsigned', 'start revisions nobody signed (unsafe: anyone who can start a workflow can run anything here)')
   .option('--pass-env <names>', "variables of the agent's environment every engine gets, e.g. HF_HOME,LD_LIBRARY_PATH,NCCL_IB_TIMEOUT")
   .option('--env-file <file>', 'NAME=value lines (0600) that engines get only where the catalog references them: {fromHost: NAME}')
@@ -298,6 +301,16 @@ program
   });
 
 addRouterCommand(program);
+
+program
+  .command('keygen')
+  .description("make the control plane's Ed25519 key pair: FILE (0600) for control workers, FILE.pub for agents and routers")
+  .argument('<file>', 'the private key file to create (left alone when it exists)')
+  .action(async (file: string) => {
+    const { ensureCatalogKeyFile, publicKeyFileOf } = await import('../common/catalog-key.js');
+    const created = ensureCatalogKeyFile(file);
+    console.log(`${created ? 'created' : 'kept the existing'} ${file}; public keys in ${publicKeyFileOf(file)}`);
+  });
 
 program
   .command('up')

@@ -130,5 +130,6 @@ export function startShardFor(shard: ShardPlacement, context: StartShardContext)
     startupTimeoutSeconds: context.snapshot.startupTimeoutSeconds,
     nodeId: shard.nodeId,
     notifyWorkflowId: context.replicaId,
+    placementTicket: shard.ticket ?? '',
   });
 }

@@ -71,6 +71,8 @@ export interface ShardPlacement {
   pid: number;
   /** This rank as the replica last saw it: Starting, Ready (up, and for rank 0 serving). */
   state?: string;
+  /** The control worker's placement ticket (common/placement-ticket.ts); the agent starts nothing without it. */
+  ticket?: string;
 }
 
 export interface ReplicaInput {

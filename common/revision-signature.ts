@@ -1,16 +1,16 @@
 // Signatures of the revisions the catalog allows: the control worker signs each profile it
 // resolves from the catalog, and an agent starts a StartShard only when its profile's
-// signature verifies. Process side (node:crypto); workflows only carry the signature along.
+// signature verifies (common/signature.ts). Process side; workflows only carry it along.
 // The design, what it protects and what it does not, is in docs/security.md.
-import { createHmac, timingSafeEqual } from 'node:crypto';
 import { clone, toJson, type JsonValue } from '@bufbuild/protobuf';
 import { EngineProfileSchema, type EngineProfile } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { CatalogKey, CatalogKeyring } from './catalog-key.js';
 import { engineProfileFromSnapshot } from './profile-conversion.js';
+import { signStatement, verifyStatement, type SignatureVerdict } from './signature.js';
 import type { ProfileSnapshot } from './replica-types.js';
 
-const VERSION = 'v1';
-const DOMAIN = 'llmgw revision v1\n';
+// The domain of revision signatures (the legacy HMAC ones made before Ed25519 use it too).
+const DOMAIN = 'llmgw revision v1';
 
 function sorted(value: JsonValue): JsonValue {
   if (Array.isArray(value)) return value.map(sorted);
@@ -35,13 +35,9 @@ export function canonicalRevision(profile: EngineProfile): string {
   return JSON.stringify(sorted(toJson(EngineProfileSchema, unsigned)));
 }
 
-function mac(key: CatalogKey, profile: EngineProfile): Buffer {
-  return createHmac('sha256', key.secret).update(DOMAIN).update(canonicalRevision(profile)).digest();
-}
-
-/** `v1.<key id>.<HMAC-SHA256, base64url>` with the keyring's signing key. */
+/** The signature under the revision's domain with the keyring's signing key (Ed25519, or the legacy HMAC). */
 export function signRevision(profile: EngineProfile, keyring: CatalogKeyring): string {
-  return `${VERSION}.${keyring.signing.id}.${mac(keyring.signing, profile).toString('base64url')}`;
+  return signStatement(DOMAIN, canonicalRevision(profile), keyring);
 }
 
 /** The snapshot with its signature: what resolveDeployment hands to the deployment. */
@@ -50,22 +46,8 @@ export function signSnapshot(snapshot: ProfileSnapshot, keyring: CatalogKeyring)
   return { ...snapshot, signature: signRevision(engineProfileFromSnapshot(unsigned), keyring) };
 }
 
-export type RevisionVerdict =
-  | { ok: true; keyId: string }
-  | { ok: false; why: 'unsigned' }
-  | { ok: false; why: 'malformed' }
-  | { ok: false; why: 'unknown-key'; keyId: string }
-  | { ok: false; why: 'mismatch'; keyId: string };
+export type RevisionVerdict = SignatureVerdict;
 
 export function verifyRevision(profile: EngineProfile, keys: CatalogKey[]): RevisionVerdict {
-  if (profile.signature === '') return { ok: false, why: 'unsigned' };
-  const match = /^v1\.([0-9a-f]{12})\.([A-Za-z0-9_-]+)$/.exec(profile.signature);
-  if (!match) return { ok: false, why: 'malformed' };
-  const [, id, encoded] = match as unknown as [string, string, string];
-  const key = keys.find((k) => k.id === id);
-  if (!key) return { ok: false, why: 'unknown-key', keyId: id };
-  const given = Buffer.from(encoded, 'base64url');
-  const expected = mac(key, profile);
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return { ok: false, why: 'mismatch', keyId: id };
-  return { ok: true, keyId: id };
+  return verifyStatement(DOMAIN, canonicalRevision(profile), profile.signature, keys);
 }

@@ -47,7 +47,11 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   } else {
     const keys = readCatalogKeys(catalogKeyFile);
     for (const warning of keyFileWarnings(catalogKeyFile)) log(warning, 'warn');
-    log(`signing revisions with catalog key ${keys.signing.id} from ${catalogKeyFile}`);
+    if (!keys.signing) throw new Error(`the catalog key file ${catalogKeyFile} holds no key that can sign: give the control worker the private key file`);
+    log(
+      `signing revisions, placements and routes with ${keys.signing.kind === 'hmac' ? 'the legacy shared HMAC key' : 'Ed25519 key'} ${keys.signing.id} from ${catalogKeyFile}`,
+      keys.signing.kind === 'hmac' ? 'warn' : 'info',
+    );
   }
   // Before any connection: the SDK's logs (and Core's) go through our logger, and one
   // /metrics serves the SDK's metrics and ours.

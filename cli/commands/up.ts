@@ -10,7 +10,7 @@ import { join, resolve } from 'node:path';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { tailLines } from '../../agent/supervisor/logs.js';
 import { killMarkedEngines } from '../../agent/supervisor/markers.js';
-import { ensureCatalogKeyFile } from '../../common/catalog-key.js';
+import { ensureCatalogKeyFile, publicKeyFileOf } from '../../common/catalog-key.js';
 import { createLogger, readableLogLine } from '../../common/logger.js';
 import { CONTROL_TASK_QUEUE, DEFAULT_PORTS, deploymentWorkflowId, nodeWorkflowId } from '../../common/names.js';
 import type { DeploymentView } from '../../common/replica-types.js';
@@ -67,7 +67,11 @@ export async function upCommand(opts: UpOptions): Promise<void> {
   // One catalog key for the worker and both agents (kept across runs, 0600), unless given.
   const keyFile = process.env.LLMGW_CATALOG_KEY_FILE || join(stateDir, 'catalog.key');
   if (ensureCatalogKeyFile(keyFile))
-    say(`created the catalog key ${keyFile} (0600): the worker signs revisions with it, the agents verify them`);
+    say(
+      `created the catalog key pair ${keyFile} (0600, the worker signs with it) and ${publicKeyFileOf(keyFile)} (the agents and router verify)`,
+    );
+  // A legacy shared key (no .pub next to it) still serves everyone during the move to Ed25519.
+  const publicFile = existsSync(publicKeyFileOf(keyFile)) ? publicKeyFileOf(keyFile) : keyFile;
 
   const stack: Stack = { children: [], server: undefined, client: undefined, nodeIds: simNodes.map((n) => n.nodeId), say };
   let stopping = false;
@@ -76,7 +80,7 @@ export async function upCommand(opts: UpOptions): Promise<void> {
     const fd = openSync(join(logDir, `${name}.log`), 'a');
     const child = spawn(process.execPath, [join(__dirname, '../../../bin/llmgw.js'), ...args], {
       stdio: ['ignore', fd, fd],
-      env: { ...process.env, LLMGW_CATALOG_KEY_FILE: keyFile },
+      env: { ...process.env, LLMGW_CATALOG_KEY_FILE: keyFile, LLMGW_CATALOG_PUBLIC_KEY_FILE: publicFile },
       detached: true,
     });
     closeSync(fd);

@@ -85,9 +85,11 @@ async function startAgent(
 }
 
 function call<T>(nodeId: string, activity: AgentCall, arg?: unknown): Promise<T> {
+  // A start is sent by the workflow of the replica its placement ticket names, as in production.
+  const replicaId = activity === 'startShard' ? (arg as { replicaId?: string }).replicaId : undefined;
   return client.workflow.execute('agentCall', {
     taskQueue: testQueue,
-    workflowId: uniqueId('agent-call'),
+    workflowId: replicaId ?? uniqueId('agent-call'),
     args: [nodeId, activity, arg],
   }) as Promise<T>;
 }

@@ -1,15 +1,23 @@
-// The catalog key of a test run: one file (0600) made by the global setup, given to every
-// worker and agent the harness starts (LLMGW_CATALOG_KEY_FILE), and used to sign the
-// StartShards tests hand to agents directly, as the control worker signs what it resolves.
+// The catalog key pair of a test run: made by the global setup, the private file given to every
+// control worker the harness starts (LLMGW_CATALOG_KEY_FILE) and the public one to every agent
+// and router (LLMGW_CATALOG_PUBLIC_KEY_FILE); used here to sign the revisions and placement
+// tickets tests hand to agents directly, as the control worker signs what it resolves and places.
 import { inject } from 'vitest';
-import { readCatalogKeys } from '../../common/catalog-key.js';
+import { publicKeyFileOf, readCatalogKeys } from '../../common/catalog-key.js';
+import { signPlacementTicket, type PlacementTicket } from '../../common/placement-ticket.js';
 import { signRevision } from '../../common/revision-signature.js';
-import type { EngineProfile } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import type { EngineProfile, StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 
+/** The control worker's (private) key file of this run. */
 export function testCatalogKeyFile(): string {
   const file = inject('catalogKeyFile');
   if (!file) throw new Error('no catalog key: run tests through vitest (test/setup/global-setup.ts makes one)');
   return file;
+}
+
+/** The public key file agents and routers of this run verify with. */
+export function testPublicKeyFile(): string {
+  return publicKeyFileOf(testCatalogKeyFile());
 }
 
 /** Signs `profile` in place with the test key, and returns it. */
@@ -17,4 +25,28 @@ export function signWithTestKey(profile: EngineProfile): EngineProfile {
   profile.signature = '';
   profile.signature = signRevision(profile, readCatalogKeys(testCatalogKeyFile()));
   return profile;
+}
+
+/** The ticket placement would sign for exactly this start (sent by its replica's workflow). */
+export function ticketFor(spec: StartShard): PlacementTicket {
+  return {
+    replicaId: spec.replicaId,
+    placedByRun: '',
+    shardId: spec.shardId,
+    nodeId: spec.nodeId,
+    rank: spec.rank,
+    nnodes: spec.nnodes,
+    gpus: [...spec.gpuIndices],
+    hcas: [...spec.hcas],
+    httpPort: spec.httpPort,
+    leaderAddress: spec.leaderAddress,
+    leaderNode: spec.leaderAddress === '' ? '' : spec.nodeId,
+    revision: spec.profile?.signature ?? '',
+  };
+}
+
+/** Gives `spec` the control worker's ticket for what it says (or for `ticket`), and returns it. */
+export function placeWithTestKey(spec: StartShard, ticket: PlacementTicket = ticketFor(spec)): StartShard {
+  spec.placementTicket = signPlacementTicket(ticket, readCatalogKeys(testCatalogKeyFile()));
+  return spec;
 }

@@ -4,7 +4,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
-import { testCatalogKeyFile } from './catalog-key.js';
+import { testCatalogKeyFile, testPublicKeyFile } from './catalog-key.js';
 import { temporalAddress } from './temporal.js';
 
 const LLMGW_BIN = join(__dirname, '../../bin/llmgw.js');
@@ -27,12 +27,14 @@ export interface LlmgwProcess {
 export function spawnLlmgw(args: string[], env: Record<string, string> = {}, options: { cwd?: string; bin?: string } = {}): LlmgwProcess {
   const child = spawn(process.execPath, [options.bin ?? LLMGW_BIN, ...args], {
     ...(options.cwd ? { cwd: options.cwd } : {}),
-    // Every worker and agent shares the run's catalog key, as a real deployment shares one;
-    // many run side by side, so none serves /metrics unless a test asks (--metrics-addr).
+    // Workers sign with the run's private key, agents and routers verify with its public one,
+    // as a real deployment does; many run side by side, so none serves /metrics unless a test
+    // asks (--metrics-addr).
     env: {
       ...process.env,
       TEMPORAL_ADDRESS: temporalAddress(),
       LLMGW_CATALOG_KEY_FILE: testCatalogKeyFile(),
+      LLMGW_CATALOG_PUBLIC_KEY_FILE: testPublicKeyFile(),
       LLMGW_METRICS_ADDR: 'off',
       ...env,
     },

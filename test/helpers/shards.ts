@@ -1,9 +1,10 @@
 // Building StartShard specs for tests, the way the replica workflow will: profiles signed
-// with the run's catalog key, as the control worker signs what it resolves.
+// with the run's catalog key, as the control worker signs what it resolves, and a placement
+// ticket for what the spec says.
 import { create } from '@bufbuild/protobuf';
 import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { shardId as makeShardId } from '../../common/names.js';
-import { signWithTestKey } from './catalog-key.js';
+import { placeWithTestKey, signWithTestKey } from './catalog-key.js';
 
 export function fakeShardSpec(options: {
   nodeId: string;
@@ -16,7 +17,7 @@ export function fakeShardSpec(options: {
 }): StartShard {
   const replicaId = `replica/${options.deployment}/${options.seq ?? 1}`;
   const rank = options.rank ?? 0;
-  return create(StartShardSchema, {
+  const spec = create(StartShardSchema, {
     replicaId,
     shardId: makeShardId(replicaId, rank, 1),
     deployment: options.deployment,
@@ -44,4 +45,6 @@ export function fakeShardSpec(options: {
       }),
     ),
   });
+  // Placed by the control worker for this replica: sent from a workflow of the replica's id.
+  return placeWithTestKey(spec);
 }

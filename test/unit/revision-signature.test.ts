@@ -15,6 +15,8 @@ import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures
 import { engineProfileFromSnapshot, snapshotFromEngineProfile } from '../../common/profile-conversion.js';
 import type { ProfileSnapshot } from '../../common/replica-types.js';
 import { canonicalRevision, signSnapshot, verifyRevision } from '../../common/revision-signature.js';
+import { signPlacementTicket } from '../../common/placement-ticket.js';
+import { ticketFor } from '../helpers/catalog-key.js';
 import { EngineProfileSchema, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 
 const SNAPSHOT: ProfileSnapshot = {
@@ -44,8 +46,19 @@ function keyFile(...keys: string[]): string {
 const KEY_A = 'a'.repeat(64);
 const KEY_B = 'b'.repeat(64);
 
+// The legacy shared keys of these tests both sign and verify (the migration window of docs/security.md).
 function startShard(profile = engineProfileFromSnapshot(signSnapshot(SNAPSHOT, readCatalogKeys(keyFile(KEY_A))))): StartShard {
-  return create(StartShardSchema, { shardId: 'llama.1.r0.a1', replicaId: 'replica/llama/1', nodeId: 'gpu-1', gpuIndices: [0, 1], profile });
+  const spec = create(StartShardSchema, {
+    shardId: 'llama.1.r0.a1',
+    replicaId: 'replica/llama/1',
+    notifyWorkflowId: 'replica/llama/1',
+    nodeId: 'gpu-1',
+    nnodes: 1,
+    gpuIndices: [0, 1],
+    profile,
+  });
+  spec.placementTicket = signPlacementTicket(ticketFor(spec), readCatalogKeys(keyFile(KEY_A)));
+  return spec;
 }
 
 function refusal(fn: () => void): ApplicationFailure {
@@ -72,7 +85,7 @@ describe('revision signatures', () => {
     const keys = readCatalogKeys(keyFile(KEY_A));
     const wire = engineProfileFromSnapshot(signSnapshot(SNAPSHOT, keys));
     expect(wire.signature).toMatch(/^v1\.[0-9a-f]{12}\.[A-Za-z0-9_-]{43}$/);
-    expect(verifyRevision(wire, keys.all)).toEqual({ ok: true, keyId: keys.signing.id });
+    expect(verifyRevision(wire, keys.all)).toEqual({ ok: true, keyId: keys.signing!.id, legacy: true });
     const tampered: [string, (p: typeof wire) => void][] = [
       ['args', (p) => p.args.push('--trust-remote-code')],
       ['env', (p) => (p.env.LD_PRELOAD = '/tmp/x.so')],
@@ -98,7 +111,7 @@ describe('revision signatures', () => {
     expect(verifyRevision(oldSigned, rotating.all).ok).toBe(true);
     const newSigned = engineProfileFromSnapshot(signSnapshot(SNAPSHOT, rotating));
     const agentWithOldKeyOnly = readCatalogKeys(keyFile(KEY_A));
-    expect(verifyRevision(newSigned, agentWithOldKeyOnly.all)).toEqual({ ok: false, why: 'unknown-key', keyId: rotating.signing.id });
+    expect(verifyRevision(newSigned, agentWithOldKeyOnly.all)).toEqual({ ok: false, why: 'unknown-key', keyId: rotating.signing!.id });
   });
 
   it('reads a key file only when it holds a long enough key, and creates one 0600 without replacing it', () => {
@@ -110,9 +123,10 @@ describe('revision signatures', () => {
     const file = join(mkdtempSync(join(tmpdir(), 'llmgw-key-new-')), 'sub', 'catalog.key');
     expect(ensureCatalogKeyFile(file)).toBe(true);
     expect(statSync(file).mode & 0o777).toBe(0o600);
-    const first = readCatalogKeys(file).signing.id;
+    const first = readCatalogKeys(file).signing!.id;
     expect(ensureCatalogKeyFile(file)).toBe(false);
-    expect(readCatalogKeys(file).signing.id).toBe(first);
+    expect(readCatalogKeys(file).signing!.id).toBe(first);
+    expect(readCatalogKeys(`${file}.pub`).signing).toBeUndefined();
     const loose = keyFile(KEY_A);
     chmodSync(loose, 0o644);
     expect(keyFileWarnings(loose).join()).toMatch(/readable by others \(mode 644\)/);

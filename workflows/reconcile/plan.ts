@@ -142,6 +142,8 @@ export function planReconcile(report: Register, facts: ReconcileFacts): Reconcil
       managementAddress: report.managementAddress,
       httpPort: shard.status?.httpPort ?? 0,
       pid: shard.status?.pid ?? 0,
+      // The engine's ticket stays valid for a replica rebuilt under the same workflow id.
+      ...(spec.placementTicket ? { ticket: spec.placementTicket } : {}),
     };
     const existing = rebuilds.get(spec.replicaId);
     if (existing) {

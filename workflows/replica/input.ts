@@ -41,6 +41,7 @@ const ShardPlacementSchema = z.strictObject({
   httpPort: z.int().min(0),
   pid: z.int().min(0),
   state: z.string().optional(),
+  ticket: z.string().optional(),
 });
 
 export const ReplicaInputSchema = z.strictObject({

@@ -53,6 +53,7 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
       attempt: state.placements + 1,
       pool: input.labels?.pool,
       preferNodes: hint ? [hint] : [],
+      revision: profile.signature ?? '',
     });
     if (result.ok) {
       state.placements++;
