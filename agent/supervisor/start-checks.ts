@@ -1,8 +1,8 @@
 // What the agent checks of a start's placement before it writes a spec or spawns anything:
 // the GPUs are ours to hand out and held by no other live shard, and a port the request
-// names is inside the agent's range. Agent side. Placement is chosen by workflows, which
-// anyone with access to the namespace can start by hand; until placements are signed, these
-// checks are what keeps such a start off another shard's GPUs and off the host's own ports.
+// names is inside the agent's range. Agent side. Placement is signed by the control worker
+// (agent/placement-ticket.ts); these checks hold even against a ticket placement got wrong:
+// they are facts only this host knows (which GPUs it manages, which shards run now).
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../../common/failures.js';
 import type { StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -37,6 +37,11 @@ export function placementProblems(core: SupervisorCore, spec: StartShard, existi
   problems.push(...portProblems(core, 'httpPort', spec.httpPort));
   // Rank 0 listens on its rendezvous port; other ranks' leaderPort is the leader's, on its host.
   if (spec.rank === 0) problems.push(...portProblems(core, 'leaderPort', spec.leaderPort));
+  // The leader's host and port range are not this agent's, but a leader on a privileged port is
+  // the remote host's own service, never an engine's (the ticket fixes the leader's address).
+  else if (spec.leaderPort !== 0 && spec.leaderPort < FIRST_UNPRIVILEGED_PORT) {
+    problems.push(`leaderPort ${spec.leaderPort} is a privileged port of the leader's host`);
+  }
   return problems;
 }
 
