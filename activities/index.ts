@@ -9,6 +9,7 @@ import { createDeploymentActivities } from './deployments.js';
 import { createPlacementActivities, type PlacementMetric } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
 import { createRoutesActivities } from './routes.js';
+import { createRouteSigningActivities } from './route-signing.js';
 
 export interface ControlActivityDeps {
   catalogFile: string;
@@ -24,6 +25,8 @@ export interface ControlActivityDeps {
 
 export function createControlActivities(deps: ControlActivityDeps) {
   const catalog = deps.catalog ?? createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
+  const routes = createRoutesActivities(deps.client, deps.log);
+  const signing = createRouteSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn'));
   return {
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createPlacementActivities(deps.client, {
@@ -34,7 +37,10 @@ export function createControlActivities(deps: ControlActivityDeps) {
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
     ...createReconcileActivities(catalog, deps.client),
-    ...createRoutesActivities(deps.client, deps.log),
+    ...routes,
+    ...signing,
+    // The routes workflow's seed: the memos' routes, signed only where the replicas bear them out.
+    listReplicaRoutes: async () => signing.signRoutes(await routes.listReplicaRoutes()),
   };
 }
 

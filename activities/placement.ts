@@ -42,6 +42,8 @@ export interface PlaceRequest {
   preferNodes?: string[];
   /** The revision's signature, which the placement tickets name (absent: unsigned revision). */
   revision?: string;
+  /** The revision's served name, which the tickets name (the agent checks it against the revision). */
+  servedName?: string;
 }
 
 export type PlaceResult =

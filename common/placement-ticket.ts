@@ -26,6 +26,11 @@ export interface PlacementTicket {
   leaderNode: string;
   /** The revision's signature: the ticket holds only for the revision it was placed for. */
   revision: string;
+  /** This shard's node's registered management address: where its engine may be routed to. */
+  address: string;
+  deployment: string;
+  /** The model name the revision serves (the agent checks it against the signed profile). */
+  servedName: string;
 }
 
 const FIELDS: (keyof PlacementTicket)[] = [
@@ -41,6 +46,9 @@ const FIELDS: (keyof PlacementTicket)[] = [
   'leaderAddress',
   'leaderNode',
   'revision',
+  'address',
+  'deployment',
+  'servedName',
 ];
 
 /** The signed bytes: every field, in one fixed order. */
@@ -128,5 +136,7 @@ export function ticketMismatches(ticket: PlacementTicket, spec: StartShard, call
     );
   }
   differs('revision', spec.profile?.signature ?? '', ticket.revision);
+  differs('served name', spec.profile?.servedName ?? '', ticket.servedName);
+  differs('deployment', spec.deployment, ticket.deployment);
   return problems;
 }

@@ -65,6 +65,10 @@ export function addRouterCommand(program: Command): void {
       '--admin-addr <host:port|off>',
       '/metrics and the detailed /health (engine URLs, route-source errors); default 127.0.0.1 on the port after --port',
     )
+    .option(
+      '--catalog-key <file>',
+      "the control worker's public key file (or LLMGW_CATALOG_PUBLIC_KEY_FILE): only routes it signed are installed",
+    )
     .option('--debug-headers', 'name the engine that answered in x-llmgw-endpoint (clients learn engine addresses: not for production)')
     .option('--shutdown-grace <seconds>', 'how long in-flight requests may finish on SIGTERM', '30')
     .option('--workers <n>', 'router processes sharing the port (each enforces 1/N of every key limit and queue size)', '1')

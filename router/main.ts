@@ -1,6 +1,7 @@
 // `llmgw router …`: the router as a process. Turns the command's flags and environment into
 // RouterOptions, learns routes from Temporal (or a static list), and shuts down cleanly on
 // SIGTERM/SIGINT, letting streams in flight finish for a while. Router side.
+import { VerifiedRouteSource } from './routes-verify.js';
 import { z } from 'zod';
 import { DEFAULT_PORTS } from '../common/names.js';
 import { loadApiKeys, type ApiKeys } from './auth.js';
@@ -77,6 +78,8 @@ export interface RouterFlags {
   heldBytes?: string | number;
   /** --upstream-idle-timeout seconds an engine may send nothing, default 600; 0: no limit. */
   upstreamIdleTimeout?: string | number;
+  /** --catalog-key: the control worker's public keys; only routes it signed are installed. */
+  catalogKey?: string;
 }
 
 const Flags = z.object({
@@ -118,6 +121,7 @@ const Flags = z.object({
     .number()
     .min(0)
     .default(DEFAULT_UPSTREAM.idleTimeoutMs / 1000),
+  catalogKey: z.string().min(1).optional(),
 });
 
 /** True for an address only this machine can reach. */
@@ -182,10 +186,14 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const countCall = temporalCallCounter(temporalMetrics);
   const routeSource = (sourceLog: (line: string) => void): RouteSource => {
     if (staticRoutes) return new StaticRouteSource(staticRoutes);
-    const temporal =
+    const unverified =
       f.routes === 'visibility'
         ? new TemporalRouteSource({ log: sourceLog, onCall: countCall })
         : new WatchRouteSource({ log: sourceLog, onCall: countCall, routerId });
+    const keyFile = f.catalogKey ?? (process.env.LLMGW_CATALOG_PUBLIC_KEY_FILE || process.env.LLMGW_CATALOG_KEY_FILE || undefined);
+    if (keyFile === undefined)
+      sourceLog('router: no --catalog-key: routes are installed unsigned, as anyone in the namespace may write them');
+    const temporal = keyFile === undefined ? unverified : new VerifiedRouteSource(unverified, keyFile, sourceLog);
     // Serving never stops because Temporal forgot a replica whose engine still answers.
     return f.routeHold > 0 ? new HoldingRouteSource(temporal, { log: sourceLog, maxHoldMs: f.routeHold * 1000 }) : temporal;
   };

@@ -130,7 +130,10 @@ beforeAll(async () => {
       logFile: `.llmgw/test/temporal-routes-${port}.log`,
     });
   server = await start();
-  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
+  // The test plays the replicas itself (signals, no replica workflows), so its worker and routers
+  // run without keys: routes unsigned, as before issue 26 (test/e2e/signed-routes.test.ts shows
+  // what keys refuse).
+  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}`, LLMGW_CATALOG_KEY_FILE: '', LLMGW_CATALOG_PUBLIC_KEY_FILE: '' };
   connection = await Connection.connect({ address: env.TEMPORAL_ADDRESS as string });
   client = new Client({ connection, dataConverter: llmgwDataConverter() });
   const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);

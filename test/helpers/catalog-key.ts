@@ -42,6 +42,9 @@ export function ticketFor(spec: StartShard): PlacementTicket {
     leaderAddress: spec.leaderAddress,
     leaderNode: spec.leaderAddress === '' ? '' : spec.nodeId,
     revision: spec.profile?.signature ?? '',
+    address: '127.0.0.1',
+    deployment: spec.deployment,
+    servedName: spec.profile?.servedName ?? '',
   };
 }
 

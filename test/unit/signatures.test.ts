@@ -60,6 +60,9 @@ function spec(keyring: CatalogKeyring, change: (s: StartShard) => void = () => u
     leaderAddress: '',
     leaderNode: '',
     revision: profile.signature,
+    address: '198.18.0.7',
+    deployment: '',
+    servedName: 'demo',
   };
   start.placementTicket = signPlacementTicket(ticket, keyring);
   change(start);

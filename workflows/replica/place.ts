@@ -54,6 +54,7 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
       pool: input.labels?.pool,
       preferNodes: hint ? [hint] : [],
       revision: profile.signature ?? '',
+      servedName: profile.servedName,
     });
     if (result.ok) {
       state.placements++;

@@ -18,6 +18,8 @@ export interface RouteEntry {
   phase: ReplicaPhase;
   /** The deployment revision the replica runs. */
   revision?: string;
+  /** The control worker's signature (common/route-signature.ts): routers install a routable entry only with it. */
+  signature?: string;
 }
 
 /** One deployment, sent by deployModel: a deployment at 0 replicas still lists its model. 'Undeployed' removes it. */

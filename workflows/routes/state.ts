@@ -26,6 +26,8 @@ export interface RoutesState {
   /** replicaId → the version since which it is not (Draining, gone): drains wait until routers have it. */
   withdrawnSince?: Record<string, number>;
   routers: RouterSeen[];
+  /** routeChanged entries waiting for the control worker's verification (sign-queue.ts). */
+  pendingRoutes?: RouteEntry[];
 }
 
 /** Withdrawals remembered; older ones are long applied by every live router. */
@@ -53,6 +55,7 @@ export const RouteEntrySchema = z.object({
   endpoint: z.string().max(300),
   phase: z.enum(REPLICA_PHASES),
   revision: z.string().max(200).optional(),
+  signature: z.string().max(300).optional(),
 });
 export const DeploymentEntrySchema = z.object({
   name: z.string().min(1).max(200),
@@ -95,7 +98,8 @@ function sameRoute(a: RouteEntry, b: RouteEntry): boolean {
     a.servedName === b.servedName &&
     a.endpoint === b.endpoint &&
     a.phase === b.phase &&
-    a.revision === b.revision
+    a.revision === b.revision &&
+    a.signature === b.signature
   );
 }
 

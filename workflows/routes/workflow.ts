@@ -5,6 +5,7 @@
 // costs one Update every five minutes, instead of every router listing visibility twice a second.
 import { allHandlersFinished, condition, log, setCurrentDetails, setHandler, sleep, workflowInfo } from '@temporalio/workflow';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
+import { verifyRouteChanges } from './sign-queue.js';
 import {
   awaitRoutedUpdate,
   deploymentChangedSignal,
@@ -78,10 +79,8 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
   setHandler(routeChangedSignal, (raw) => {
     const parsed = RouteEntrySchema.safeParse(raw);
     if (!parsed.success) return log.warn('routeChanged ignored: not a route entry', { issues: parsed.error.issues.slice(0, 3) });
-    if (applyRoute(state, parsed.data)) {
-      changedAt = Date.now();
-      publish();
-    }
+    // Verified and signed by the control worker first (sign-queue.ts): anyone can signal.
+    (state.pendingRoutes ??= []).push(parsed.data);
   });
   setHandler(deploymentChangedSignal, (raw) => {
     const parsed = DeploymentEntrySchema.safeParse(raw);
@@ -182,6 +181,12 @@ export async function routes(input: RoutesInput = {}): Promise<void> {
   };
 
   publish();
+  void verifyRouteChanges(state, (entry) => {
+    if (applyRoute(state, entry)) {
+      changedAt = Date.now();
+      publish();
+    }
+  });
   void resyncLoop();
   void ticker();
   await condition(() => workflowInfo().continueAsNewSuggested || upgrade.requested());

@@ -1,0 +1,96 @@
+// The control worker signs routes, and only true ones: whatever a routeChanged signal or a
+// route memo says, the route it signs is read from the replica workflow itself (run by this
+// control plane's workers) and its rank 0's placement ticket, which this worker signed when it
+// placed it. Control side. Routers install only routes whose signature verifies, so a signal
+// from anyone else, or a hand-started replica that `adopt`s an endpoint of its choosing, moves
+// no traffic (docs/security.md).
+import { Context } from '@temporalio/activity';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { readCatalogKeys } from '../common/catalog-key.js';
+import { verifyPlacementTicket } from '../common/placement-ticket.js';
+import { ROUTABLE_PHASES } from '../common/replica-types.js';
+import { signRoute } from '../common/route-signature.js';
+import { replicaStatusQuery } from '../workflows/definitions.js';
+import type { RouteEntry } from '../workflows/routes/definitions.js';
+
+type Verdict = { route: RouteEntry } | { refused: string };
+
+/** Engines never listen below this (the agent refuses such ports: agent/supervisor/start-checks.ts). */
+const FIRST_UNPRIVILEGED_PORT = 1024;
+
+function activityQueue(): string | undefined {
+  try {
+    return Context.current().info.taskQueue;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The route `entry` names as its replica's own state shows it, signed; a withdrawal (not
+ * routable) unsigned; or why it is refused. Without a key file, `entry` as it came (unsigned).
+ */
+export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFile: string | undefined): Promise<Verdict> {
+  if (catalogKeyFile === undefined) return { route: entry };
+  const { signature: _ignored, ...claimed } = entry;
+  const handle = client.workflow.getHandle(entry.replicaId);
+  let description;
+  try {
+    description = await handle.describe();
+  } catch (error) {
+    if (error instanceof WorkflowNotFoundError) return { route: { ...claimed, phase: 'Stopped' } };
+    throw error;
+  }
+  if (description.status.name !== 'RUNNING') return { route: { ...claimed, phase: 'Stopped' } };
+  const queue = activityQueue();
+  if (description.type !== 'replica' || (queue !== undefined && description.taskQueue !== queue)) {
+    return {
+      refused: `${entry.replicaId} is a ${description.type} workflow on task queue ${description.taskQueue}, not a replica this control plane runs`,
+    };
+  }
+  const view = await handle.query(replicaStatusQuery);
+  const truth: RouteEntry = {
+    ...claimed,
+    endpoint: view.endpoint,
+    phase: view.phase,
+    ...(view.revision ? { revision: view.revision } : {}),
+  };
+  if (!ROUTABLE_PHASES.includes(view.phase) || view.endpoint === '') return { route: truth };
+  const leader = view.shards.find((s) => s.rank === 0);
+  const verdict = verifyPlacementTicket(leader?.ticket ?? '', readCatalogKeys(catalogKeyFile).all);
+  if (!verdict.ok) return { refused: `${entry.replicaId}'s rank 0: ${verdict.why}` };
+  const { ticket } = verdict;
+  if (ticket.replicaId !== entry.replicaId || ticket.rank !== 0 || ticket.shardId !== leader?.shardId) {
+    return { refused: `${entry.replicaId}'s rank 0 carries the ticket of ${ticket.replicaId} rank ${ticket.rank}` };
+  }
+  let url: URL;
+  try {
+    url = new URL(view.endpoint);
+  } catch {
+    return { refused: `${entry.replicaId}'s endpoint ${JSON.stringify(view.endpoint)} is not a URL` };
+  }
+  if (url.hostname !== ticket.address) {
+    return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is not on its node ${ticket.nodeId} (${ticket.address})` };
+  }
+  if (Number(url.port) < FIRST_UNPRIVILEGED_PORT) return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is a privileged port` };
+  const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
+  return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
+}
+
+export function createRouteSigningActivities(client: Client, catalogKeyFile: string | undefined, log: (line: string) => void) {
+  return {
+    /**
+     * Each entry as its replica's state has it, signed when routable (in order: the routes
+     * workflow applies them as returned); entries that cannot be verified are left out.
+     */
+    async signRoutes(entries: RouteEntry[]): Promise<RouteEntry[]> {
+      const out: RouteEntry[] = [];
+      for (const entry of entries) {
+        const verdict = await trueRoute(client, entry, catalogKeyFile);
+        if ('route' in verdict) out.push(verdict.route);
+        else log(`routes: not signing a route to ${entry.endpoint || '(none)'} for ${entry.servedName}: ${verdict.refused}`);
+      }
+      return out;
+    },
+  };
+}
