@@ -6,7 +6,7 @@
 import type { Client } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
-import { lineLog, type Logger } from '../common/logger.js';
+import { lineLog, type LineLog, type Logger } from '../common/logger.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
 import { agentStoppingSignal, registerSignal, runningShardsSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
@@ -26,6 +26,7 @@ import type { Launcher } from './supervisor/launcher.js';
 import { createRayWait } from './ray-wait.js';
 import { logPath } from './supervisor/spec-store.js';
 import { tailLines } from './supervisor/logs.js';
+import { resolveEngineUser, readEngineKey, type EngineUser } from './engine-identity.js';
 import { createRevisionCheck } from './revision-check.js';
 import { preflight } from './preflight.js';
 import { createHostReports, gpuProcessesOf } from './reports.js';
@@ -110,6 +111,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
     maxLogBytes: config.maxLogSize,
     logRetentionMs: config.logRetention,
     ...(config.envFile !== undefined ? { envFile: config.envFile } : {}),
+    ...engineIdentity(config, log),
     dryRun: config.reconcile === 'dry-run',
     foreignGpuProcesses: config.foreignGpuProcesses,
     checkRevision: createRevisionCheck(revisionPolicy),
@@ -286,4 +288,14 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
       if (worker.getState() === 'RUNNING') worker.shutdown();
     },
   };
+}
+
+/** Who engines run as and the key file they require, checked now: a bad user or key file stops the agent. */
+function engineIdentity(config: AgentConfig, log: LineLog): { engineUser?: EngineUser; engineKeyFile?: string } {
+  const engineUser = resolveEngineUser(config.engineUser, log);
+  log(engineUser ? `engines run as ${engineUser.name} (uid ${engineUser.uid})` : "engines run as this agent's user");
+  if (config.engineKeyFile === undefined) return engineUser ? { engineUser } : {};
+  readEngineKey(config.engineKeyFile);
+  log(`engines require the API key in ${config.engineKeyFile}`);
+  return { ...(engineUser ? { engineUser } : {}), engineKeyFile: config.engineKeyFile };
 }

@@ -105,6 +105,10 @@ export const AgentFlags = z
     metricsAddr: z.string().min(1).optional(),
     /** NAME=value lines engines get only by reference ({fromHost: NAME} in the catalog): secrets. */
     envFile: z.string().min(1, '--env-file must name a file').optional(),
+    /** The user engines run as (default llmgw-engine, else nobody; `root` for the agent's own). */
+    engineUser: z.string().min(1, '--engine-user must name a user').optional(),
+    /** The API key engines require (first line of this file); routers are given the same file. */
+    engineKeyFile: z.string().min(1, '--engine-key-file must name a file').optional(),
     /** Port claims shared by agents of one host (default <state dir>/port-claims). */
     portClaimsDir: z.string().min(1, '--port-claims-dir must name a directory').optional(),
   })
@@ -145,6 +149,7 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
     stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
     catalogKey: value.catalogKey === undefined ? undefined : resolve(value.catalogKey),
     envFile: value.envFile === undefined ? undefined : resolve(value.envFile),
+    engineKeyFile: value.engineKeyFile === undefined ? undefined : resolve(value.engineKeyFile),
     portClaimsDir: value.portClaimsDir === undefined ? undefined : resolve(value.portClaimsDir),
     // Engines of the `fake` kind are this same program; spawn it with the same Node.
     fakeEngineCommand: [process.execPath, resolve(__dirname, '../../bin/llmgw.js'), 'fake-engine'],

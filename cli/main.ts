@@ -82,6 +82,8 @@ program
   .option('--insecure-unsigned', 'start revisions nobody signed (unsafe: anyone who can start a workflow can run anything here)')
   .option('--pass-env <names>', "variables of the agent's environment every engine gets, e.g. HF_HOME,LD_LIBRARY_PATH,NCCL_IB_TIMEOUT")
   .option('--env-file <file>', 'NAME=value lines (0600) that engines get only where the catalog references them: {fromHost: NAME}')
+  .option('--engine-user <user>', 'the unprivileged user engines run as (default llmgw-engine, else nobody; root: as the agent)')
+  .option('--engine-key-file <file>', 'the API key engines require (vLLM/SGLang --api-key); give routers the same file')
   .option(
     '--metrics-addr <host:port|off>',
     'Prometheus /metrics: Temporal SDK and agent metrics (default LLMGW_METRICS_ADDR, else 127.0.0.1:9465)',

@@ -48,6 +48,8 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
   let opts: FakeEngineOptions;
   try {
     opts = parseFakeEngineArgs(argv);
+    // Like vLLM, the key may come from the environment, where other local users cannot read it.
+    if (opts.apiKey === undefined && proc.env.VLLM_API_KEY) opts.apiKey = proc.env.VLLM_API_KEY;
   } catch (err) {
     if (!(err instanceof FakeEngineArgsError)) throw err;
     proc.stderr(`fake-engine: ${err.message}`);

@@ -43,6 +43,8 @@ export interface FakeEngineOptions {
   nodeRank: number;
   /** Rank 0 listens here for workers; workers connect here. Required when nnodes > 1. */
   leader: LeaderAddress | undefined;
+  /** As vLLM's --api-key (or VLLM_API_KEY): /v1/* answers 401 without `Authorization: Bearer <key>`. */
+  apiKey?: string;
 }
 
 export class FakeEngineArgsError extends Error {
@@ -87,6 +89,7 @@ const VALUE_FLAGS = {
   '--dist-init-addr': 'leader',
   '--print-env': 'printEnv',
   '--kv-events-config': 'kvEventsConfig',
+  '--api-key': 'apiKey',
 } as const;
 
 type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
@@ -125,6 +128,7 @@ const RawOptions = z.object({
     .regex(/^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$/, '--print-env must be NAME[,NAME…]')
     .optional(),
   kvEventsConfig: z.string().optional(),
+  apiKey: z.string().min(1, '--api-key must not be empty').optional(),
 });
 
 /**
@@ -231,6 +235,7 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
     nnodes,
     nodeRank,
     leader,
+    ...(o.apiKey !== undefined ? { apiKey: o.apiKey } : {}),
   };
 }
 

@@ -158,6 +158,11 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
       return res.end();
     }
     if (isWorker) return sendError(res, 'NotFoundError', 'A worker rank serves only /health.');
+    // vLLM guards /v1/* with --api-key and leaves /health and /metrics open; so does this.
+    if (opts.apiKey !== undefined && path.startsWith('/v1') && req.headers.authorization !== `Bearer ${opts.apiKey}`) {
+      res.writeHead(401, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify({ error: 'Unauthorized' }));
+    }
     switch (path) {
       case '/v1/chat/completions':
         return inference(req, res, chat);

@@ -65,6 +65,7 @@ export function addRouterCommand(program: Command): void {
       '--admin-addr <host:port|off>',
       '/metrics and the detailed /health (engine URLs, route-source errors); default 127.0.0.1 on the port after --port',
     )
+    .option('--engine-key-file <file>', 'the API key engines require (as given to the agents): sent to engines, never to clients')
     .option(
       '--catalog-key <file>',
       "the control worker's public key file (or LLMGW_CATALOG_PUBLIC_KEY_FILE): only routes it signed are installed",

@@ -18,7 +18,7 @@ import { BUSY_RETRY_AFTER_S, ByteBudget, DEFAULT_HELD_BYTES } from './byte-budge
 import { readBody, releaseBytes, releaseGate, sendJson, type BodyConsumer, type RouterRequest, type RouterResponse } from './request.js';
 import { RouteRefresher } from './refresher.js';
 import { DEFAULT_SCRAPER, Scraper } from './scraper.js';
-import { DEFAULT_UPSTREAM, type UpstreamOptions } from './upstream.js';
+import { DEFAULT_UPSTREAM, type UpstreamOptions, upstreamHeaders } from './upstream.js';
 import { parseKvEventsSpec } from './kv-events.js';
 import { reportOf, type LoadReport } from './load-report.js';
 import { DEFAULT_QUEUE, WaitingRoom } from './waiting-room.js';
@@ -72,6 +72,7 @@ export class RouterCore implements BodyConsumer {
       lookup: (model) => this.state.lookup(model),
       released: (pool) => this.waiting.drain(pool.servedName),
       debugHeaders: options.debugHeaders ?? false,
+      upstreamHeaders: upstreamHeaders(options.engineKey),
     };
     this.budget = new ByteBudget(options.heldBytes ?? DEFAULT_HELD_BYTES);
     this.metrics.watchHeldBytes(() => this.budget.used);

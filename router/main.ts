@@ -2,6 +2,7 @@
 // RouterOptions, learns routes from Temporal (or a static list), and shuts down cleanly on
 // SIGTERM/SIGINT, letting streams in flight finish for a while. Router side.
 import { VerifiedRouteSource } from './routes-verify.js';
+import { readEngineKey } from '../agent/engine-identity.js';
 import { z } from 'zod';
 import { DEFAULT_PORTS } from '../common/names.js';
 import { loadApiKeys, type ApiKeys } from './auth.js';
@@ -80,6 +81,8 @@ export interface RouterFlags {
   upstreamIdleTimeout?: string | number;
   /** --catalog-key: the control worker's public keys; only routes it signed are installed. */
   catalogKey?: string;
+  /** --engine-key-file: the API key engines require (the agents' --engine-key-file). */
+  engineKeyFile?: string;
 }
 
 const Flags = z.object({
@@ -122,6 +125,7 @@ const Flags = z.object({
     .min(0)
     .default(DEFAULT_UPSTREAM.idleTimeoutMs / 1000),
   catalogKey: z.string().min(1).optional(),
+  engineKeyFile: z.string().min(1).optional(),
 });
 
 /** True for an address only this machine can reach. */
@@ -247,6 +251,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     // Each process of a cluster holds its share, as of the waiting lines.
     heldBytes: Math.ceil(f.heldBytes / f.workers),
     debugHeaders: f.debugHeaders,
+    ...(f.engineKeyFile !== undefined ? { engineKey: readEngineKey(f.engineKeyFile) } : {}),
     upstreamIdleTimeoutMs: f.upstreamIdleTimeout * 1000,
     // Workers share the admin address as they share the public one (node:cluster).
     admin,

@@ -30,6 +30,8 @@ export interface RouterOptions {
   heldBytes?: number;
   /** Name the engine that answered in `x-llmgw-endpoint` (off by default: clients must not learn engines' addresses). */
   debugHeaders?: boolean;
+  /** The API key engines require (--engine-key-file): sent as `Authorization: Bearer` to every engine. */
+  engineKey?: string;
   /** Where /metrics and the detailed /health are served; undefined: nowhere. Port 0 asks the OS. */
   admin?: { host: string; port: number };
   /** How often to read the route source. */

@@ -37,6 +37,8 @@ export interface ProxySettings {
   released?(model: ModelPool): void;
   /** Name the engine that answered in x-llmgw-endpoint (--debug-headers). */
   debugHeaders: boolean;
+  /** What engines are sent besides the body (upstream.ts: the engine key, never the client's). */
+  upstreamHeaders?: string[];
 }
 
 /**
@@ -105,7 +107,10 @@ export class Exchange implements Dispatcher.DispatchHandler {
     endpoint.prefilling++;
     this.prefilling = true;
     endpoint.bytesSent += this.body.length;
-    endpoint.pool.dispatch({ path: this.path, method: 'POST', headers: UPSTREAM_HEADERS, body: this.body }, this);
+    endpoint.pool.dispatch(
+      { path: this.path, method: 'POST', headers: this.settings.upstreamHeaders ?? UPSTREAM_HEADERS, body: this.body },
+      this,
+    );
   }
 
   onConnect(abort: (err?: Error) => void): void {

@@ -72,6 +72,11 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
 /** Headers the router sends engines: the client's own (its API key above all) stay with the router. */
 export const UPSTREAM_HEADERS: string[] = ['content-type', 'application/json'];
 
+/** UPSTREAM_HEADERS with the engines' own key (--engine-key-file), when they require one. */
+export function upstreamHeaders(engineKey: string | undefined): string[] {
+  return engineKey === undefined ? UPSTREAM_HEADERS : [...UPSTREAM_HEADERS, 'authorization', `Bearer ${engineKey}`];
+}
+
 /** The headers of an engine's answer that the router passes on, read from undici's raw list. */
 export function passedHeaders(headers: Buffer[]): { type: string; contentLength: string | undefined; encoding: string | undefined } {
   let type = 'application/json';

@@ -21,6 +21,8 @@ export interface LaunchRequest {
   env: Record<string, string>;
   /** stdout and stderr are appended here, by the process itself: it must outlive the agent. */
   logFile: string;
+  /** Run as this user and group (the agent's --engine-user); absent: as the agent. */
+  user?: { uid: number; gid: number };
 }
 
 export interface LaunchedProcess {
@@ -61,7 +63,9 @@ export const childProcessLauncher: Launcher = {
     try {
       // detached: its own process group. The log descriptor is the child's own, so its
       // output does not pass through the agent (whose death would otherwise end it).
-      child = spawn(program, args, { detached: true, stdio: ['ignore', fd, fd], env: request.env });
+      // uid/gid also drop the agent's supplementary groups (libuv calls setgroups before setuid).
+      const as = request.user ? { uid: request.user.uid, gid: request.user.gid } : {};
+      child = spawn(program, args, { detached: true, stdio: ['ignore', fd, fd], env: request.env, ...as });
     } finally {
       closeSync(fd);
     }

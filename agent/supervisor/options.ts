@@ -53,6 +53,10 @@ export interface SupervisorOptions {
   passEnv?: string[];
   /** NAME=value lines an engine's profile may reference ({fromHost: NAME}); read at every spawn. */
   envFile?: string;
+  /** The unprivileged user engines run as (agent/engine-identity.ts); absent: the agent's own. */
+  engineUser?: import('../engine-identity.js').EngineUser;
+  /** The file engines' API key is read from at every spawn (--engine-key-file); absent: engines take no key. */
+  engineKeyFile?: string;
   /** Called only on transitions (Ready, unhealthy, back to Ready, exited), never on every poll. */
   onTransition?: (status: ShardStatus) => void;
   /** Narration of what the supervisor does; warnings carry level 'warn'. */

@@ -17,6 +17,7 @@ import { exitDetails, type Shard, type ShardProcess } from './shard.js';
 import { specDifferences } from './spec-diff.js';
 import { checkStateDirWritable, recordPath, writeRecordAtomic, type ShardRecord } from './spec-store.js';
 import { checkPlacement } from './start-checks.js';
+import { engineKeyArgs, readEngineKey } from '../engine-identity.js';
 import { startAfterRay } from './start-ray.js';
 import { stopTargets } from './stop.js';
 import { terminate } from './terminate.js';
@@ -177,7 +178,16 @@ export async function spawnProcess(core: SupervisorCore, shard: Shard, p: Proces
   );
   let launched;
   try {
-    launched = await core.launcher.launch({ role: p.role, argv: p.argv, env, logFile: shard.logFile });
+    // The key is added only here: not in the spec record, the log line above or any report.
+    const keyed = withEngineKey(core, shard.spec, p, env);
+    const user = core.options.engineUser;
+    launched = await core.launcher.launch({
+      role: p.role,
+      argv: keyed.argv,
+      env: keyed.env,
+      logFile: shard.logFile,
+      ...(user ? { user: { uid: user.uid, gid: user.gid } } : {}),
+    });
   } catch (err) {
     throw ApplicationFailure.nonRetryable(`shard ${id}: ${errorText(err)}`, FailureType.EngineExited);
   }
@@ -189,6 +199,20 @@ export async function spawnProcess(core: SupervisorCore, shard: Shard, p: Proces
   shard.procs.push(proc);
   shard.record.processes.push({ role: proc.role, pid: proc.pid, startTicks: proc.startTicks, pgid: proc.pgid });
   writeRecordAtomic(core.options.stateDir, shard.record);
+}
+
+/** The engine process with its API key (--engine-key-file) and, run as another user, that user's HOME and USER. */
+function withEngineKey(
+  core: SupervisorCore,
+  spec: StartShard,
+  p: ProcessSpec,
+  env: Record<string, string>,
+): { argv: string[]; env: Record<string, string> } {
+  const user = core.options.engineUser;
+  const base = user ? { ...env, HOME: user.home, USER: user.name } : env;
+  if (core.options.engineKeyFile === undefined || p.role !== 'engine') return { argv: p.argv, env: base };
+  const key = engineKeyArgs(spec.profile?.engine, readEngineKey(core.options.engineKeyFile));
+  return { argv: [...p.argv, ...key.args], env: { ...base, ...key.env } };
 }
 
 function hostSource(core: SupervisorCore): HostEnvSource {

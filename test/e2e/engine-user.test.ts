@@ -1,0 +1,133 @@
+// Engines without root, and with a key (issue 26, point 4): a real agent, started as this test's
+// (root) user, starts a fake engine as an unprivileged user (/proc/PID/status shows a non-zero
+// uid), and with --engine-key-file the engine refuses a request without the key while a router
+// given the same file is served.
+import { join } from 'node:path';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Worker, NativeConnection } from '@temporalio/worker';
+import type { Client } from '@temporalio/client';
+import { create } from '@bufbuild/protobuf';
+import { WaitHealthySchema, type RunningShard, type ShardStatus, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { findFreePort } from '../../common/ports.js';
+import { lookupUser } from '../../agent/engine-identity.js';
+import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
+import { enginesOf, killEnginesOf, spawnControlWorker, spawnLlmgw, stopAll } from '../helpers/processes.js';
+import { fakeShardSpec } from '../helpers/shards.js';
+import { router, useRouterHarness } from '../helpers/router-harness.js';
+
+const nodeId = uniqueId('engine-user');
+const KEY = `engine-key-${uniqueId('k')}`;
+let client: Client;
+let closeClient: () => Promise<void>;
+let worker: Worker;
+let workerRun: Promise<void>;
+let connection: NativeConnection;
+const queue = uniqueId('engine-user-calls');
+const runningAsRoot = process.getuid?.() === 0;
+
+useRouterHarness();
+
+function call<T>(activity: string, arg: unknown, workflowId: string): Promise<T> {
+  return client.workflow.execute('agentCall', { taskQueue: queue, workflowId, args: [nodeId, activity, arg] }) as Promise<T>;
+}
+
+/** The real, effective, saved and filesystem uids of a process. */
+function uids(pid: number): number[] {
+  const line = /^Uid:\s+(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]!;
+  return line.trim().split(/\s+/).map(Number);
+}
+
+beforeAll(async () => {
+  ({ client, close: closeClient } = await testClient());
+  const controlWorker = spawnControlWorker();
+  connection = await NativeConnection.connect({ address: temporalAddress() });
+  worker = await Worker.create({
+    connection,
+    taskQueue: queue,
+    workflowsPath: join(__dirname, '../workflows/index.ts'),
+    dataConverter: llmgwDataConverter(),
+  });
+  workerRun = worker.run();
+  await controlWorker;
+});
+
+afterAll(async () => {
+  worker?.shutdown();
+  await workerRun?.catch(() => undefined);
+  await stopAll();
+  await killEnginesOf([nodeId]);
+  await connection?.close();
+  await closeClient?.();
+});
+
+describe('engines without root', () => {
+  it('runs every engine with a non-zero uid, and an engine started with a key refuses requests without it while the router is served', async () => {
+    const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-engine-key-')), 'engine.key');
+    writeFileSync(keyFile, `${KEY}\n`, { mode: 0o600 });
+    const from = ((await findFreePort()) % 20000) + 30000;
+    const agent = spawnLlmgw([
+      'agent',
+      '--node-id',
+      nodeId,
+      '--gpus',
+      'builtin:h100x8',
+      '--state-dir',
+      mkdtempSync(join(tmpdir(), 'llmgw-engine-user-')),
+      '--port-range',
+      `${from}-${from + 20}`,
+      '--reconcile',
+      'dry-run',
+      '--engine-key-file',
+      keyFile,
+    ]);
+    await agent.waitForOutput(/registered with node\//, 60_000);
+    const expected = runningAsRoot ? (lookupUser('llmgw-engine') ?? lookupUser('nobody')) : undefined;
+    if (runningAsRoot) expect(agent.output()).toMatch(new RegExp(`engines run as ${expected!.name} \\(uid ${expected!.uid}\\)`));
+
+    const spec: StartShard = fakeShardSpec({ nodeId, deployment: 'engine-user', gpus: [0], args: ['--load-time', '0'] });
+    const running = await call<RunningShard>('startShard', spec, spec.replicaId);
+    const ready = await call<ShardStatus>(
+      'waitHealthy',
+      create(WaitHealthySchema, { shardId: spec.shardId, timeoutSeconds: 30 }),
+      uniqueId('wait'),
+    );
+    // Every process of this node's engines, not only the one the agent spawned.
+    const engines = enginesOf([nodeId]);
+    expect(engines.map((e) => e.pid)).toContain(running.status!.pid);
+    for (const engine of engines) {
+      const ids = uids(engine.pid);
+      expect(ids.every((uid) => uid !== 0)).toBe(true);
+      if (expected) expect(ids).toEqual([expected.uid, expected.uid, expected.uid, expected.uid]);
+    }
+    // The key is in the engine's environment, which only its user and root can read: not its argv.
+    expect(readFileSync(`/proc/${running.status!.pid}/cmdline`, 'utf8')).not.toContain(KEY);
+
+    const engineUrl = `http://127.0.0.1:${ready.httpPort}`;
+    const body = JSON.stringify({ model: 'engine-user', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+    const post = (headers: Record<string, string>) =>
+      fetch(`${engineUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    expect((await post({})).status).toBe(401);
+    expect((await post({ authorization: 'Bearer wrong' })).status).toBe(401);
+    expect((await post({ authorization: `Bearer ${KEY}` })).status).toBe(200);
+    expect((await fetch(`${engineUrl}/health`)).status).toBe(200);
+
+    // A router given the same key file is served; one without it is refused by the engine.
+    const keyed = await router([{ servedName: 'engine-user', endpoint: engineUrl }], { engineKey: KEY });
+    const served = await fetch(`${keyed.base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    expect(served.status).toBe(200);
+    const unkeyed = await router([{ servedName: 'engine-user', endpoint: engineUrl }]);
+    const refused = await fetch(`${unkeyed.base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    expect(refused.status).toBe(401);
+  });
+});
