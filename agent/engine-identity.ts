@@ -17,7 +17,7 @@ export const DEFAULT_ENGINE_USERS = ['llmgw-engine', 'nobody'];
 
 /** One /etc/passwd entry by name or uid (own parsing: Node has no getpwnam). */
 export function lookupUser(nameOrUid: string, passwd = '/etc/passwd'): EngineUser | undefined {
-  let text = '';
+  let text: string;
   try {
     text = readFileSync(passwd, 'utf8');
   } catch {

@@ -47,7 +47,8 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   } else {
     const keys = readCatalogKeys(catalogKeyFile);
     for (const warning of keyFileWarnings(catalogKeyFile)) log(warning, 'warn');
-    if (!keys.signing) throw new Error(`the catalog key file ${catalogKeyFile} holds no key that can sign: give the control worker the private key file`);
+    if (!keys.signing)
+      throw new Error(`the catalog key file ${catalogKeyFile} holds no key that can sign: give the control worker the private key file`);
     log(
       `signing revisions, placements and routes with ${keys.signing.kind === 'hmac' ? 'the legacy shared HMAC key' : 'Ed25519 key'} ${keys.signing.id} from ${catalogKeyFile}`,
       keys.signing.kind === 'hmac' ? 'warn' : 'info',

@@ -66,6 +66,8 @@ function placement(shard: RunningShard): ShardPlacement {
     managementAddress: '127.0.0.1',
     httpPort: shard.status!.httpPort,
     pid: shard.status!.pid,
+    // A rebuilt replica keeps the engine's placement ticket, so restarting it verifies again.
+    ticket: shard.spec!.placementTicket,
   };
 }
 
