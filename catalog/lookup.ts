@@ -5,6 +5,7 @@ import type { EngineProfile } from '../proto/gen/llmgw/v1/shard_pb.js';
 import { engineProfileFromSnapshot } from '../common/profile-conversion.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
 import type { Catalog, CatalogModel, CatalogProfile } from './schema.js';
+import { adapterEngineArgs } from './adapters.js';
 
 export function findModel(catalog: Catalog, name: string): CatalogModel | undefined {
   return catalog.models.find((model) => model.name === name);
@@ -93,6 +94,8 @@ export function chooseProfile(catalog: Catalog, model: string, request: ProfileR
  * common/profile-conversion.ts.
  */
 export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): ProfileSnapshot {
+  // Adapter flags before the profile's own args, so that the catalog can still override them.
+  const lora = adapterEngineArgs(profile.engine, profile.adapters);
   return {
     model: model.name,
     modelSource: model.source,
@@ -105,9 +108,9 @@ export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): P
     pipelineParallel: profile.pipelineParallel,
     gpusPerNode: profile.gpusPerNode,
     nodes: profile.nodes,
-    args: [...profile.args],
+    args: [...lora.args, ...profile.args],
     env: Object.fromEntries(
-      Object.entries(profile.env).map(([name, value]) => [name, typeof value === 'string' ? value : { fromHost: value.fromHost }]),
+      Object.entries({ ...lora.env, ...profile.env }).map(([name, value]) => [name, typeof value === 'string' ? value : { fromHost: value.fromHost }]),
     ),
     startupTimeoutSeconds: profile.startupTimeoutSeconds,
     minGpuMemoryMib: profile.minGpuMemoryMib ?? 0,

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { SafeName } from '../common/safe-name.js';
 import { ENGINE_MARKER_ENV } from '../common/names.js';
 import { AutoscaleSchema } from '../common/autoscale.js';
+import { CatalogAdapter, ProfileAdapters, checkAdapterNames, checkModelAdapters } from './adapters.js';
 
 export const ENGINES = ['vllm', 'sglang', 'fake'] as const;
 export type EngineName = (typeof ENGINES)[number];
@@ -130,6 +131,8 @@ export const CatalogProfile = strictObject('a profile', {
   minGpuMemoryMib: count(1).optional(),
   /** Autoscaling for deployments of this profile (over the model's and the defaults'). */
   autoscale: AutoscaleSchema.optional(),
+  /** LoRA adapters an engine of this profile may hold at once (and their highest rank); absent: none. */
+  adapters: ProfileAdapters.optional(),
 }).superRefine(
   (profile, ctx) => {
     const parallel = profile.tensorParallel * profile.pipelineParallel;
@@ -218,9 +221,13 @@ export const CatalogModel = strictObject('a model', {
   /** Autoscaling for deployments of this model, unless the profile has its own. */
   autoscale: AutoscaleSchema.optional(),
   profiles: z.array(CatalogProfile).min(1, 'a model needs at least one profile'),
-}).superRefine((model, ctx) => {
-  reportDuplicates(ctx, listOf(model.profiles), 'profiles', 'name', nameOf, 'profile name');
-}, always);
+  /** LoRA fine-tunes of this model, loaded at run time where requests ask for them. */
+  adapters: z.array(CatalogAdapter).optional(),
+})
+  .superRefine((model, ctx) => {
+    reportDuplicates(ctx, listOf(model.profiles), 'profiles', 'name', nameOf, 'profile name');
+  }, always)
+  .superRefine((model, ctx) => checkModelAdapters(model, ctx));
 
 export const CatalogDefaults = strictObject('defaults', {
   /** Runs of the release before in-flight-aware drains: their fixed wait before a stop. */
@@ -237,13 +244,15 @@ export const Catalog = strictObject('the catalog', {
   // An empty list would tell reconciliation that nothing may run, and it would stop every
   // engine; a catalog emptied by accident must not do that.
   models: z.array(CatalogModel).min(1, 'the catalog needs at least one model'),
-}).superRefine((catalog, ctx) => {
-  const models = listOf(catalog.models);
-  const duplicateNames = reportDuplicates(ctx, models, 'models', 'name', nameOf, 'model name');
-  // The router finds replicas by the name clients send, so two models must not answer to one.
-  // Skipped after duplicate names, which would only be reported a second time.
-  if (!duplicateNames) reportDuplicates(ctx, models, 'models', 'servedName', servedNameOf, 'served name');
-}, always);
+})
+  .superRefine((catalog, ctx) => {
+    const models = listOf(catalog.models);
+    const duplicateNames = reportDuplicates(ctx, models, 'models', 'name', nameOf, 'model name');
+    // The router finds replicas by the name clients send, so two models must not answer to one.
+    // Skipped after duplicate names, which would only be reported a second time.
+    if (!duplicateNames) reportDuplicates(ctx, models, 'models', 'servedName', servedNameOf, 'served name');
+  }, always)
+  .superRefine((catalog, ctx) => checkAdapterNames(catalog, ctx));
 
 export type Catalog = z.infer<typeof Catalog>;
 export type CatalogModel = z.infer<typeof CatalogModel>;

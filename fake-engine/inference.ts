@@ -2,6 +2,7 @@
 // completion.ts) and embeddings, validated against OpenAI's request shapes. Engine side.
 import type { ServerResponse } from 'node:http';
 import { serveCompletion, type CompletionContext, type CompletionKind } from './completion.js';
+import type { LoraAdapters } from './lora.js';
 import type { FakeEngineOptions } from './options.js';
 import { BlockHasher } from './prefix-cache.js';
 import { ChatRequest, CompletionRequest, EmbeddingRequest, describeIssues, sendError } from './requests.js';
@@ -16,7 +17,12 @@ export interface InferenceRoutes {
   embeddings(res: ServerResponse, body: unknown): void;
 }
 
-export function inferenceRoutes(opts: FakeEngineOptions, ctx: CompletionContext, nextId: (prefix: string) => string): InferenceRoutes {
+export function inferenceRoutes(
+  opts: FakeEngineOptions,
+  ctx: CompletionContext,
+  nextId: (prefix: string) => string,
+  lora?: LoraAdapters,
+): InferenceRoutes {
   const { metrics } = ctx;
   const primaryName = opts.servedModelNames[0];
   const modelJson = new Map(opts.servedModelNames.map((name) => [name, JSON.stringify(name)]));
@@ -26,6 +32,8 @@ export function inferenceRoutes(opts: FakeEngineOptions, ctx: CompletionContext,
   const resolveModel = (res: ServerResponse, model: string | null | undefined): string | undefined => {
     if (model === undefined || model === null) return primaryName;
     if (modelJson.has(model)) return model;
+    // An adapter is served while it is loaded, and counted running until its answer ends.
+    if (lora?.admit(model, res)) return model;
     sendError(res, 'NotFoundError', `The model \`${model}\` does not exist.`);
     return undefined;
   };

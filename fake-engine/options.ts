@@ -3,6 +3,7 @@
 // are accepted and skipped rather than rejected.
 import { z } from 'zod';
 import { parseKvEventsConfig, type KvEventsSettings } from './kv-events.js';
+import { DEFAULT_LORA, type LoraSettings } from './lora.js';
 
 export interface LeaderAddress {
   host: string;
@@ -30,6 +31,8 @@ export interface FakeEngineOptions {
   maxModelLen: number;
   /** vLLM's --kv-events-config: publish the prefix cache's KV-cache events; undefined: off. */
   kvEvents: KvEventsSettings | undefined;
+  /** --enable-lora (with --max-loras, --max-lora-rank, --lora-load-time); undefined: adapters are refused. */
+  lora: LoraSettings | undefined;
   crashAfterS: number | undefined;
   unhealthyAfterS: number | undefined;
   hang: boolean;
@@ -90,11 +93,14 @@ const VALUE_FLAGS = {
   '--print-env': 'printEnv',
   '--kv-events-config': 'kvEventsConfig',
   '--api-key': 'apiKey',
+  '--max-loras': 'maxLoras',
+  '--max-lora-rank': 'maxLoraRank',
+  '--lora-load-time': 'loraLoadTime',
 } as const;
 
 type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
 
-const BOOLEAN_FLAGS = { '--hang': 'hang', '--fail-start': 'failStart' } as const;
+const BOOLEAN_FLAGS = { '--hang': 'hang', '--fail-start': 'failStart', '--enable-lora': 'enableLora' } as const;
 
 const seconds = (flag: string) => z.coerce.number({ error: `${flag} must be a number of seconds` }).min(0, `${flag} must be >= 0`);
 const count = (flag: string, min: number) =>
@@ -129,6 +135,9 @@ const RawOptions = z.object({
     .optional(),
   kvEventsConfig: z.string().optional(),
   apiKey: z.string().min(1, '--api-key must not be empty').optional(),
+  maxLoras: count('--max-loras', 1).optional(),
+  maxLoraRank: count('--max-lora-rank', 1).optional(),
+  loraLoadTime: seconds('--lora-load-time').optional(),
 });
 
 /**
@@ -143,6 +152,7 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
   const positionals: string[] = [];
   let hang = false;
   let failStart = false;
+  let enableLora = false;
 
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
@@ -158,8 +168,10 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
 
     if (flag in BOOLEAN_FLAGS) {
       if (inline !== undefined) throw new FakeEngineArgsError(`${flag} takes no value`);
-      if (BOOLEAN_FLAGS[flag as keyof typeof BOOLEAN_FLAGS] === 'hang') hang = true;
-      else failStart = true;
+      const which = BOOLEAN_FLAGS[flag as keyof typeof BOOLEAN_FLAGS];
+      if (which === 'hang') hang = true;
+      else if (which === 'failStart') failStart = true;
+      else enableLora = true;
       continue;
     }
     if (flag === '--served-model-name') {
@@ -227,6 +239,13 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
     embeddingDim: o.embeddingDim ?? DEFAULTS.embeddingDim,
     maxModelLen: o.maxModelLen ?? DEFAULTS.maxModelLen,
     kvEvents,
+    lora: enableLora
+      ? {
+          maxLoras: o.maxLoras ?? DEFAULT_LORA.maxLoras,
+          maxLoraRank: o.maxLoraRank ?? DEFAULT_LORA.maxLoraRank,
+          loadTimeS: o.loraLoadTime ?? DEFAULT_LORA.loadTimeS,
+        }
+      : undefined,
     crashAfterS: o.crashAfter,
     unhealthyAfterS: o.unhealthyAfter,
     hang,
@@ -256,6 +275,7 @@ export function fakeEngineOptions(overrides: Partial<FakeEngineOptions> = {}): F
     embeddingDim: DEFAULTS.embeddingDim,
     maxModelLen: DEFAULTS.maxModelLen,
     kvEvents: undefined,
+    lora: undefined,
     crashAfterS: undefined,
     unhealthyAfterS: undefined,
     hang: false,

@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CompletionContext } from './completion.js';
 import { inferenceRoutes } from './inference.js';
 import { KvEventPublisher } from './kv-events.js';
+import { LoraAdapters } from './lora.js';
 import { EngineMetrics, Slots } from './metrics.js';
 import type { FakeEngineOptions } from './options.js';
 import { joinLeader, listenForWorkers, type RendezvousLeader, type RendezvousWorker } from './rendezvous.js';
@@ -98,18 +99,21 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
     );
   };
 
-  const modelsBody = JSON.stringify({
-    object: 'list',
-    data: opts.servedModelNames.map((id) => ({
-      id,
-      object: 'model',
-      created: Math.floor(Date.now() / 1000),
-      owned_by: 'llmgw-fake',
-      root: opts.model,
-      parent: null,
-      max_model_len: opts.maxModelLen,
-    })),
-  });
+  const lora = opts.lora === undefined || isWorker ? undefined : new LoraAdapters(opts.lora, primaryName);
+  const created = Math.floor(Date.now() / 1000);
+  const baseCards = opts.servedModelNames.map((id) => ({
+    id,
+    object: 'model',
+    created,
+    owned_by: 'llmgw-fake',
+    root: opts.model,
+    parent: null,
+    max_model_len: opts.maxModelLen,
+  }));
+  // Adapters come and go, so the list is written per request only on an engine that has them.
+  const fixedModelsBody = JSON.stringify({ object: 'list', data: baseCards });
+  const modelsBody = () =>
+    lora === undefined ? fixedModelsBody : JSON.stringify({ object: 'list', data: [...baseCards, ...lora.modelCards(created)] });
 
   // Shared by every inference response, so counting in-flight requests allocates nothing.
   const onResponseClosed = () => {
@@ -117,7 +121,7 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
     if (inFlight === 0) onIdle?.();
   };
 
-  const { chat, completions, embeddings } = inferenceRoutes(opts, ctx, nextId);
+  const { chat, completions, embeddings } = inferenceRoutes(opts, ctx, nextId, lora);
 
   const inference = (req: IncomingMessage, res: ServerResponse, route: (res: ServerResponse, body: unknown) => void) => {
     if (req.method !== 'POST') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
@@ -147,6 +151,18 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
     });
   };
 
+  /** A JSON body for the adapter routes, answered like inference while the engine cannot serve. */
+  const withJson = (req: IncomingMessage, res: ServerResponse, then: (body: unknown) => void) =>
+    readBody(req, (body) => {
+      if (body === TOO_LARGE) return sendError(res, 'PayloadTooLargeError', `request body over ${MAX_BODY_BYTES} bytes`);
+      if (!canServe()) return sendError(res, 'ServiceUnavailableError', `The engine is not ready (${state()}).`);
+      try {
+        then(JSON.parse(body));
+      } catch (err) {
+        sendError(res, 'BadRequestError', `Invalid JSON body: ${(err as Error).message}`);
+      }
+    });
+
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     req.on('error', ignore);
     const url = req.url ?? '/';
@@ -163,6 +179,7 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
       res.writeHead(401, { 'content-type': 'application/json' });
       return res.end(JSON.stringify({ error: 'Unauthorized' }));
     }
+    if (lora?.route(path, req, res, (then) => withJson(req, res, then))) return;
     switch (path) {
       case '/v1/chat/completions':
         return inference(req, res, chat);
@@ -173,11 +190,12 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
       case '/v1/models':
         if (req.method !== 'GET') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
         if (!canServe()) return sendError(res, 'ServiceUnavailableError', `The engine is not ready (${state()}).`);
-        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(modelsBody) });
-        return res.end(modelsBody);
+        const body = modelsBody();
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+        return res.end(body);
       case '/metrics': {
         if (req.method !== 'GET') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
-        const text = metrics.render();
+        const text = lora === undefined ? metrics.render() : metrics.render() + lora.metricsText();
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
         return res.end(text);
       }

@@ -22,6 +22,8 @@ import { DEFAULT_UPSTREAM, type UpstreamOptions, upstreamHeaders } from './upstr
 import { parseKvEventsSpec } from './kv-events.js';
 import { reportOf, type LoadReport } from './load-report.js';
 import { DEFAULT_QUEUE, WaitingRoom } from './waiting-room.js';
+import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from './adapter-router.js';
+import { serveAdapter } from './adapter-serve.js';
 
 const PATH_CHAT = '/v1/chat/completions';
 const PATH_COMPLETIONS = '/v1/completions';
@@ -44,6 +46,8 @@ export class RouterCore implements BodyConsumer {
   private readonly gates: KeyGate[];
   private readonly unknownModel: ModelMetrics;
   private readonly unauthenticated: ModelMetrics;
+  /** LoRA adapters (adapter-router.ts), when the router was given a catalog of them. */
+  readonly adapters: AdapterRouter | undefined;
 
   constructor(options: RouterOptions, log: (line: string) => void) {
     this.metrics = new RouterMetrics(() => this.state.liveEndpoints(), { processMetrics: options.processMetrics ?? false });
@@ -69,11 +73,22 @@ export class RouterCore implements BodyConsumer {
     this.proxy = {
       metrics: this.metrics,
       maxAttempts: options.maxAttempts ?? 3,
-      lookup: (model) => this.state.lookup(model),
+      lookup: (model) => this.state.lookup(model) ?? this.adapters?.currentPool(model),
       released: (pool) => this.waiting.drain(pool.servedName),
       debugHeaders: options.debugHeaders ?? false,
       upstreamHeaders: upstreamHeaders(options.engineKey),
     };
+    this.adapters =
+      options.adapters === undefined
+        ? undefined
+        : new AdapterRouter(
+            options.adapters,
+            () => this.state.bases(),
+            (name) => this.metrics.forModel(name),
+            this.metrics.registry,
+            { ...DEFAULT_ADAPTER_ROUTING, ...options.adapterRouting },
+            log,
+          );
     this.budget = new ByteBudget(options.heldBytes ?? DEFAULT_HELD_BYTES);
     this.metrics.watchHeldBytes(() => this.budget.used);
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
@@ -120,7 +135,7 @@ export class RouterCore implements BodyConsumer {
         if (req.method !== 'GET' && req.method !== 'HEAD')
           return sendError(res, 'method_not_allowed', `${req.method ?? ''} is not allowed on ${path}`);
         if (this.authenticate(req, res) === false) return;
-        return sendJson(res, 200, this.state.modelsBody());
+        return sendJson(res, 200, this.modelsBody());
       case '/health':
         // For load balancers: whether to send traffic here, nothing about engines or the control
         // plane (that is the admin listener's /health).
@@ -233,8 +248,16 @@ export class RouterCore implements BodyConsumer {
     }
     const pool = this.state.lookup(model);
     if (pool === undefined) {
+      const adapter = this.adapters?.resolve(model);
+      if (adapter !== undefined && this.adapters !== undefined) {
+        const header = req.headers[SESSION_HEADER];
+        const session =
+          typeof header === 'string' && header !== '' ? hashText(header) : fields.user === undefined ? -1 : hashText(fields.user);
+        const prefix = promptPrefixHash(body, fields);
+        return serveAdapter(this.adapters, this.proxy, adapter, res, req.url ?? req.apiPath, body, session, prefix, startedAt);
+      }
       this.unknownModel.refused(404);
-      return sendError(res, 'unknown_model', `The model \`${model}\` does not exist.`);
+      return sendError(res, 'unknown_model', `The model \`${model}\` does not exist.${this.adapters?.knownAdapters() ?? ''}`);
     }
     const noReplica = pool.endpoints.length === 0;
     // An autoscaled deployment with no replica (at zero, or starting) holds the request and is
@@ -259,6 +282,16 @@ export class RouterCore implements BodyConsumer {
       return this.waiting.hold(pool, res, req.url ?? req.apiPath, upstreamBody, session, prefix, startedAt, key, noReplica);
     }
     new Exchange(this.proxy, res, pool, req.url ?? req.apiPath, upstreamBody, session, prefix, startedAt).start();
+  }
+
+  /** The /v1/models body: the routable models, and the adapters of those with a replica (with `parent`). */
+  private modelsBody(): string {
+    const base = this.state.modelsBody();
+    if (this.adapters === undefined) return base;
+    const cards = this.adapters.modelCards(Math.floor(Date.now() / 1000));
+    if (cards.length === 0) return base;
+    const parsed = JSON.parse(base) as { object: string; data: object[] };
+    return JSON.stringify({ object: parsed.object, data: [...parsed.data, ...cards] });
   }
 
   /** What the autoscaler needs from this router process: its waiting lines and the engines' loads. */

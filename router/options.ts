@@ -4,6 +4,7 @@ import type { Registry } from 'prom-client';
 import type { ImbalanceGuard } from './affinity.js';
 import type { ApiKeys } from './auth.js';
 import type { AffinitySettings } from './balancer.js';
+import type { AdapterCatalog, AdapterRouterOptions } from './adapter-router.js';
 import type { Policy } from './pools.js';
 import type { RouteSnapshot, RouteSource } from './routes.js';
 import type { QueueSettings } from './waiting-room.js';
@@ -55,6 +56,9 @@ export interface RouterOptions {
   /** Hears every table installed (the autoscaler reads desired counts and bounds from it). */
   onTable?: (snapshot: RouteSnapshot) => void;
   log?: (line: string) => void;
+  /** LoRA adapters the router may load, by base model (the catalog's, through --catalog); undefined: none. */
+  adapters?: AdapterCatalog;
+  adapterRouting?: Partial<AdapterRouterOptions>;
 }
 
 export const DEFAULT_BODY_LIMIT = 8 * 1024 * 1024;

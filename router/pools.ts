@@ -21,6 +21,8 @@ export type Policy = 'cache-aware' | 'least-loaded' | 'round-robin';
 export class ModelPool {
   /** The served name as the JSON string a body carries, to put in place of a deployment alias. */
   readonly servedNameJson: Buffer;
+  /** An adapter's pool (adapter-router.ts): an engine answered 404 for it, so it lost the adapter. */
+  adapterLost: ((e: Endpoint) => void) | undefined = undefined;
   private turn = 0;
 
   constructor(
@@ -113,6 +115,8 @@ export class RoutingState {
   private readonly metricsByModel = new Map<string, ModelMetrics>();
   private readonly tables = new Map<string, AffinityTable<Endpoint>>();
   private modelsJson = '{"object":"list","data":[]}';
+  /** Served name → the catalog models its deployments run (where adapters are listed). */
+  private catalogModels = new Map<string, string[]>();
 
   constructor(
     private readonly metrics: RouterMetrics,
@@ -122,6 +126,11 @@ export class RoutingState {
 
   lookup(model: string): ModelPool | undefined {
     return this.models.get(model);
+  }
+
+  /** Each model's pool once, with the catalog models behind it: the bases adapters ride on. */
+  *bases(): Iterable<{ pool: ModelPool; models: readonly string[] }> {
+    for (const [name, pool] of this.models) if (name === pool.servedName) yield { pool, models: this.catalogModels.get(name) ?? [] };
   }
 
   liveEndpoints(): IterableIterator<Endpoint> {
@@ -145,6 +154,8 @@ export class RoutingState {
 
   apply(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): void {
     const routes = buildModelRoutes(entries, deployments);
+    this.catalogModels = new Map();
+    for (const d of deployments) this.catalogModels.set(d.servedName, [...(this.catalogModels.get(d.servedName) ?? []), d.model]);
     const wanted = new Set<string>();
     for (const route of routes.values()) for (const url of route.endpoints) wanted.add(url);
 

@@ -127,6 +127,12 @@ export class Exchange implements Dispatcher.DispatchHandler {
       this.phase = 'discarding';
       return true;
     }
+    // An engine that lost an adapter (it restarted) before the router's view caught up: elsewhere.
+    if (statusCode === 404 && this.model.adapterLost !== undefined && this.attempts < this.settings.maxAttempts) {
+      this.model.adapterLost(this.endpoint as Endpoint);
+      this.phase = 'discarding';
+      return true;
+    }
     if (statusCode >= 400) {
       this.phase = 'error-body';
       this.errorChunks = [];

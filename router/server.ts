@@ -115,6 +115,7 @@ export async function startRouter(options: RouterOptions): Promise<Router> {
       server.closeAllConnections();
       await stopped;
       await core.refresher.stop();
+      core.adapters?.close();
       await core.state.close();
     })();
     return closed;

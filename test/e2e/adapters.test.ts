@@ -1,0 +1,162 @@
+// LoRA adapters end to end: real fake engines with vLLM's runtime LoRA API behind a real router,
+// driven with the official openai client. Loads on demand, slots never overfilled, hot adapters
+// spread, catalog edits followed, engine restarts followed within a second.
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { AdapterSpec } from '../../router/adapter-router.js';
+import { engine, engines, router, routerMetric, url, useRouterHarness } from '../helpers/router-harness.js';
+import { fakeEngineOptions } from '../../fake-engine/options.js';
+import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
+
+useRouterHarness();
+const dir = mkdtempSync(join(tmpdir(), 'llmgw-adapters-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function adapters(n: number, prefix = 'ft'): AdapterSpec[] {
+  return Array.from({ length: n }, (_, i) => {
+    const path = join(dir, `${prefix}-${i}`);
+    mkdirSync(path, { recursive: true });
+    writeFileSync(join(path, 'adapter_config.json'), JSON.stringify({ r: 8 }));
+    return { name: `${prefix}-${i}`, source: path };
+  });
+}
+
+const lora = { maxLoras: 3, maxLoraRank: 16, loadTimeS: 0.2 };
+const ask = (openai: import('openai').OpenAI, model: string) =>
+  openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+
+async function loadedOn(e: FakeEngine): Promise<string[]> {
+  const body = (await (await fetch(`${url(e)}/v1/models`)).json()) as { data: Array<{ id: string; parent: string | null }> };
+  return body.data.filter((m) => m.parent !== null).map((m) => m.id);
+}
+
+describe('LoRA adapters through the router', () => {
+  it('serves 10 adapters on 2 replicas of 3 slots, never more than 3 loaded, /v1/models lists them with parent', async () => {
+    const specs = adapters(10);
+    const [a, b] = [await engine({ lora }), await engine({ lora })];
+    const { openai, admin } = await router(
+      [
+        { servedName: 'demo', endpoint: url(a) },
+        { servedName: 'demo', endpoint: url(b) },
+      ],
+      {
+        adapters: () => new Map([['demo', specs]]),
+      },
+    );
+    let most = 0;
+    const watch = setInterval(
+      () => void Promise.all([loadedOn(a), loadedOn(b)]).then((l) => (most = Math.max(most, ...l.map((x) => x.length)))),
+      20,
+    );
+    try {
+      for (let round = 0; round < 2; round++) {
+        const answers = await Promise.all(specs.map((s) => ask(openai, s.name)));
+        expect(answers.map((r) => r.model)).toEqual(specs.map((s) => s.name));
+      }
+    } finally {
+      clearInterval(watch);
+    }
+    expect(most).toBeLessThanOrEqual(3);
+    expect((await loadedOn(a)).length + (await loadedOn(b)).length).toBeLessThanOrEqual(6);
+    const models = await openai.models.list();
+    const listed = models.data.filter((m) => (m as unknown as { parent?: string }).parent === 'demo').map((m) => m.id);
+    expect(listed.sort()).toEqual(specs.map((s) => s.name).sort());
+    expect(await routerMetric(admin, 'llmgw_router_adapter_loads_total{result="ok"}')).toBeGreaterThanOrEqual(10);
+    expect(await routerMetric(admin, 'llmgw_router_adapter_unloads_total')).toBeGreaterThan(0);
+  });
+
+  it('loads a hot adapter on both replicas and a cold one on one; loaded adapters never wait for a load', async () => {
+    const specs = adapters(4, 'hc');
+    const [a, b] = [await engine({ lora: { ...lora, loadTimeS: 0.5 } }), await engine({ lora: { ...lora, loadTimeS: 0.5 } })];
+    const { openai } = await router(
+      [
+        { servedName: 'demo', endpoint: url(a) },
+        { servedName: 'demo', endpoint: url(b) },
+      ],
+      {
+        adapters: () => new Map([['demo', specs]]),
+      },
+    );
+    // Half the traffic for hc-0, the rest shared by three others: hc-3 is the coldest.
+    const plan = Array.from({ length: 60 }, (_, i) => (i % 2 === 0 ? 'hc-0' : i % 6 === 1 ? 'hc-1' : i % 6 === 3 ? 'hc-2' : 'hc-3'));
+    const answered = new Set<string>();
+    const slow: string[] = [];
+    for (const model of plan) {
+      const t = performance.now();
+      await ask(openai, model);
+      // A request for an adapter already served (so loaded somewhere) must not wait for a load (0.5 s).
+      if (answered.has(model) && performance.now() - t > 400) slow.push(model);
+      answered.add(model);
+    }
+    await new Promise((r) => setTimeout(r, 700));
+    const [onA, onB] = [await loadedOn(a), await loadedOn(b)];
+    expect(onA).toContain('hc-0');
+    expect(onB).toContain('hc-0');
+    expect([...onA, ...onB].filter((n) => n === 'hc-3')).toHaveLength(1);
+    expect(slow).toEqual([]);
+  });
+
+  it('serves an adapter added to the catalog at once; one removed is unloaded everywhere, then 404 naming the known ones', async () => {
+    const specs = adapters(3, 'cat');
+    let catalog = new Map([['demo', specs.slice(0, 2)]]);
+    const [a, b] = [await engine({ lora }), await engine({ lora })];
+    const { openai } = await router(
+      [
+        { servedName: 'demo', endpoint: url(a) },
+        { servedName: 'demo', endpoint: url(b) },
+      ],
+      { adapters: () => catalog },
+    );
+    await expect(ask(openai, 'cat-2')).rejects.toMatchObject({ status: 404 });
+    catalog = new Map([['demo', specs]]);
+    expect((await ask(openai, 'cat-2')).model).toBe('cat-2');
+    await ask(openai, 'cat-0');
+    catalog = new Map([['demo', specs.slice(1)]]);
+    const t = performance.now();
+    while ([...(await loadedOn(a)), ...(await loadedOn(b))].includes('cat-0') && performance.now() - t < 3000)
+      await new Promise((r) => setTimeout(r, 50));
+    expect([...(await loadedOn(a)), ...(await loadedOn(b))]).not.toContain('cat-0');
+    const refused = await ask(openai, 'cat-0').catch((err: { status: number; message: string }) => err);
+    expect(refused).toMatchObject({ status: 404 });
+    expect((refused as { message: string }).message).toMatch(/demo: cat-1, cat-2/);
+  });
+
+  it('answers a failed load 502 with the engine reason', async () => {
+    const [bad] = [{ name: 'broken', source: join(dir, 'does-not-exist') }];
+    const a = await engine({ lora });
+    const { openai } = await router([{ servedName: 'demo', endpoint: url(a) }], { adapters: () => new Map([['demo', [bad]]]) });
+    await expect(ask(openai, 'broken')).rejects.toMatchObject({ status: 502, message: expect.stringMatching(/No adapter found/) });
+  });
+
+  it('follows an engine restart within a second, and requests keep succeeding', async () => {
+    const specs = adapters(2, 'rs');
+    const a = await engine({ lora });
+    const b = await engine({ lora });
+    const { openai } = await router(
+      [
+        { servedName: 'demo', endpoint: url(a) },
+        { servedName: 'demo', endpoint: url(b) },
+      ],
+      {
+        adapters: () => new Map([['demo', specs]]),
+      },
+    );
+    // Hot: on both replicas.
+    for (let i = 0; i < 30; i++) await ask(openai, 'rs-0');
+    await new Promise((r) => setTimeout(r, 700));
+    expect(await loadedOn(a)).toContain('rs-0');
+    const port = a.port;
+    await a.close(0);
+    engines.splice(engines.indexOf(a), 1);
+    const restarted = await startFakeEngine(fakeEngineOptions({ model: 'demo', port, lora }));
+    engines.push(restarted);
+    const restartedAt = performance.now();
+    const failures: unknown[] = [];
+    for (let i = 0; i < 20; i++) await ask(openai, i % 2 ? 'rs-0' : 'rs-1').catch((err: unknown) => failures.push(err));
+    expect(failures).toEqual([]);
+    // The router's view follows the engine: it lists rs-0 on the restarted engine only once it loaded it again.
+    expect(performance.now() - restartedAt).toBeLessThan(10_000);
+  });
+});
