@@ -112,3 +112,17 @@ export function adapterEngineArgs(
 export function adaptersByModel(catalog: Catalog): Map<string, CatalogAdapter[]> {
   return new Map(catalog.models.filter((m) => (m.adapters ?? []).length > 0).map((m) => [m.name, [...(m.adapters ?? [])]]));
 }
+
+/** The router's view of a live catalog: the same map while the file is unchanged, a new one after an edit. */
+export function adapterCatalog(source: { get(): Catalog }): () => ReadonlyMap<string, readonly CatalogAdapter[]> {
+  let seen: Catalog | undefined;
+  let map: ReadonlyMap<string, readonly CatalogAdapter[]> = new Map();
+  return () => {
+    const catalog = source.get();
+    if (catalog !== seen) {
+      seen = catalog;
+      map = adaptersByModel(catalog);
+    }
+    return map;
+  };
+}

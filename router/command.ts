@@ -39,6 +39,7 @@ export function addRouterCommand(program: Command): void {
       '--kv-events <port>',
       "follow engines' KV-cache events: off, PORT, or +OFFSET from the engine's HTTP port (default LLMGW_ROUTER_KV_EVENTS)",
     )
+    .option('--catalog <file>', 'catalog whose LoRA adapters this router loads on demand (default LLMGW_CATALOG; re-read on change)')
     .option('--static-routes <list>', 'serve name=http://host:port,... instead of asking Temporal')
     .option(
       '--routes <how>',

@@ -26,6 +26,8 @@ import { AdminAddr, adminListener, describeAdmin } from './admin-addr.js';
 import { DEFAULT_HELD_BYTES } from './byte-budget.js';
 import { DEFAULT_KEY_CONCURRENCY } from './limits.js';
 import { DEFAULT_UPSTREAM } from './upstream.js';
+import { createCatalogSource } from '../catalog/watch.js';
+import { adapterCatalog } from '../catalog/adapters.js';
 
 /** The flags of `llmgw router` as commander hands them over (strings, as typed). */
 export interface RouterFlags {
@@ -39,6 +41,8 @@ export interface RouterFlags {
   affinity?: string;
   /** --kv-events `off|PORT|+OFFSET`: follow engines' KV-cache events; defaults to LLMGW_ROUTER_KV_EVENTS. */
   kvEvents?: string;
+  /** --catalog FILE: the LoRA adapters each base may load (re-read on change); defaults to LLMGW_CATALOG. */
+  catalog?: string;
   /** --affinity-abs-gap: in-flight requests a home may hold beyond the least-loaded replica. */
   affinityAbsGap?: string | number;
   /** --affinity-rel-gap: how many times the least-loaded replica's load a home may hold. */
@@ -91,6 +95,7 @@ const Flags = z.object({
   apiKeysFile: z.string().min(1).optional(),
   affinity: z.string().optional(),
   kvEvents: z.string().optional(),
+  catalog: z.string().min(1).optional(),
   staticRoutes: z.string().optional(),
   bodyLimit: z.coerce.number().int().min(1024).default(DEFAULT_BODY_LIMIT),
   shutdownGrace: z.coerce.number().min(0).default(30),
@@ -238,8 +243,13 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   let clusterMetrics: (() => Promise<string>) | undefined;
   const source: RouteSource = worker ? new PrimaryRouteSource() : routeSource(routerLog);
   const autoscaler = worker ? undefined : autoscalerFor(source);
+  // Adapters are read from the catalog here, not carried by the route table: adding or removing
+  // one changes no workflow and rolls no replica.
+  const catalogPath = f.catalog ?? env.LLMGW_CATALOG;
+  const adapters = catalogPath === undefined ? undefined : adapterCatalog(createCatalogSource(catalogPath, { log: routerLog }));
   const router: Router = await startRouter({
     source,
+    adapters,
     port: f.port,
     host: f.host,
     apiKeys,
