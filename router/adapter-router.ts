@@ -7,6 +7,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { AffinityTable, DEFAULT_GUARD } from './affinity.js';
 import { AdapterLoadError, EngineAdapters, loadAdapter, readEngineAdapters, unloadAdapter } from './adapter-engines.js';
+import { pickLeastLoaded } from './balancer.js';
 import type { Endpoint } from './endpoint.js';
 import type { ModelMetrics } from './metrics.js';
 import { ModelPool } from './pools.js';
@@ -27,12 +28,17 @@ export interface AdapterRouterOptions {
   demandHalfLifeMs: number;
   /** Replicas an adapter is loaded on grow with its share of its base's traffic times this. */
   spreadFactor: number;
+  /**
+   * For bench:adapters only: route by load alone, ignoring what is loaded, and load the adapter
+   * wherever the request lands (the baseline adapter-aware routing is measured against).
+   */
+  ignoreLoaded?: boolean;
 }
 
 /** How long a load waits for an adapter in use to go idle before it unloads it anyway. */
 const BUSY_WAIT_MS = 30_000;
 
-export const DEFAULT_ADAPTER_ROUTING: AdapterRouterOptions = { pollMs: 250, demandHalfLifeMs: 5000, spreadFactor: 2 };
+export const DEFAULT_ADAPTER_ROUTING: AdapterRouterOptions = { pollMs: 250, demandHalfLifeMs: 5000, spreadFactor: 1 };
 
 interface Demand {
   score: number;
@@ -155,6 +161,17 @@ export class AdapterRouter {
   private async holdersPool(target: AdapterTarget, now: number, releases: Array<() => void>): Promise<ModelPool> {
     const { spec, base } = target;
     const share = this.recordDemand(spec.name, base.servedName, now);
+    if (this.options.ignoreLoaded === true) {
+      const landed = pickLeastLoaded(base.endpoints, undefined, now);
+      if (landed === undefined) throw new AdapterLoadError(`no replica of ${base.servedName} is ready`, 0);
+      const view = this.view(landed);
+      if (!view.loaded.has(spec.name) || view.pending.has(spec.name)) {
+        this.held.inc();
+        releases.push(this.using(landed, spec.name, now));
+        await this.ensureLoaded(view, spec);
+      }
+      return this.pool(spec.name, base, [landed]);
+    }
     let holders = this.holders(spec.name, base);
     // A load may be undone by another's LRU unload before this request is sent: try again, a few times.
     for (let attempt = 0; holders.length === 0 && attempt < 3; attempt++) {
@@ -209,15 +226,31 @@ export class AdapterRouter {
     for (const e of base.endpoints) yield this.view(e);
   }
 
-  /** Least loaded with a free slot; else least loaded (it will unload its LRU adapter). */
+  /**
+   * Where to load: the least-loaded replica with a free slot; when every one is full, the one
+   * whose least recently used adapter is the oldest (a global LRU over all the base's slots,
+   * which keeps warm adapters loaded far better than evicting wherever load is lowest), with
+   * load as the tie-break. Overloaded replicas (over twice the mean) are passed over while
+   * another can take it.
+   */
   private chooseForLoad(name: string, endpoints: readonly Endpoint[]): EngineAdapters | undefined {
     const now = performance.now();
     let best: EngineAdapters | undefined;
     let bestKey = Infinity;
+    let mean = 0;
+    for (const e of endpoints) mean += e.score() / endpoints.length;
     for (const e of endpoints) {
       const view = this.view(e);
       if (!e.available(now) || view.pending.has(name)) continue;
-      const key = (view.slots === 0 || view.free() > 0 ? 0 : 1e6) + e.score();
+      const overloaded = endpoints.length > 1 && e.score() > 2 * mean + 2 ? 1e15 : 0;
+      let key: number;
+      if (view.slots === 0 || view.free() > 0) key = e.score();
+      else {
+        const victim = view.victim();
+        const age = victim === undefined ? 0 : (view.lastUsed.get(victim) ?? 0);
+        key = 1e9 + age + e.score();
+      }
+      key += overloaded;
       if (key < bestKey) {
         bestKey = key;
         best = view;
