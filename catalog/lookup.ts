@@ -110,7 +110,10 @@ export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): P
     nodes: profile.nodes,
     args: [...lora.args, ...profile.args],
     env: Object.fromEntries(
-      Object.entries({ ...lora.env, ...profile.env }).map(([name, value]) => [name, typeof value === 'string' ? value : { fromHost: value.fromHost }]),
+      Object.entries({ ...lora.env, ...profile.env }).map(([name, value]) => [
+        name,
+        typeof value === 'string' ? value : { fromHost: value.fromHost },
+      ]),
     ),
     startupTimeoutSeconds: profile.startupTimeoutSeconds,
     minGpuMemoryMib: profile.minGpuMemoryMib ?? 0,

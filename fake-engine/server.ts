@@ -187,12 +187,13 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
         return inference(req, res, completions);
       case '/v1/embeddings':
         return inference(req, res, embeddings);
-      case '/v1/models':
+      case '/v1/models': {
         if (req.method !== 'GET') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
         if (!canServe()) return sendError(res, 'ServiceUnavailableError', `The engine is not ready (${state()}).`);
         const body = modelsBody();
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
         return res.end(body);
+      }
       case '/metrics': {
         if (req.method !== 'GET') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
         const text = lora === undefined ? metrics.render() : metrics.render() + lora.metricsText();

@@ -268,7 +268,13 @@ export class AdapterRouter {
         if (view.slots === 0) await readEngineAdapters(view).catch(() => undefined);
         if (view.loaded.has(spec.name)) return;
         while (view.slots > 0 && view.loaded.size + 1 > view.slots) {
-          const victim = view.victim();
+          // Every adapter there in use: requests on their way would meet a 404, so wait (a while) for one to go idle.
+          let victim = view.victim();
+          const deadline = performance.now() + BUSY_WAIT_MS;
+          while (victim !== undefined && view.busy(victim) && performance.now() < deadline) {
+            await new Promise((resolve) => setTimeout(resolve, 10));
+            victim = view.victim();
+          }
           if (victim === undefined) break;
           view.loaded.delete(victim);
           await unloadAdapter(view.endpoint, victim);

@@ -21,6 +21,8 @@ export interface RouterHealth {
   heldBytes: { used: number; limit: number };
   /** Each followed engine's KV-event stream (live: scored by its blocks; else by homes), by endpoint. */
   kvEvents?: Record<string, KvStreamState>;
+  /** LoRA adapters each engine holds, as this router last read them (when it serves adapters). */
+  adapters?: Record<string, string[]>;
 }
 
 export function detailedHealth(core: RouterCore): RouterHealth {
@@ -42,6 +44,7 @@ export function detailedHealth(core: RouterCore): RouterHealth {
     queued: core.waiting.depths(),
     heldBytes: { used: core.budget.used, limit: core.budget.limit },
     ...(kvEvents === undefined ? {} : { kvEvents }),
+    ...(core.adapters === undefined ? {} : { adapters: core.adapters.loadedByEndpoint() }),
   };
 }
 

@@ -5,6 +5,7 @@ import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { CliError } from './client.js';
 import { COMING_UP_PHASES, type DeploymentView, type ReplicaView } from '../../common/replica-types.js';
 import { deploymentStatusQuery, replicaStatusQuery } from '../../workflows/definitions.js';
+import { adaptersCell } from './adapters-view.js';
 
 /** The deployment's status, or the reason its workflow failed, or undefined while it validates. */
 export async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | undefined> {
@@ -58,9 +59,11 @@ export function failureMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-export function print(view: DeploymentView, json?: boolean): void {
+/** `adapters`: each Ready replica's loaded LoRA adapters (adapters-view.ts); a column only when some replica holds one. */
+export function print(view: DeploymentView, json?: boolean, adapters: ReadonlyMap<string, string[] | undefined> = new Map()): void {
   if (json) {
-    console.log(JSON.stringify(view, null, 2));
+    const replicas = view.replicas.map((r) => (adapters.has(r.replicaId) ? { ...r, adapters: adapters.get(r.replicaId) ?? null } : r));
+    console.log(JSON.stringify({ ...view, replicas }, null, 2));
     return;
   }
   console.log(
@@ -84,13 +87,24 @@ export function print(view: DeploymentView, json?: boolean): void {
     );
   }
   if (!view.replicas.length) return;
+  const withAdapters = adapters.size > 0;
   const table = newTable({
-    head: ['replica', 'revision', 'state', 'nodes', 'GPUs', 'endpoint', 'reason'],
-    colWidths: [null, null, null, null, null, null, 60],
+    head: ['replica', 'revision', 'state', 'nodes', 'GPUs', 'endpoint', ...(withAdapters ? ['adapters'] : []), 'reason'],
+    colWidths: [null, null, null, null, null, null, ...(withAdapters ? [40] : []), 60],
     wordWrap: true,
   });
   for (const r of view.replicas) {
-    table.push([r.replicaId, r.revision ?? '—', r.phase, r.nodes.join(', ') || '—', r.gpus.join(' ') || '—', r.endpoint || '—', r.reason]);
+    const adapterCell = withAdapters ? [adaptersCell(adapters, r.replicaId)] : [];
+    table.push([
+      r.replicaId,
+      r.revision ?? '—',
+      r.phase,
+      r.nodes.join(', ') || '—',
+      r.gpus.join(' ') || '—',
+      r.endpoint || '—',
+      ...adapterCell,
+      r.reason,
+    ]);
     // A multi-node replica: one line per rank, so a rank that is not up shows as such.
     if (r.shards.length > 1) {
       for (const s of [...r.shards].sort((a, b) => a.rank - b.rank))

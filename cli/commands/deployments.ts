@@ -4,6 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { newTable } from './table.js';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { adaptersByReplica } from './adapters-view.js';
 import { CliError, withClient } from './client.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId } from '../../common/names.js';
 import { DeployModelInputSchema } from '../../workflows/deploy-model/input.js';
@@ -178,7 +179,7 @@ export async function statusCommand(name: string | undefined, opts: { json?: boo
         throw error;
       });
       if (!status) throw new CliError(`deployment ${name} is still validating`);
-      print(status, opts.json);
+      print(status, opts.json, await adaptersByReplica(status));
       return;
     }
     const views: DeploymentView[] = [];
