@@ -4,7 +4,9 @@
 // adapter when its slots are full; a hot adapter is loaded on more replicas in the background.
 // The engines are the truth about what is loaded (read every `pollMs`), the catalog about
 // what may be (an adapter it no longer lists is unloaded everywhere). Router side.
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
+import { AdapterMetrics } from './adapter-metrics.js';
+import { chooseForLoad, DemandMeter, replicasWanted } from './adapter-policy.js';
 import { AffinityTable, DEFAULT_GUARD } from './affinity.js';
 import { AdapterLoadError, EngineAdapters, loadAdapter, readEngineAdapters, unloadAdapter } from './adapter-engines.js';
 import { pickLeastLoaded } from './balancer.js';
@@ -40,11 +42,6 @@ const BUSY_WAIT_MS = 30_000;
 
 export const DEFAULT_ADAPTER_ROUTING: AdapterRouterOptions = { pollMs: 250, demandHalfLifeMs: 5000, spreadFactor: 1 };
 
-interface Demand {
-  score: number;
-  at: number;
-}
-
 export interface AdapterTarget {
   spec: AdapterSpec;
   base: ModelPool;
@@ -52,18 +49,14 @@ export interface AdapterTarget {
 
 export class AdapterRouter {
   private readonly views = new Map<string, EngineAdapters>();
-  private readonly demand = new Map<string, Demand>();
+  private readonly demand: DemandMeter;
   private readonly tables = new Map<string, AffinityTable<Endpoint>>();
   private readonly pools = new Map<string, { key: string; pool: ModelPool }>();
   private index = new Map<string, { spec: AdapterSpec; base: string }>();
   private byBase = new Map<string, AdapterSpec[]>();
   private indexedFrom: ReadonlyMap<string, readonly AdapterSpec[]> | undefined;
   private readonly timer: NodeJS.Timeout;
-  private readonly loads: Counter;
-  private readonly unloads: Counter;
-  private readonly loadSeconds: Histogram;
-  private readonly held: Counter;
-  private readonly holding: Gauge;
+  private readonly metrics: AdapterMetrics;
 
   constructor(
     private readonly catalog: AdapterCatalog,
@@ -74,43 +67,8 @@ export class AdapterRouter {
     private readonly options: AdapterRouterOptions = DEFAULT_ADAPTER_ROUTING,
     private readonly log: (line: string) => void = () => undefined,
   ) {
-    const registers = [registry];
-    this.loads = new Counter({
-      name: 'llmgw_router_adapter_loads_total',
-      help: 'Adapter loads this router asked engines for, by result.',
-      labelNames: ['result'],
-      registers,
-    });
-    this.unloads = new Counter({
-      name: 'llmgw_router_adapter_unloads_total',
-      help: 'Adapter unloads this router asked engines for, by reason.',
-      labelNames: ['reason'],
-      registers,
-    });
-    this.loadSeconds = new Histogram({
-      name: 'llmgw_router_adapter_load_seconds',
-      help: 'Time an engine took to load an adapter.',
-      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
-      registers,
-    });
-    this.held = new Counter({
-      name: 'llmgw_router_adapter_held_requests_total',
-      help: 'Requests held while their adapter was loaded.',
-      registers,
-    });
-    this.holding = new Gauge({ name: 'llmgw_router_adapter_requests_held', help: 'Requests held now for an adapter load.', registers });
-    const views = this.views;
-    new Gauge({
-      name: 'llmgw_router_adapters_loaded',
-      help: 'Adapters each engine holds, as the router last saw it.',
-      labelNames: ['endpoint'],
-      registers,
-      // Read at scrape time, so the page shows the view as it is.
-      collect() {
-        this.reset();
-        for (const [url, view] of views) this.set({ endpoint: url }, view.loaded.size);
-      },
-    });
+    this.metrics = new AdapterMetrics(registry, this.views);
+    this.demand = new DemandMeter(options.demandHalfLifeMs);
     this.timer = setInterval(() => void this.poll(), options.pollMs);
     this.timer.unref();
   }
@@ -160,13 +118,13 @@ export class AdapterRouter {
 
   private async holdersPool(target: AdapterTarget, now: number, releases: Array<() => void>): Promise<ModelPool> {
     const { spec, base } = target;
-    const share = this.recordDemand(spec.name, base.servedName, now);
+    const share = this.demand.record(spec.name, base.servedName, now);
     if (this.options.ignoreLoaded === true) {
       const landed = pickLeastLoaded(base.endpoints, undefined, now);
       if (landed === undefined) throw new AdapterLoadError(`no replica of ${base.servedName} is ready`, 0);
       const view = this.view(landed);
       if (!view.loaded.has(spec.name) || view.pending.has(spec.name)) {
-        this.held.inc();
+        this.metrics.held.inc();
         releases.push(this.using(landed, spec.name, now));
         await this.ensureLoaded(view, spec);
       }
@@ -178,20 +136,20 @@ export class AdapterRouter {
       // A load already under way for it is joined, not doubled elsewhere.
       const chosen = [...this.viewsOf(base)].find((v) => v.pending.has(spec.name)) ?? this.chooseForLoad(spec.name, base.endpoints);
       if (chosen === undefined) throw new AdapterLoadError(`no replica of ${base.servedName} is ready to load adapter ${spec.name}`, 0);
-      this.held.inc();
-      this.holding.inc();
+      this.metrics.held.inc();
+      this.metrics.holding.inc();
       // Counted in use there from now, so that no other load unloads it before this request is sent.
       releases.push(this.using(chosen.endpoint, spec.name, now));
       try {
         await this.ensureLoaded(chosen, spec);
       } finally {
-        this.holding.dec();
+        this.metrics.holding.dec();
       }
       holders = this.holders(spec.name, base);
     }
     if (holders.length > 0) {
       // A hot adapter spreads: loaded on more replicas while requests keep going where it is.
-      const wanted = Math.min(base.endpoints.length, 1 + Math.floor(share * base.endpoints.length * this.options.spreadFactor));
+      const wanted = replicasWanted(share, base.endpoints.length, this.options.spreadFactor);
       if (holders.length < wanted && ![...this.viewsOf(base)].some((v) => v.pending.has(spec.name))) {
         const others = base.endpoints.filter((e) => !holders.includes(e));
         const chosen = this.chooseForLoad(spec.name, others);
@@ -226,37 +184,8 @@ export class AdapterRouter {
     for (const e of base.endpoints) yield this.view(e);
   }
 
-  /**
-   * Where to load: the least-loaded replica with a free slot; when every one is full, the one
-   * whose least recently used adapter is the oldest (a global LRU over all the base's slots,
-   * which keeps warm adapters loaded far better than evicting wherever load is lowest), with
-   * load as the tie-break. Overloaded replicas (over twice the mean) are passed over while
-   * another can take it.
-   */
   private chooseForLoad(name: string, endpoints: readonly Endpoint[]): EngineAdapters | undefined {
-    const now = performance.now();
-    let best: EngineAdapters | undefined;
-    let bestKey = Infinity;
-    let mean = 0;
-    for (const e of endpoints) mean += e.score() / endpoints.length;
-    for (const e of endpoints) {
-      const view = this.view(e);
-      if (!e.available(now) || view.pending.has(name)) continue;
-      const overloaded = endpoints.length > 1 && e.score() > 2 * mean + 2 ? 1e15 : 0;
-      let key: number;
-      if (view.slots === 0 || view.free() > 0) key = e.score();
-      else {
-        const victim = view.victim();
-        const age = victim === undefined ? 0 : (view.lastUsed.get(victim) ?? 0);
-        key = 1e9 + age + e.score();
-      }
-      key += overloaded;
-      if (key < bestKey) {
-        bestKey = key;
-        best = view;
-      }
-    }
-    return best;
+    return chooseForLoad(name, endpoints, (e) => this.view(e), performance.now());
   }
 
   /** Loads `spec` on the engine (once, however many requests ask), making room first when its slots are full. */
@@ -278,18 +207,18 @@ export class AdapterRouter {
           if (victim === undefined) break;
           view.loaded.delete(victim);
           await unloadAdapter(view.endpoint, victim);
-          this.unloads.inc({ reason: 'lru' });
+          this.metrics.unloads.inc({ reason: 'lru' });
         }
         const started = performance.now();
         try {
           await loadAdapter(view.endpoint, spec.name, spec.source);
         } catch (err) {
-          this.loads.inc({ result: 'failed' });
+          this.metrics.loads.inc({ result: 'failed' });
           this.log(`router: loading adapter ${spec.name} on ${view.endpoint.url} failed: ${(err as Error).message}`);
           throw err;
         }
-        this.loadSeconds.observe((performance.now() - started) / 1000);
-        this.loads.inc({ result: 'ok' });
+        this.metrics.loadSeconds.observe((performance.now() - started) / 1000);
+        this.metrics.loads.inc({ result: 'ok' });
         view.loaded.add(spec.name);
         // Just loaded for requests about to be sent: the most recently used, not the next victim.
         view.lastUsed.set(spec.name, performance.now());
@@ -297,21 +226,6 @@ export class AdapterRouter {
       .finally(() => view.pending.delete(spec.name));
     view.pending.set(spec.name, job);
     return job;
-  }
-
-  /** Decayed request counts: the adapter's share of its base's recent traffic. */
-  private recordDemand(name: string, base: string, now: number): number {
-    const bump = (key: string) => {
-      const d = this.demand.get(key) ?? { score: 0, at: now };
-      d.score = d.score * Math.pow(2, -(now - d.at) / this.options.demandHalfLifeMs) + 1;
-      d.at = now;
-      this.demand.set(key, d);
-      return d.score;
-    };
-    const mine = bump(`a\0${name}`);
-    const all = bump(`b\0${base}`);
-    // A handful of requests is no evidence of heat.
-    return all < 8 ? 0 : mine / all;
   }
 
   private pool(name: string, base: ModelPool, holders: Endpoint[]): ModelPool {
@@ -404,7 +318,7 @@ export class AdapterRouter {
       if (allowed.has(name) || view.pending.has(name)) continue;
       view.loaded.delete(name);
       await unloadAdapter(view.endpoint, name).catch(() => undefined);
-      this.unloads.inc({ reason: 'removed' });
+      this.metrics.unloads.inc({ reason: 'removed' });
       this.log(`router: unloaded adapter ${name} from ${view.endpoint.url}: the catalog no longer lists it`);
     }
   }
