@@ -16,6 +16,8 @@ export class EngineAdapters {
   readonly inflight = new Map<string, number>();
   /** Loads there run one after another, so that each makes room for itself against what the last left. */
   chain: Promise<void> = Promise.resolve();
+  /** Bumped by every load and unload this router completes: a read begun before one is stale. */
+  changes = 0;
   /** The engine's --max-loras, from its metrics; 0 until read. */
   slots = 0;
   /** Whether the last read of the engine succeeded: a failed one empties `loaded`. */
@@ -83,17 +85,20 @@ async function call(e: Endpoint, method: 'GET' | 'POST', path: string, body: obj
 
 /** Reads what the engine has loaded (and, once, its slots). Throws when it cannot be reached. */
 export async function readEngineAdapters(view: EngineAdapters): Promise<void> {
-  const models = await call(view.endpoint, 'GET', '/v1/models', undefined, READ_TIMEOUT_MS);
-  if (models.status !== 200) throw new Error(`/v1/models answered ${models.status}`);
-  const data = (JSON.parse(models.text) as { data?: Array<{ id?: unknown; parent?: unknown }> }).data ?? [];
-  const now = new Set(data.filter((m) => typeof m.parent === 'string' && typeof m.id === 'string').map((m) => m.id as string));
-  for (const name of view.loaded) if (!now.has(name) && !view.pending.has(name)) view.loaded.delete(name);
-  for (const name of now) view.loaded.add(name);
   if (view.slots === 0) {
     const metrics = await call(view.endpoint, 'GET', '/metrics', undefined, READ_TIMEOUT_MS);
     const match = /vllm:lora_requests_info\{[^}]*max_lora="(\d+)"/.exec(metrics.text);
     if (match) view.slots = Number(match[1]);
   }
+  const before = view.changes;
+  const models = await call(view.endpoint, 'GET', '/v1/models', undefined, READ_TIMEOUT_MS);
+  if (models.status !== 200) throw new Error(`/v1/models answered ${models.status}`);
+  // A load or unload finished while the list was on its way: it may predate it; the next read will not.
+  if (view.changes !== before) return;
+  const data = (JSON.parse(models.text) as { data?: Array<{ id?: unknown; parent?: unknown }> }).data ?? [];
+  const now = new Set(data.filter((m) => typeof m.parent === 'string' && typeof m.id === 'string').map((m) => m.id as string));
+  for (const name of view.loaded) if (!now.has(name) && !view.pending.has(name)) view.loaded.delete(name);
+  for (const name of now) view.loaded.add(name);
   view.reachable = true;
 }
 

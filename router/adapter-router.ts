@@ -206,7 +206,10 @@ export class AdapterRouter {
           }
           if (victim === undefined) break;
           view.loaded.delete(victim);
+          // Before and after: a read that overlaps the unload in any way is stale.
+          view.changes++;
           await unloadAdapter(view.endpoint, victim);
+          view.changes++;
           this.metrics.unloads.inc({ reason: 'lru' });
         }
         const started = performance.now();
@@ -220,6 +223,7 @@ export class AdapterRouter {
         this.metrics.loadSeconds.observe((performance.now() - started) / 1000);
         this.metrics.loads.inc({ result: 'ok' });
         view.loaded.add(spec.name);
+        view.changes++;
         // Just loaded for requests about to be sent: the most recently used, not the next victim.
         view.lastUsed.set(spec.name, performance.now());
       })
@@ -250,6 +254,12 @@ export class AdapterRouter {
       this.views.set(e.url, view);
     }
     return view;
+  }
+
+  /** The route table changed: bases may have come or gone. */
+  routesChanged(): void {
+    this.indexedFrom = this.catalog();
+    this.rebuildIndex();
   }
 
   private reindex(): void {
@@ -317,7 +327,9 @@ export class AdapterRouter {
     for (const name of [...view.loaded]) {
       if (allowed.has(name) || view.pending.has(name)) continue;
       view.loaded.delete(name);
+      view.changes++;
       await unloadAdapter(view.endpoint, name).catch(() => undefined);
+      view.changes++;
       this.metrics.unloads.inc({ reason: 'removed' });
       this.log(`router: unloaded adapter ${name} from ${view.endpoint.url}: the catalog no longer lists it`);
     }

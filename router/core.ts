@@ -103,6 +103,8 @@ export class RouterCore implements BodyConsumer {
       log,
       apply: (snapshot) => {
         this.state.apply(snapshot.routes, snapshot.deployments);
+        // Adapters ride on their bases: a base that came or went changes which adapters resolve.
+        this.adapters?.routesChanged();
         const version = snapshot.version === undefined ? '' : ` v${snapshot.version}`;
         log(`router: routes${version} installed: ${this.state.routableModelCount()} model(s), ${this.state.endpointCount()} endpoint(s)`);
         // A replica that became routable takes what waited for it at once.
@@ -157,6 +159,18 @@ export class RouterCore implements BodyConsumer {
 
   private oneModel(res: ServerResponse, name: string): void {
     const pool = this.state.lookup(name);
+    const adapter = pool === undefined ? this.adapters?.resolve(name) : undefined;
+    if (adapter !== undefined && adapter.base.endpoints.length > 0) {
+      const card = {
+        id: name,
+        object: 'model',
+        created: Math.floor(Date.now() / 1000),
+        owned_by: 'llmgw',
+        root: adapter.spec.source,
+        parent: adapter.base.servedName,
+      };
+      return sendJson(res, 200, JSON.stringify(card));
+    }
     // An autoscaled model at zero is still served: its first request wakes it.
     if (!pool || (pool.endpoints.length === 0 && !pool.holds))
       return sendError(res, 'unknown_model', `The model \`${name}\` does not exist or has no ready replica.`);

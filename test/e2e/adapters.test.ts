@@ -65,6 +65,7 @@ describe('LoRA adapters through the router', () => {
     const models = await openai.models.list();
     const listed = models.data.filter((m) => (m as unknown as { parent?: string }).parent === 'demo').map((m) => m.id);
     expect(listed.sort()).toEqual(specs.map((s) => s.name).sort());
+    expect(await openai.models.retrieve('ft-3')).toMatchObject({ id: 'ft-3', parent: 'demo' });
     expect(await routerMetric(admin, 'llmgw_router_adapter_loads_total{result="ok"}')).toBeGreaterThanOrEqual(10);
     expect(await routerMetric(admin, 'llmgw_router_adapter_unloads_total')).toBeGreaterThan(0);
   });
