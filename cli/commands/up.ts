@@ -171,7 +171,18 @@ export async function upCommand(opts: UpOptions): Promise<void> {
     // Loopback only: the demo router has no API keys.
     const withRouter = existsSync(join(__dirname, '../../router/main.js'));
     if (withRouter)
-      spawnPart('router', ['router', '--port', String(routerPort), '--host', '127.0.0.1', '--admin-addr', `127.0.0.1:${routerAdmin}`]);
+      // The worker's catalog: its models' LoRA adapters are loaded on demand by this router.
+      spawnPart('router', [
+        'router',
+        '--port',
+        String(routerPort),
+        '--host',
+        '127.0.0.1',
+        '--admin-addr',
+        `127.0.0.1:${routerAdmin}`,
+        '--catalog',
+        opts.catalog,
+      ]);
 
     const client = await connectClient();
     stack.client = client;
