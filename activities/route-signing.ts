@@ -8,9 +8,10 @@ import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { verifyPlacementTicket } from '../common/placement-ticket.js';
-import { ROUTABLE_PHASES } from '../common/replica-types.js';
+import { ROUTABLE_PHASES, type ShardPlacement } from '../common/replica-types.js';
 import { signRoute } from '../common/route-signature.js';
-import { replicaStatusQuery } from '../workflows/definitions.js';
+import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
+import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
 import type { RouteEntry } from '../workflows/routes/definitions.js';
 
 type Verdict = { route: RouteEntry } | { refused: string };
@@ -57,6 +58,7 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
   };
   if (!ROUTABLE_PHASES.includes(view.phase) || view.endpoint === '') return { route: truth };
   const leader = view.shards.find((s) => s.rank === 0);
+  if (leader && !leader.ticket) return legacyRoute(client, truth, leader, description.memo, catalogKeyFile);
   const verdict = verifyPlacementTicket(leader?.ticket ?? '', readCatalogKeys(catalogKeyFile).all);
   if (!verdict.ok) return { refused: `${entry.replicaId}'s rank 0: ${verdict.why}` };
   const { ticket } = verdict;
@@ -74,6 +76,46 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
   }
   if (Number(url.port) < FIRST_UNPRIVILEGED_PORT) return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is a privileged port` };
   const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
+  return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
+}
+
+/**
+ * A replica placed by a release before placement tickets (0.2.0) carries none, and must keep its
+ * traffic across the upgrade: its route is signed when its node workflow holds the leader's
+ * allocation for this replica and the endpoint is on that node's registered address; the served
+ * name is the one the replica workflow itself wrote in its memo. What a namespace member could
+ * forge here is a node workflow of its own (docs/security.md names that gap); a signal alone
+ * still moves nothing.
+ */
+async function legacyRoute(
+  client: Client,
+  truth: RouteEntry,
+  leader: ShardPlacement,
+  memo: Record<string, unknown> | undefined,
+  catalogKeyFile: string,
+): Promise<Verdict> {
+  const node = await client.workflow
+    .getHandle(nodeWorkflowId(leader.nodeId))
+    .query(describeNodeQuery)
+    .catch(() => undefined);
+  const held = node?.allocations.some((a) => a.shardId === leader.shardId && a.replicaId === truth.replicaId);
+  if (!node || !held)
+    return { refused: `${truth.replicaId}'s rank 0 has no placement ticket and node ${leader.nodeId} holds no allocation for it` };
+  let url: URL;
+  try {
+    url = new URL(truth.endpoint);
+  } catch {
+    return { refused: `${truth.replicaId}'s endpoint ${JSON.stringify(truth.endpoint)} is not a URL` };
+  }
+  const address = node.inventory?.managementAddress || '127.0.0.1';
+  if (url.hostname !== address)
+    return { refused: `${truth.replicaId}'s endpoint ${truth.endpoint} is not on its node ${leader.nodeId} (${address})` };
+  if (Number(url.port) < FIRST_UNPRIVILEGED_PORT)
+    return { refused: `${truth.replicaId}'s endpoint ${truth.endpoint} is a privileged port` };
+  const servedName = (memo?.route as { servedName?: unknown } | undefined)?.servedName;
+  const deployment = parseReplicaWorkflowId(truth.replicaId)?.deployment;
+  if (typeof servedName !== 'string' || !deployment) return { refused: `${truth.replicaId} has no served name in its memo` };
+  const route: RouteEntry = { ...truth, deployment, servedName };
   return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
 }
 
