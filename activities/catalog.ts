@@ -10,6 +10,7 @@ import type { ProfileSnapshot } from '../common/replica-types.js';
 import { revisionOf } from '../common/revision.js';
 import type { AutoscaleSettings } from '../common/autoscale.js';
 import { signSnapshot } from '../common/revision-signature.js';
+import { pinModelSource } from './weights-pin.js';
 
 /** The snapshot with its revision digest, which deployments, replicas and `llmgw status` show. */
 function withRevision(snapshot: ProfileSnapshot): ProfileSnapshot {
@@ -63,7 +64,8 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client, 
           FailureType.UnknownGpuClass,
         );
       }
-      const snapshot = profileSnapshot(model, profile);
+      // A moving ref becomes the commit it names now: part of the revision, and so signed.
+      const snapshot = { ...profileSnapshot(model, profile), modelSource: await pinModelSource(model.source) };
       return {
         snapshot:
           catalogKeyFile === undefined ? withRevision(snapshot) : signSnapshot(withRevision(snapshot), readCatalogKeys(catalogKeyFile)),

@@ -27,7 +27,8 @@ export interface AgentActivityDeps {
   drain(request: DrainShard): Promise<DrainShardResult>;
 }
 
-export function createAgentActivities(deps: AgentActivityDeps): AgentActivities {
+/** Every agent activity but the weights' (agent/weights/activity.ts). */
+export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivities, 'fetchWeights'> {
   return {
     async startShard(spec: StartShard): Promise<RunningShard> {
       // Heartbeats, so that an agent that dies mid-start is noticed in one heartbeat timeout

@@ -31,6 +31,7 @@ import { createRevisionCheck } from './revision-check.js';
 import { preflight } from './preflight.js';
 import { createHostReports, gpuProcessesOf } from './reports.js';
 import type { AgentMetrics } from './metrics.js';
+import { createHostWeights } from './weights/host-weights.js';
 
 /** Temporal as the host reaches it: the worker's connection and a client for signals. */
 export interface TemporalLink {
@@ -99,6 +100,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
       rayCommand: [config.rayCommand],
       rayWorkerPorts: config.rayWorkerPorts,
       managementInterface: interfaceOf(config.advertiseAddr),
+      weightsDir: config.weightsDir,
     },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
@@ -224,11 +226,12 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
       };
     },
   });
+  const weights = createHostWeights(config, () => supervisor.list(), log);
   const worker = await Worker.create({
     connection: link.connection,
     namespace: link.namespace,
     taskQueue: agentTaskQueue(config.nodeId),
-    activities,
+    activities: { ...activities, ...weights.activities },
     dataConverter: llmgwDataConverter(),
     // Presence runs for as long as the agent lives; leave room for engine starts besides.
     maxConcurrentActivityTaskExecutions: 200,

@@ -1,7 +1,7 @@
 // The agent's settings, from `llmgw agent` flags, validated in one place so that a bad
 // flag stops the agent with a message naming it rather than half-starting it.
 import { hostname } from 'node:os';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_AGENT_ADMIN_ADDR, DEFAULT_PORTS } from '../common/names.js';
 import { SAFE_NAME, SAFE_NAME_RULE } from '../common/safe-name.js';
@@ -48,6 +48,19 @@ const Size = z
     return Number(digits) * UNIT_BYTES[unit ?? '']!;
   })
   .refine((bytes) => bytes >= 64 * 1024, "a log cap under 64K would cut an engine's last words");
+
+const WeightsBudgetFlag = z
+  .string()
+  .regex(/^(\d+(\.\d+)?%|\d+([KMGT]i?B?)?)$/, 'expected a size like 500G or 2T, or a share of the disk like 80%')
+  .transform((text): { percent: number } | { bytes: number } => {
+    if (text.endsWith('%')) return { percent: Number(text.slice(0, -1)) };
+    const [, digits, unit] = /^(\d+)([KMGT]?)/.exec(text)!;
+    return { bytes: Number(digits) * { '': 1, K: 1024, M: 1024 ** 2, G: 1024 ** 3, T: 1024 ** 4 }[unit ?? '']! };
+  })
+  .refine(
+    (budget) => !('percent' in budget) || (budget.percent > 0 && budget.percent <= 100),
+    'a share of the disk is over 0% and at most 100%',
+  );
 
 const GpuList = z
   .string()
@@ -109,6 +122,10 @@ export const AgentFlags = z
     engineUser: z.string().min(1, '--engine-user must name a user').optional(),
     /** The API key engines require (first line of this file); routers are given the same file. */
     engineKeyFile: z.string().min(1, '--engine-key-file must name a file').optional(),
+    /** The host's weights cache, in the Hugging Face cache layout (default <state dir>/weights). */
+    weightsDir: z.string().min(1, '--weights-dir must name a directory').optional(),
+    /** How much of it weights may fill: a size (500G, 2T) or a share of its disk (80%). */
+    weightsBudget: WeightsBudgetFlag.optional(),
     /** Port claims shared by agents of one host (default <state dir>/port-claims). */
     portClaimsDir: z.string().min(1, '--port-claims-dir must name a directory').optional(),
   })
@@ -130,7 +147,11 @@ export const AgentFlags = z
     }
   });
 
-export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir'> & { stateDir: string; fakeEngineCommand: string[] };
+export type AgentConfig = Omit<z.output<typeof AgentFlags>, 'stateDir' | 'weightsDir'> & {
+  stateDir: string;
+  weightsDir: string;
+  fakeEngineCommand: string[];
+};
 
 export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
   // LLMGW_CATALOG_PUBLIC_KEY_FILE (else LLMGW_CATALOG_KEY_FILE) stands in for --catalog-key; an
@@ -147,6 +168,7 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
   return {
     ...value,
     stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
+    weightsDir: resolve(value.weightsDir ?? join(value.stateDir ?? `.llmgw/agents/${value.nodeId}`, 'weights')),
     catalogKey: value.catalogKey === undefined ? undefined : resolve(value.catalogKey),
     envFile: value.envFile === undefined ? undefined : resolve(value.envFile),
     engineKeyFile: value.engineKeyFile === undefined ? undefined : resolve(value.engineKeyFile),

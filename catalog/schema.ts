@@ -5,6 +5,7 @@ import { SafeName } from '../common/safe-name.js';
 import { ENGINE_MARKER_ENV } from '../common/names.js';
 import { AutoscaleSchema } from '../common/autoscale.js';
 import { CatalogAdapter, ProfileAdapters, checkAdapterNames, checkModelAdapters } from './adapters.js';
+import { parseModelSource } from '../common/model-source.js';
 
 export const ENGINES = ['vllm', 'sglang', 'fake'] as const;
 export type EngineName = (typeof ENGINES)[number];
@@ -214,7 +215,13 @@ function reportDuplicates(
 
 export const CatalogModel = strictObject('a model', {
   name: name('a model name'),
-  source: z.string().min(1, 'source must name the weights (a hub id or a path)'),
+  source: z
+    .string()
+    .min(1, 'source must name the weights (hf://ORG/NAME[@REF], s3://BUCKET/PREFIX, file:///PATH, or a hub id ORG/NAME)')
+    .superRefine((text, ctx) => {
+      const parsed = parseModelSource(text);
+      if (!parsed.ok) ctx.addIssue({ code: 'custom', message: parsed.message });
+    }),
   // The name clients put in "model"; the model's name when absent.
   servedName: z.string().min(1).optional(),
   description: z.string().optional(),

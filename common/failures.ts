@@ -34,6 +34,10 @@ export const FailureType = {
    * holds, or a port outside its range (agent/supervisor/start-checks.ts).
    */
   PlacementRefused: 'PlacementRefused',
+  /** The weights' source refused them (no or a refused token, an unknown revision): no retry helps. */
+  WeightsUnavailable: 'WeightsUnavailable',
+  /** This host cannot hold the weights (disk full, or over its --weights-budget with nothing evictable). */
+  WeightsNoSpace: 'WeightsNoSpace',
 } as const;
 
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];
@@ -50,4 +54,6 @@ export const NON_RETRYABLE_AGENT_FAILURES: FailureType[] = [
   FailureType.UnsignedRevision,
   FailureType.HostEnvMissing,
   FailureType.PlacementRefused,
+  FailureType.WeightsUnavailable,
+  FailureType.WeightsNoSpace,
 ];

@@ -9,6 +9,7 @@ export const REPLICA_PHASES = [
   'Pending',
   'Placing',
   'Unschedulable',
+  'Fetching',
   'Starting',
   'Loading',
   'Ready',
@@ -25,7 +26,7 @@ export const ROUTABLE_PHASES: readonly ReplicaPhase[] = ['Ready', 'Unknown'];
  * a replica reports to its deployment only on leaving them, so the deployment's view of such a
  * replica may name an earlier step than the replica's own.
  */
-export const COMING_UP_PHASES: readonly ReplicaPhase[] = ['Pending', 'Placing', 'Starting', 'Loading'];
+export const COMING_UP_PHASES: readonly ReplicaPhase[] = ['Pending', 'Placing', 'Fetching', 'Starting', 'Loading'];
 
 /**
  * A variable's value in a profile: a literal, or a reference to a variable of the agent's own

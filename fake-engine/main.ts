@@ -3,6 +3,7 @@
 // leader) and shuts down cleanly on SIGTERM. Engine side; the agent spawns it.
 import { FakeEngineArgsError, parseFakeEngineArgs, type FakeEngineOptions } from './options.js';
 import { startFakeEngine, type FakeEngine } from './server.js';
+import { DEFAULT_WEIGHTS_LOAD_RATE, weightsBytes } from './weights.js';
 
 /** Exit codes the agent and tests can tell apart. */
 export const FakeEngineExit = {
@@ -61,6 +62,18 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
   if (opts.failStart) {
     proc.stderr(`fake-engine: failed to load model ${opts.model} (--fail-start)`);
     return proc.exit(FakeEngineExit.cannotStart);
+  }
+
+  if (opts.weights !== undefined) {
+    try {
+      const found = weightsBytes(opts.weights);
+      const seconds = found.bytes / (opts.weightsLoadRate ?? DEFAULT_WEIGHTS_LOAD_RATE);
+      proc.stdout(`fake-engine: loading ${found.files} weight files (${found.bytes} bytes) from ${opts.weights}: ${seconds.toFixed(2)} s`);
+      opts = { ...opts, loadTimeS: opts.loadTimeS + seconds };
+    } catch (err) {
+      proc.stderr(`fake-engine: cannot load the weights: ${(err as Error).message}`);
+      return proc.exit(FakeEngineExit.cannotStart);
+    }
   }
 
   // A fault (crash, lost leader) ends a real process at once; with a recording process a

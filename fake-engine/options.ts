@@ -18,6 +18,10 @@ export interface FakeEngineOptions {
   /** Names clients may use; the first is the one reported in metrics and /v1/models order. */
   servedModelNames: [string, ...string[]];
   loadTimeS: number;
+  /** A weights directory to check and load (its size adds to the load time); fake-engine/weights.ts. */
+  weights?: string;
+  /** Bytes per second the weights load at. */
+  weightsLoadRate?: number;
   /** 0 means as fast as possible, with no timers at all. */
   tokensPerSecond: number;
   maxConcurrency: number;
@@ -77,6 +81,8 @@ const VALUE_FLAGS = {
   '--model': 'model',
   '--model-path': 'model',
   '--load-time': 'loadTime',
+  '--weights': 'weights',
+  '--weights-load-rate': 'weightsLoadRate',
   '--tokens-per-second': 'tokensPerSecond',
   '--max-concurrency': 'maxConcurrency',
   '--prefill-tokens-per-second': 'prefillTokensPerSecond',
@@ -114,6 +120,8 @@ const RawOptions = z.object({
   port: count('--port', 0).max(65535, '--port must be <= 65535').optional(),
   model: z.string().min(1, '--model must not be empty').optional(),
   loadTime: seconds('--load-time').optional(),
+  weights: z.string().min(1, '--weights must name a directory').optional(),
+  weightsLoadRate: z.coerce.number({ error: '--weights-load-rate must be bytes per second' }).positive('--weights-load-rate must be > 0').optional(),
   tokensPerSecond: z.coerce.number({ error: '--tokens-per-second must be a number' }).min(0, '--tokens-per-second must be >= 0').optional(),
   maxConcurrency: count('--max-concurrency', 1).optional(),
   prefillTokensPerSecond: z.coerce
@@ -231,6 +239,8 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
     model,
     servedModelNames: [first, ...rest],
     loadTimeS: o.loadTime ?? DEFAULTS.loadTimeS,
+    ...(o.weights !== undefined ? { weights: o.weights } : {}),
+    ...(o.weightsLoadRate !== undefined ? { weightsLoadRate: o.weightsLoadRate } : {}),
     tokensPerSecond: o.tokensPerSecond ?? DEFAULTS.tokensPerSecond,
     maxConcurrency: o.maxConcurrency ?? DEFAULTS.maxConcurrency,
     prefillTokensPerSecond: o.prefillTokensPerSecond ?? DEFAULTS.prefillTokensPerSecond,

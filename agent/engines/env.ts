@@ -3,6 +3,7 @@
 import { ENGINE_MARKER_ENV } from '../../common/names.js';
 import { Engine, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { EngineContext } from './types.js';
+import { localModelPath } from '../weights/cache-layout.js';
 
 /**
  * The agent's values are set after the profile's so a catalog entry cannot point an
@@ -29,6 +30,10 @@ export function engineEnv(spec: StartShard, ctx: EngineContext): Record<string, 
   // vLLM (and the Ray workers it places, which inherit the raylet's environment) would
   // otherwise guess the host's address, and guesses wrong on multi-homed GPU hosts.
   if (spec.profile?.engine === Engine.VLLM) env.VLLM_HOST_IP = ctx.advertiseAddress;
+
+  // Weights llmgw fetched (or a shared filesystem holds) are read from disk: an engine that
+  // reached for the hub would download from whatever a branch points at now.
+  if (spec.profile && localModelPath(spec.profile.modelSource, ctx.weightsDir) !== undefined) env.HF_HUB_OFFLINE = '1';
 
   env[ENGINE_MARKER_ENV.nodeId] = spec.nodeId;
   env[ENGINE_MARKER_ENV.shardId] = spec.shardId;

@@ -1,5 +1,6 @@
 // The command lines for a fake-engine shard: vLLM's flags, our own multi-node flags for the
 // native launcher, or the same Ray cluster a vLLM replica gets. Agent side; pure.
+import { localModelPath } from '../weights/cache-layout.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderAddress, leaderHttpPort, type ShardPlan } from './plan.js';
 import { rayLeaderLaunch, rayWorkerLaunch } from './ray.js';
@@ -11,12 +12,15 @@ const HEALTH_PATH = '/health';
 
 function fakeArgv(plan: ShardPlan, ctx: EngineContext, port: number | undefined): string[] {
   const { profile } = plan;
+  const weights = localModelPath(profile.modelSource, ctx.weightsDir);
   return [
     ...ctx.fakeEngineCommand,
     '--model',
     profile.modelSource,
     '--served-model-name',
     profile.servedName,
+    // The fake engine loads (and checks) the weights a real engine would be given.
+    ...(weights !== undefined ? ['--weights', weights] : []),
     '--host',
     ctx.advertiseAddress,
     ...(port !== undefined ? ['--port', String(port)] : []),

@@ -1,5 +1,6 @@
 // The command line for an SGLang shard: `python3 -m sglang.launch_server`, with SGLang's own
 // multi-node flags when the replica spans hosts. Agent side; pure.
+import { localModelPath } from '../weights/cache-layout.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderAddress, type ShardPlan } from './plan.js';
 import type { EngineContext, EngineLaunch } from './types.js';
@@ -19,7 +20,7 @@ export function sglangLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch 
     '-m',
     'sglang.launch_server',
     '--model-path',
-    profile.modelSource,
+    localModelPath(profile.modelSource, ctx.weightsDir) ?? profile.modelSource,
     '--served-model-name',
     profile.servedName,
     '--host',

@@ -68,4 +68,6 @@ export interface EngineContext {
   rayWorkerPorts?: { from: number; to: number };
   /** The host's interface that carries advertiseAddress: NCCL/Gloo bootstrap when the spec names none. */
   managementInterface?: string;
+  /** The host's weights cache: fetched sources run from their snapshot there (agent/weights). */
+  weightsDir?: string;
 }

@@ -1,0 +1,45 @@
+// Pinning, on the control worker: a hub source at a branch (or none) becomes the commit the
+// branch points at now, so that every replica of the revision, wherever and whenever it is
+// placed, runs the same bytes. The pinned source is part of the signed profile. The hub is the
+// worker's HF_ENDPOINT; a gated repo needs the worker's HF_TOKEN.
+import { ApplicationFailure } from '@temporalio/client';
+import { modelInfo } from '@huggingface/hub';
+import { FailureType } from '../common/failures.js';
+import { formatModelSource, isPinned, modelSourceOf } from '../common/model-source.js';
+
+interface HubErrorShape {
+  statusCode?: number;
+}
+
+export async function pinModelSource(text: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const source = modelSourceOf(text);
+  if (source.kind !== 'hf' || isPinned(source)) return text;
+  const hubUrl = env.HF_ENDPOINT?.replace(/\/+$/, '');
+  try {
+    const info = await modelInfo({
+      name: source.repo,
+      ...(source.ref !== undefined ? { revision: source.ref } : {}),
+      additionalFields: ['sha'],
+      ...(hubUrl ? { hubUrl } : {}),
+      ...(env.HF_TOKEN ? { accessToken: env.HF_TOKEN } : {}),
+    });
+    const sha = (info as { sha?: unknown }).sha;
+    if (typeof sha !== 'string' || !/^[0-9a-f]{40}$/.test(sha)) throw new Error(`the hub answered no commit for ${text}`);
+    return formatModelSource({ kind: 'hf', repo: source.repo, ref: sha });
+  } catch (error) {
+    const status = (error as HubErrorShape | undefined)?.statusCode;
+    const said = error instanceof Error ? error.message.split('. URL:')[0] : String(error);
+    if (status === 401 || status === 403) {
+      throw ApplicationFailure.nonRetryable(
+        env.HF_TOKEN
+          ? `the hub refused the control worker's HF_TOKEN for ${source.repo} (${said}): give it a token with access to ${source.repo}; agents need one too (--pass-env HF_TOKEN)`
+          : `the hub needs a token for ${source.repo} (${said}): set HF_TOKEN for the control worker, and for agents with --pass-env HF_TOKEN`,
+        FailureType.WeightsUnavailable,
+      );
+    }
+    if (status === 404) {
+      throw ApplicationFailure.nonRetryable(`${text}: no such revision on the hub (${said})`, FailureType.WeightsUnavailable);
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,54 @@
+// Where the host's weights cache keeps things: the Hugging Face cache layout
+// (models--ORG--NAME/{blobs,snapshots/<commit>}), so vLLM and SGLang read it offline, plus
+// llmgw's own manifests beside it. Agent side; pure path arithmetic.
+import { join } from 'node:path';
+import { isFetched, modelSourceOf, pinnedRevisionOf, type HubSource } from '../../common/model-source.js';
+
+/** The HF cache's folder of one repository: `models--ORG--NAME`. */
+export function repoFolderName(repo: string): string {
+  return `models--${repo.split('/').join('--')}`;
+}
+
+export function repoDir(weightsDir: string, repo: string): string {
+  return join(weightsDir, repoFolderName(repo));
+}
+
+/** Blobs are named by the hub's ETag: the LFS sha256, or the git blob id of a small file. */
+export function blobPath(weightsDir: string, repo: string, etag: string): string {
+  return join(repoDir(weightsDir, repo), 'blobs', etag);
+}
+
+/** Where a blob is written while it arrives (the HF client's own name for it, so it resumes ours). */
+export function incompletePath(weightsDir: string, repo: string, etag: string): string {
+  return `${blobPath(weightsDir, repo, etag)}.incomplete`;
+}
+
+export function snapshotDir(weightsDir: string, repo: string, commit: string): string {
+  return join(repoDir(weightsDir, repo), 'snapshots', commit);
+}
+
+/** llmgw's record of a revision (files, digests, verified blobs, last use), outside the HF layout. */
+export function manifestPath(weightsDir: string, repo: string, commit: string): string {
+  return join(weightsDir, '.llmgw', 'manifests', `${repoFolderName(repo)}@${commit}.json`);
+}
+
+export function manifestsDir(weightsDir: string): string {
+  return join(weightsDir, '.llmgw', 'manifests');
+}
+
+/**
+ * The directory an engine is given for a source, or undefined when the engine gets the
+ * source as written (a bare hub id). A `file://` source is used in place; a fetched one is
+ * read from its snapshot in the host cache.
+ */
+export function localModelPath(modelSource: string, weightsDir: string | undefined): string | undefined {
+  const source = modelSourceOf(modelSource);
+  if (source.kind === 'file') return source.path;
+  if (!isFetched(source) || weightsDir === undefined) return undefined;
+  if (source.kind !== 'hf') return undefined;
+  return snapshotDir(weightsDir, source.repo, pinnedRevisionOf(source));
+}
+
+export function hubRevisionOf(source: HubSource): { repo: string; commit: string } {
+  return { repo: source.repo, commit: pinnedRevisionOf(source) };
+}

@@ -1,0 +1,23 @@
+// The agent's weights part, assembled from its flags: the host cache (with the shards in use,
+// which are never evicted) and the activities it serves on the host's queue. Agent side.
+import { mkdirSync } from 'node:fs';
+import type { RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import type { LineLog } from '../../common/logger.js';
+import type { AgentConfig } from '../config.js';
+import { createWeightsActivities } from './activity.js';
+import { HostWeightsCache } from './host-cache.js';
+
+export function createHostWeights(
+  config: Pick<AgentConfig, 'weightsDir' | 'weightsBudget'>,
+  runningShards: () => RunningShard[],
+  log: LineLog,
+): { cache: HostWeightsCache; activities: ReturnType<typeof createWeightsActivities> } {
+  mkdirSync(config.weightsDir, { recursive: true });
+  const cache = new HostWeightsCache({
+    weightsDir: config.weightsDir,
+    ...(config.weightsBudget ? { budget: config.weightsBudget } : {}),
+    sourcesInUse: () => runningShards().flatMap((shard) => (shard.spec?.profile?.modelSource ? [shard.spec.profile.modelSource] : [])),
+    log,
+  });
+  return { cache, activities: createWeightsActivities(cache, (line) => log(line)) };
+}

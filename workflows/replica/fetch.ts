@@ -1,0 +1,82 @@
+// The replica's fetch step, between placement and start: each host the replica was placed on
+// makes the pinned revision complete in its cache (fetchWeights on the host's queue, which
+// heartbeats its progress), all hosts at once. A source that is not fetched (a bare hub id,
+// file://) skips it. Workflow side; one exported function, so a table of phases can call it.
+import { ActivityCancellationType, CancellationScope, condition, isCancellation, proxyActivities } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
+import type { AgentActivities } from '../../agent/activity-types.js';
+import { agentTaskQueue } from '../../common/names.js';
+import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
+import { formatModelSource, isFetched, modelSourceOf } from '../../common/model-source.js';
+import type { ReplicaRun } from './run.js';
+import { failureOutcome, firstLine, type Outcome } from './state.js';
+
+/** A fetch that heartbeats no progress for this long is taken for a dead agent and retried (it resumes). */
+const FETCH_HEARTBEAT_SECONDS = 20;
+
+function fetchOn(nodeId: string, summary: string, timeoutSeconds: number): AgentActivities {
+  return proxyActivities<AgentActivities>({
+    taskQueue: agentTaskQueue(nodeId),
+    scheduleToStartTimeout: '20 seconds',
+    startToCloseTimeout: `${timeoutSeconds} seconds`,
+    heartbeatTimeout: `${FETCH_HEARTBEAT_SECONDS} seconds`,
+    // A cut connection or a restarted agent: the next try resumes from the bytes on disk.
+    retry: {
+      maximumAttempts: 10,
+      initialInterval: '1 second',
+      maximumInterval: '30 seconds',
+      nonRetryableErrorTypes: NON_RETRYABLE_AGENT_FAILURES,
+    },
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    summary,
+  });
+}
+
+/** Fetches the replica's weights onto every host it was placed on; 'fetched' when all hold them. */
+export async function fetchWeights(run: ReplicaRun, options: { timeoutSeconds?: number } = {}): Promise<Outcome | 'fetched'> {
+  const source = modelSourceOf(run.profile.modelSource);
+  if (!isFetched(source)) return 'fetched';
+  const nodes = [...new Set(run.state.shards.map((s) => s.nodeId))].sort();
+  const what = formatModelSource(source);
+  void run.setPhase('Fetching', `fetching ${what} onto ${nodes.join(', ')} (progress: the fetchWeights activities' details)`);
+  const scope = new CancellationScope();
+  const lost = (): string | undefined =>
+    nodes.find((n) => run.events.some((e) => e.kind === 'node' && e.status.nodeId === n && e.status.phase === 'Lost'));
+  let settled = false;
+  void condition(() => settled || run.stopRequested() || lost() !== undefined).then(() => {
+    if (!settled) scope.cancel();
+  });
+  const timeoutSeconds = options.timeoutSeconds ?? 24 * 3600;
+  const results = await scope
+    .run(() =>
+      Promise.allSettled(
+        nodes.map((nodeId) =>
+          fetchOn(nodeId, `fetchWeights ${what} on ${nodeId}`, timeoutSeconds).fetchWeights({
+            modelSource: run.profile.modelSource,
+            replicaId: run.replicaId,
+          }),
+        ),
+      ),
+    )
+    .finally(() => (settled = true));
+  if (run.stopRequested()) return { kind: 'stop' };
+  const gone = lost();
+  if (gone !== undefined)
+    return { kind: 'replace', reason: `the agent on ${gone} was lost while fetching weights`, nodeId: gone, agentGone: true };
+  for (const [i, result] of results.entries()) {
+    if (result.status === 'fulfilled') continue;
+    const nodeId = nodes[i]!;
+    const error: unknown = result.reason;
+    if (isCancellation(error)) throw error;
+    const cause = error instanceof ActivityFailure ? error.cause : error;
+    if (cause instanceof ApplicationFailure && cause.type === FailureType.WeightsNoSpace) {
+      // This host cannot hold them; another may.
+      return { kind: 'replace', reason: `fetching weights on ${nodeId}: ${firstLine(cause.message)}`, nodeId, agentGone: false };
+    }
+    if (cause instanceof ApplicationFailure && cause.type === FailureType.WeightsUnavailable) {
+      return { kind: 'fail', reason: `fetching weights on ${nodeId}: ${firstLine(cause.message)}` };
+    }
+    return failureOutcome(error, nodeId, `fetching weights on ${nodeId}`);
+  }
+  return 'fetched';
+}
