@@ -151,9 +151,14 @@ function connectClient(temporal: BenchTemporal): Promise<{ client: Client; conne
   }));
 }
 
-function startWorkers(children: ChildProcess[], count: number, env: Record<string, string>): Promise<ChildProcess[]> {
+function startWorkers(
+  children: ChildProcess[],
+  count: number,
+  env: Record<string, string>,
+  catalog = BENCH_CATALOG,
+): Promise<ChildProcess[]> {
   return Promise.all(
-    Array.from({ length: count }, () => spawnPart(children, ['worker', '--catalog', BENCH_CATALOG], env, /serving task queue llmgw/)),
+    Array.from({ length: count }, () => spawnPart(children, ['worker', '--catalog', catalog], env, /serving task queue llmgw/)),
   );
 }
 
@@ -174,20 +179,26 @@ export interface StackOptions {
   router?: boolean;
   /** More `llmgw router` flags (bench:autoscale: the waiting line's limits). */
   routerArgs?: string[];
+  /** The control worker's catalog (default bench/catalog.yaml). */
+  catalog?: string;
+  /** More variables for every process (bench:weights: the stand-in hub's HF_ENDPOINT). */
+  env?: Record<string, string>;
+  /** More `llmgw agent` flags for host i. */
+  agentArgs?: (i: number) => string[];
 }
 
 export async function startStack(options: StackOptions): Promise<Stack> {
   const temporal = await startTemporal('dev');
-  const env = stackEnv(temporal);
+  const env = { ...stackEnv(temporal), ...options.env };
   const children: ChildProcess[] = [];
   const nodeIds = Array.from({ length: options.hosts }, (_, i) => `bench-${i}`);
-  await startWorkers(children, 1, env);
+  await startWorkers(children, 1, env, options.catalog);
   await Promise.all(
     nodeIds.map((nodeId, i) => {
       const range = `${41000 + i * 100}-${41000 + i * 100 + 99}`;
       const stateDir = mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
       const args = ['agent', '--node-id', nodeId, '--gpus', 'builtin:h100x8', '--state-dir', stateDir, '--admin-addr', '127.0.0.1:0'];
-      return spawnPart(children, [...args, '--port-range', range], env, /registered with node\//);
+      return spawnPart(children, [...args, '--port-range', range, ...(options.agentArgs?.(i) ?? [])], env, /registered with node\//);
     }),
   );
   let routerUrl: string | undefined;

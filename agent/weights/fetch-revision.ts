@@ -4,9 +4,8 @@
 // request), verifies each file against the hub's digest, renames it into place and links the
 // snapshot. Agent side.
 import { createHash, type Hash } from 'node:crypto';
-import { createReadStream, createWriteStream, promises as fs } from 'node:fs';
+import { createReadStream, promises as fs } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
-import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { blobPath, incompletePath, snapshotDir } from './cache-layout.js';
 import { listCommitFiles, openFileFrom, type HubEndpoint, type RemoteFile } from './hub-client.js';
@@ -129,29 +128,26 @@ async function download(request: FetchRevisionRequest, manifest: Manifest, file:
     offset = 0;
   }
   // The bytes already there feed the hash first, so the whole file is verified at the end.
-  const hash = newHash(file);
+  let hash = newHash(file);
   if (offset > 0) {
     for await (const chunk of createReadStream(partial) as AsyncIterable<Buffer>) hash.update(chunk);
     progress.resumed(offset);
   }
   progress.fileStarted(file.path);
   if (offset < file.size) {
-    const body = await openFileFrom(request.endpoint, repo, commit, file, offset).catch((error: unknown) => {
+    const { from, body } = await openFileFrom(request.endpoint, repo, commit, file, offset, request.signal).catch((error: unknown) => {
       throw WeightsError.fromHub(error, repo, commit, request.endpoint);
     });
-    const out = createWriteStream(partial, { flags: offset > 0 ? 'a' : 'w' });
+    if (from === 0 && offset > 0) {
+      // The server ignored the range: start the file over.
+      hash = newHash(file);
+      progress.resumed(-offset);
+    }
     try {
-      await pipeline(
-        Readable.fromWeb(body as Parameters<typeof Readable.fromWeb>[0], { signal: request.signal }),
-        async function* (source: AsyncIterable<Buffer>) {
-          for await (const chunk of source) {
-            hash.update(chunk);
-            progress.bytes(chunk.length);
-            yield chunk;
-          }
-        },
-        out,
-      );
+      await appendBody(body, partial, from > 0, request.signal, (chunk) => {
+        hash.update(chunk);
+        progress.bytes(chunk.length);
+      });
     } catch (error) {
       throw WeightsError.fromDisk(error, request.weightsDir) ?? error;
     }
@@ -171,6 +167,46 @@ async function download(request: FetchRevisionRequest, manifest: Manifest, file:
   progress.fileFinished(file.path);
   return offset > 0;
 }
+
+/**
+ * Writes a response body to the file, gathering chunks into large vectored writes: the
+ * reads, the hash and the writes overlap, and a 400 GB model is not millions of small writes.
+ */
+async function appendBody(
+  body: AsyncIterable<Buffer>,
+  path: string,
+  append: boolean,
+  signal: AbortSignal,
+  onChunk: (chunk: Buffer) => void,
+): Promise<void> {
+  const file = await fs.open(path, append ? 'a' : 'w');
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let writing: Promise<unknown> = Promise.resolve();
+  try {
+    for await (const chunk of body) {
+      signal.throwIfAborted();
+      onChunk(chunk);
+      pending.push(chunk);
+      pendingBytes += chunk.length;
+      if (pendingBytes >= WRITE_BATCH_BYTES) {
+        await writing;
+        const batch = pending;
+        pending = [];
+        pendingBytes = 0;
+        writing = file.writev(batch);
+      }
+    }
+    signal.throwIfAborted();
+    await writing;
+    if (pending.length) await file.writev(pending);
+  } finally {
+    await writing.catch(() => undefined);
+    await file.close();
+  }
+}
+
+const WRITE_BATCH_BYTES = 4 * 1024 * 1024;
 
 /** snapshots/<commit>/<path> → ../../blobs/<etag>, as the HF client links them; made aside, then renamed. */
 async function linkIntoSnapshot(weightsDir: string, repo: string, dir: string, file: RemoteFile): Promise<void> {

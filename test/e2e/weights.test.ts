@@ -131,7 +131,7 @@ afterAll(async () => {
 describe('weights as a lifecycle step', () => {
   it('fetches a hub model once for two replicas on one host, with progress, and runs them from the verified snapshot', async () => {
     const name = uniqueId('wmain');
-    hub.setBandwidth(2 * MB);
+    hub.setBandwidth(1.5 * MB);
     const deployed = await runLlmgw(['deploy', 'wmain', '--name', name, '--replicas', '2']);
     expect(deployed.code, deployed.output).toBe(0);
 

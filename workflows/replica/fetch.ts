@@ -11,8 +11,9 @@ import { formatModelSource, isFetched, modelSourceOf } from '../../common/model-
 import type { ReplicaRun } from './run.js';
 import { failureOutcome, firstLine, type Outcome } from './state.js';
 
-/** A fetch that heartbeats no progress for this long is taken for a dead agent and retried (it resumes). */
-const FETCH_HEARTBEAT_SECONDS = 20;
+// A fetch that heartbeats nothing for this long is taken for a dead agent and retried (it
+// resumes). The SDK sends heartbeats at most every 0.8 of it: progress in the UI every 8 s.
+const FETCH_HEARTBEAT_SECONDS = 10;
 
 function fetchOn(nodeId: string, summary: string, timeoutSeconds: number): AgentActivities {
   return proxyActivities<AgentActivities>({
