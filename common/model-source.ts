@@ -26,8 +26,9 @@ export interface FileSource {
 }
 
 /**
- * A bare `ORG/NAME`: a hub id handed to the engine as it always was (the engine downloads it).
- * llmgw fetches, pins and caches only sources written with a scheme; see docs/weights.md.
+ * A bare `ORG/NAME` (or any source without a scheme): handed to the engine as it always was
+ * (the engine downloads it). llmgw fetches, pins and caches only sources written with a
+ * scheme; see docs/weights.md.
  */
 export interface EngineHubSource {
   kind: 'engine';
@@ -49,13 +50,9 @@ export type SourceParse = { ok: true; source: ModelSource } | { ok: false; messa
 /** Parses a catalog `source`; a refusal says what was expected, since a person wrote it. */
 export function parseModelSource(text: string): SourceParse {
   const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(text)?.[1];
-  if (scheme === undefined) {
-    if (REPO.test(text)) return { ok: true, source: { kind: 'engine', repo: text } };
-    return {
-      ok: false,
-      message: `source ${JSON.stringify(text)} is neither a hub id (ORG/NAME) nor a URL (${SOURCE_SCHEMES.map((s) => `${s}…`).join(', ')})`,
-    };
-  }
+  // Without a scheme it is what the engine was always given (a hub id, or a path the engine
+  // resolves itself); catalogs written before sources had schemes keep working unchanged.
+  if (scheme === undefined) return { ok: true, source: { kind: 'engine', repo: text } };
   const rest = text.slice(scheme.length + 3);
   switch (scheme) {
     case 'hf': {

@@ -35,6 +35,7 @@ export class FetchProgress {
   ) {}
 
   begin(bytesTotal: number, filesTotal: number): void {
+    this.begun = true;
     this.total = bytesTotal;
     this.files = filesTotal;
     this.done = 0;
@@ -73,6 +74,8 @@ export class FetchProgress {
     return this.fetched;
   }
 
+  private begun = false;
+
   details(): FetchProgressDetails {
     const first = this.samples[0];
     const last = this.samples[this.samples.length - 1];
@@ -82,13 +85,15 @@ export class FetchProgress {
     const etaSeconds = left === 0 ? 0 : rate > 0 ? Math.ceil(left / rate) : null;
     const percent = this.total === 0 ? 100 : Math.floor((this.done * 100) / this.total);
     const currentFiles = [...this.current].sort();
-    const summary = [
-      `Fetching ${percent}%`,
-      `${formatBytes(this.done)} of ${formatBytes(this.total)}`,
-      ...(rate > 0 ? [`${formatBytes(rate)}/s`] : []),
-      ...(etaSeconds !== null && left > 0 ? [`${formatDuration(etaSeconds)} left`] : []),
-      ...(currentFiles.length ? [currentFiles.join(', ')] : []),
-    ].join(' · ');
+    const summary = !this.begun
+      ? `Fetching: listing the files of ${this.repo}@${this.commit.slice(0, 12)}`
+      : [
+          `Fetching ${percent}%`,
+          `${formatBytes(this.done)} of ${formatBytes(this.total)}`,
+          ...(rate > 0 ? [`${formatBytes(rate)}/s`] : []),
+          ...(etaSeconds !== null && left > 0 ? [`${formatDuration(etaSeconds)} left`] : []),
+          ...(currentFiles.length ? [currentFiles.join(', ')] : []),
+        ].join(' · ');
     return {
       repo: this.repo,
       commit: this.commit,

@@ -6,6 +6,7 @@ import { CliError } from './client.js';
 import { COMING_UP_PHASES, type DeploymentView, type ReplicaView } from '../../common/replica-types.js';
 import { deploymentStatusQuery, replicaStatusQuery } from '../../workflows/definitions.js';
 import { adaptersCell } from './adapters-view.js';
+import { fetchProgressOf } from './fetch-progress.js';
 
 /** The deployment's status, or the reason its workflow failed, or undefined while it validates. */
 export async function readStatus(handle: WorkflowHandle): Promise<DeploymentView | undefined> {
@@ -48,7 +49,9 @@ async function withStepsOfComingUp(handle: WorkflowHandle, view: DeploymentView)
         .getHandle(r.replicaId)
         .query(replicaStatusQuery)
         .catch(() => undefined);
-      if (own) live.set(r.replicaId, own);
+      // A fetch's progress lives in its activity's heartbeats, which the workflow never sees.
+      const progress = own?.phase === 'Fetching' ? await fetchProgressOf(handle.client.getHandle(r.replicaId)) : undefined;
+      if (own) live.set(r.replicaId, progress ? { ...own, reason: progress } : own);
     }),
   );
   return { ...view, replicas: view.replicas.map((r) => ({ ...r, ...(live.get(r.replicaId) ?? {}) })) };
