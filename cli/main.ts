@@ -54,7 +54,10 @@ program
   .option('--port-range <from-to>', 'engine HTTP ports', '18000-18999')
   .option('--port-claims-dir <dir>', 'port claims shared with other agents on this host (default <state dir>/port-claims)')
   .option('--weights-dir <dir>', 'the host cache of model weights, in the Hugging Face cache layout (default <state dir>/weights)')
-  .option('--weights-budget <size|percent>', 'how much of it weights may fill (500G, or 80% of its disk); least recently used revisions no shard uses are evicted')
+  .option(
+    '--weights-budget <size|percent>',
+    'how much of it weights may fill (500G, or 80% of its disk); least recently used revisions no shard uses are evicted',
+  )
   .option(
     '--presence-heartbeat-seconds <s>',
     'heartbeat timeout of the presence activity (default: 300 where Temporal keeps worker heartbeats, which then detect a dead agent; else 10)',

@@ -121,7 +121,10 @@ const RawOptions = z.object({
   model: z.string().min(1, '--model must not be empty').optional(),
   loadTime: seconds('--load-time').optional(),
   weights: z.string().min(1, '--weights must name a directory').optional(),
-  weightsLoadRate: z.coerce.number({ error: '--weights-load-rate must be bytes per second' }).positive('--weights-load-rate must be > 0').optional(),
+  weightsLoadRate: z.coerce
+    .number({ error: '--weights-load-rate must be bytes per second' })
+    .positive('--weights-load-rate must be > 0')
+    .optional(),
   tokensPerSecond: z.coerce.number({ error: '--tokens-per-second must be a number' }).min(0, '--tokens-per-second must be >= 0').optional(),
   maxConcurrency: count('--max-concurrency', 1).optional(),
   prefillTokensPerSecond: z.coerce
