@@ -255,6 +255,44 @@ print(json.dumps({'path': path, 'files': hash_tree(path)}))
     expect((await runLlmgw(['undeploy', name])).code).toBe(0);
   }, 240_000);
 
+  it('re-places a replica whose host has no room for the weights, with the reason shown', async () => {
+    const small = uniqueId('wsmall');
+    const smallAgent = await startSimAgent(small, {
+      inventory: join(INVENTORIES, 'weightsx8.yaml'),
+      extra: ['--weights-dir', mkdtempSync(join(tmpdir(), 'llmgw-weights-small-')), '--weights-budget', '1M'],
+      env: { HF_ENDPOINT: hub.url },
+    });
+    // Only the small host may take it at first.
+    expect((await runLlmgw(['nodes', 'cordon', nodeId])).code).toBe(0);
+    const name = uniqueId('wfull');
+    expect((await runLlmgw(['deploy', 'wkill', '--name', name, '--replicas', '1'])).code).toBe(0);
+    // The small host refuses (its budget), so the replica avoids it; the refusal is the failed
+    // fetchWeights activity in the replica's history, as the Web UI shows it.
+    let shown = '';
+    await eventually(
+      'the replica avoiding the small host',
+      async () => {
+        shown = (await runLlmgw(['status', name])).output.replace(/[│\s]+/g, ' ');
+        return shown.includes(`only nodes it failed on have room (${small})`) ? true : undefined;
+      },
+      60_000,
+      1_000,
+    ).catch((error: unknown) => {
+      throw new Error(`${String(error)}; llmgw status last said:\n${shown}`);
+    });
+    const history = await client.workflow.getHandle(`replica/${name}/1`).fetchHistory();
+    const refusals = (history.events ?? []).flatMap(
+      (e) => e.activityTaskFailedEventAttributes?.failure?.cause?.message ?? e.activityTaskFailedEventAttributes?.failure?.message ?? [],
+    );
+    expect(refusals.join('\n')).toMatch(/no room for the weights: .* over its budget of 1\.0 MB/);
+    expect((await runLlmgw(['nodes', 'uncordon', nodeId])).code).toBe(0);
+    await readyCount(name, 1);
+    expect((await status(name)).replicas[0]?.nodes).toEqual([nodeId]);
+    expect(enginesOf([small])).toHaveLength(0);
+    expect((await runLlmgw(['undeploy', name])).code).toBe(0);
+    await smallAgent.proc.stop(5_000);
+  }, 180_000);
+
   it('runs a file:// source in place, and refuses a gated repo without a token, naming what to do', async () => {
     const name = uniqueId('wfile');
     expect((await runLlmgw(['deploy', 'wfile', '--name', name, '--replicas', '1'])).code).toBe(0);
