@@ -8,7 +8,7 @@ import type { AgentActivities } from '../../agent/activity-types.js';
 import { agentTaskQueue } from '../../common/names.js';
 import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
 import { formatModelSource, isFetched, modelSourceOf } from '../../common/model-source.js';
-import type { ReplicaRun } from './run.js';
+import type { ProfileSnapshot, ReplicaPhase } from '../../common/replica-types.js';
 import { failureOutcome, firstLine, type Outcome } from './state.js';
 
 // A fetch that heartbeats nothing for this long is taken for a dead agent and retried (it
@@ -33,8 +33,21 @@ function fetchOn(nodeId: string, summary: string, timeoutSeconds: number): Agent
   });
 }
 
+/**
+ * What the fetch step needs of a replica run, by shape (the replica's run or context object
+ * has it), so this file does not depend on how the replica workflow is laid out.
+ */
+export interface FetchStepContext {
+  replicaId: string;
+  profile: ProfileSnapshot;
+  state: { shards: readonly { nodeId: string }[] };
+  events: readonly { kind: string; status: { nodeId?: string; phase?: unknown } }[];
+  stopRequested(): boolean;
+  setPhase(phase: ReplicaPhase, reason: string): Promise<void>;
+}
+
 /** Fetches the replica's weights onto every host it was placed on; 'fetched' when all hold them. */
-export async function fetchWeights(run: ReplicaRun, options: { timeoutSeconds?: number } = {}): Promise<Outcome | 'fetched'> {
+export async function fetchWeights(run: FetchStepContext, options: { timeoutSeconds?: number } = {}): Promise<Outcome | 'fetched'> {
   const source = modelSourceOf(run.profile.modelSource);
   if (!isFetched(source)) return 'fetched';
   const nodes = [...new Set(run.state.shards.map((s) => s.nodeId))].sort();
