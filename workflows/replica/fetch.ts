@@ -1,14 +1,14 @@
 // The replica's fetch step, between placement and start: each host the replica was placed on
 // makes the pinned revision complete in its cache (fetchWeights on the host's queue, which
 // heartbeats its progress), all hosts at once. A source that is not fetched (a bare hub id,
-// file://) skips it. Workflow side; one exported function, so a table of phases can call it.
+// file://) skips it. Workflow side; the `fetch` step of steps.ts.
 import { ActivityCancellationType, CancellationScope, condition, isCancellation, proxyActivities } from '@temporalio/workflow';
 import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import { agentTaskQueue } from '../../common/names.js';
 import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
 import { formatModelSource, isFetched, modelSourceOf } from '../../common/model-source.js';
-import type { ProfileSnapshot, ReplicaPhase } from '../../common/replica-types.js';
+import type { ReplicaContext } from './context.js';
 import { failureOutcome, firstLine, type Outcome } from './state.js';
 
 // A fetch that heartbeats nothing for this long is taken for a dead agent and retried (it
@@ -33,21 +33,8 @@ function fetchOn(nodeId: string, summary: string, timeoutSeconds: number): Agent
   });
 }
 
-/**
- * What the fetch step needs of a replica run, by shape (the replica's run or context object
- * has it), so this file does not depend on how the replica workflow is laid out.
- */
-export interface FetchStepContext {
-  replicaId: string;
-  profile: ProfileSnapshot;
-  state: { shards: readonly { nodeId: string }[] };
-  events: readonly { kind: string; status: { nodeId?: string; phase?: unknown } }[];
-  stopRequested(): boolean;
-  setPhase(phase: ReplicaPhase, reason: string): Promise<void>;
-}
-
 /** Fetches the replica's weights onto every host it was placed on; 'fetched' when all hold them. */
-export async function fetchWeights(run: FetchStepContext, options: { timeoutSeconds?: number } = {}): Promise<Outcome | 'fetched'> {
+export async function fetchWeights(run: ReplicaContext, options: { timeoutSeconds?: number } = {}): Promise<Outcome | 'fetched'> {
   const source = modelSourceOf(run.profile.modelSource);
   if (!isFetched(source)) return 'fetched';
   const nodes = [...new Set(run.state.shards.map((s) => s.nodeId))].sort();

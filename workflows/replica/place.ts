@@ -60,7 +60,7 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
       state.placements++;
       state.restartsHere = 0;
       state.shards = result.shards;
-      return { step: 'start' };
+      return { step: 'fetch' };
     }
     // No capacity is not a failure: wait, say why, and look again when GPUs are freed. The
     // wake-ups so far found nothing for this replica, so none is left to pass on.

@@ -6,6 +6,7 @@ import { allHandlersFinished, condition } from '@temporalio/workflow';
 import type { ReplicaPhase, ReplicaView } from '../../common/replica-types.js';
 import type { ReplicaContext } from './context.js';
 import { drain, release } from './drain.js';
+import { fetchWeights } from './fetch.js';
 import { place } from './place.js';
 import { recover, type Failure } from './recovery.js';
 import { awaitHealthy, startAndWait } from './start.js';
@@ -15,6 +16,7 @@ import { watchReady } from './watch.js';
 /** Where a replica goes next; a hand-over carries the step the next run resumes with. */
 export type Next =
   | { step: 'place'; reason?: string }
+  | { step: 'fetch' }
   | { step: 'start' }
   | { step: 'checkAdopted' }
   | { step: 'watch'; keepUnknown?: boolean }
@@ -38,6 +40,11 @@ export const STEPS: { [K in Exclude<StepName, 'handOver' | 'done'>]: Step<K> } =
     if (next.reason) void ctx.setPhase('Placing', next.reason);
     return place(ctx);
   },
+  // Weights onto the hosts it was placed on, once per host (workflows/replica/fetch.ts).
+  async fetch(ctx) {
+    const fetched = await fetchWeights(ctx);
+    return fetched === 'fetched' ? { step: 'start' } : afterStart(fetched);
+  },
   start: async (ctx) => afterStart(await startAndWait(ctx)),
   // Rebuilt by reconciliation around engines that never stopped: check they serve, and
   // restart them only if they do not.
@@ -59,7 +66,7 @@ export const STEPS: { [K in Exclude<StepName, 'handOver' | 'done'>]: Step<K> } =
 };
 
 /** Steps that a stop request cuts short: the replica drains instead. */
-const STOPPABLE: ReadonlySet<StepName> = new Set(['place', 'start', 'checkAdopted', 'watch']);
+const STOPPABLE: ReadonlySet<StepName> = new Set(['place', 'fetch', 'start', 'checkAdopted', 'watch']);
 
 /** Where a run begins: a fresh start, engines to adopt, or where its predecessor handed over. */
 export function firstStep(state: ReplicaState, started: { carried: boolean; adopting: boolean }): Next {
