@@ -7,13 +7,15 @@
 // - from before the first release: `llmgw upgrade` ends those runs and reconciliation rebuilds
 //   them around the same engines.
 // Each scenario has its own dev server, so changing the Current version touches no other test.
-import { mkdtempSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { Client, Connection } from '@temporalio/client';
 import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { findFreePort } from '../../common/ports.js';
+import { newKeyPairLines } from '../../common/catalog-key.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import { ROUTES_WORKFLOW_ID } from '../../workflows/routes/definitions.js';
@@ -39,6 +41,7 @@ interface Fleet {
   connection: Connection;
   env: Record<string, string>;
   nodeIds: string[];
+  keys: { old: string; worker: string; agents: string };
 }
 let fleet: Fleet | undefined;
 
@@ -53,8 +56,38 @@ async function startFleet(): Promise<Fleet> {
   });
   const connection = await Connection.connect({ address: server.address });
   const client = new Client({ connection, dataConverter: llmgwDataConverter() });
-  fleet = { server, client, connection, env: { TEMPORAL_ADDRESS: server.address }, nodeIds: [uniqueId('rel-a'), uniqueId('rel-b')] };
+  const nodeIds = [uniqueId('rel-a'), uniqueId('rel-b')];
+  fleet = { server, client, connection, env: { TEMPORAL_ADDRESS: server.address }, nodeIds, keys: keyFiles() };
   return fleet;
+}
+
+/**
+ * The keys of a fleet that moves from the shared HMAC key of releases up to 0.2.0 to Ed25519
+ * (docs/security.md, the migration window), control workers first: the old build's worker and
+ * agents hold the HMAC key; this build's worker holds it first (so it still signs with it, which
+ * old agents verify) and the Ed25519 private key; this build's agents verify either.
+ */
+function keyFiles(): { old: string; worker: string; agents: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-release-keys-'));
+  const hmac = randomBytes(32).toString('hex');
+  const pair = newKeyPairLines();
+  const write = (name: string, lines: string[]): string => {
+    const file = join(dir, name);
+    writeFileSync(file, `${lines.join('\n')}\n`, { mode: 0o600 });
+    return file;
+  };
+  return {
+    old: write('old.key', [hmac]),
+    worker: write('worker.key', [hmac, pair.privateLine]),
+    agents: write('agents.key', [pair.publicLine, hmac]),
+  };
+}
+
+/** The key environment of a part: the old build's, or this build's worker or agent. */
+function keysFor(f: Fleet, part: 'old' | 'worker' | 'agent'): Record<string, string> {
+  if (part === 'old') return { LLMGW_CATALOG_KEY_FILE: f.keys.old, LLMGW_CATALOG_PUBLIC_KEY_FILE: '' };
+  if (part === 'worker') return { LLMGW_CATALOG_KEY_FILE: f.keys.worker, LLMGW_CATALOG_PUBLIC_KEY_FILE: '' };
+  return { LLMGW_CATALOG_KEY_FILE: '', LLMGW_CATALOG_PUBLIC_KEY_FILE: f.keys.agents };
 }
 
 afterEach(async () => {
@@ -67,7 +100,7 @@ afterEach(async () => {
 });
 
 async function startWorker(f: Fleet, bin?: string): Promise<{ buildId: string; proc: LlmgwProcess }> {
-  const proc = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], f.env, { bin });
+  const proc = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], { ...f.env, ...keysFor(f, bin ? 'old' : 'worker') }, { bin });
   const line = await proc.waitForOutput(/serving task queue llmgw as llmgw:\S+/, 120_000);
   return { buildId: line.replace(/.*llmgw:/, ''), proc };
 }
@@ -78,7 +111,7 @@ async function startAgents(f: Fleet, bin?: string, stateDirs?: string[]) {
       startSimAgent(nodeId, {
         inventory: join(INVENTORIES, 'upgx8.yaml'),
         stateDir: stateDirs?.[i] ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
-        env: f.env,
+        env: { ...f.env, ...keysFor(f, bin ? 'old' : 'agent') },
         bin,
       }),
     ),
@@ -181,7 +214,7 @@ describe('upgrading a running fleet to this build', () => {
         inventory: join(INVENTORIES, 'upgx8.yaml'),
         stateDir: agent.stateDir,
         range: agent.range,
-        env: f.env,
+        env: { ...f.env, ...keysFor(f, 'agent') },
       });
     }
     await ready(f, name, 2);
