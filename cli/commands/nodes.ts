@@ -43,6 +43,9 @@ export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
   for (const view of views) {
     const inv = view.inventory;
     const problems = [
+      // Why a node is not Ready (a silent agent, Lost after its grace) is the first thing an
+      // operator asks during a network incident.
+      ...(view.phase !== 'Ready' && view.reason ? [view.reason] : []),
       ...(inv?.problems ?? []),
       ...(inv?.gpus.filter((gpu) => gpu.problems.length).map((gpu) => `GPU ${gpu.index}: ${gpu.problems.join('; ')}`) ?? []),
       // Live foreign processes show as their GPUs' problems above; say also what the agent killed.

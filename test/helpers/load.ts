@@ -22,6 +22,8 @@ export interface LoadOptions {
   streamTokens?: number;
   /** Each client starts a request at most this often (default: back to back). */
   everyMs?: number;
+  /** A request that has no headers or body for this long fails (default 120 s). */
+  timeoutMs?: number;
 }
 
 export interface Load {
@@ -44,8 +46,8 @@ export function startLoad(options: LoadOptions): Load {
           max_tokens: stream ? (options.streamTokens ?? 8) : 4,
           messages: [{ role: 'user', content: `hello ${start}` }],
         }),
-        bodyTimeout: 120_000,
-        headersTimeout: 120_000,
+        bodyTimeout: options.timeoutMs ?? 120_000,
+        headersTimeout: options.timeoutMs ?? 120_000,
       });
       const text = await response.body.text();
       const ok = response.statusCode === 200 && (!stream || (text.includes('data: [DONE]') && !text.includes('"error"')));

@@ -23,9 +23,20 @@ export interface LlmgwProcess {
   kill9(): Promise<void>;
 }
 
-/** `bin`: another build's bin/llmgw.js (test/helpers/release-build.ts); this checkout's by default. */
-export function spawnLlmgw(args: string[], env: Record<string, string> = {}, options: { cwd?: string; bin?: string } = {}): LlmgwProcess {
-  const child = spawn(process.execPath, [options.bin ?? LLMGW_BIN, ...args], {
+/** `bin`: another build's bin/llmgw.js (test/helpers/release-build.ts); `wrap`: a command to run llmgw under. */
+export function spawnLlmgw(
+  args: string[],
+  env: Record<string, string> = {},
+  options: {
+    cwd?: string;
+    /** Another build's bin/llmgw.js; this checkout's by default. */
+    bin?: string;
+    /** A command to run llmgw under, e.g. `ip netns exec NS` (it must exec, keeping the pid). */
+    wrap?: string[];
+  } = {},
+): LlmgwProcess {
+  const argv = [...(options.wrap ?? []), process.execPath, options.bin ?? LLMGW_BIN, ...args];
+  const child = spawn(argv[0]!, argv.slice(1), {
     ...(options.cwd ? { cwd: options.cwd } : {}),
     // Workers sign with the run's private key, agents and routers verify with its public one,
     // as a real deployment does; many run side by side, so none serves /metrics unless a test
@@ -161,6 +172,8 @@ export async function startSimAgent(
     wait?: boolean;
     /** Another build's bin/llmgw.js. */
     bin?: string;
+    /** Run under this command (a host's network namespace: test/helpers/netns). */
+    wrap?: string[];
   },
 ): Promise<{ proc: LlmgwProcess; stateDir: string; range: string }> {
   const { mkdtempSync } = await import('node:fs');
@@ -188,7 +201,7 @@ export async function startSimAgent(
       ...(options.extra ?? []),
     ],
     options.env,
-    { bin: options.bin },
+    { bin: options.bin, wrap: options.wrap },
   );
   if (options.wait !== false) await proc.waitForOutput(/registered with node\//, 60_000);
   return { proc, stateDir, range };

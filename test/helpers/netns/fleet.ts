@@ -1,0 +1,125 @@
+// A whole llmgw stack on namespaced hosts: a Temporal dev server of the test file's own, a
+// control worker and a router outside, and one agent per host inside its namespace, advertising
+// the host's address (so its engines bind it). The agents reach Temporal through a Toxiproxy on
+// the bridge's address: the dev server's services find each other on loopback only (started
+// with `--ip` elsewhere they dial 127.0.0.1 and fail), and the proxy is where latency and lost
+// connections are added. For the e2e files and bench/faults.ts; stop() ends every process and
+// removes every namespace.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { findFreePort } from '../../../common/ports.js';
+import { killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from '../processes.js';
+import { temporalAddress, testClient, uniqueId, useOwnTemporal } from '../temporal.js';
+import { createNetwork, type NetHost, type Network } from './network.js';
+import { startToxiproxy, type Toxiproxy } from './toxiproxy.js';
+
+export interface NetAgent {
+  host: NetHost;
+  nodeId: string;
+  stateDir: string;
+  range: string;
+  proc: LlmgwProcess;
+}
+
+export interface NetFleet {
+  network: Network;
+  agents: NetAgent[];
+  nodeIds: string[];
+  routerUrl: string;
+  openai: OpenAI;
+  client: Awaited<ReturnType<typeof testClient>>;
+  /** The agents' path to Temporal. */
+  toxiproxy: Toxiproxy;
+  /** Starts a host's agent again (same node id, state dir and port range). */
+  restartAgent(agent: NetAgent): Promise<void>;
+  agentOf(nodeId: string): NetAgent;
+  stop(): Promise<void>;
+}
+
+export interface NetFleetOptions {
+  label: string;
+  hosts: number;
+  /** An inventory file (test/fixtures/inventories). */
+  inventory: string;
+  lostGraceSeconds?: number;
+  /** Extra `llmgw agent` flags. */
+  agentFlags?: string[];
+}
+
+export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet> {
+  const network = createNetwork(options.hosts);
+  const stops: (() => Promise<void>)[] = [async () => network.destroy()];
+  const agents: NetAgent[] = [];
+  const stop = async (): Promise<void> => {
+    await stopAll();
+    await killEnginesOf(agents.map((a) => a.nodeId));
+    for (const step of stops.reverse()) await step().catch(() => undefined);
+  };
+  try {
+    const temporal = await useOwnTemporal(options.label);
+    stops.push(() => temporal.stop());
+    const client = await testClient();
+    stops.push(() => client.close());
+    const toxiproxy = await startToxiproxy(network.gateway, temporalAddress());
+    stops.push(() => toxiproxy.stop());
+    await spawnControlWorker();
+    const routerPort = await findFreePort();
+    const router = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1', '--debug-headers']);
+    await router.waitForOutput(/listening/, 30_000);
+
+    const startAgent = async (agent: Omit<NetAgent, 'proc'>): Promise<LlmgwProcess> =>
+      (
+        await startSimAgent(agent.nodeId, {
+          inventory: options.inventory,
+          stateDir: agent.stateDir,
+          range: agent.range,
+          wrap: network.inHost(agent.host, []),
+          env: { TEMPORAL_ADDRESS: toxiproxy.listen },
+          extra: [
+            '--advertise-addr',
+            agent.host.address,
+            '--lost-grace-seconds',
+            String(options.lostGraceSeconds ?? 15),
+            ...(options.agentFlags ?? []),
+          ],
+        })
+      ).proc;
+    await Promise.all(
+      network.hosts.map(async (host, i) => {
+        const from = 30000 + ((process.pid * 7 + i * 100) % 30000);
+        const agent = {
+          host,
+          nodeId: uniqueId(`${options.label}-${host.name}`),
+          stateDir: mkdtempSync(join(tmpdir(), `llmgw-${options.label}-${host.name}-`)),
+          range: `${from}-${from + 99}`,
+        };
+        agents.push({ ...agent, proc: await startAgent(agent) });
+      }),
+    );
+    agents.sort((a, b) => a.host.name.localeCompare(b.host.name));
+    return {
+      network,
+      agents,
+      nodeIds: agents.map((a) => a.nodeId),
+      routerUrl: `http://127.0.0.1:${routerPort}`,
+      openai: new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 }),
+      client,
+      toxiproxy,
+      async restartAgent(agent) {
+        await agent.proc.stop(5_000);
+        agent.proc = await startAgent(agent);
+      },
+      agentOf(nodeId) {
+        const agent = agents.find((a) => a.nodeId === nodeId);
+        if (!agent) throw new Error(`no agent ${nodeId} in this fleet`);
+        return agent;
+      },
+      stop,
+    };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
