@@ -24,8 +24,19 @@ export type Recovery =
   | { kind: 'fail'; reason: string }
   /** Restart the engines on the same GPUs after a backoff. */
   | { kind: 'restart'; restartsHere: number; backoffMs: number; reason: string }
-  /** Give the GPUs back and place elsewhere, avoiding the node; or give up as Failed. */
-  | { kind: 'replace'; failedNode: string; agentGone: boolean; countsAsFailure: boolean; giveUp: boolean; reason: string };
+  /**
+   * Give the GPUs back and place elsewhere, avoiding the node; or give up as Failed. `nodeLost`:
+   * its node workflow declared it Lost (its GPUs are already released).
+   */
+  | {
+      kind: 'replace';
+      failedNode: string;
+      agentGone: boolean;
+      nodeLost: boolean;
+      countsAsFailure: boolean;
+      giveUp: boolean;
+      reason: string;
+    };
 
 /**
  * Engine failures restart on the same GPUs with backoff, then re-place avoiding the node, then
@@ -47,6 +58,7 @@ export function planRecovery(
     kind: 'replace',
     failedNode: failure.kind === 'replace' ? failure.nodeId : (state.shards[0]?.nodeId ?? ''),
     agentGone: failure.kind === 'replace' && failure.agentGone,
+    nodeLost: failure.kind === 'replace' && failure.nodeLost === true,
     countsAsFailure,
     giveUp: state.failedPlacements + (countsAsFailure ? 1 : 0) >= limits.maxFailedPlacements,
     reason: failure.reason,
@@ -76,10 +88,14 @@ export async function recover(ctx: ReplicaContext, next: Extract<Next, { step: '
   if (plan.agentGone) {
     // It may only have been slow: one quick try to stop what runs there. If the agent is really
     // gone, its shards keep their GPUs until the node turns Lost, and the engines are stopped by
-    // reconciliation when it returns.
+    // reconciliation when it returns. Not on a node already Lost: it was unreachable for its whole
+    // grace, and across a partition the stop is handed to a poller that never hears it, costing
+    // a heartbeat timeout (20 s) before the replica may be placed elsewhere.
     const there = state.shards.filter((s) => s.nodeId === plan.failedNode);
-    const unconfirmed = await stopShards(ctx, `re-placing: ${plan.reason}`, there, { quick: true });
-    await releaseShards(there.filter((s) => !unconfirmed.includes(s.shardId)));
+    if (!plan.nodeLost) {
+      const unconfirmed = await stopShards(ctx, `re-placing: ${plan.reason}`, there, { quick: true });
+      await releaseShards(there.filter((s) => !unconfirmed.includes(s.shardId)));
+    }
     state.shards = state.shards.filter((s) => s.nodeId !== plan.failedNode);
   }
   if (plan.failedNode && !state.avoidNodes.includes(plan.failedNode)) state.avoidNodes.push(plan.failedNode);

@@ -30,7 +30,8 @@ export interface ReplicaState {
 export type Outcome =
   | { kind: 'stop' }
   | { kind: 'restart'; reason: string }
-  | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean }
+  /** nodeLost: its node workflow declared it Lost (its grace ran out; its GPUs are already released). */
+  | { kind: 'replace'; reason: string; nodeId: string; agentGone: boolean; nodeLost?: boolean }
   /** Can never succeed as given (an agent refused the revision): Failed at once, no retries. */
   | { kind: 'fail'; reason: string };
 

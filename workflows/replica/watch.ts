@@ -31,7 +31,7 @@ export async function watchReady(ctx: ReplicaContext): Promise<Outcome | 'handOv
     } else if (phase === 'Ready' && state.phase === 'Unknown') {
       void ctx.setPhase('Ready', `agent on ${nodeId} is back; serving at ${endpointOf(state.shards)}`);
     } else if (phase === 'Lost') {
-      return { kind: 'replace', reason: `node ${nodeId} lost: ${reason}`, nodeId, agentGone: true };
+      return { kind: 'replace', reason: `node ${nodeId} lost: ${reason}`, nodeId, agentGone: true, nodeLost: true };
     }
   }
 }
