@@ -89,7 +89,7 @@ async function startTemporalServer(kind: TemporalKind): Promise<BenchTemporal> {
 }
 
 /** The environment every llmgw process of a stack gets: Temporal, and one catalog key, as in production. */
-function stackEnv(temporal: BenchTemporal): Record<string, string> {
+export function stackEnv(temporal: BenchTemporal): Record<string, string> {
   const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-key-')), 'catalog.key');
   ensureCatalogKeyFile(keyFile);
   return {
@@ -122,9 +122,16 @@ export function markProfiles(pids: number[]): void {
   }
 }
 
-/** Starts one llmgw process and resolves once it printed `ready`. */
-function spawnPart(children: ChildProcess[], args: string[], env: Record<string, string>, ready: RegExp): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [BIN, ...args], {
+/** Starts one llmgw process (under `wrap`, e.g. `ip netns exec NS`) and resolves once it printed `ready`. */
+export function spawnPart(
+  children: ChildProcess[],
+  args: string[],
+  env: Record<string, string>,
+  ready: RegExp,
+  wrap: string[] = [],
+): Promise<ChildProcess> {
+  const argv = [...wrap, process.execPath, BIN, ...args];
+  const child = spawn(argv[0]!, argv.slice(1), {
     env: { ...process.env, ...env, ...profileEnv() },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
@@ -144,7 +151,7 @@ function spawnPart(children: ChildProcess[], args: string[], env: Record<string,
   });
 }
 
-function connectClient(temporal: BenchTemporal): Promise<{ client: Client; connection: Connection }> {
+export function connectClient(temporal: BenchTemporal): Promise<{ client: Client; connection: Connection }> {
   return Connection.connect({ address: temporal.address }).then((connection) => ({
     connection,
     client: new Client({ connection, namespace: temporal.namespace, dataConverter: llmgwDataConverter() }),
