@@ -1,6 +1,7 @@
 // The node-local activities an agent serves on `agent/<nodeId>`: thin wrappers that put
 // the supervisor behind Temporal (heartbeats, cancellation, non-retryable failures).
-import { Context } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import { FailureType } from '../common/failures.js';
 import { create } from '@bufbuild/protobuf';
 import type { KillProcesses, KillProcessesResult, Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import { KillProcessesResultSchema } from '../proto/gen/llmgw/v1/register_pb.js';
@@ -14,7 +15,7 @@ import type {
   StopShardResult,
   WaitHealthy,
 } from '../proto/gen/llmgw/v1/shard_pb.js';
-import type { AgentActivities, PresenceInput } from './activity-types.js';
+import type { AgentActivities, ClearGpuFaultInput, PresenceInput } from './activity-types.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 
 export interface AgentActivityDeps {
@@ -25,6 +26,8 @@ export interface AgentActivityDeps {
   onPresenceStarted(): void;
   presenceSummary(): Record<string, unknown>;
   drain(request: DrainShard): Promise<DrainShardResult>;
+  /** GPUs held out for faults found while serving (agent/gpu-health.ts). */
+  gpuHealth?: { refusal(gpuIndices: number[]): string | undefined; clear(index: number): boolean };
 }
 
 /** Every agent activity but the weights' (agent/weights/activity.ts). */
@@ -33,6 +36,9 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
     async startShard(spec: StartShard): Promise<RunningShard> {
       // Heartbeats, so that an agent that dies mid-start is noticed in one heartbeat timeout
       // and the retry reaches the restarted agent (which finds the spec and starts once).
+      // A GPU found lost is refused, not retried: the replica is placed elsewhere.
+      const refusal = deps.gpuHealth?.refusal(spec.gpuIndices);
+      if (refusal) throw ApplicationFailure.nonRetryable(refusal, FailureType.PlacementRefused);
       const context = Context.current();
       const heartbeat = setInterval(() => context.heartbeat({ starting: spec.shardId }), 1_000);
       try {
@@ -85,6 +91,10 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
 
     async survey(): Promise<Register> {
       return deps.survey();
+    },
+
+    async clearGpuFault(input: ClearGpuFaultInput): Promise<{ cleared: boolean }> {
+      return { cleared: deps.gpuHealth?.clear(input.gpuIndex) ?? false };
     },
 
     async killProcesses(request: KillProcesses): Promise<KillProcessesResult> {

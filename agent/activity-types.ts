@@ -15,6 +15,10 @@ export interface PresenceInput {
   register?: boolean;
 }
 
+export interface ClearGpuFaultInput {
+  gpuIndex: number;
+}
+
 export interface AgentActivities {
   /**
    * Makes a pinned revision's weights complete in this host's cache (once per host and
@@ -43,4 +47,6 @@ export interface AgentActivities {
    * the transition to idle as a shardTransition (DRAINING, requests_in_flight 0).
    */
   drainShard(request: DrainShard): Promise<DrainShardResult>;
+  /** An operator returns a GPU the agent held out for a fault (`llmgw nodes clear-gpu`); the agent reports again. */
+  clearGpuFault(input: ClearGpuFaultInput): Promise<{ cleared: boolean }>;
 }

@@ -30,6 +30,8 @@ import { resolveEngineUser, readEngineKey, type EngineUser } from './engine-iden
 import { createRevisionCheck } from './revision-check.js';
 import { preflight } from './preflight.js';
 import { createHostReports, gpuProcessesOf } from './reports.js';
+import { startAgentGpuHealth } from './gpu-health.js';
+import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { AgentMetrics } from './metrics.js';
 import { createHostWeights } from './weights/host-weights.js';
 
@@ -129,7 +131,17 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
 
   let adminAddress = '';
   const hostReports = createHostReports({ config, supervisor, host: discovered, recovered, adminAddress: () => adminAddress });
-  const { describe, survey } = hostReports;
+  // Faults found while engines run hold a GPU out of every report (agent/gpu-health.ts).
+  const gpuHealth = startAgentGpuHealth(
+    config,
+    discovered,
+    supervisor,
+    () => registerSoon(),
+    (status) => notifier.send(status),
+    log,
+  );
+  const describe = async (): Promise<Register> => gpuHealth.withFaults(await hostReports.describe());
+  const survey = async (): Promise<Register> => gpuHealth.withFaults(await hostReports.survey());
   // A Unix socket (the default) is guarded by its mode; TCP by the token in the state dir.
   const adminAddr = resolveAdminAddress(config.adminAddr, config.stateDir);
   const admin = await startAdminServer(
@@ -212,6 +224,14 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   const drainer = createDrainer({ statusOf: (shardId) => supervisor.status(shardId), send: (status) => notifier.send(status), log });
   const activities = createAgentActivities({
     supervisor,
+    gpuHealth: {
+      refusal: (gpuIndices) => gpuHealth.refusal(gpuIndices),
+      clear: (index) => {
+        const cleared = gpuHealth.clear(index);
+        if (cleared) registerSoon();
+        return cleared;
+      },
+    },
     drain: (request) => drainer.drain(request),
     describe,
     survey,

@@ -126,6 +126,11 @@ export const AgentFlags = z
     weightsDir: z.string().min(1, '--weights-dir must name a directory').optional(),
     /** How much of it weights may fill: a size (500G, 2T) or a share of its disk (80%). */
     weightsBudget: WeightsBudgetFlag.optional(),
+    /** The nvidia-smi the GPU health watch asks while engines run, or off; unset: nvidia-smi on real GPUs, off when simulated. */
+    gpuWatch: z.string().min(1, '--gpu-watch must name a program or be off').optional(),
+    /** A file the kernel log reaches (kern.log): the GPU health watch reads Xid lines from it. */
+    xidLog: z.string().min(1, '--xid-log must name a file').optional(),
+    gpuWatchSeconds: z.coerce.number().min(0.5).default(10),
     /** Port claims shared by agents of one host (default <state dir>/port-claims). */
     portClaimsDir: z.string().min(1, '--port-claims-dir must name a directory').optional(),
   })

@@ -93,6 +93,12 @@ program
     '--metrics-addr <host:port|off>',
     'Prometheus /metrics: Temporal SDK and agent metrics (default LLMGW_METRICS_ADDR, else 127.0.0.1:9465)',
   )
+  .option(
+    '--gpu-watch <program|off>',
+    'the nvidia-smi to ask about GPU health while engines run (default: nvidia-smi on real GPUs, off when simulated)',
+  )
+  .option('--xid-log <file>', 'a file the kernel log reaches (e.g. /var/log/kern.log): Xid 48/79/94/95 there hold a GPU out')
+  .option('--gpu-watch-seconds <s>', 'how often the GPU health watch looks', '10')
   // Tests of the node workflow's continue-as-new; not for operators.
   .addOption(new Option('--node-continue-as-new-after-events <n>').hideHelp())
   .action(async (opts: Record<string, unknown>) => {
@@ -187,6 +193,15 @@ nodes
   .action(async (nodeId: string) => {
     const { cordonCommand } = await import('./commands/nodes.js');
     await cordonCommand(nodeId, false, {});
+  });
+nodes
+  .command('clear-gpu')
+  .argument('<node>', 'node id')
+  .argument('<gpu>', 'GPU index')
+  .description('return a GPU the agent held out for a fault (Xid, ECC, gone) once it is sound again')
+  .action(async (nodeId: string, gpu: string) => {
+    const { clearGpuCommand } = await import('./commands/nodes.js');
+    await clearGpuCommand(nodeId, gpu);
   });
 nodes
   .command('remove')

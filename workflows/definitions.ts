@@ -30,6 +30,8 @@ export const releaseUpdate = defineUpdate<boolean, [ReleaseRequest]>('release');
 export const claimUpdate = defineUpdate<ClaimResult, [ClaimRequest]>('claim');
 export const cordonUpdate = defineUpdate<NodeView, [{ reason?: string }]>('cordon');
 export const uncordonUpdate = defineUpdate<NodeView, []>('uncordon');
+/** An operator returns a GPU its agent held out for a fault (`llmgw nodes clear-gpu NODE GPU`). */
+export const clearGpuUpdate = defineUpdate<{ cleared: boolean; message: string }, [{ gpuIndex: number }]>('clearGpu');
 export const describeNodeQuery = defineQuery<NodeView>('describe');
 
 // replica/<deployment>/<seq>: what agents and node workflows tell a replica.

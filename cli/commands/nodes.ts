@@ -3,7 +3,7 @@
 import { newTable } from './table.js';
 import { ScheduleNotFoundError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { withClient } from './client.js';
-import { cordonUpdate, describeNodeQuery, uncordonUpdate } from '../../workflows/definitions.js';
+import { clearGpuUpdate, cordonUpdate, describeNodeQuery, uncordonUpdate } from '../../workflows/definitions.js';
 import { nodeWorkflowId, reconcileScheduleId } from '../../common/names.js';
 import type { NodeView } from '../../common/node-types.js';
 
@@ -94,6 +94,17 @@ export async function cordonCommand(nodeId: string, cordon: boolean, opts: { rea
       ? `cordoned ${nodeId}: nothing new is placed there; its ${view.allocations.length} shard(s) keep running (scale or undeploy to move them)`
       : `uncordoned ${nodeId}: ${view.freeGpus.length} free GPU(s) can be placed on again`,
   );
+}
+
+/** `llmgw nodes clear-gpu <node> <gpu>`: the agent forgets the GPU's fault and reports again. */
+export async function clearGpuCommand(nodeId: string, gpu: string): Promise<void> {
+  const gpuIndex = Number(gpu);
+  if (!Number.isInteger(gpuIndex) || gpuIndex < 0) throw new Error(`GPU must be an index (0, 1, …), not ${JSON.stringify(gpu)}`);
+  const result = await withClient(async (client) => {
+    await nodeView(client, nodeId);
+    return client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(clearGpuUpdate, { args: [{ gpuIndex }] });
+  });
+  console.log(result.message);
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   agentStoppingSignal,
   runningShardsSignal,
   claimUpdate,
+  clearGpuUpdate,
   cordonUpdate,
   describeNodeQuery,
   reconcileAllocationsUpdate,
@@ -29,6 +30,7 @@ import {
   reserveUpdate,
   uncordonUpdate,
 } from '../definitions.js';
+import { clearGpu } from './clear-gpu.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import { handOverDue as handOverDueFor } from '../toolkit.js';
 import {
@@ -174,6 +176,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     run.publish();
     return viewOf(state);
   });
+  setHandler(clearGpuUpdate, ({ gpuIndex }) => clearGpu(state.nodeId, gpuIndex));
   setHandler(uncordonUpdate, () => {
     state.cordoned = false;
     state.reason = 'uncordoned';
