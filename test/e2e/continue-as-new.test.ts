@@ -3,39 +3,24 @@
 // equals the state before it (and the new run carries on: recovers, places, resumes).
 // Real dev server, control worker, simulated agents and fake engines.
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
 import { deploymentStatusQuery, describeNodeQuery, replicaStatusQuery, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
 import { prepareUpgradeSignal } from '../../workflows/upgrade.js';
 import { describeDeployment } from '../../workers/versioning.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
-import {
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  sleep,
-  spawnControlWorker,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+import { enginesOf, eventually, INVENTORIES, type LlmgwProcess, sleep, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 const CAN = join(INVENTORIES, 'canx8.yaml');
 const BOUND = 80;
+const fleet = useIsolatedFleet({ gpuClass: 'CAN' });
 let client: Client;
-let closeClient: () => Promise<void>;
 let buildId = '';
-const nodeIds: string[] = [];
-let agents: LlmgwProcess[] = [];
 
 async function host(): Promise<{ nodeId: string; proc: LlmgwProcess; stateDir: string }> {
   const nodeId = uniqueId('can');
-  nodeIds.push(nodeId);
-  const started = await startSimAgent(nodeId, { inventory: CAN, extra: ['--node-continue-as-new-after-events', String(BOUND)] });
-  agents.push(started.proc);
+  const started = await fleet.agent(nodeId, { inventory: CAN, extra: ['--node-continue-as-new-after-events', String(BOUND)] });
   return { nodeId, ...started };
 }
 
@@ -101,31 +86,9 @@ async function readyReplicas(handle: WorkflowHandle, count: number): Promise<Rep
 }
 
 beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  await spawnControlWorker();
+  client = fleet.client;
   buildId = (await describeDeployment(client, 'llmgw'))?.current ?? '';
   expect(buildId).not.toBe('');
-});
-
-afterEach(async () => {
-  // Each test brings its own host: what one left behind must not give the next one room.
-  for await (const execution of client.workflow.list({
-    query: `ExecutionStatus = 'Running' AND LlmgwGpuClass = 'CAN' AND (WorkflowType = 'deployModel' OR WorkflowType = 'replica')`,
-  })) {
-    await client.workflow
-      .getHandle(execution.workflowId)
-      .terminate('test isolation')
-      .catch(() => undefined);
-  }
-  await Promise.all(agents.map((agent) => agent.stop(5_000)));
-  agents = [];
-  await killEnginesOf(nodeIds);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await closeClient?.();
 });
 
 describe('continue-as-new keeps every state', () => {
@@ -211,12 +174,11 @@ describe('continue-as-new keeps every state', () => {
     expect(replicaState(await handle.query(replicaStatusQuery))).toEqual(before);
     expect(before.phase).toBe('Unknown');
 
-    const restarted = await startSimAgent(nodeId, {
+    await fleet.agent(nodeId, {
       inventory: CAN,
       stateDir,
       extra: ['--node-continue-as-new-after-events', String(BOUND)],
     });
-    agents.push(restarted.proc);
     const back = await eventually(
       'Ready again',
       async () => {

@@ -4,40 +4,25 @@
 // Schedule and reconcile mode; a name deployed again never reuses a sequence number.
 import { join } from 'node:path';
 import { execFileSync, spawn } from 'node:child_process';
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { reconcileScheduleId } from '../../common/names.js';
 import { deploymentStatusQuery, describeNodeQuery, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
-import {
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  sleep,
-  spawnControlWorker,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+import { enginesOf, eventually, INVENTORIES, type LlmgwProcess, sleep, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 const DAY = join(INVENTORIES, 'dayx8.yaml');
 /** How long the Unschedulable replica is left waiting (LLMGW_UNSCHEDULABLE_WAIT_SECONDS=600 for the 10-minute figure). */
 const WAIT_SECONDS = Number(process.env.LLMGW_UNSCHEDULABLE_WAIT_SECONDS ?? 45);
+const fleet = useIsolatedFleet({ gpuClass: 'DAY' });
 let client: Client;
-let closeClient: () => Promise<void>;
-const nodeIds: string[] = [];
-let agents: LlmgwProcess[] = [];
 
 async function host(
   extra: string[] = [],
   nodeId = uniqueId('day'),
   stateDir?: string,
 ): Promise<{ nodeId: string; stateDir: string; proc: LlmgwProcess }> {
-  if (!nodeIds.includes(nodeId)) nodeIds.push(nodeId);
-  const started = await startSimAgent(nodeId, { inventory: DAY, extra, stateDir });
-  agents.push(started.proc);
+  const started = await fleet.agent(nodeId, { inventory: DAY, extra, stateDir });
   return { nodeId, ...started };
 }
 
@@ -71,28 +56,7 @@ async function historyLength(workflowId: string): Promise<number> {
 }
 
 beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  await spawnControlWorker();
-});
-
-afterEach(async () => {
-  for await (const execution of client.workflow.list({
-    query: `ExecutionStatus = 'Running' AND LlmgwGpuClass = 'DAY' AND (WorkflowType = 'deployModel' OR WorkflowType = 'replica')`,
-  })) {
-    await client.workflow
-      .getHandle(execution.workflowId)
-      .terminate('test isolation')
-      .catch(() => undefined);
-  }
-  await Promise.all(agents.map((agent) => agent.stop(5_000)));
-  agents = [];
-  await killEnginesOf(nodeIds);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await closeClient?.();
+  client = fleet.client;
 });
 
 describe('day-two safety', () => {
@@ -193,13 +157,13 @@ describe('day-two safety', () => {
     await client.workflow.getHandle(replica!.replicaId).terminate('test: an engine nobody wants');
     const pid = replica!.shards[0]!.pid;
     await first.proc.stop();
-    agents = agents.filter((a) => a !== first.proc);
+    fleet.agents = fleet.agents.filter((a) => a !== first.proc);
     await host(['--reconcile', 'dry-run', '--reconcile-every-seconds', '120'], first.nodeId, first.stateDir);
     await sleep(3_000);
     expect(enginesOf([first.nodeId]).map((e) => e.pid)).toContain(pid);
 
     // The same host, restarted with --reconcile act and another interval.
-    await agents.pop()!.stop();
+    await fleet.agents.pop()!.stop();
     await host(['--reconcile', 'act', '--reconcile-every-seconds', '30'], first.nodeId, first.stateDir);
     expect(
       await eventually('the Schedule updated', async () => ((await interval())[0] === 30_000 ? interval() : undefined), 20_000),

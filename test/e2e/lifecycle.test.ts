@@ -3,38 +3,29 @@
 // through the `llmgw` CLI and the Temporal CLI exactly as an operator would.
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+import { enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 import { recordHistory } from '../helpers/histories.js';
-import {
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  runLlmgw,
-  sleep,
-  spawnControlWorker,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
 
 const LIFE = join(INVENTORIES, 'lifex8.yaml');
+const fleet = useIsolatedFleet({
+  gpuClass: 'LIFE',
+  // Isolation between tests: whatever a test left running on the LIFE class is named
+  // (so a leak is visible) and terminated before the next test brings new hosts.
+  afterIsolation: (leftovers, context) => {
+    if (leftovers.length) console.log(`after "${context.task.name}": terminated ${leftovers.join(', ')}`);
+  },
+});
 let client: Client;
-let closeClient: () => Promise<void>;
-const nodeIds: string[] = [];
-let agents: LlmgwProcess[] = [];
 
 async function twoHosts(extra: string[] = []): Promise<[string, string]> {
   const a = uniqueId('life-a');
   const b = uniqueId('life-b');
-  nodeIds.push(a, b);
-  const started = await Promise.all([startSimAgent(a, { inventory: LIFE, extra }), startSimAgent(b, { inventory: LIFE, extra })]);
-  agents.push(...started.map((s) => s.proc));
+  await Promise.all([fleet.agent(a, { inventory: LIFE, extra }), fleet.agent(b, { inventory: LIFE, extra })]);
   return [a, b];
 }
 
@@ -59,33 +50,7 @@ function cudaDevicesOf(ids: string[]): Map<number, string> {
 }
 
 beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  await spawnControlWorker();
-});
-
-afterEach(async (context) => {
-  // Isolation between tests: whatever a test left running on the LIFE class is named
-  // (so a leak is visible) and terminated before the next test brings new hosts.
-  const leftovers: string[] = [];
-  for await (const execution of client.workflow.list({
-    query: `ExecutionStatus = 'Running' AND LlmgwGpuClass = 'LIFE' AND (WorkflowType = 'deployModel' OR WorkflowType = 'replica')`,
-  })) {
-    leftovers.push(execution.workflowId);
-    await client.workflow
-      .getHandle(execution.workflowId)
-      .terminate('test isolation')
-      .catch(() => undefined);
-  }
-  if (leftovers.length) console.log(`after "${context.task.name}": terminated ${leftovers.join(', ')}`);
-  await Promise.all(agents.map((agent) => agent.stop(5_000)));
-  agents = [];
-  await killEnginesOf(nodeIds);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await closeClient?.();
+  client = fleet.client;
 });
 
 describe('replica lifecycles', () => {
@@ -285,7 +250,7 @@ describe('replica lifecycles', () => {
     expect((await runLlmgw(['deploy', 'life', '--name', name, '--replicas', '2', '--wait'])).code).toBe(0);
     const onA = (await status(name)).replicas.filter((r) => r.nodes.includes(a));
     expect(onA.length).toBeGreaterThan(0);
-    const agentA = agents[agents.length - 2]!;
+    const agentA = fleet.agentOf(a);
     await agentA.kill9();
     await eventually('Unknown', async () => (await status(name)).replicas.some((r) => r.phase === 'Unknown'), 15_000);
     await eventually('node Lost', async () => (await node(a)).phase === 'Lost', 30_000);

@@ -4,7 +4,7 @@
 // Real dev server, control worker, router, simulated agents and fake engines.
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { findFreePort } from '../../common/ports.js';
@@ -12,34 +12,27 @@ import { readCmdline } from '../../agent/supervisor/proc.js';
 import { deploymentStatusQuery, rolloutUpdate, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
 import { recordHistory } from '../helpers/histories.js';
 import { startLoad, summarise, type Load } from '../helpers/load.js';
-import { temporalAddress, testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
 import {
   enginesOf,
   eventually,
   INVENTORIES,
-  killEnginesOf,
   runLlmgw,
   sleep,
-  spawnControlWorker,
   spawnLlmgw,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+  temporalAddress,
+  uniqueId,
+  useIsolatedFleet,
+} from '../helpers/fleet.js';
 
 const ROLL = join(INVENTORIES, 'rollx8.yaml');
+const fleet = useIsolatedFleet({ gpuClass: 'ROLL', ownTemporal: 'rollout' });
 let client: Client;
-let closeClient: () => Promise<void>;
 let routerUrl = '';
-const nodeIds: string[] = [];
-let agents: LlmgwProcess[] = [];
 let load: Load | undefined;
 
 async function host(): Promise<string> {
   const nodeId = uniqueId('roll');
-  nodeIds.push(nodeId);
-  const { proc } = await startSimAgent(nodeId, { inventory: ROLL });
-  agents.push(proc);
+  await fleet.agent(nodeId, { inventory: ROLL });
   return nodeId;
 }
 
@@ -68,7 +61,7 @@ async function deployReady(profile: string, replicas: number): Promise<string> {
 
 /** Engines of the ROLL hosts with their GPUs and argv, sampled while a rollout runs. */
 function engines(): { pid: number; gpus: string; argv: string[] }[] {
-  return enginesOf(nodeIds).flatMap((e) => {
+  return enginesOf(fleet.nodeIds).flatMap((e) => {
     // An engine that exits between the listing and this read is simply not running any more.
     const argv = readCmdline(e.pid);
     return argv ? [{ pid: e.pid, gpus: `${e.env.LLMGW_NODE_ID}:${e.env.CUDA_VISIBLE_DEVICES}`, argv }] : [];
@@ -101,14 +94,8 @@ function watchEngines(): { stop(): { most: number; doubleHeld: string[] } } {
   };
 }
 
-// Its own server: the drain timings count on the routers being this file's (a router another
-// file killed a moment ago would be waited for once, up to the ack timeout).
-let ownTemporal: { stop(): Promise<void> } | undefined;
-
 beforeAll(async () => {
-  ownTemporal = await useOwnTemporal('rollout');
-  ({ client, close: closeClient } = await testClient());
-  await spawnControlWorker();
+  client = fleet.client;
   const port = await findFreePort();
   // --debug-headers: the load helper tells replicas apart by x-llmgw-endpoint.
   const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--debug-headers']);
@@ -119,24 +106,6 @@ beforeAll(async () => {
 afterEach(async () => {
   await load?.stop();
   load = undefined;
-  for await (const execution of client.workflow.list({
-    query: `ExecutionStatus = 'Running' AND LlmgwGpuClass = 'ROLL' AND (WorkflowType = 'deployModel' OR WorkflowType = 'replica')`,
-  })) {
-    await client.workflow
-      .getHandle(execution.workflowId)
-      .terminate('test isolation')
-      .catch(() => undefined);
-  }
-  await Promise.all(agents.map((agent) => agent.stop(5_000)));
-  agents = [];
-  await killEnginesOf(nodeIds);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await closeClient?.();
-  await ownTemporal?.stop();
 });
 
 describe('rolling updates', () => {
