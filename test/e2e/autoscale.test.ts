@@ -13,27 +13,28 @@ import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { findFreePort } from '../../common/ports.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { deploymentStatusQuery, describeNodeQuery, undeployUpdate } from '../../workflows/definitions.js';
-import { testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
 import {
   enginesOf,
   eventually,
   INVENTORIES,
+  type LlmgwProcess,
   runLlmgw,
   sleep,
   spawnControlWorker,
   spawnLlmgw,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+  uniqueId,
+  useIsolatedFleet,
+} from '../helpers/fleet.js';
 
 /** How long the steady load runs (LLMGW_AUTOSCALE_STEADY_SECONDS=600 for the ten-minute figure). */
 const STEADY_SECONDS = Number(process.env.LLMGW_AUTOSCALE_STEADY_SECONDS ?? 60);
 const IDLE_SECONDS = 8;
 const SETTINGS = { min: 0, max: 2, target: 8, idleToZeroSeconds: IDLE_SECONDS, upAfterSeconds: 10, downAfterSeconds: 10 };
 
+// Its own server: it restarts the control worker and a router, which on the shared server would
+// be one of several workers (no restart at all) and a dead router for every other file.
+const fleet = useIsolatedFleet({ ownTemporal: 'autoscale' });
 let client: Client;
-let closeClient: () => Promise<void>;
 let worker: LlmgwProcess;
 const nodeId = uniqueId('auto');
 const name = uniqueId('auto');
@@ -112,15 +113,10 @@ async function atZero(timeoutMs = 90_000): Promise<void> {
 let router: RouterProc;
 let routerPort: number;
 
-// Its own server: it restarts the control worker and a router, which on the shared server would
-// be one of several workers (no restart at all) and a dead router for every other file.
-let ownTemporal: { stop(): Promise<void> } | undefined;
-
 beforeAll(async () => {
-  ownTemporal = await useOwnTemporal('autoscale');
-  ({ client, close: closeClient } = await testClient());
-  worker = await spawnControlWorker();
-  await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'autox8.yaml') });
+  client = fleet.client;
+  worker = fleet.workers[0]!;
+  await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'autox8.yaml') });
   routerPort = await findFreePort();
   router = await startRouterProc(routerPort);
 });
@@ -131,9 +127,6 @@ afterAll(async () => {
     .executeUpdate(undeployUpdate)
     .catch(() => undefined);
   await eventually('engines gone', () => (enginesOf([nodeId]).length === 0 ? true : undefined), 60_000).catch(() => undefined);
-  await stopAll();
-  await closeClient?.();
-  await ownTemporal?.stop();
 });
 
 describe('autoscaling and scale to zero', () => {

@@ -3,11 +3,12 @@
 // deployment starts is accepted; an agent restarted with other flags changes its node's
 // Schedule and reconcile mode; a name deployed again never reuses a sequence number.
 import { join } from 'node:path';
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { reconcileScheduleId } from '../../common/names.js';
+import { temporalCliAddress, temporalStartDeployment } from '../helpers/temporal-cli.js';
 import { deploymentStatusQuery, describeNodeQuery, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
 import { enginesOf, eventually, INVENTORIES, type LlmgwProcess, sleep, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
@@ -105,24 +106,8 @@ describe('day-two safety', () => {
     await host();
     const name = uniqueId('day-early');
     const temporal = inject('temporalBin');
-    const address = ['--address', inject('temporalAddress')];
-    execFileSync(
-      temporal,
-      [
-        'workflow',
-        'start',
-        '--type',
-        'deployModel',
-        '--task-queue',
-        'llmgw',
-        '--workflow-id',
-        `deployment/${name}`,
-        '--input',
-        JSON.stringify({ model: 'day', profile: 'one-gpu', replicas: 1 }),
-        ...address,
-      ],
-      { stdio: 'pipe' },
-    );
+    const address = temporalCliAddress();
+    temporalStartDeployment(name, JSON.stringify({ model: 'day', profile: 'one-gpu', replicas: 1 }), { stdio: 'pipe' });
     const startedAt = Date.now();
     const update = spawn(
       temporal,

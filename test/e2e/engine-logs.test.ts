@@ -6,18 +6,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  INVENTORIES,
-  eventually,
-  killEnginesOf,
-  runLlmgw,
-  spawnControlWorker,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { eventually, INVENTORIES, type LlmgwProcess, runLlmgw, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 const nodeId = uniqueId('leaky');
 const deployment = uniqueId('leaky-dep');
@@ -25,8 +15,8 @@ const deployment = uniqueId('leaky-dep');
 const letters = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
 const token = `hf_${Array.from({ length: 34 }, () => letters[Math.floor(Math.random() * letters.length)]).join('')}`;
 
+const fleet = useIsolatedFleet();
 let client: Client;
-let closeClient: () => Promise<void>;
 let worker: LlmgwProcess;
 let agent: { proc: LlmgwProcess; stateDir: string };
 
@@ -38,17 +28,11 @@ function asText(value: unknown): string {
 }
 
 beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  worker = await spawnControlWorker();
+  client = fleet.client;
+  worker = fleet.workers[0]!;
   const envFile = join(mkdtempSync(join(tmpdir(), 'llmgw-envfile-')), 'engines.env');
   writeFileSync(envFile, `HF_TOKEN=${token}\n`, { mode: 0o600 });
-  agent = await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'leakyx8.yaml'), extra: ['--env-file', envFile] });
-});
-
-afterAll(async () => {
-  await killEnginesOf([nodeId]);
-  await stopAll();
-  await closeClient();
+  agent = await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'leakyx8.yaml'), extra: ['--env-file', envFile] });
 });
 
 describe('an engine that prints a token and fails', () => {

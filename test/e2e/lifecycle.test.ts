@@ -10,6 +10,7 @@ import type { DeploymentView, ReplicaView } from '../../common/replica-types.js'
 import type { NodeView } from '../../common/node-types.js';
 import { enginesOf, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 import { recordHistory } from '../helpers/histories.js';
+import { temporalStartDeployment } from '../helpers/temporal-cli.js';
 
 const LIFE = join(INVENTORIES, 'lifex8.yaml');
 const fleet = useIsolatedFleet({
@@ -82,20 +83,7 @@ describe('replica lifecycles', () => {
   it('behaves the same when started with the Temporal CLI and plain JSON', async () => {
     const hosts = await twoHosts();
     const name = uniqueId('life-json');
-    execFileSync(inject('temporalBin'), [
-      'workflow',
-      'start',
-      '--type',
-      'deployModel',
-      '--task-queue',
-      'llmgw',
-      '--workflow-id',
-      `deployment/${name}`,
-      '--input',
-      JSON.stringify({ model: 'life', replicas: 2 }),
-      '--address',
-      inject('temporalAddress'),
-    ]);
+    temporalStartDeployment(name, JSON.stringify({ model: 'life', replicas: 2 }));
     const ready = await eventually(
       'Ready',
       async () => {
@@ -325,20 +313,7 @@ describe('replica lifecycles', () => {
     })();
     expect(malformed).toMatch(/invalid|json|unmarshal/i);
     const wrongShape = uniqueId('bad-shape');
-    execFileSync(inject('temporalBin'), [
-      'workflow',
-      'start',
-      '--type',
-      'deployModel',
-      '--task-queue',
-      'llmgw',
-      '--workflow-id',
-      `deployment/${wrongShape}`,
-      '--input',
-      '{"model":"life","replicas":"two"}',
-      '--address',
-      inject('temporalAddress'),
-    ]);
+    temporalStartDeployment(wrongShape, '{"model":"life","replicas":"two"}');
     const failure = await client.workflow
       .getHandle(`deployment/${wrongShape}`)
       .result()

@@ -9,18 +9,7 @@ import { readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { cordonUpdate, deploymentStatusQuery, uncordonUpdate } from '../../workflows/definitions.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
-import {
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  runLlmgw,
-  spawnControlWorker,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+import { enginesOf, eventually, INVENTORIES, type LlmgwProcess, runLlmgw, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 const hosts = {
   a1: { id: uniqueId('gang-a1'), inventory: 'gang-ib-a.yaml' },
@@ -31,12 +20,12 @@ const hosts = {
 const nodeIds = Object.values(hosts).map((h) => h.id);
 const agents = new Map<string, { proc: LlmgwProcess; stateDir: string }>();
 const name = uniqueId('gang');
-let client: Awaited<ReturnType<typeof testClient>>;
+const fleet = useIsolatedFleet();
 
 async function startAgent(nodeId: string, inventory: string): Promise<void> {
   const known = agents.get(nodeId);
   // A short lost grace, so that "a host left down" is decided within the test.
-  const started = await startSimAgent(nodeId, {
+  const started = await fleet.agent(nodeId, {
     inventory: join(INVENTORIES, inventory),
     stateDir: known?.stateDir,
     extra: ['--lost-grace-seconds', '10'],
@@ -44,12 +33,12 @@ async function startAgent(nodeId: string, inventory: string): Promise<void> {
   agents.set(nodeId, started);
 }
 
-const status = (): Promise<DeploymentView> => client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+const status = (): Promise<DeploymentView> => fleet.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
 const replicaOf = async (): Promise<ReplicaView | undefined> =>
   (await status()).replicas.find((r) => r.phase !== 'Stopped' && r.phase !== 'Failed');
 const cordon = (nodeId: string) =>
-  client.client.workflow.getHandle(`node/${nodeId}`).executeUpdate(cordonUpdate, { args: [{ reason: 'test' }] });
-const uncordon = (nodeId: string) => client.client.workflow.getHandle(`node/${nodeId}`).executeUpdate(uncordonUpdate, { args: [] });
+  fleet.client.workflow.getHandle(`node/${nodeId}`).executeUpdate(cordonUpdate, { args: [{ reason: 'test' }] });
+const uncordon = (nodeId: string) => fleet.client.workflow.getHandle(`node/${nodeId}`).executeUpdate(uncordonUpdate, { args: [] });
 
 /** The engine process of one shard (its process group is the whole rank). */
 function engineOf(shardId: string): number | undefined {
@@ -70,16 +59,11 @@ async function readyReplica(what: string, accept: (r: ReplicaView) => boolean = 
 }
 
 beforeAll(async () => {
-  client = await testClient();
-  await spawnControlWorker();
   for (const host of Object.values(hosts)) await startAgent(host.id, host.inventory);
 });
 
 afterAll(async () => {
   await runLlmgw(['undeploy', name]).catch(() => undefined);
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await client?.close();
 });
 
 describe('multi-node replicas', () => {

@@ -10,18 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { parseRayStatusNodeCount } from '../../agent/engines/ray.js';
-import {
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  runLlmgw,
-  spawnControlWorker,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+import { enginesOf, eventually, INVENTORIES, runLlmgw, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 function findRay(): string | undefined {
   const candidates = [process.env.LLMGW_RAY_COMMAND, resolve(__dirname, '../../.llmgw/ray-venv/bin/ray')].filter((c): c is string =>
@@ -43,11 +32,10 @@ if (!ray)
   );
 
 const nodeIds = [uniqueId('ray-a'), uniqueId('ray-b')];
-const agents: LlmgwProcess[] = [];
 const name = uniqueId('raygang');
-let client: Awaited<ReturnType<typeof testClient>>;
+const fleet = useIsolatedFleet({ enabled: Boolean(ray) });
 
-const status = (): Promise<DeploymentView> => client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+const status = (): Promise<DeploymentView> => fleet.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
 
 function rayStatus(address: string): string {
   try {
@@ -59,20 +47,12 @@ function rayStatus(address: string): string {
 
 beforeAll(async () => {
   if (!ray) return;
-  client = await testClient();
-  await spawnControlWorker();
-  for (const nodeId of nodeIds) {
-    const started = await startSimAgent(nodeId, { inventory: join(INVENTORIES, 'ray-ib-a.yaml'), extra: ['--ray-command', ray] });
-    agents.push(started.proc);
-  }
+  for (const nodeId of nodeIds) await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'ray-ib-a.yaml'), extra: ['--ray-command', ray] });
 });
 
 afterAll(async () => {
   if (!ray) return;
   await runLlmgw(['undeploy', name]).catch(() => undefined);
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await client?.close();
 });
 
 describe.skipIf(!ray)('Ray launcher', () => {
@@ -86,7 +66,7 @@ describe.skipIf(!ray)('Ray launcher', () => {
 
     // The order, from the agents' own logs: rank 1's Ray worker was started, the head saw
     // both nodes, and only then was the engine started.
-    const leaderAgent = agents[nodeIds.indexOf(rank0!.nodeId)]!.output();
+    const leaderAgent = fleet.agentOf(rank0!.nodeId).output();
     const joined = leaderAgent.search(/all 2 Ray nodes joined at /);
     const engineStarted = leaderAgent.indexOf(`started the engine of shard ${rank0!.shardId}`);
     expect(joined, leaderAgent.slice(-3000)).toBeGreaterThan(0);

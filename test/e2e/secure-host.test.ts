@@ -6,7 +6,7 @@ import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { profileSnapshot } from '../../catalog/lookup.js';
 import { loadCatalogFile } from '../../catalog/load.js';
 import { readCatalogKeys } from '../../common/catalog-key.js';
@@ -17,25 +17,23 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { testCatalogKeyFile } from '../helpers/catalog-key.js';
 import {
   E2E_CATALOG,
-  INVENTORIES,
   enginesOf,
   eventually,
-  killEnginesOf,
-  runLlmgw,
-  spawnControlWorker,
-  startSimAgent,
-  stopAll,
+  INVENTORIES,
   type LlmgwProcess,
-} from '../helpers/processes.js';
-import { testClient, uniqueId } from '../helpers/temporal.js';
+  runLlmgw,
+  startSimAgent,
+  uniqueId,
+  useIsolatedFleet,
+} from '../helpers/fleet.js';
 
 const nodeId = uniqueId('secure');
 const deployment = uniqueId('secure-dep');
 const secret = `hf_${Math.random().toString(36).slice(2)}${Date.now().toString(36)}SECRET`;
 const wandb = `wandb_${Math.random().toString(36).slice(2)}SECRET`;
 
+const fleet = useIsolatedFleet();
 let client: Client;
-let closeClient: () => Promise<void>;
 let worker: LlmgwProcess;
 let agent: { proc: LlmgwProcess; stateDir: string };
 let envFile: string;
@@ -54,21 +52,15 @@ function filesUnder(dir: string): string[] {
 }
 
 beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  worker = await spawnControlWorker();
+  client = fleet.client;
+  worker = fleet.workers[0]!;
   envFile = join(mkdtempSync(join(tmpdir(), 'llmgw-envfile-')), 'engines.env');
   writeFileSync(envFile, `WANDB_KEY=${wandb}\n`, { mode: 0o600 });
-  agent = await startSimAgent(nodeId, {
+  agent = await fleet.agent(nodeId, {
     inventory: join(INVENTORIES, 'securex8.yaml'),
     extra: ['--pass-env', 'HF_TOKEN', '--env-file', envFile],
     env: { HF_TOKEN: secret },
   });
-});
-
-afterAll(async () => {
-  await killEnginesOf([nodeId]);
-  await stopAll();
-  await closeClient();
 });
 
 describe('a host that keeps its secrets and runs only what the catalog allows', () => {

@@ -5,19 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { findFreePort } from '../../common/ports.js';
-import { testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
-import {
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  runLlmgw,
-  sleep,
-  spawnControlWorker,
-  spawnLlmgw,
-  startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+import { eventually, INVENTORIES, runLlmgw, sleep, spawnControlWorker, spawnLlmgw, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 import { startLoad, summarise } from '../helpers/load.js';
 import { deploymentsReady, readyReplicas } from '../helpers/readiness.js';
 
@@ -25,18 +13,14 @@ const TWO = join(INVENTORIES, 'twox8.yaml');
 const nodeIds = [uniqueId('two-a'), uniqueId('two-b')];
 const steady = { name: uniqueId('two-steady'), replicas: 2 };
 const scaled = { name: uniqueId('two-scaled'), replicas: 2 };
+const fleet = useIsolatedFleet({ ownTemporal: 'two-workers', controlWorkers: 2 });
 let client: Client;
-let closeClient: () => Promise<void>;
 let routerUrl = '';
-const workers: LlmgwProcess[] = [];
-
-let ownTemporal: { stop(): Promise<void> } | undefined;
+const workers = fleet.workers;
 
 beforeAll(async () => {
-  ownTemporal = await useOwnTemporal('two-workers');
-  ({ client, close: closeClient } = await testClient());
-  workers.push(...(await Promise.all([spawnControlWorker(), spawnControlWorker()])));
-  for (const nodeId of nodeIds) await startSimAgent(nodeId, { inventory: TWO });
+  client = fleet.client;
+  for (const nodeId of nodeIds) await fleet.agent(nodeId, { inventory: TWO });
   const port = await findFreePort();
   // --debug-headers: the load helper tells replicas apart by x-llmgw-endpoint.
   const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--debug-headers']);
@@ -61,10 +45,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const d of [steady, scaled]) await runLlmgw(['undeploy', d.name]).catch(() => undefined);
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await closeClient?.();
-  await ownTemporal?.stop();
 });
 
 /** Samples readiness every 250 ms: the steady deployment must stay Ready, the scaled one never below `floor`. */

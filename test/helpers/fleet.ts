@@ -86,6 +86,8 @@ export interface IsolatedFleet {
   readonly client: Client;
   /** Every node id the file's agents used: afterAll kills their engines. */
   readonly nodeIds: string[];
+  /** The control workers beforeAll started. */
+  readonly workers: LlmgwProcess[];
   /** The agents of the running test: with `gpuClass`, stopped after each test. */
   agents: LlmgwProcess[];
   /** The process of the agent last started for this node id. */
@@ -96,16 +98,18 @@ export interface IsolatedFleet {
 
 /**
  * Registers an e2e file's fleet hooks: beforeAll connects a client (to a dev server of the
- * file's own where `ownTemporal` names one) and starts a control worker unless `controlWorker`
- * is false; with `gpuClass`, afterEach isolates the tests (isolateGpuClass, the ended ids to
+ * file's own where `ownTemporal` names one) and starts `controlWorkers` control workers; with `gpuClass`, afterEach isolates the tests (isolateGpuClass, the ended ids to
  * `afterIsolation`); afterAll ends the fleet (endFleet). Call it at the top of the file, before
  * its own hooks: its afterEach then runs after theirs.
  */
 export function useIsolatedFleet(
   options: {
     gpuClass?: string;
-    controlWorker?: boolean;
+    /** How many control workers beforeAll starts (1 by default). */
+    controlWorkers?: number;
     ownTemporal?: string;
+    /** False: no hooks at all (a file whose tests are skipped on this host). */
+    enabled?: boolean;
     afterIsolation?: (ended: string[], context: TestContext) => void;
   } = {},
 ): IsolatedFleet {
@@ -119,6 +123,7 @@ export function useIsolatedFleet(
       return client;
     },
     nodeIds: [],
+    workers: [],
     agents: [],
     agentOf(nodeId) {
       const proc = byNode.get(nodeId);
@@ -133,10 +138,12 @@ export function useIsolatedFleet(
       return started;
     },
   };
+  if (options.enabled === false) return fleet;
   beforeAll(async () => {
     if (options.ownTemporal) server = await useOwnTemporal(options.ownTemporal);
     ({ client, close: closeClient } = await testClient());
-    if (options.controlWorker !== false) await spawnControlWorker();
+    const workers = Array.from({ length: options.controlWorkers ?? 1 }, () => spawnControlWorker());
+    fleet.workers.push(...(await Promise.all(workers)));
   });
   if (options.gpuClass) {
     const gpuClass = options.gpuClass;
