@@ -5,44 +5,36 @@
 // twice, no deployment is lost, and every request either succeeded or got a clean error; a
 // worker kill was not even noticed (the other worker carries on; the killed one comes back
 // only after). Prints the counts. Runs on a dev server of its own, since it kills it.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import { Client, Connection } from '@temporalio/client';
-import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
+import type { Client } from '@temporalio/client';
 import { findFreePort } from '../../common/ports.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
-import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
+import { describeNodeQuery } from '../../workflows/definitions.js';
 import { signalGroup } from '../../agent/supervisor/proc.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
 import {
-  E2E_CATALOG,
   enginesOf,
   eventually,
   INVENTORIES,
-  killEnginesOf,
+  type LlmgwProcess,
   runLlmgw,
   sleep,
   spawnLlmgw,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
-import { uniqueId } from '../helpers/temporal.js';
+  uniqueId,
+  usePrivateFleet,
+} from '../helpers/fleet.js';
 import { deploymentsReady } from '../helpers/readiness.js';
 
 type Kind = 'agent' | 'worker' | 'engine' | 'server';
 
-let server: DevServer;
-let port: number;
-let dbFile: string;
 let env: Record<string, string>;
 /** Two control workers, as a fleet runs them: losing one must cost nothing. */
 const workers: LlmgwProcess[] = [];
 let router: OpenAI;
 const nodeIds = [uniqueId('chaos-a'), uniqueId('chaos-b')];
+const fleet = usePrivateFleet(nodeIds, 'chaos');
 const agents = new Map<string, { proc: LlmgwProcess; stateDir: string; range: string }>();
 const deployments = [
   { name: uniqueId('chaos-one'), profile: 'one-gpu', replicas: 2 },
@@ -58,67 +50,31 @@ function random(seed: number): () => number {
   };
 }
 
-async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
-  const connection = await Connection.connect({ address: `127.0.0.1:${port}`, connectTimeout: 2_000 });
-  try {
-    return await body(new Client({ connection, dataConverter: llmgwDataConverter() }));
-  } finally {
-    await connection.close();
-  }
-}
-
-const status = (name: string): Promise<DeploymentView> =>
-  withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
+/** Clients that give up connecting after 2 s: the server may be the one that was killed. */
+const withClient = <T>(body: (client: Client) => Promise<T>): Promise<T> => fleet.temporal.withClient(body, 2_000);
+const status = (name: string): Promise<DeploymentView> => fleet.temporal.status(name, 2_000);
 
 /** Every deployment Ready with all its replicas, as visibility shows it (no worker must answer). */
 async function allReady(): Promise<boolean> {
   return withClient((client) => deploymentsReady(client, deployments)).catch(() => false);
 }
 
-function startServer(): Promise<DevServer> {
-  return startDevServer({
-    temporalBin: inject('temporalBin'),
-    port,
-    headless: true,
-    dbFile,
-    logFile: `.llmgw/test/temporal-chaos-${port}.log`,
-  });
-}
-
 async function startAgent(nodeId: string): Promise<void> {
   const known = agents.get(nodeId);
-  const stateDir = known?.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
-  const from = 30000 + Math.floor(Math.random() * 300) * 100;
-  const range = known?.range ?? `${from}-${from + 99}`;
-  const proc = spawnLlmgw(
-    [
-      'agent',
-      '--node-id',
-      nodeId,
-      '--gpus',
-      join(INVENTORIES, 'lifex8.yaml'),
-      '--state-dir',
-      stateDir,
-      '--admin-addr',
-      '127.0.0.1:0',
-      '--port-range',
-      range,
-      '--presence-heartbeat-seconds',
-      '5',
-      '--lost-grace-seconds',
-      '300',
-    ],
-    env,
-  );
-  agents.set(nodeId, { proc, stateDir, range });
   // Not waiting for registration: after a kill the server may be the one that is down.
-  await proc.waitForOutput(/serving agent\//, 60_000);
+  const started = await fleet.agent(nodeId, {
+    gpus: join(INVENTORIES, 'lifex8.yaml'),
+    stateDir: known?.stateDir,
+    range: known?.range,
+    extra: ['--lost-grace-seconds', '300'],
+    wait: false,
+  });
+  agents.set(nodeId, started);
+  await started.proc.waitForOutput(/serving agent\//, 60_000);
 }
 
 async function startWorker(index: number): Promise<void> {
-  const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
-  workers[index] = worker;
-  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
+  workers[index] = await fleet.worker();
 }
 
 interface Load {
@@ -170,10 +126,7 @@ function startLoad(): Load {
 }
 
 beforeAll(async () => {
-  port = await findFreePort();
-  dbFile = join(mkdtempSync(join(tmpdir(), 'llmgw-chaos-')), 'dev.db');
-  server = await startServer();
-  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
+  env = fleet.env;
   await Promise.all([startWorker(0), startWorker(1)]);
   for (const nodeId of nodeIds) await startAgent(nodeId);
   const routerPort = await findFreePort();
@@ -196,12 +149,6 @@ beforeAll(async () => {
     },
     20_000,
   );
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await server?.stop();
 });
 
 describe('chaos', () => {
@@ -247,11 +194,11 @@ describe('chaos', () => {
           break;
         }
         case 'server':
-          what = `pid ${server.pid}`;
-          signalGroup(server.pid, 'SIGKILL');
-          await server.exited;
+          what = `pid ${fleet.temporal.server.pid}`;
+          signalGroup(fleet.temporal.server.pid, 'SIGKILL');
+          await fleet.temporal.server.exited;
           await sleep(1_000 + next() * 3_000);
-          server = await startServer();
+          await fleet.temporal.restart();
           break;
       }
       // Each kill is followed by recovery before the next, so that the time is its own. A

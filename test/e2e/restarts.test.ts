@@ -2,104 +2,32 @@
 // killed mid-deploy, and the Temporal dev server restarted (from its data file)
 // mid-deploy. Runs against a dev server of its own, so that no other test's worker
 // can stand in for the one this test kills.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { Client, Connection } from '@temporalio/client';
-import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
-import { findFreePort } from '../../common/ports.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
-import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { describeNodeQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
-import {
-  E2E_CATALOG,
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  killEnginesOf,
-  runLlmgw,
-  spawnLlmgw,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
-import { uniqueId } from '../helpers/temporal.js';
+import { enginesOf, eventually, INVENTORIES, runLlmgw, spawnLlmgw, uniqueId, usePrivateFleet } from '../helpers/fleet.js';
 
-let server: DevServer;
-let port: number;
-let dbFile: string;
 const nodeIds = [uniqueId('rst-a'), uniqueId('rst-b')];
+const fleet = usePrivateFleet(nodeIds, 'restarts');
 let env: Record<string, string>;
 
-async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
-  const connection = await Connection.connect({ address: `127.0.0.1:${port}` });
-  try {
-    return await body(new Client({ connection, dataConverter: llmgwDataConverter() }));
-  } finally {
-    await connection.close();
-  }
-}
-
-function status(name: string): Promise<DeploymentView> {
-  return withClient((client) => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery));
-}
-
-async function startWorker(): Promise<LlmgwProcess> {
-  const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
-  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
-  return worker;
-}
+const status = (name: string): Promise<DeploymentView> => fleet.temporal.status(name);
 
 beforeAll(async () => {
-  port = await findFreePort();
-  dbFile = join(mkdtempSync(join(tmpdir(), 'llmgw-restarts-')), 'dev.db');
-  server = await startDevServer({
-    temporalBin: inject('temporalBin'),
-    port,
-    headless: true,
-    dbFile,
-    logFile: `.llmgw/test/temporal-restarts-${port}.log`,
-  });
-  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
-  for (const nodeId of nodeIds) {
-    const from = 30000 + Math.floor(Math.random() * 300) * 100;
-    const agent = spawnLlmgw(
-      [
-        'agent',
-        '--node-id',
-        nodeId,
-        '--gpus',
-        join(INVENTORIES, 'lifex8.yaml'),
-        '--state-dir',
-        mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
-        '--admin-addr',
-        '127.0.0.1:0',
-        '--port-range',
-        `${from}-${from + 99}`,
-        '--presence-heartbeat-seconds',
-        '5',
-      ],
-      env,
-    );
-    await agent.waitForOutput(/registered with node\//, 60_000);
-  }
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await server?.stop();
+  env = fleet.env;
+  for (const nodeId of nodeIds) await fleet.agent(nodeId, { gpus: join(INVENTORIES, 'lifex8.yaml') });
 });
 
 describe('control plane restarts', () => {
   it('completes a deployment when the control worker is killed -9 mid-deploy and started again', async () => {
-    const worker = await startWorker();
+    const worker = await fleet.worker();
     const name = uniqueId('rst-worker');
     const deploy = spawnLlmgw(['deploy', 'life', '--name', name, '--replicas', '2', '--wait', '--timeout', '90'], env);
     await deploy.waitForOutput(/Starting|Loading|Placing/, 30_000);
     await worker.kill9();
     await new Promise((r) => setTimeout(r, 2_000));
-    await startWorker();
+    await fleet.worker();
     expect(await deploy.exited).toBe(0);
     expect((await status(name)).ready).toBe(2);
     expect(enginesOf(nodeIds)).toHaveLength(2);
@@ -110,15 +38,9 @@ describe('control plane restarts', () => {
     const name = uniqueId('rst-server');
     const started = await runLlmgw(['deploy', 'life', '--name', name, '--replicas', '2'], env);
     expect(started.code, started.output).toBe(0);
-    await server.stop();
+    await fleet.temporal.stop();
     await new Promise((r) => setTimeout(r, 2_000));
-    server = await startDevServer({
-      temporalBin: inject('temporalBin'),
-      port,
-      headless: true,
-      dbFile,
-      logFile: `.llmgw/test/temporal-restarts-${port}.log`,
-    });
+    await fleet.temporal.restart();
     let last: unknown;
     const ready = await eventually(
       'Ready after the restart',
@@ -131,7 +53,7 @@ describe('control plane restarts', () => {
       500,
     ).catch(async (error: unknown) => {
       // Say where it stuck: the deployment's view and what the nodes think.
-      const nodes = await withClient((client) =>
+      const nodes = await fleet.temporal.withClient((client) =>
         Promise.all(
           nodeIds.map((id) =>
             client.workflow

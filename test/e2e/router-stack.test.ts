@@ -2,23 +2,13 @@
 // drains without a failed request, a killed engine costs only its in-flight requests,
 // and a 30-second Temporal outage costs nothing. Runs on a dev server of its own, since
 // it stops that server.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';
-import { Client, Connection } from '@temporalio/client';
-import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { findFreePort } from '../../common/ports.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
-import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
-import { E2E_CATALOG, eventually, INVENTORIES, killEnginesOf, runLlmgw, sleep, spawnLlmgw, stopAll } from '../helpers/processes.js';
-import { uniqueId } from '../helpers/temporal.js';
+import { eventually, INVENTORIES, runLlmgw, sleep, spawnLlmgw, uniqueId, usePrivateFleet } from '../helpers/fleet.js';
 
-let server: DevServer;
-let port: number;
-let dbFile: string;
 let routerUrl: string;
 /** The router's admin listener: the detailed /health. */
 let routerAdmin: string;
@@ -26,6 +16,7 @@ let routerProc: ReturnType<typeof spawnLlmgw>;
 let env: Record<string, string>;
 const processes: Array<[string, ReturnType<typeof spawnLlmgw>]> = [];
 const nodeIds = [uniqueId('route-a'), uniqueId('route-b')];
+const fleet = usePrivateFleet(nodeIds, 'router', 'router-stack');
 const name = uniqueId('route');
 
 interface Sample {
@@ -36,17 +27,7 @@ interface Sample {
   error: string;
 }
 
-function status(): Promise<DeploymentView> {
-  return Connection.connect({ address: `127.0.0.1:${port}` }).then(async (connection) => {
-    try {
-      return await new Client({ connection, dataConverter: llmgwDataConverter() }).workflow
-        .getHandle(`deployment/${name}`)
-        .query(deploymentStatusQuery);
-    } finally {
-      await connection.close();
-    }
-  });
-}
+const status = (): Promise<DeploymentView> => fleet.temporal.status(name);
 
 /** Steady load: `concurrency` clients alternating plain and streamed chat requests. */
 function startLoad(concurrency = 4): { stop(): Promise<Sample[]> } {
@@ -91,43 +72,11 @@ function startLoad(concurrency = 4): { stop(): Promise<Sample[]> } {
 }
 
 beforeAll(async () => {
-  port = await findFreePort();
-  dbFile = join(mkdtempSync(join(tmpdir(), 'llmgw-router-stack-')), 'dev.db');
-  server = await startDevServer({
-    temporalBin: inject('temporalBin'),
-    port,
-    headless: true,
-    dbFile,
-    logFile: `.llmgw/test/temporal-router-${port}.log`,
-  });
-  env = { TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
-  const worker = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], env);
-  processes.push(['worker', worker]);
-  await worker.waitForOutput(/serving task queue llmgw/, 90_000);
+  env = fleet.env;
+  processes.push(['worker', await fleet.worker()]);
   for (const nodeId of nodeIds) {
-    const from = 30000 + Math.floor(Math.random() * 300) * 100;
-    const agent = spawnLlmgw(
-      [
-        'agent',
-        '--node-id',
-        nodeId,
-        '--gpus',
-        join(INVENTORIES, 'routex8.yaml'),
-        '--state-dir',
-        mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
-        '--admin-addr',
-        '127.0.0.1:0',
-        '--port-range',
-        `${from}-${from + 99}`,
-        '--presence-heartbeat-seconds',
-        '5',
-        '--lost-grace-seconds',
-        '300',
-      ],
-      env,
-    );
-    processes.push([`agent ${nodeId}`, agent]);
-    await agent.waitForOutput(/registered with node\//, 60_000);
+    const agent = await fleet.agent(nodeId, { gpus: join(INVENTORIES, 'routex8.yaml'), extra: ['--lost-grace-seconds', '300'] });
+    processes.push([`agent ${nodeId}`, agent.proc]);
   }
   const routerPort = await findFreePort();
   routerAdmin = `http://127.0.0.1:${await findFreePort()}`;
@@ -159,12 +108,6 @@ beforeAll(async () => {
     },
     20_000,
   );
-});
-
-afterAll(async () => {
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await server?.stop();
 });
 
 describe('the router under load', () => {
@@ -221,7 +164,7 @@ describe('the router under load', () => {
   it('keeps serving through a 30 s Temporal outage, and routes a replica added after Temporal returns within 1 s of it being Ready', async () => {
     const load = startLoad(2);
     await sleep(1_000);
-    await server.stop();
+    await fleet.temporal.stop();
     await sleep(30_000);
     const duringOutage = await load.stop();
     const failed = duringOutage.filter((s) => !s.ok);
@@ -230,13 +173,7 @@ describe('the router under load', () => {
     const health = await request(`${routerUrl}/health`);
     expect(await health.body.text()).toMatch(/unreachable|degraded/i);
 
-    server = await startDevServer({
-      temporalBin: inject('temporalBin'),
-      port,
-      headless: true,
-      dbFile,
-      logFile: `.llmgw/test/temporal-router-${port}.log`,
-    });
+    await fleet.temporal.restart();
     // Known by replica id, not endpoint: the agent may give the new engine the port a
     // stopped replica of this deployment used (CI saw exactly that), and that is fine.
     const before = new Set((await eventually('status after restart', () => status(), 60_000)).replicas.map((r) => r.replicaId));

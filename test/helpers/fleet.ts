@@ -10,6 +10,8 @@ import { afterAll, afterEach, beforeAll, type TestContext } from 'vitest';
 import { killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from './processes.js';
 import { testClient, useOwnTemporal } from './temporal.js';
 
+import { startPrivateTemporal, type PrivateTemporal } from './private-temporal.js';
+
 export * from './processes.js';
 export * from './temporal.js';
 export { startPrivateTemporal, type PrivateTemporal } from './private-temporal.js';
@@ -153,5 +155,42 @@ export function useIsolatedFleet(
     });
   }
   afterAll(() => endFleet({ nodeIds: fleet.nodeIds, closeClient, server }));
+  return fleet;
+}
+
+export interface PrivateFleet {
+  /** The file's own dev server (set once its beforeAll has run). */
+  readonly temporal: PrivateTemporal;
+  /** TEMPORAL_ADDRESS of that server, for llmgw processes and CLI runs. */
+  readonly env: Record<string, string>;
+  /** A control worker on the private server. */
+  worker(): Promise<LlmgwProcess>;
+  /** A simulated agent on the private server (startTcpAgent). */
+  agent(nodeId: string, options: Omit<Parameters<typeof startTcpAgent>[1], 'env'>): Promise<FleetAgent>;
+}
+
+/**
+ * Registers the hooks of an e2e file that runs on a dev server of its own (it stops or kills
+ * it): beforeAll starts the server (startPrivateTemporal with `label`); afterAll ends the
+ * fleet: every llmgw process, the engines of `nodeIds`, the server. Call it before the file's
+ * own beforeAll, which starts the workers and agents it needs.
+ */
+export function usePrivateFleet(nodeIds: string[], label: string, dataLabel = label): PrivateFleet {
+  let temporal: PrivateTemporal | undefined;
+  const fleet: PrivateFleet = {
+    get temporal() {
+      if (!temporal) throw new Error('the private dev server starts in beforeAll');
+      return temporal;
+    },
+    get env() {
+      return fleet.temporal.env;
+    },
+    worker: () => spawnControlWorker(fleet.env),
+    agent: (nodeId, options) => startTcpAgent(nodeId, { ...options, env: fleet.env }),
+  };
+  beforeAll(async () => {
+    temporal = await startPrivateTemporal(label, dataLabel);
+  });
+  afterAll(() => endFleet({ nodeIds, server: temporal }));
   return fleet;
 }

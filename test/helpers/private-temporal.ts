@@ -14,6 +14,8 @@ import type { DeploymentView } from '../../common/replica-types.js';
 
 export interface PrivateTemporal {
   port: number;
+  /** The server process now running (for a test that kills it). */
+  readonly server: DevServer;
   /** TEMPORAL_ADDRESS for llmgw processes and CLI runs against this server. */
   env: Record<string, string>;
   /** Stops the server (its data file stays). */
@@ -41,6 +43,10 @@ export async function startPrivateTemporal(label: string, dataLabel = label): Pr
   let server: DevServer | undefined = await start();
   const temporal: PrivateTemporal = {
     port,
+    get server() {
+      if (!server) throw new Error('the private dev server is stopped');
+      return server;
+    },
     env: { TEMPORAL_ADDRESS: `127.0.0.1:${port}` },
     async stop() {
       await server?.stop();
