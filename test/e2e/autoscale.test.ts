@@ -16,7 +16,7 @@ import { deploymentStatusQuery, describeNodeQuery, undeployUpdate } from '../../
 import {
   enginesOf,
   eventually,
-  INVENTORIES,
+  inventory,
   type LlmgwProcess,
   runLlmgw,
   sleep,
@@ -116,7 +116,7 @@ let routerPort: number;
 beforeAll(async () => {
   client = fleet.client;
   worker = fleet.workers[0]!;
-  await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'autox8.yaml') });
+  await fleet.agent(nodeId, { inventory: inventory('autox8.yaml') });
   routerPort = await findFreePort();
   router = await startRouterProc(routerPort);
 });

@@ -5,7 +5,6 @@
 // twice, no deployment is lost, and every request either succeeded or got a clean error; a
 // worker kill was not even noticed (the other worker carries on; the killed one comes back
 // only after). Prints the counts. Runs on a dev server of its own, since it kills it.
-import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import type { Client } from '@temporalio/client';
@@ -17,7 +16,8 @@ import type { NodeView } from '../../common/node-types.js';
 import {
   enginesOf,
   eventually,
-  INVENTORIES,
+  type FleetAgent,
+  inventory,
   type LlmgwProcess,
   runLlmgw,
   sleep,
@@ -35,7 +35,7 @@ const workers: LlmgwProcess[] = [];
 let router: OpenAI;
 const nodeIds = [uniqueId('chaos-a'), uniqueId('chaos-b')];
 const fleet = usePrivateFleet(nodeIds, 'chaos');
-const agents = new Map<string, { proc: LlmgwProcess; stateDir: string; range: string }>();
+const agents = new Map<string, FleetAgent>();
 const deployments = [
   { name: uniqueId('chaos-one'), profile: 'one-gpu', replicas: 2 },
   { name: uniqueId('chaos-two'), profile: 'tp2', replicas: 1 },
@@ -63,7 +63,7 @@ async function startAgent(nodeId: string): Promise<void> {
   const known = agents.get(nodeId);
   // Not waiting for registration: after a kill the server may be the one that is down.
   const started = await fleet.agent(nodeId, {
-    gpus: join(INVENTORIES, 'lifex8.yaml'),
+    gpus: inventory('lifex8.yaml'),
     stateDir: known?.stateDir,
     range: known?.range,
     extra: ['--lost-grace-seconds', '300'],

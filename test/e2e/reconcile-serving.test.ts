@@ -2,7 +2,7 @@
 // server, a worker, two agents and a router): the router holds the routes Temporal forgot while
 // their engines answer, a drain during the hold still leaves at once, and no request fails.
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { enginesOf, eventually, runLlmgw, sleep } from '../helpers/processes.js';
 import { startLoad, summarise } from '../helpers/load.js';
 import { uniqueId } from '../helpers/temporal.js';
@@ -19,14 +19,12 @@ import {
   routerHealth,
   routerProc,
   startAgent,
-  startReconcileStack,
   status,
-  stopReconcileStack,
   undeploy,
+  useReconcileStack,
 } from '../helpers/reconcile-stack.js';
 
-beforeAll(startReconcileStack);
-afterAll(stopReconcileStack);
+useReconcileStack();
 
 describe('serving while Temporal forgets', () => {
   it('serves through a Temporal that lost its data: 0 failed requests, forgotten routes held while their engines answer, a drain during the hold leaves at once', async () => {

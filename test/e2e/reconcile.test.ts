@@ -5,7 +5,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawn } from 'node:child_process';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { findFreePort } from '../../common/ports.js';
 import { CONTROL_TASK_QUEUE } from '../../common/names.js';
 import { connectAdmin } from '../../agent/admin/client.js';
@@ -32,17 +32,15 @@ import {
   routerAdmin,
   routerProc,
   startAgent,
-  startReconcileStack,
   status,
-  stopReconcileStack,
   undeploy,
+  useReconcileStack,
   withClient,
   workerProc,
   env,
 } from '../helpers/reconcile-stack.js';
 
-beforeAll(startReconcileStack);
-afterAll(stopReconcileStack);
+useReconcileStack();
 
 const first = uniqueId('rec-one');
 const second = uniqueId('rec-two');

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { afterAll, afterEach, beforeAll, type TestContext } from 'vitest';
-import { killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from './processes.js';
+import { INVENTORIES, killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from './processes.js';
 import { testClient, useOwnTemporal } from './temporal.js';
 
 import { startPrivateTemporal, type PrivateTemporal } from './private-temporal.js';
@@ -15,6 +15,11 @@ import { startPrivateTemporal, type PrivateTemporal } from './private-temporal.j
 export * from './processes.js';
 export * from './temporal.js';
 export { startPrivateTemporal, type PrivateTemporal } from './private-temporal.js';
+
+/** A fixture GPU inventory (test/fixtures/inventories/<file>). */
+export function inventory(file: string): string {
+  return join(INVENTORIES, file);
+}
 
 /** A port range of `span` + 1 ports at a random hundred in 30000–59999, as test agents use. */
 export function randomPortRange(span = 99): string {

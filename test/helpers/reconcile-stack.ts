@@ -4,7 +4,7 @@
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { expect, inject } from 'vitest';
+import { afterAll, beforeAll, expect, inject } from 'vitest';
 import OpenAI from 'openai';
 import { Client, Connection } from '@temporalio/client';
 import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
@@ -185,6 +185,12 @@ export async function startReconcileStack(): Promise<void> {
   );
   await routerProc.waitForOutput(/listening|router/, 30_000);
   router = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 });
+}
+
+/** Registers the stack's hooks: started in beforeAll, ended in afterAll. */
+export function useReconcileStack(): void {
+  beforeAll(startReconcileStack);
+  afterAll(stopReconcileStack);
 }
 
 export async function stopReconcileStack(): Promise<void> {
