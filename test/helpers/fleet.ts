@@ -9,7 +9,6 @@ import type { Client } from '@temporalio/client';
 import { afterAll, afterEach, beforeAll, type TestContext } from 'vitest';
 import { INVENTORIES, killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from './processes.js';
 import { testClient, useOwnTemporal } from './temporal.js';
-
 import { startPrivateTemporal, type PrivateTemporal } from './private-temporal.js';
 
 export * from './processes.js';
