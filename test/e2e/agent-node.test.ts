@@ -3,10 +3,8 @@
 import { join } from 'node:path';
 import { mkdtempSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
-import { Worker, NativeConnection } from '@temporalio/worker';
-import type { Client } from '@temporalio/client';
 import { ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure } from '@temporalio/common';
 import { create } from '@bufbuild/protobuf';
@@ -21,31 +19,17 @@ import {
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../../workflows/definitions.js';
 import { recordHistory } from '../helpers/histories.js';
 import type { NodeView, ReserveResult } from '../../common/node-types.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
 import { findFreePort } from '../../common/ports.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { readEnviron } from '../../agent/supervisor/proc.js';
-import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
-import {
-  enginesOf,
-  eventually,
-  killEnginesOf,
-  sleep,
-  spawnControlWorker,
-  spawnLlmgw,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+import { uniqueId } from '../helpers/temporal.js';
+import { useCallWorker } from '../helpers/call-worker.js';
+import { enginesOf, eventually, sleep, spawnLlmgw, type LlmgwProcess } from '../helpers/processes.js';
 import { fakeShardSpec } from '../helpers/shards.js';
 import type { AgentCall } from '../workflows/agent-calls.js';
 
 const nodeIds: string[] = [];
-let client: Client;
-let closeClient: () => Promise<void>;
-let testWorker: Worker;
-let testWorkerRun: Promise<void>;
-let testConnection: NativeConnection;
-const testQueue = uniqueId('agent-e2e');
+const calls = useCallWorker('agent-e2e', nodeIds);
 
 async function portRange(): Promise<string> {
   const from = ((await findFreePort()) % 20000) + 30000;
@@ -87,15 +71,11 @@ async function startAgent(
 function call<T>(nodeId: string, activity: AgentCall, arg?: unknown): Promise<T> {
   // A start is sent by the workflow of the replica its placement ticket names, as in production.
   const replicaId = activity === 'startShard' ? (arg as { replicaId?: string }).replicaId : undefined;
-  return client.workflow.execute('agentCall', {
-    taskQueue: testQueue,
-    workflowId: replicaId ?? uniqueId('agent-call'),
-    args: [nodeId, activity, arg],
-  }) as Promise<T>;
+  return calls.call<T>(nodeId, activity, arg, replicaId ?? uniqueId('agent-call'));
 }
 
 function nodeView(nodeId: string): Promise<NodeView> {
-  return client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
+  return calls.client().workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
 }
 
 async function health(port: number): Promise<number> {
@@ -106,34 +86,11 @@ async function health(port: number): Promise<number> {
   }
 }
 
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  const controlWorker = spawnControlWorker();
-  testConnection = await NativeConnection.connect({ address: temporalAddress() });
-  testWorker = await Worker.create({
-    connection: testConnection,
-    taskQueue: testQueue,
-    workflowsPath: join(__dirname, '../workflows/index.ts'),
-    dataConverter: llmgwDataConverter(),
-  });
-  testWorkerRun = testWorker.run();
-  await controlWorker;
-});
-
-afterAll(async () => {
-  testWorker?.shutdown();
-  await testWorkerRun?.catch(() => undefined);
-  await stopAll();
-  await killEnginesOf(nodeIds);
-  await testConnection?.close();
-  await closeClient?.();
-});
-
 describe('agent and node workflow', () => {
   it('registers a simulated 8×H100 host: node/<id> is Ready with LlmgwFreeGpus=8 and a heartbeating presence activity', async () => {
     const nodeId = uniqueId('h100');
     await startAgent(nodeId);
-    const handle = client.workflow.getHandle(`node/${nodeId}`);
+    const handle = calls.client().workflow.getHandle(`node/${nodeId}`);
     const description = await eventually('presence heartbeat', async () => {
       const d = await handle.describe();
       const pending = d.raw.pendingActivities?.[0];
@@ -152,7 +109,7 @@ describe('agent and node workflow', () => {
   it('records a node workflow through registration, reserves, release and its agent dying (history replayed in CI)', async () => {
     const nodeId = uniqueId('history');
     const agent = await startAgent(nodeId);
-    const handle = client.workflow.getHandle(`node/${nodeId}`);
+    const handle = calls.client().workflow.getHandle(`node/${nodeId}`);
     await handle.executeUpdate(reserveUpdate, { args: [{ shardId: 'h.1.r0.a1', replicaId: 'replica/h/1', count: 2 }] });
     await handle.executeUpdate(releaseUpdate, { args: [{ shardId: 'h.1.r0.a1' }] });
     await agent.proc.kill9();
@@ -251,7 +208,7 @@ describe('agent and node workflow', () => {
   it('grants exactly eight of twenty concurrent one-GPU reserves on an 8-GPU node, never one GPU twice, and is idempotent by shard id', async () => {
     const nodeId = uniqueId('reserve');
     await startAgent(nodeId);
-    const handle = client.workflow.getHandle(`node/${nodeId}`);
+    const handle = calls.client().workflow.getHandle(`node/${nodeId}`);
     const results = await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
         handle.executeUpdate(reserveUpdate, { args: [{ shardId: `r.${i}.r0.a1`, replicaId: `replica/r/${i}`, count: 1 }] }),
@@ -277,7 +234,7 @@ describe('agent and node workflow', () => {
     const view = await nodeView(nodeId);
     expect(view.inventory?.gpus).toHaveLength(8);
     expect(view.inventory?.gpus.find((gpu) => gpu.index === 6)?.problems.join()).toMatch(/uncorrected ECC/);
-    const handle = client.workflow.getHandle(`node/${nodeId}`);
+    const handle = calls.client().workflow.getHandle(`node/${nodeId}`);
     const tp2 = await handle.executeUpdate(reserveUpdate, { args: [{ shardId: 'tp2.1.r0.a1', replicaId: 'replica/tp2/1', count: 2 }] });
     expect(tp2.ok && tp2.gpuIndices).toEqual([0, 1]);
     const handedOut: number[] = [];

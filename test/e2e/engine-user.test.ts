@@ -5,33 +5,26 @@
 import { join } from 'node:path';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Worker, NativeConnection } from '@temporalio/worker';
-import type { Client } from '@temporalio/client';
+import { describe, expect, it } from 'vitest';
 import { create } from '@bufbuild/protobuf';
 import { WaitHealthySchema, type RunningShard, type ShardStatus, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
-import { findFreePort } from '../../common/ports.js';
 import { lookupUser } from '../../agent/engine-identity.js';
-import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
-import { enginesOf, killEnginesOf, spawnControlWorker, spawnLlmgw, stopAll } from '../helpers/processes.js';
+import { uniqueId } from '../helpers/temporal.js';
+import { useCallWorker } from '../helpers/call-worker.js';
+import { randomPortRange, startTcpAgent } from '../helpers/fleet.js';
+import { enginesOf } from '../helpers/processes.js';
 import { fakeShardSpec } from '../helpers/shards.js';
 import { router, useRouterHarness } from '../helpers/router-harness.js';
 
 const nodeId = uniqueId('engine-user');
 const KEY = `engine-key-${uniqueId('k')}`;
-let client: Client;
-let closeClient: () => Promise<void>;
-let worker: Worker;
-let workerRun: Promise<void>;
-let connection: NativeConnection;
-const queue = uniqueId('engine-user-calls');
+const calls = useCallWorker('engine-user-calls', [nodeId]);
 const runningAsRoot = process.getuid?.() === 0;
 
 useRouterHarness();
 
 function call<T>(activity: string, arg: unknown, workflowId: string): Promise<T> {
-  return client.workflow.execute('agentCall', { taskQueue: queue, workflowId, args: [nodeId, activity, arg] }) as Promise<T>;
+  return calls.call<T>(nodeId, activity, arg, workflowId);
 }
 
 /** The real, effective, saved and filesystem uids of a process. */
@@ -40,50 +33,16 @@ function uids(pid: number): number[] {
   return line.trim().split(/\s+/).map(Number);
 }
 
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  const controlWorker = spawnControlWorker();
-  connection = await NativeConnection.connect({ address: temporalAddress() });
-  worker = await Worker.create({
-    connection,
-    taskQueue: queue,
-    workflowsPath: join(__dirname, '../workflows/index.ts'),
-    dataConverter: llmgwDataConverter(),
-  });
-  workerRun = worker.run();
-  await controlWorker;
-});
-
-afterAll(async () => {
-  worker?.shutdown();
-  await workerRun?.catch(() => undefined);
-  await stopAll();
-  await killEnginesOf([nodeId]);
-  await connection?.close();
-  await closeClient?.();
-});
-
 describe('engines without root', () => {
   it('runs every engine with a non-zero uid, and an engine started with a key refuses requests without it while the router is served', async () => {
     const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-engine-key-')), 'engine.key');
     writeFileSync(keyFile, `${KEY}\n`, { mode: 0o600 });
-    const from = ((await findFreePort()) % 20000) + 30000;
-    const agent = spawnLlmgw([
-      'agent',
-      '--node-id',
-      nodeId,
-      '--gpus',
-      'builtin:h100x8',
-      '--state-dir',
-      mkdtempSync(join(tmpdir(), 'llmgw-engine-user-')),
-      '--port-range',
-      `${from}-${from + 20}`,
-      '--reconcile',
-      'dry-run',
-      '--engine-key-file',
-      keyFile,
-    ]);
-    await agent.waitForOutput(/registered with node\//, 60_000);
+    const { proc: agent } = await startTcpAgent(nodeId, {
+      gpus: 'builtin:h100x8',
+      env: {},
+      range: randomPortRange(20),
+      extra: ['--reconcile', 'dry-run', '--engine-key-file', keyFile],
+    });
     const expected = runningAsRoot ? (lookupUser('llmgw-engine') ?? lookupUser('nobody')) : undefined;
     if (runningAsRoot) expect(agent.output()).toMatch(new RegExp(`engines run as ${expected!.name} \\(uid ${expected!.uid}\\)`));
 

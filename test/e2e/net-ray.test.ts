@@ -7,9 +7,9 @@ import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
-import { enginesOf, INVENTORIES, runLlmgw, sleep } from '../helpers/processes.js';
+import { enginesOf, INVENTORIES, runLlmgw } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
-import { startLoad, summarise } from '../helpers/load.js';
+import { servedWithoutFailure } from '../helpers/load.js';
 import { listeners, networkUnavailable } from '../helpers/netns/network.js';
 import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 
@@ -55,13 +55,10 @@ describe.skipIf(unavailable !== undefined)('a Ray replica across two namespaced 
     expect(listeners(fleet.network, worker.host).some((l) => l.address === worker.host.address)).toBe(true);
     expect(leader.proc.output()).toMatch(new RegExp(`all 2 Ray nodes joined at ${leader.host.address.replace(/\./g, '\\.')}:`));
 
-    const load = startLoad({ routerUrl: fleet.routerUrl, model: name, plainClients: 2, streamClients: 1, streamTokens: 10 });
-    await sleep(3_000);
-    const samples = await load.stop();
-    expect(
-      samples.filter((s) => !s.ok),
-      summarise(samples),
-    ).toEqual([]);
+    const samples = await servedWithoutFailure(
+      { routerUrl: fleet.routerUrl, model: name, plainClients: 2, streamClients: 1, streamTokens: 10 },
+      3_000,
+    );
     expect(samples.length).toBeGreaterThan(5);
     expect(new Set(samples.map((s) => new URL(s.endpoint).hostname))).toEqual(new Set([leader.host.address]));
   }, 400_000);

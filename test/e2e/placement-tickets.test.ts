@@ -1,38 +1,24 @@
 // Signed placements, end to end (issue 26, point 3): a namespace member with a worker of its
 // own sends startShard to a real agent's `agent/<node>` queue with a validly signed revision
 // but a placement of its choosing. The agent refuses each, naming why, and starts nothing.
-import { join } from 'node:path';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Worker, NativeConnection } from '@temporalio/worker';
-import type { Client } from '@temporalio/client';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
 import { clone, create } from '@bufbuild/protobuf';
 import { StartShardSchema, WaitHealthySchema, type RunningShard, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
-import { findFreePort } from '../../common/ports.js';
-import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
-import { enginesOf, killEnginesOf, spawnControlWorker, spawnLlmgw, stopAll } from '../helpers/processes.js';
+import { uniqueId } from '../helpers/temporal.js';
+import { useCallWorker } from '../helpers/call-worker.js';
+import { randomPortRange, startTcpAgent } from '../helpers/fleet.js';
+import { enginesOf } from '../helpers/processes.js';
 import { fakeShardSpec } from '../helpers/shards.js';
 import { placeWithTestKey, ticketFor } from '../helpers/catalog-key.js';
 
 const nodeId = uniqueId('tickets');
-let client: Client;
-let closeClient: () => Promise<void>;
-let attackerWorker: Worker;
-let attackerRun: Promise<void>;
-let connection: NativeConnection;
-const attackerQueue = uniqueId('attacker');
+const attacker = useCallWorker('attacker', [nodeId]);
 
 /** startShard on the agent's queue from a workflow of the attacker's worker, under `workflowId`. */
 function start(spec: StartShard, workflowId = spec.replicaId): Promise<RunningShard> {
-  return client.workflow.execute('agentCall', {
-    taskQueue: attackerQueue,
-    workflowId,
-    args: [nodeId, 'startShard', spec],
-  }) as Promise<RunningShard>;
+  return attacker.call<RunningShard>(nodeId, 'startShard', spec, workflowId);
 }
 
 async function refusal(spec: StartShard, workflowId?: string): Promise<ApplicationFailure> {
@@ -51,43 +37,12 @@ function tampered(genuine: StartShard, change: (s: StartShard) => void): StartSh
 }
 
 beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  const controlWorker = spawnControlWorker();
-  connection = await NativeConnection.connect({ address: temporalAddress() });
-  attackerWorker = await Worker.create({
-    connection,
-    taskQueue: attackerQueue,
-    workflowsPath: join(__dirname, '../workflows/index.ts'),
-    dataConverter: llmgwDataConverter(),
+  await startTcpAgent(nodeId, {
+    gpus: 'builtin:h100x8',
+    env: {},
+    range: randomPortRange(20),
+    extra: ['--managed-gpus', '0,1,2,3', '--reconcile', 'dry-run'],
   });
-  attackerRun = attackerWorker.run();
-  await controlWorker;
-  const from = ((await findFreePort()) % 20000) + 30000;
-  const agent = spawnLlmgw([
-    'agent',
-    '--node-id',
-    nodeId,
-    '--gpus',
-    'builtin:h100x8',
-    '--managed-gpus',
-    '0,1,2,3',
-    '--state-dir',
-    mkdtempSync(join(tmpdir(), 'llmgw-tickets-')),
-    '--port-range',
-    `${from}-${from + 20}`,
-    '--reconcile',
-    'dry-run',
-  ]);
-  await agent.waitForOutput(/registered with node\//, 60_000);
-});
-
-afterAll(async () => {
-  attackerWorker?.shutdown();
-  await attackerRun?.catch(() => undefined);
-  await stopAll();
-  await killEnginesOf([nodeId]);
-  await connection?.close();
-  await closeClient?.();
 });
 
 describe('signed placements', () => {
@@ -95,11 +50,12 @@ describe('signed placements', () => {
     // The genuine shard: placed by the control worker on GPU 0, sent by its replica's workflow.
     const genuine = fakeShardSpec({ nodeId, deployment: 'ticket-genuine', gpus: [0], args: ['--load-time', '0'] });
     const running = await start(genuine);
-    await client.workflow.execute('agentCall', {
-      taskQueue: attackerQueue,
-      workflowId: uniqueId('wait'),
-      args: [nodeId, 'waitHealthy', create(WaitHealthySchema, { shardId: genuine.shardId, timeoutSeconds: 30 })],
-    });
+    await attacker.call(
+      nodeId,
+      'waitHealthy',
+      create(WaitHealthySchema, { shardId: genuine.shardId, timeoutSeconds: 30 }),
+      uniqueId('wait'),
+    );
     const enginePids = enginesOf([nodeId]).map((e) => e.pid);
     expect(enginePids).toEqual([running.status!.pid]);
 

@@ -22,18 +22,17 @@ import { ROUTES_WORKFLOW_ID } from '../../workflows/routes/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import {
   E2E_CATALOG,
+  endFleet,
   enginesOf,
   eventually,
-  INVENTORIES,
-  killEnginesOf,
+  inventory,
   runLlmgw,
   spawnLlmgw,
   startSimAgent,
-  stopAll,
-  type LlmgwProcess,
-} from '../helpers/processes.js';
+  uniqueId,
+} from '../helpers/fleet.js';
+import type { LlmgwProcess } from '../helpers/fleet.js';
 import { beforeReleases, buildCommit, latestRelease } from '../helpers/release-build.js';
-import { uniqueId } from '../helpers/temporal.js';
 
 interface Fleet {
   server: DevServer;
@@ -91,12 +90,13 @@ function keysFor(f: Fleet, part: 'old' | 'worker' | 'agent'): Record<string, str
 }
 
 afterEach(async () => {
-  await stopAll();
-  if (!fleet) return;
-  await killEnginesOf(fleet.nodeIds);
-  await fleet.connection.close();
-  await fleet.server.stop();
+  const ending = fleet;
   fleet = undefined;
+  await endFleet({
+    nodeIds: ending?.nodeIds ?? [],
+    server: ending?.server,
+    closeClient: () => ending?.connection.close() ?? Promise.resolve(),
+  });
 });
 
 async function startWorker(f: Fleet, bin?: string): Promise<{ buildId: string; proc: LlmgwProcess }> {
@@ -109,7 +109,7 @@ async function startAgents(f: Fleet, bin?: string, stateDirs?: string[]) {
   return Promise.all(
     f.nodeIds.map((nodeId, i) =>
       startSimAgent(nodeId, {
-        inventory: join(INVENTORIES, 'upgx8.yaml'),
+        inventory: inventory('upgx8.yaml'),
         stateDir: stateDirs?.[i] ?? mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`)),
         env: { ...f.env, ...keysFor(f, bin ? 'old' : 'agent') },
         bin,
@@ -211,7 +211,7 @@ describe('upgrading a running fleet to this build', () => {
     for (const [i, agent] of agents.entries()) {
       await agent.proc.stop();
       await startSimAgent(f.nodeIds[i]!, {
-        inventory: join(INVENTORIES, 'upgx8.yaml'),
+        inventory: inventory('upgx8.yaml'),
         stateDir: agent.stateDir,
         range: agent.range,
         env: { ...f.env, ...keysFor(f, 'agent') },

@@ -1,6 +1,7 @@
 // Steady load through a router for end-to-end tests: clients sending plain and streamed chat
 // requests, each outcome recorded (which engine served it, whether a stream ended cleanly).
 import { request } from 'undici';
+import { expect } from 'vitest';
 
 export interface Sample {
   start: number;
@@ -95,4 +96,16 @@ export function summarise(samples: Sample[]): string {
           .join(' | ')}`
       : ''
   }`;
+}
+
+/** Runs `options` load for `ms` and returns its samples, having checked that none failed. */
+export async function servedWithoutFailure(options: LoadOptions, ms: number): Promise<Sample[]> {
+  const load = startLoad(options);
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  const samples = await load.stop();
+  expect(
+    samples.filter((s) => !s.ok),
+    summarise(samples),
+  ).toEqual([]);
+  return samples;
 }
