@@ -23,12 +23,17 @@ export function registerSimCommands(program: Command): void {
     .option('--presence-heartbeat-seconds <s>', 'as for llmgw agent')
     .option('--lost-grace-seconds <s>', 'as for llmgw agent')
     .option('--reconcile-every-seconds <s>', 'as for llmgw agent')
-    .option('--catalog-key <file>', 'as for llmgw agent (or LLMGW_CATALOG_KEY_FILE)')
+    .option('--catalog-key <file>', 'as for llmgw agent (or LLMGW_CATALOG_PUBLIC_KEY_FILE, LLMGW_CATALOG_KEY_FILE)')
     .option('--insecure-unsigned', 'as for llmgw agent')
     .option('--metrics-addr <host:port|off>', 'one /metrics for the fleet, every host labelled llmgw_node (default off)')
     .action(async (opts: Record<string, unknown>) => {
       const { runSimFleet } = await import('../sim/fleet.js');
-      await runSimFleet({ catalogKey: opts.insecureUnsigned ? undefined : process.env.LLMGW_CATALOG_KEY_FILE || undefined, ...opts });
+      await runSimFleet({
+        catalogKey: opts.insecureUnsigned
+          ? undefined
+          : process.env.LLMGW_CATALOG_PUBLIC_KEY_FILE || process.env.LLMGW_CATALOG_KEY_FILE || undefined,
+        ...opts,
+      });
     });
 
   program

@@ -223,10 +223,16 @@ export function removeStaleTempFiles(stateDir: string): string[] {
 export function checkStateDirWritable(stateDir: string): void {
   let path = stateDir;
   try {
-    for (const dir of [stateDir, shardsDir(stateDir), logsDir(stateDir)]) {
+    // The state dir itself may be passed through (0711) by the engine user, to reach the
+    // weights cache under it (agent/weights/); what is ours alone stays 0700 below it.
+    for (const [dir, mode] of [
+      [stateDir, 0o711],
+      [shardsDir(stateDir), 0o700],
+      [logsDir(stateDir), 0o700],
+    ] as const) {
       path = dir;
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
-      chmodSync(dir, 0o700);
+      mkdirSync(dir, { recursive: true, mode });
+      chmodSync(dir, mode);
     }
     path = join(shardsDir(stateDir), `.probe-${process.pid}`);
     const fd = openSync(path, 'w', 0o600);

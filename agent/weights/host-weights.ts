@@ -1,6 +1,6 @@
 // The agent's weights part, assembled from its flags: the host cache (with the shards in use,
 // which are never evicted) and the activities it serves on the host's queue. Agent side.
-import { mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync } from 'node:fs';
 import type { RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { LineLog } from '../../common/logger.js';
 import type { AgentConfig } from '../config.js';
@@ -13,6 +13,8 @@ export function createHostWeights(
   log: LineLog,
 ): { cache: HostWeightsCache; activities: ReturnType<typeof createWeightsActivities> } {
   mkdirSync(config.weightsDir, { recursive: true });
+  // Engines run as an unprivileged user (--engine-user) and read their snapshot from here.
+  chmodSync(config.weightsDir, 0o755);
   const cache = new HostWeightsCache({
     weightsDir: config.weightsDir,
     ...(config.weightsBudget ? { budget: config.weightsBudget } : {}),

@@ -26,7 +26,9 @@ describe.skipIf(unavailable !== undefined)('a Ray replica across two namespaced 
       label: 'netray',
       hosts: 2,
       inventory: join(INVENTORIES, 'netray.yaml'),
-      agentFlags: ['--ray-command', ray!],
+      // The venv's interpreter may live under /root (pyenv on CI), which the unprivileged engine
+      // user cannot reach: Ray runs as the agent's user here.
+      agentFlags: ['--ray-command', ray!, '--engine-user', 'root'],
     });
   }, 180_000);
 

@@ -47,7 +47,10 @@ function rayStatus(address: string): string {
 
 beforeAll(async () => {
   if (!ray) return;
-  for (const nodeId of nodeIds) await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'ray-ib-a.yaml'), extra: ['--ray-command', ray] });
+  // The venv's interpreter may live under /root (pyenv on CI), which the unprivileged engine user
+  // cannot reach: Ray runs as the agent's user here.
+  for (const nodeId of nodeIds)
+    await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'ray-ib-a.yaml'), extra: ['--ray-command', ray, '--engine-user', 'root'] });
 });
 
 afterAll(async () => {

@@ -68,6 +68,9 @@ describe('router shutdown', () => {
     const port = await findFreePort();
     const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--admin-addr', 'off', '--shutdown-grace', '20'], {
       TEMPORAL_ADDRESS: fake.address,
+      // The stand-in Temporal serves its table unsigned: this router is one without keys.
+      LLMGW_CATALOG_PUBLIC_KEY_FILE: '',
+      LLMGW_CATALOG_KEY_FILE: '',
     });
     const url = `http://127.0.0.1:${port}/v1/chat/completions`;
     const ask = (stream: boolean, maxTokens: number) =>

@@ -70,9 +70,10 @@ describe('a host that keeps its secrets and runs only what the catalog allows', 
     const [engine] = enginesOf([nodeId]);
     expect(engine?.env).toMatchObject({ HF_TOKEN: secret, WANDB_API_KEY: wandb, FAKE_LITERAL: 'plain' });
 
-    // The agent's files are its own: state dir 0700, specs and logs 0600.
+    // The agent's files are its own: the state dir only passed through (0711, for the engine
+    // user to reach the weights cache), its shards and logs 0700, specs and logs 0600.
     const { stateDir } = agent;
-    expect(statSync(stateDir).mode & 0o777).toBe(0o700);
+    expect(statSync(stateDir).mode & 0o777).toBe(0o711);
     const files = filesUnder(stateDir);
     expect(files.some((file) => file.endsWith('.json'))).toBe(true);
     expect(files.some((file) => file.endsWith('.log'))).toBe(true);

@@ -3,7 +3,7 @@
 // verified and cached in the Hugging Face layout (python huggingface_hub reads it offline), run
 // from its snapshot, resumed after a kill -9 of the agent, and refetched file by file when a
 // byte flips. Its own Temporal server: the control worker must know the stand-in hub.
-import { readFileSync, mkdtempSync, writeFileSync, openSync, writeSync, closeSync, readdirSync } from 'node:fs';
+import { chmodSync, readFileSync, mkdtempSync, writeFileSync, openSync, writeSync, closeSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -50,6 +50,8 @@ let portRange: string;
 const nodeId = uniqueId('weights');
 const weightsDir = mkdtempSync(join(tmpdir(), 'llmgw-weights-cache-'));
 const sharedDir = mkdtempSync(join(tmpdir(), 'llmgw-weights-shared-'));
+// A shared filesystem the engines read in place, as their unprivileged user does.
+chmodSync(sharedDir, 0o755);
 
 function catalog(): string {
   const profile = `

@@ -42,7 +42,8 @@ describe('secrets stay on the host', () => {
       const record = readFileSync(recordPath(stateDir, 'demo.40.r0.a1'), 'utf8');
       expect(record).toContain('LLMGW_TEST_HF_TOKEN');
       expect(record).not.toMatch(/hf-from-agent-env|wandb-from-file/);
-      expect(statSync(stateDir).mode & 0o777).toBe(0o700);
+      expect(statSync(stateDir).mode & 0o777).toBe(0o711);
+      expect(statSync(join(stateDir, 'shards')).mode & 0o777).toBe(0o700);
       expect(statSync(recordPath(stateDir, 'demo.40.r0.a1')).mode & 0o777).toBe(0o600);
       expect(statSync(logPath(stateDir, 'demo.40.r0.a1')).mode & 0o777).toBe(0o600);
 
