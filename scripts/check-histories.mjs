@@ -40,7 +40,9 @@ if (before) {
   const topLevel = git('ls-tree', '--name-only', before, 'test/histories/')
     .split('\n')
     .filter((path) => path.endsWith('.json') || path.endsWith('.workflow-id'));
-  for (const line of git('diff', '--name-status', before, '--', ...topLevel).split('\n').filter(Boolean)) {
+  for (const line of git('diff', '--name-status', before, '--', ...topLevel)
+    .split('\n')
+    .filter(Boolean)) {
     problems.push(`a history recorded before the first release changed: ${line.replace(/\t/g, ' ')}`);
   }
 }
