@@ -9,7 +9,7 @@
 // not asserts. Engines (one process), router and load generator run as separate processes.
 import { fork, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
-import type { Policy } from '../router/pools.js';
+import type { PolicyName as Policy } from '../router/policies/index.js';
 import { StaticRouteSource } from '../router/routes.js';
 import { startRouter } from '../router/server.js';
 import {

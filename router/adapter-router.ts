@@ -5,23 +5,18 @@
 // The engines are the truth about what is loaded (read every `pollMs`), the catalog about
 // what may be (an adapter it no longer lists is unloaded everywhere). Router side.
 import type { Registry } from 'prom-client';
+import { AdapterIndex, type AdapterCatalog, type AdapterSpec } from './adapter-index.js';
 import { AdapterMetrics } from './adapter-metrics.js';
 import { chooseForLoad, DemandMeter, replicasWanted } from './adapter-policy.js';
-import { AffinityTable, DEFAULT_GUARD } from './affinity.js';
+import { AffinityTable, DEFAULT_GUARD } from './policies/affinity-table.js';
+import { createPolicy } from './policies/index.js';
 import { AdapterLoadError, EngineAdapters, loadAdapter, readEngineAdapters, unloadAdapter } from './adapter-engines.js';
-import { pickLeastLoaded } from './balancer.js';
+import { pickLeastLoaded } from './policies/least-loaded.js';
 import type { Endpoint } from './endpoint.js';
 import type { ModelMetrics } from './metrics.js';
 import { ModelPool } from './pools.js';
 
-export interface AdapterSpec {
-  name: string;
-  /** The path the engine loads it from. */
-  source: string;
-}
-
-/** What may be served: base (catalog model name or served name) → its adapters. Called often; return the same object while unchanged. */
-export type AdapterCatalog = () => ReadonlyMap<string, readonly AdapterSpec[]>;
+export type { AdapterCatalog, AdapterSpec } from './adapter-index.js';
 
 export interface AdapterRouterOptions {
   /** How often each engine's loaded adapters are read: the bound on how stale the view gets. */
@@ -52,9 +47,7 @@ export class AdapterRouter {
   private readonly demand: DemandMeter;
   private readonly tables = new Map<string, AffinityTable<Endpoint>>();
   private readonly pools = new Map<string, { key: string; pool: ModelPool }>();
-  private index = new Map<string, { spec: AdapterSpec; base: string }>();
-  private byBase = new Map<string, AdapterSpec[]>();
-  private indexedFrom: ReadonlyMap<string, readonly AdapterSpec[]> | undefined;
+  private readonly index: AdapterIndex;
   private readonly timer: NodeJS.Timeout;
   private readonly metrics: AdapterMetrics;
 
@@ -67,6 +60,7 @@ export class AdapterRouter {
     private readonly options: AdapterRouterOptions = DEFAULT_ADAPTER_ROUTING,
     private readonly log: (line: string) => void = () => undefined,
   ) {
+    this.index = new AdapterIndex(catalog, bases);
     this.metrics = new AdapterMetrics(registry, this.views);
     this.demand = new DemandMeter(options.demandHalfLifeMs);
     this.timer = setInterval(() => void this.poll(), options.pollMs);
@@ -75,8 +69,7 @@ export class AdapterRouter {
 
   /** The adapter a request names, with its base's pool; undefined when `model` is no adapter the catalog lists. */
   resolve(model: string): AdapterTarget | undefined {
-    this.reindex();
-    const found = this.index.get(model);
+    const found = this.index.lookup(model);
     if (found === undefined) return undefined;
     for (const { pool } of this.bases()) if (pool.servedName === found.base) return { spec: found.spec, base: pool };
     return undefined;
@@ -84,21 +77,12 @@ export class AdapterRouter {
 
   /** For a 404: every adapter the catalog lists, by base. */
   knownAdapters(): string {
-    this.reindex();
-    const parts = [...this.byBase].map(([base, list]) => `${base}: ${list.map((a) => a.name).join(', ')}`);
-    return parts.length === 0 ? '' : ` Known adapters by base model: ${parts.join('; ')}.`;
+    return this.index.known();
   }
 
   /** /v1/models entries of every adapter whose base has a replica, with `parent` as vLLM writes it. */
   modelCards(created: number): object[] {
-    this.reindex();
-    const cards: object[] = [];
-    for (const { pool } of this.bases()) {
-      if (pool.endpoints.length === 0) continue;
-      for (const a of this.byBase.get(pool.servedName) ?? [])
-        cards.push({ id: a.name, object: 'model', created, owned_by: 'llmgw', root: a.source, parent: pool.servedName });
-    }
-    return cards;
+    return this.index.modelCards(created);
   }
 
   /** Which adapters each engine holds, as this router sees it (for status). */
@@ -233,18 +217,25 @@ export class AdapterRouter {
   }
 
   private pool(name: string, base: ModelPool, holders: Endpoint[]): ModelPool {
-    const key = `${base.policy}\0${holders.map((e) => e.url).join('\0')}`;
+    const key = `${base.policy.name}\0${holders.map((e) => e.url).join('\0')}`;
     const cached = this.pools.get(name);
     if (cached !== undefined && cached.key === key) return cached.pool;
-    let table = this.tables.get(name);
-    if (base.policy === 'cache-aware' && table === undefined) {
-      table = new AffinityTable<Endpoint>(DEFAULT_GUARD);
-      this.tables.set(name, table);
-    }
-    const pool = new ModelPool(name, holders, base.policy, this.metricsFor(name), table);
+    const metrics = this.metricsFor(name);
+    const policy = createPolicy(base.policy.name, { table: () => this.table(name), counted: (result) => metrics.affinity(result) });
+    const pool = new ModelPool(name, holders, policy, metrics);
     pool.adapterLost = (e) => this.view(e).loaded.delete(name);
     this.pools.set(name, { key, pool });
     return pool;
+  }
+
+  /** The adapter's own affinity memory, which outlives changes to where it is loaded. */
+  private table(name: string): AffinityTable<Endpoint> {
+    let table = this.tables.get(name);
+    if (table === undefined) {
+      table = new AffinityTable<Endpoint>(DEFAULT_GUARD);
+      this.tables.set(name, table);
+    }
+    return table;
   }
 
   private view(e: Endpoint): EngineAdapters {
@@ -258,29 +249,7 @@ export class AdapterRouter {
 
   /** The route table changed: bases may have come or gone. */
   routesChanged(): void {
-    this.indexedFrom = this.catalog();
-    this.rebuildIndex();
-  }
-
-  private reindex(): void {
-    const catalog = this.catalog();
-    if (catalog === this.indexedFrom) return;
-    this.indexedFrom = catalog;
-    this.rebuildIndex();
-  }
-
-  private rebuildIndex(): void {
-    const catalog = this.indexedFrom ?? new Map<string, readonly AdapterSpec[]>();
-    const index = new Map<string, { spec: AdapterSpec; base: string }>();
-    const byBase = new Map<string, AdapterSpec[]>();
-    for (const { pool, models } of this.bases()) {
-      const specs = [pool.servedName, ...models].map((m) => catalog.get(m)).find((s) => s !== undefined) ?? [];
-      if (specs.length === 0) continue;
-      byBase.set(pool.servedName, [...specs]);
-      for (const spec of specs) index.set(spec.name, { spec, base: pool.servedName });
-    }
-    this.index = index;
-    this.byBase = byBase;
+    this.index.rebuild();
   }
 
   /**
@@ -293,12 +262,11 @@ export class AdapterRouter {
     if (this.polling) return;
     this.polling = true;
     try {
-      this.reindex();
-      this.rebuildIndex();
+      this.index.rebuild();
       const live = new Set<string>();
       const reads: Promise<void>[] = [];
       for (const { pool } of this.bases()) {
-        const allowed = this.byBase.get(pool.servedName);
+        const allowed = this.index.adaptersOf(pool.servedName);
         if (allowed === undefined) continue;
         const names = new Set(allowed.map((a) => a.name));
         for (const e of pool.endpoints) {

@@ -4,8 +4,8 @@
 // servers and their lifecycle, admin.ts what the admin listener shows (/metrics, detailed health).
 import type { ServerResponse } from 'node:http';
 import type { ApiKeys } from './auth.js';
-import { DEFAULT_GUARD } from './affinity.js';
-import { AFFINITY_ON, hashText } from './balancer.js';
+import { DEFAULT_GUARD } from './policies/affinity-table.js';
+import { AFFINITY_ON, hashText } from './affinity-settings.js';
 import { promptPrefixHash, scanRequest, withModel, NOT_AN_OBJECT } from './body.js';
 import { Registry } from 'prom-client';
 import { sendError } from './errors.js';
@@ -283,7 +283,7 @@ export class RouterCore implements BodyConsumer {
     // Cache-aware keys: the session (header, else OpenAI's `user`) and the prompt's start.
     let session = -1;
     let prefix = -1;
-    if (pool.policy === 'cache-aware') {
+    if (pool.policy.name === 'cache-aware') {
       const header = req.headers[SESSION_HEADER];
       if (typeof header === 'string' && header !== '') session = hashText(header);
       else if (fields.user !== undefined) session = hashText(fields.user);

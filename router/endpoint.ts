@@ -3,7 +3,7 @@
 // and whether it is saturated (flow control). Router side; the balancer and the waiting room
 // read it, the proxy and the scraper write it.
 import type { Pool } from 'undici';
-import type { Candidate } from './balancer.js';
+import type { Candidate } from './policies/policy.js';
 import type { KvEventStream } from './kv-events.js';
 
 /** The load an engine reports on /metrics (vLLM or SGLang names). */

@@ -1,6 +1,6 @@
 // One engine's KV-cache event stream as a router follows it: a ZeroMQ SUB socket on the engine's
 // publisher (vLLM's --kv-events-config; fake-engine/kv-events.ts has the wire format), decoded
-// into an index of the blocks the engine holds. Router side; affinity.ts asks it what is cached.
+// into an index of the blocks the engine holds. Router side; policies/affinity-table.ts asks it what is cached.
 //
 // The index is trusted only while the stream is: not from a disconnect until the engine's next
 // message (the index is emptied at the disconnect: an engine that restarted holds nothing, and

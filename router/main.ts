@@ -11,8 +11,8 @@ import { announceListening, clusterMetricsSource, isRouterWorker, startRouterClu
 import { PrimaryRouteSource } from './cluster-routes.js';
 import { temporalCallCounter } from './metrics.js';
 import { WatchRouteSource } from './routes-watch.js';
-import { DEFAULT_GUARD } from './affinity.js';
-import { parseAffinity, type AffinitySettings } from './balancer.js';
+import { DEFAULT_GUARD } from './policies/affinity-table.js';
+import { parseAffinity, type AffinitySettings } from './affinity-settings.js';
 import { TemporalRouteSource } from './routes-temporal.js';
 import { DEFAULT_HOLD, HoldingRouteSource } from './held-routes.js';
 import { StaticRouteSource, parseStaticRoutes, type RouteSource, type StaticRoute } from './routes.js';

@@ -2,7 +2,7 @@
 // in one process do not collide): requests by model and status, latency and time to first
 // token, in-flight per replica, upstream errors, retries and ejections. Router side.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { AffinityResult } from './affinity.js';
+import type { AffinityResult } from './policies/affinity-table.js';
 
 /** What the in-flight gauge reads at scrape time, so the hot path only bumps a number. */
 export interface InflightView {

@@ -1,11 +1,11 @@
 // What startRouter takes: the route source, the listeners, the limits and budgets, and the hooks
 // the process around it (main.ts, a test, a bench) plugs in. Router side.
 import type { Registry } from 'prom-client';
-import type { ImbalanceGuard } from './affinity.js';
+import type { ImbalanceGuard } from './policies/affinity-table.js';
 import type { ApiKeys } from './auth.js';
-import type { AffinitySettings } from './balancer.js';
+import type { AffinitySettings } from './affinity-settings.js';
 import type { AdapterCatalog, AdapterRouterOptions } from './adapter-router.js';
-import type { Policy } from './pools.js';
+import type { PolicyName } from './policies/index.js';
 import type { RouteSnapshot, RouteSource } from './routes.js';
 import type { QueueSettings } from './waiting-room.js';
 
@@ -23,7 +23,7 @@ export interface RouterOptions {
   /** When cache-aware routing moves a request off its home replica. */
   guard?: ImbalanceGuard;
   /** One policy for every model, whatever `affinity` says (bench:affinity compares them). */
-  policy?: Policy;
+  policy?: PolicyName;
   /** Where engines publish KV-cache events: `off` (default), `PORT` or `+OFFSET` from the HTTP port (kv-events.ts). */
   kvEvents?: string | ((url: string) => string | undefined);
   bodyLimitBytes?: number;

@@ -2,104 +2,51 @@
 // requests, each endpoint one shared object (pool, load, health) however many models or table
 // refreshes refer to it, and each model's cache-affinity memory, which outlives table changes.
 // Rebuilt from the route table only when it changes. Router side.
-import { AffinityTable, DEFAULT_GUARD, type CachedBlocks, type ImbalanceGuard, type RequestShape } from './affinity.js';
-import { AFFINITY_ON, pickLeastLoaded, type AffinitySettings } from './balancer.js';
+import { AFFINITY_ON, type AffinitySettings } from './affinity-settings.js';
 import { Endpoint } from './endpoint.js';
 import { KvEventStream } from './kv-events.js';
-import { promptBlocks } from './kv-blocks.js';
+import { AffinityTable, DEFAULT_GUARD, type ImbalanceGuard } from './policies/affinity-table.js';
+import { createPolicy, type PickRequest, type PolicyName, type RoutingPolicy } from './policies/index.js';
+import { pickLeastLoaded } from './policies/least-loaded.js';
 import type { ModelMetrics, RouterMetrics } from './metrics.js';
 import { ModelQueue } from './queue.js';
 import { buildModelRoutes, type DeploymentEntry, type RouteEntry } from './routes.js';
 import { createUpstreamPool, type UpstreamOptions } from './upstream.js';
-
-/**
- * How a model's requests are spread: cache-aware (the default), least-loaded (power of two
- * choices; affinity turned off), or round-robin (for comparison in bench:affinity only).
- */
-export type Policy = 'cache-aware' | 'least-loaded' | 'round-robin';
 
 export class ModelPool {
   /** The served name as the JSON string a body carries, to put in place of a deployment alias. */
   readonly servedNameJson: Buffer;
   /** An adapter's pool (adapter-router.ts): an engine answered 404 for it, so it lost the adapter. */
   adapterLost: ((e: Endpoint) => void) | undefined = undefined;
-  private turn = 0;
 
   constructor(
     readonly servedName: string,
     readonly endpoints: Endpoint[],
-    readonly policy: Policy,
+    readonly policy: RoutingPolicy<Endpoint>,
     readonly metrics: ModelMetrics,
-    private readonly affinity: AffinityTable<Endpoint> | undefined,
     /** Its waiting line at this router, which outlives table changes. */
     readonly queue: ModelQueue = new ModelQueue(servedName),
     /** Autoscaled: with no routable replica, a request is held (and wakes it) rather than refused. */
     readonly holds: boolean = false,
   ) {
     this.servedNameJson = Buffer.from(JSON.stringify(servedName));
-    this.followsKv = endpoints.some((e) => e.kv !== undefined);
-  }
-
-  /** Whether the router follows some endpoint's KV-cache events (only then is a body parsed for its blocks). */
-  private readonly followsKv: boolean;
-
-  /** The request's blocks in the engines' naming, when some endpoint's KV events are live (JSON is parsed only then). */
-  private cachedBlocks(body: Buffer, now: number): CachedBlocks<Endpoint> | undefined {
-    let blockSize = 0;
-    for (const e of this.endpoints) if (e.kv !== undefined && e.kv.live(now)) blockSize = e.kv.blockSize;
-    if (blockSize === 0) return undefined;
-    const blocks = promptBlocks(body, blockSize);
-    return blocks === undefined ? undefined : preciseView(blocks, blockSize, now);
   }
 
   /**
-   * The endpoint for the next attempt. `session` and `prefix` are affinity keys (-1: none);
-   * a retry (`tried` set) goes to the least-loaded endpoint not yet tried. `body` is what is
-   * sent, for the size of its prompt.
+   * The endpoint for the next attempt: the first by the model's policy, a retry (`tried` set)
+   * to the least-loaded endpoint not yet tried.
    */
-  pick(session: number, prefix: number, tried: Endpoint[] | undefined, now: number, body?: Buffer): Endpoint | undefined {
+  pick(request: PickRequest, tried: Endpoint[] | undefined, now: number): Endpoint | undefined {
     if (tried !== undefined) return pickLeastLoaded(this.endpoints, tried, now);
-    switch (this.policy) {
-      case 'cache-aware': {
-        const table = this.affinity as AffinityTable<Endpoint>;
-        const shape: RequestShape<Endpoint> = { promptBytes: body === undefined ? 0 : body.length };
-        if (body !== undefined && this.followsKv) shape.precise = this.cachedBlocks(body, now);
-        const chosen = table.pick(session, prefix, this.endpoints, now, shape);
-        // Blocks it does not hold yet will be stored there: their events are due.
-        if (chosen?.kv !== undefined && shape.precise !== undefined && shape.precise.matched(chosen) < shape.precise.blocks.length)
-          chosen.kv.expectEvents(now);
-        this.metrics.affinity(table.result);
-        return chosen;
-      }
-      case 'least-loaded':
-        return pickLeastLoaded(this.endpoints, undefined, now);
-      case 'round-robin': {
-        const n = this.endpoints.length;
-        for (let k = 0; k < n; k++) {
-          const e = this.endpoints[this.turn++ % n] as Endpoint;
-          if (e.available(now)) return e;
-        }
-        return pickLeastLoaded(this.endpoints, undefined, now);
-      }
-    }
+    return this.policy.pick(this.endpoints, request, now);
   }
-}
-
-/** The precise view of a request's blocks, when some endpoint's KV events are live. */
-function preciseView(blocks: readonly number[], blockSize: number, now: number): CachedBlocks<Endpoint> {
-  return {
-    blocks,
-    blockSize,
-    live: (c) => c.kv?.live(now) ?? false,
-    matched: (c) => c.kv?.index.matched(blocks) ?? 0,
-  };
 }
 
 export interface RoutingOptions {
   affinity: AffinitySettings;
   guard: ImbalanceGuard;
   /** Overrides the policy for every model (bench:affinity compares them). */
-  policy: Policy | undefined;
+  policy: PolicyName | undefined;
   /** Each model's waiting line (the waiting room's); a private one per pool when absent. */
   queueFor?: (servedName: string) => ModelQueue;
   /** Where an engine publishes its KV-cache events (kv-events.ts: parseKvEventsSpec); undefined: nowhere. */
@@ -184,10 +131,13 @@ export class RoutingState {
       let pool = built.get(route.servedName);
       if (!pool) {
         const endpoints = route.endpoints.map((url) => this.endpoints.get(url) as Endpoint);
-        const policy = this.policyFor(route.servedName, route.deployments);
-        const table = policy === 'cache-aware' ? this.table(route.servedName) : undefined;
+        const metrics = this.modelMetrics(route.servedName);
+        const policy = createPolicy(this.policyFor(route.servedName, route.deployments), {
+          table: () => this.table(route.servedName),
+          counted: (result) => metrics.affinity(result),
+        });
         const queue = this.routing.queueFor?.(route.servedName);
-        pool = new ModelPool(route.servedName, endpoints, policy, this.modelMetrics(route.servedName), table, queue, route.autoscaled);
+        pool = new ModelPool(route.servedName, endpoints, policy, metrics, queue, route.autoscaled);
         built.set(route.servedName, pool);
       }
       models.set(name, pool);
@@ -203,7 +153,7 @@ export class RoutingState {
     this.modelsJson = JSON.stringify({ object: 'list', data });
   }
 
-  private policyFor(servedName: string, deployments: readonly string[]): Policy {
+  private policyFor(servedName: string, deployments: readonly string[]): PolicyName {
     if (this.routing.policy !== undefined) return this.routing.policy;
     const { byName, enabled } = this.routing.affinity;
     const named = byName.get(servedName) ?? deployments.map((d) => byName.get(d)).find((on) => on !== undefined);

@@ -12,7 +12,7 @@
 // revisit this file.
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { pickLeastLoaded } from './balancer.js';
+import { pickLeastLoaded } from './policies/least-loaded.js';
 import type { Endpoint } from './endpoint.js';
 import { countUsage, type KeyGate } from './limits.js';
 import { engineErrorBody, sendError, streamErrorEvents, RETRY_AFTER_S } from './errors.js';
@@ -89,7 +89,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
 
   private attempt(): void {
     const now = performance.now();
-    let endpoint = this.model.pick(this.session, this.prefix, this.tried, now, this.body);
+    let endpoint = this.model.pick({ session: this.session, prefix: this.prefix, body: this.body }, this.tried, now);
     // Every replica has been tried: a second go at one beats giving up while attempts remain
     // (a keep-alive race or a replica that just became ready).
     if (endpoint === undefined && this.tried !== undefined) endpoint = pickLeastLoaded(this.model.endpoints, undefined, now);

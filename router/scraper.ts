@@ -20,7 +20,7 @@ const WANTED: ReadonlyArray<readonly [string, Field]> = [
   // router agrees on when a deployment went idle.
   ['vllm:request_success_total', 'requests'],
   ['sglang:num_requests_total', 'requests'],
-  // What a prefill and a request cost there (load before locality, affinity.ts): the phase
+  // What a prefill and a request cost there (load before locality, policies/affinity-table.ts): the phase
   // histograms' sums and counts, and the prompt tokens that were not found in the cache.
   ['vllm:request_prefill_time_seconds_sum', 'prefillSeconds'],
   ['vllm:request_inference_time_seconds_sum', 'inferenceSeconds'],
@@ -78,7 +78,7 @@ export const DEFAULT_SCRAPER: ScraperOptions = { intervalMs: 1000, timeoutMs: 80
 /**
  * An engine whose concurrency is not known yet, with work from this router on it, is read this
  * often instead: until a scrape has seen it full, cache-aware routing cannot weigh its queue
- * (affinity.ts), and a hot prefix must not pile up on it for a whole interval.
+ * (policies/affinity-table.ts), and a hot prefix must not pile up on it for a whole interval.
  */
 const LEARNING_MS = 200;
 /** ... for this long after it first had work: an engine never seen full (a large max_num_seqs) is not read 5x a second for good. */

@@ -234,7 +234,7 @@ describe('load before locality', () => {
   }
 
   it('keeps a hot prefix home while a slot is free, spreads it once the queue costs more than a prefill elsewhere, and brings it back when load falls', async () => {
-    const { AffinityTable } = await import('../../router/affinity.js');
+    const { AffinityTable } = await import('../../router/policies/affinity-table.js');
     const all = [0, 1, 2, 3].map((i) => new Engine(`http://127.0.0.1:${i}`));
     const table = new AffinityTable<Engine>();
     // A 1,500-token prompt: a miss costs 2 x 60 ms elsewhere, 60 ms on a prefix home (half of

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { Endpoint } from '../../router/endpoint.js';
 import { RouterMetrics } from '../../router/metrics.js';
 import { ModelPool } from '../../router/pools.js';
+import { leastLoaded } from '../../router/policies/least-loaded.js';
 import { Exchange, type ExchangeResponse } from '../../router/proxy.js';
 
 describe('router: backpressure', () => {
@@ -34,7 +35,7 @@ describe('router: backpressure', () => {
     const dispatched: unknown[] = [];
     const pool = { dispatch: (_opts: unknown, handler: unknown) => dispatched.push(handler) } as unknown as Pool;
     const metrics = new RouterMetrics(() => []);
-    const model = new ModelPool('demo', [new Endpoint('http://engine:1', pool)], 'least-loaded', metrics.forModel('demo'), undefined);
+    const model = new ModelPool('demo', [new Endpoint('http://engine:1', pool)], leastLoaded(), metrics.forModel('demo'));
     const client = new SlowClient();
     const exchange = new Exchange(
       { metrics, maxAttempts: 3, lookup: () => model, debugHeaders: false },

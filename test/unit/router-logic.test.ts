@@ -3,8 +3,10 @@
 // says about its load, how routes group into models, and the error and key handling.
 import { describe, expect, it } from 'vitest';
 import { ApiKeys, keysFromEnv } from '../../router/auth.js';
-import { AffinityTable } from '../../router/affinity.js';
-import { hashText, parseAffinity, pickLeastLoaded, type Candidate } from '../../router/balancer.js';
+import { AffinityTable } from '../../router/policies/affinity-table.js';
+import { hashText, parseAffinity } from '../../router/affinity-settings.js';
+import { pickLeastLoaded } from '../../router/policies/least-loaded.js';
+import type { Candidate } from '../../router/policies/policy.js';
 import { EJECT_AFTER_FAILURES, Endpoint } from '../../router/endpoint.js';
 import { engineErrorBody, streamErrorEvents } from '../../router/errors.js';
 import { buildModelRoutes, parseStaticRoutes, routesSignature, type RouteEntry } from '../../router/routes.js';

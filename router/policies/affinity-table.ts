@@ -32,8 +32,9 @@
 // `absGap` beyond the least loaded and `relGap` times as much.
 //
 // Homes are per router process: with --workers N a prefix may have up to N home lists.
-import { eligible, pickLeastLoaded, type Candidate } from './balancer.js';
-import { DEFAULT_COSTS, type EngineCosts } from './endpoint.js';
+import { pickLeastLoaded } from './least-loaded.js';
+import { eligible, type Candidate } from './policy.js';
+import { DEFAULT_COSTS, type EngineCosts } from '../endpoint.js';
 
 export interface ImbalanceGuard {
   /** In-flight requests beyond the least-loaded replica's before a home is skipped (engines without metrics only). */
