@@ -1,18 +1,16 @@
 // What a deployment shows: its search attributes (LlmgwState, …), its memo (read by the CLI,
 // the catalog notifier and `llmgw upgrade`) and the Web UI's current details. Published only
 // when something visible changed, so a deployment that waits costs no events. Workflow side.
-import { setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
 import type { SearchAttributeUpdatePair } from '@temporalio/common';
 import { autoscalePolicy } from '../../common/autoscale.js';
 import { notifyDeploymentChanged } from '../routes/notify.js';
 import { SA } from '../../common/search-attributes.js';
+import { createPublication } from '../publish.js';
 import { deploymentDetails, deploymentPhase, deploymentView, type DeploymentState } from './state.js';
 
 export function createDeploymentPublisher(d: DeploymentState): () => void {
+  const shown = createPublication();
   let published = '';
-  let announced = '';
-  let recordedAttributes = '';
-  let recordedMemo = '';
   return () => {
     // What routers need of a deployment even at zero replicas: its name stays in /v1/models,
     // and a request for it is held and wakes it.
@@ -25,11 +23,7 @@ export function createDeploymentPublisher(d: DeploymentState): () => void {
       desired: d.desired,
       ...(d.autoscale ? { autoscale: autoscalePolicy(d.autoscale) } : {}),
     };
-    const entryKey = JSON.stringify(entry);
-    if (entryKey !== announced) {
-      announced = entryKey;
-      notifyDeploymentChanged(entry);
-    }
+    if (shown.due('routes', JSON.stringify(entry))) notifyDeploymentChanged(entry);
     const view = deploymentView(d);
     const key = JSON.stringify([
       view.phase,
@@ -61,14 +55,10 @@ export function createDeploymentPublisher(d: DeploymentState): () => void {
         ...(d.rebuilt ? { rebuilt: d.rebuilt } : {}),
       },
     };
-    // A replica's phase change shows in the details alone; the attributes and memo (each write
-    // an event and a visibility update) only when what they hold changed.
-    const attributesKey = JSON.stringify(attributes);
-    if (attributesKey !== recordedAttributes) upsertSearchAttributes(attributes);
-    recordedAttributes = attributesKey;
-    const memoKey = JSON.stringify(memo);
-    if (memoKey !== recordedMemo) upsertMemo(memo);
-    recordedMemo = memoKey;
-    setCurrentDetails(deploymentDetails(view));
+    // A replica's phase change shows in the details alone; the attributes and memo only when
+    // what they hold changed.
+    shown.attributes(attributes);
+    shown.memo(memo);
+    shown.details(deploymentDetails(view));
   };
 }

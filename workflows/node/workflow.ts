@@ -3,16 +3,7 @@
 // heartbeating presence activity on the host's queue, answers reserve/release/claim as
 // Updates, keeps the host's reconcile Schedule in step with the agent's flags, and wakes
 // waiting replicas when it gains capacity. Rules: state.ts; watchers: watchers.ts.
-import {
-  allHandlersFinished,
-  CancellationScope,
-  condition,
-  log,
-  setCurrentDetails,
-  setHandler,
-  upsertSearchAttributes,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { allHandlersFinished, CancellationScope, condition, log, setHandler, workflowInfo } from '@temporalio/workflow';
 import { SA } from '../../common/search-attributes.js';
 import type { AgentSettings } from '../../common/node-types.js';
 import {
@@ -33,6 +24,7 @@ import {
 import { clearGpu } from './clear-gpu.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import { handOverDue as handOverDueFor } from '../toolkit.js';
+import { createPublication } from '../publish.js';
 import {
   applyRegister,
   claim,
@@ -84,6 +76,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   // handlers would publish meanwhile is published once the park ends.
   let holdCommands = Boolean(input.upgrading);
   let publishPending = !carried || workflowInfo().searchAttributes?.LlmgwState === undefined;
+  const shown = createPublication();
   const run: NodeRun = {
     state,
     registerSeq: 0,
@@ -95,13 +88,13 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
         publishPending = true;
         return;
       }
-      upsertSearchAttributes([
+      shown.attributes([
         { key: SA.state, value: state.cordoned ? 'Cordoned' : state.phase },
         { key: SA.freeGpus, value: freeGpus(state).length },
         { key: SA.gpuClass, value: state.inventory?.gpuClass || 'none' },
         { key: SA.nodes, value: [state.nodeId] },
       ]);
-      setCurrentDetails(nodeDetails(state));
+      shown.details(nodeDetails(state));
     },
   };
 

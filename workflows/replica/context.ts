@@ -3,7 +3,8 @@
 // the deployment), each only when what its readers act on changed. Workflow side; the steps
 // live in place.ts, start.ts, watch.ts, recovery.ts and drain.ts, the table in steps.ts.
 import { revisionOfSnapshot } from '../../common/revision.js';
-import { getExternalWorkflowHandle, log, setCurrentDetails, upsertMemo, upsertSearchAttributes } from '@temporalio/workflow';
+import { getExternalWorkflowHandle, log } from '@temporalio/workflow';
+import type { SearchAttributeUpdatePair } from '@temporalio/common';
 import { SA } from '../../common/search-attributes.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import {
@@ -19,6 +20,7 @@ import {
 import type { ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { replicaStatusSignal } from '../definitions.js';
 import { replicaDetails } from './details.js';
+import { createPublication } from '../publish.js';
 import { notifyRouteChanged } from '../routes/notify.js';
 import { endpointOf, replicaView, type ReplicaState } from './state.js';
 import type { Next } from './steps.js';
@@ -59,30 +61,40 @@ export function createPublisher(
   alreadyPublished: boolean,
 ): ReplicaContext['setPhase'] {
   const profile = input.profile;
+  // A phase and reason that did not change publish nothing, not even a log line.
   const keyOf = (): string => JSON.stringify([state.phase, state.reason, endpointOf(state.shards), state.shards.map((s) => s.nodeId)]);
-  // What the memo and search attributes hold (no reason), and what routers act on.
-  const recordKeyOf = (): string => JSON.stringify([state.phase, endpointOf(state.shards), state.shards.map((s) => s.nodeId)]);
-  const routeKeyOf = (): string => routeKey(state.phase, endpointOf(state.shards), revisionOfSnapshot(profile));
-  // A run continued from another starts with the memo and attributes its predecessor wrote.
-  let published = alreadyPublished ? keyOf() : '';
-  let recorded = alreadyPublished ? recordKeyOf() : '';
-  let routed = alreadyPublished ? routeKeyOf() : routeKey('Placing', '', '');
+  const attributesOf = (): SearchAttributeUpdatePair[] => [
+    { key: SA.state, value: state.phase },
+    { key: SA.deployment, value: input.deployment },
+    { key: SA.model, value: profile.model },
+    { key: SA.gpuClass, value: profile.gpuClass },
+    { key: SA.nodes, value: [...new Set(state.shards.map((s) => s.nodeId))] },
+  ];
   const memoKeyOf = (): string => memoKey(state.phase, endpointOf(state.shards));
-  let memoed = alreadyPublished ? memoKeyOf() : '';
+  // What routers act on (through the routes workflow) and what the deployment acts on.
+  const routeKeyOf = (): string => routeKey(state.phase, endpointOf(state.shards), revisionOfSnapshot(profile));
   const toldKeyOf = (): string => deploymentKey(state, endpointOf(state.shards));
-  // The deployment holds a new replica as Pending (coming up) from the moment it starts it.
-  let told = alreadyPublished ? toldKeyOf() : deploymentKey({ phase: 'Pending', reason: '', shards: [], restarts: 0, avoidNodes: [] }, '');
+  // A run continued from another starts with what its predecessor showed and sent; a new one
+  // with nothing routed, and held by the deployment as Pending from the moment it was started.
+  const shown = createPublication(
+    alreadyPublished
+      ? { attributes: attributesOf(), memoKey: memoKeyOf(), sent: { routes: routeKeyOf(), deployment: toldKeyOf(), phase: keyOf() } }
+      : {
+          sent: {
+            routes: routeKey('Placing', '', ''),
+            deployment: deploymentKey({ phase: 'Pending', reason: '', shards: [], restarts: 0, avoidNodes: [] }, ''),
+          },
+        },
+  );
   return async (phase, reason, options) => {
     if (state.phase !== phase) state.since = now();
     state.phase = phase;
     state.reason = reason;
     if (options?.quiet) {
-      setCurrentDetails(replicaDetails(replicaId, profile, state));
+      shown.details(replicaDetails(replicaId, profile, state));
       return;
     }
-    const key = keyOf();
-    if (key === published) return;
-    published = key;
+    if (!shown.due('phase', keyOf())) return;
     log.info(`replica ${phase}: ${reason}`);
     const route: RouteMemo = {
       deployment: input.deployment,
@@ -91,33 +103,17 @@ export function createPublisher(
       phase,
       replicaId,
     };
-    if (recordKeyOf() !== recorded) {
-      recorded = recordKeyOf();
-      // What it waits for, so whoever frees GPUs can wake the replicas that would fit.
-      const demand: DemandMemo | undefined =
-        phase === 'Unschedulable'
-          ? { gpuClass: profile.gpuClass, gpusPerNode: profile.gpusPerNode, nodes: profile.nodes, since: state.since }
-          : undefined;
-      const memo = memoKeyOf();
-      if (memo !== memoed) upsertMemo({ route, demand });
-      memoed = memo;
-      upsertSearchAttributes([
-        { key: SA.state, value: phase },
-        { key: SA.deployment, value: input.deployment },
-        { key: SA.model, value: profile.model },
-        { key: SA.gpuClass, value: profile.gpuClass },
-        { key: SA.nodes, value: [...new Set(state.shards.map((s) => s.nodeId))] },
-      ]);
-    }
-    setCurrentDetails(replicaDetails(replicaId, profile, state));
+    // What it waits for, so whoever frees GPUs can wake the replicas that would fit.
+    const demand: DemandMemo | undefined =
+      phase === 'Unschedulable'
+        ? { gpuClass: profile.gpuClass, gpusPerNode: profile.gpusPerNode, nodes: profile.nodes, since: state.since }
+        : undefined;
+    shown.memo({ route, demand }, memoKeyOf());
+    shown.attributes(attributesOf());
+    shown.details(replicaDetails(replicaId, profile, state));
     // Routers learn routes from the routes workflow (workflows/routes/), told of what they act on.
-    if (routeKeyOf() !== routed) {
-      routed = routeKeyOf();
-      notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) });
-    }
-    const tell = toldKeyOf();
-    if (tell === told) return;
-    told = tell;
+    if (shown.due('routes', routeKeyOf())) notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) });
+    if (!shown.due('deployment', toldKeyOf())) return;
     try {
       await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(
         replicaStatusSignal,
