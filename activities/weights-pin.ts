@@ -6,6 +6,7 @@ import { ApplicationFailure } from '@temporalio/client';
 import { modelInfo } from '@huggingface/hub';
 import { FailureType } from '../common/failures.js';
 import { formatModelSource, isPinned, modelSourceOf } from '../common/model-source.js';
+import { pinS3Source } from './s3-pin.js';
 
 interface HubErrorShape {
   statusCode?: number;
@@ -13,6 +14,7 @@ interface HubErrorShape {
 
 export async function pinModelSource(text: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
   const source = modelSourceOf(text);
+  if (source.kind === 's3' && !isPinned(source)) return pinS3Source(source, env);
   if (source.kind !== 'hf' || isPinned(source)) return text;
   const hubUrl = env.HF_ENDPOINT?.replace(/\/+$/, '');
   try {

@@ -221,14 +221,6 @@ export const CatalogModel = strictObject('a model', {
     .superRefine((text, ctx) => {
       const parsed = parseModelSource(text);
       if (!parsed.ok) ctx.addIssue({ code: 'custom', message: parsed.message });
-      // Parsed, so that the catalog's language is whole, but not yet fetched by agents: refused
-      // here rather than accepted and failing on every host (docs/weights.md).
-      else if (parsed.source.kind === 's3') {
-        ctx.addIssue({
-          code: 'custom',
-          message: `source ${JSON.stringify(text)}: s3:// sources are not fetched by this release yet; use hf:// or file:// (docs/weights.md)`,
-        });
-      }
     }),
   // The name clients put in "model"; the model's name when absent.
   servedName: z.string().min(1).optional(),

@@ -2,10 +2,12 @@
 // (models--ORG--NAME/{blobs,snapshots/<commit>}), so vLLM and SGLang read it offline, plus
 // llmgw's own manifests beside it. Agent side; pure path arithmetic.
 import { join } from 'node:path';
-import { isFetched, modelSourceOf, pinnedRevisionOf, type HubSource } from '../../common/model-source.js';
+import { isFetched, modelSourceOf, pinnedRevisionOf, type HubSource, type S3Source } from '../../common/model-source.js';
+import { isS3CacheRepo, s3CacheRepo, s3FolderName } from './s3-layout.js';
 
-/** The HF cache's folder of one repository: `models--ORG--NAME`. */
+/** The HF cache's folder of one repository: `models--ORG--NAME`; an S3 source's is `s3--BUCKET--PREFIX` (s3-layout.ts). */
 export function repoFolderName(repo: string): string {
+  if (isS3CacheRepo(repo)) return s3FolderName(repo);
   return `models--${repo.split('/').join('--')}`;
 }
 
@@ -45,8 +47,14 @@ export function localModelPath(modelSource: string, weightsDir: string | undefin
   const source = modelSourceOf(modelSource);
   if (source.kind === 'file') return source.path;
   if (!isFetched(source) || weightsDir === undefined) return undefined;
-  if (source.kind !== 'hf') return undefined;
-  return snapshotDir(weightsDir, source.repo, pinnedRevisionOf(source));
+  const revision = cachedRevisionOf(source);
+  return revision && snapshotDir(weightsDir, revision.repo, revision.commit);
+}
+
+/** The cache's name of a pinned fetched source: repository (or `s3://BUCKET/PREFIX`) and commit (or digest hex). */
+export function cachedRevisionOf(source: HubSource | S3Source): { repo: string; commit: string } | undefined {
+  if (source.kind === 'hf') return source.ref === undefined ? undefined : { repo: source.repo, commit: source.ref };
+  return source.digest === undefined ? undefined : { repo: s3CacheRepo(source), commit: pinnedRevisionOf(source) };
 }
 
 export function hubRevisionOf(source: HubSource): { repo: string; commit: string } {

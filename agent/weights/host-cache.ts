@@ -3,7 +3,10 @@
 // shard uses, and the report of what the host holds. Agent side.
 import { promises as fs, statfsSync } from 'node:fs';
 import { isFetched, modelSourceOf } from '../../common/model-source.js';
-import { blobPath, repoDir, snapshotDir } from './cache-layout.js';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { s3ClientFromEnv } from '../../common/s3-store.js';
+import { blobPath, cachedRevisionOf, repoDir, snapshotDir } from './cache-layout.js';
+import { fetchS3Revision } from './s3-fetch.js';
 import { fetchRevision, type FetchRevisionResult } from './fetch-revision.js';
 import { hostHubEndpoint } from './hub-client.js';
 import { listManifests, removeManifest, type Manifest } from './manifest.js';
@@ -19,6 +22,8 @@ export interface HostCacheOptions {
   /** The model sources of the shards this host runs now: their revisions are never evicted. */
   sourcesInUse(): string[];
   log(line: string, level?: 'warn'): void;
+  /** Whose environment an S3 refusal tells to fix: "the agent on NODE". */
+  who?: string;
 }
 
 export interface CachedRevision {
@@ -38,8 +43,14 @@ interface SharedFetch {
 
 export class HostWeightsCache {
   private readonly inFlight = new Map<string, SharedFetch>();
+  private s3?: S3Client;
 
   constructor(readonly options: HostCacheOptions) {}
+
+  /** The host's S3 client, from the agent's environment (AWS_*), made at the first S3 fetch. */
+  private s3Client(): S3Client {
+    return (this.s3 ??= s3ClientFromEnv());
+  }
 
   get weightsDir(): string {
     return this.options.weightsDir;
@@ -56,30 +67,28 @@ export class HostWeightsCache {
     onProgress: (progress: FetchProgress) => void,
   ): Promise<FetchRevisionResult & { joined: boolean }> {
     const source = modelSourceOf(modelSource);
-    if (!isFetched(source) || source.kind !== 'hf' || source.ref === undefined) {
-      throw new Error(`${modelSource} is not a pinned hub revision; the control worker pins sources at deploy`);
+    const revision = isFetched(source) ? cachedRevisionOf(source) : undefined;
+    if (!isFetched(source) || !revision) {
+      throw new Error(`${modelSource} is not a pinned hub or S3 revision; the control worker pins sources at deploy`);
     }
-    const key = `${source.repo}@${source.ref}`;
+    const key = `${revision.repo}@${revision.commit}`;
     let shared = this.inFlight.get(key);
     const joined = shared !== undefined;
     if (!shared) {
       const abort = new AbortController();
-      const progress = new FetchProgress(source.repo, source.ref);
-      const created: SharedFetch = {
+      const progress = new FetchProgress(revision.repo, revision.commit);
+      const common = {
+        weightsDir: this.weightsDir,
         progress,
-        abort,
-        waiters: 0,
-        done: fetchRevision({
-          weightsDir: this.weightsDir,
-          repo: source.repo,
-          commit: source.ref,
-          endpoint: hostHubEndpoint(),
-          progress,
-          signal: abort.signal,
-          reserve: (bytes) => this.reserve(bytes, key),
-          log: (line) => this.options.log(line),
-        }).finally(() => this.inFlight.delete(key)),
+        signal: abort.signal,
+        reserve: (bytes: number) => this.reserve(bytes, key),
+        log: (line: string) => this.options.log(line),
       };
+      const done =
+        source.kind === 's3'
+          ? fetchS3Revision({ ...common, source, client: this.s3Client(), who: this.options.who ?? 'the agent' })
+          : fetchRevision({ ...common, repo: revision.repo, commit: revision.commit, endpoint: hostHubEndpoint() });
+      const created: SharedFetch = { progress, abort, waiters: 0, done: done.finally(() => this.inFlight.delete(key)) };
       shared = created;
       this.inFlight.set(key, created);
     }
@@ -126,7 +135,8 @@ export class HostWeightsCache {
     const keys = new Set(this.inFlight.keys());
     for (const text of this.options.sourcesInUse()) {
       const source = modelSourceOf(text);
-      if (source.kind === 'hf' && source.ref !== undefined) keys.add(`${source.repo}@${source.ref}`);
+      const revision = isFetched(source) ? cachedRevisionOf(source) : undefined;
+      if (revision) keys.add(`${revision.repo}@${revision.commit}`);
     }
     return keys;
   }

@@ -8,7 +8,7 @@ import { createWeightsActivities } from './activity.js';
 import { HostWeightsCache } from './host-cache.js';
 
 export function createHostWeights(
-  config: Pick<AgentConfig, 'weightsDir' | 'weightsBudget'>,
+  config: Pick<AgentConfig, 'weightsDir' | 'weightsBudget'> & { nodeId?: string },
   runningShards: () => RunningShard[],
   log: LineLog,
 ): { cache: HostWeightsCache; activities: ReturnType<typeof createWeightsActivities> } {
@@ -20,6 +20,7 @@ export function createHostWeights(
     ...(config.weightsBudget ? { budget: config.weightsBudget } : {}),
     sourcesInUse: () => runningShards().flatMap((shard) => (shard.spec?.profile?.modelSource ? [shard.spec.profile.modelSource] : [])),
     log,
+    ...(config.nodeId ? { who: `the agent on ${config.nodeId}` } : {}),
   });
   return { cache, activities: createWeightsActivities(cache, (line) => log(line)) };
 }

@@ -9,7 +9,16 @@ import { manifestPath, manifestsDir } from './cache-layout.js';
 const ManifestSchema = z.object({
   repo: z.string(),
   commit: z.string(),
-  files: z.array(z.object({ path: z.string(), size: z.number(), etag: z.string(), sha256: z.string().optional() })),
+  files: z.array(
+    z.object({
+      path: z.string(),
+      size: z.number(),
+      etag: z.string(),
+      sha256: z.string().optional(),
+      // S3 multipart objects: the size of every part but the last, which their ETag is computed over.
+      partSize: z.number().optional(),
+    }),
+  ),
   verified: z.record(z.string(), z.object({ size: z.number(), mtimeMs: z.number() })),
   lastUsedAt: z.number(),
   bytesTotal: z.number(),
