@@ -83,7 +83,7 @@ export function explainS3Error(error: unknown, location: string, who: string, en
   const status = shape.$metadata?.httpStatusCode;
   const said = (shape.message ?? String(error)).split('\n')[0] ?? '';
   const endpoint = s3EndpointOf(env) ?? 'AWS S3 (no AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL set)';
-  const bucket = /^s3:\/\/([^/@]+)/.exec(location)?.[1] ?? location;
+  const bucket = /s3:\/\/([^/@\s]+)/.exec(location)?.[1] ?? location;
   if (code === 'NoSuchBucket') {
     return `${location}: bucket "${bucket}" does not exist at ${endpoint} (${said}); check the source's bucket, or AWS_ENDPOINT_URL_S3 in the environment of ${who}`;
   }

@@ -108,7 +108,9 @@ async function listPinned(request: FetchS3Request, repo: string): Promise<Manife
     const file: ManifestFile = { path: object.path, size: object.size, etag: object.etag };
     if (multipartCount(object.etag) !== undefined) {
       const head = await client.send(
-        new HeadObjectCommand({ Bucket: source.bucket, Key: object.key, PartNumber: 1, IfMatch: `"${object.etag}"` }),
+        // No If-Match here: a part's HEAD answers the part's own ETag (moto, and some stores),
+        // and the GetObject that follows is the one that must match.
+        new HeadObjectCommand({ Bucket: source.bucket, Key: object.key, PartNumber: 1 }),
         { abortSignal: signal },
       );
       file.partSize = head.ContentLength;
