@@ -21,8 +21,20 @@ export interface S3Object {
  */
 export function s3ClientFromEnv(env: NodeJS.ProcessEnv = process.env): S3Client {
   const endpoint = s3EndpointOf(env);
+  // The SDK's chain reads process.env; an environment given in its place (tests, one process
+  // speaking for another) brings its own key.
+  const ownKey = env !== process.env && env.AWS_ACCESS_KEY_ID && env.AWS_SECRET_ACCESS_KEY;
   return new S3Client({
     ...(endpoint ? { endpoint, forcePathStyle: true } : {}),
+    ...(ownKey
+      ? {
+          credentials: {
+            accessKeyId: env.AWS_ACCESS_KEY_ID!,
+            secretAccessKey: env.AWS_SECRET_ACCESS_KEY!,
+            ...(env.AWS_SESSION_TOKEN ? { sessionToken: env.AWS_SESSION_TOKEN } : {}),
+          },
+        }
+      : {}),
     ...(env.AWS_REGION || env.AWS_DEFAULT_REGION ? { region: env.AWS_REGION || env.AWS_DEFAULT_REGION } : {}),
     followRegionRedirects: true,
     maxAttempts: 3,

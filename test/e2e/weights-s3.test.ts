@@ -155,17 +155,17 @@ describe.skipIf(skip)('s3:// sources', () => {
     expect((await runLlmgw(['undeploy', name])).code).toBe(0);
   }, 240_000);
 
-  it('resumes a cut file with a Range request, and refuses objects replaced since the pin', async () => {
-    Object.assign(process.env, moto.env(moto.admin));
-    const pinned = modelSourceOf(await pinS3Source(modelSourceOf('s3://wbucket/llama') as S3Source)) as S3Source;
-    const client = s3ClientFromEnv();
-    const fetch = (dir: string) => {
+  it('resumes a cut file with a Range request; refuses an unknown key and objects replaced since the pin', async () => {
+    const env = moto.env(moto.admin);
+    const pinned = modelSourceOf(await pinS3Source(modelSourceOf('s3://wbucket/llama') as S3Source, env)) as S3Source;
+    const client = s3ClientFromEnv(env);
+    const fetch = (dir: string, as = client) => {
       const progress = new FetchProgress('s3://wbucket/llama', pinned.digest!);
       const done = fetchS3Revision({
         weightsDir: dir,
         source: pinned,
-        client,
-        who: 'the test',
+        client: as,
+        who: 'the agent on gpu-7',
         progress,
         signal: new AbortController().signal,
         reserve: () => Promise.resolve(),
@@ -185,6 +185,13 @@ describe.skipIf(skip)('s3:// sources', () => {
     expect(result.fetched.find((f) => f.path === big)?.why).toBe('resumed');
     expect(result.bytesFetched).toBe(result.bytesTotal - 7 * MB);
     expect(sha256Tree(result.snapshotPath)).toEqual(uploaded);
+
+    // A host whose key the store does not know is told which variables to set.
+    const stranger = s3ClientFromEnv(moto.env({ AWS_ACCESS_KEY_ID: 'AKIAUNKNOWNKEY000000', AWS_SECRET_ACCESS_KEY: 'not-a-key' }));
+    await expect(fetch(mkdtempSync(join(tmpdir(), 'llmgw-s3-stranger-')), stranger).done).rejects.toThrow(
+      /refused the credentials of the agent on gpu-7 \(InvalidAccessKeyId: .*set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY/,
+    );
+    stranger.destroy();
 
     // The object replaced in the store: a host that lists the prefix again refuses it...
     await moto.python(`s3.put_object(Bucket='wbucket', Key='llama/config.json', Body=b'{"changed": true}'); print('{}')`);
