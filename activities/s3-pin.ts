@@ -5,7 +5,7 @@
 import { ApplicationFailure } from '@temporalio/client';
 import { FailureType } from '../common/failures.js';
 import { formatModelSource, type S3Source } from '../common/model-source.js';
-import { explainS3Error, listS3Objects, s3ClientFromEnv, s3Digest, s3EndpointOf, s3FolderPrefix } from '../common/s3-store.js';
+import { explainS3Error, listS3Objects, s3ClientFromEnv, s3Digest, s3FolderPrefix, shownS3Endpoint } from '../common/s3-store.js';
 
 export async function pinS3Source(source: S3Source, env: NodeJS.ProcessEnv = process.env): Promise<string> {
   const location = formatModelSource({ kind: 's3', bucket: source.bucket, prefix: source.prefix });
@@ -14,7 +14,7 @@ export async function pinS3Source(source: S3Source, env: NodeJS.ProcessEnv = pro
     const objects = await listS3Objects(client, source.bucket, source.prefix);
     if (objects.length === 0) {
       throw ApplicationFailure.nonRetryable(
-        `source ${location}: no objects under s3://${source.bucket}/${s3FolderPrefix(source.prefix)} at ${s3EndpointOf(env) ?? 'AWS S3'}; upload the model's files there, or correct the prefix`,
+        `source ${location}: no objects under s3://${source.bucket}/${s3FolderPrefix(source.prefix)} at ${shownS3Endpoint(env)}; upload the model's files there, or correct the prefix`,
         FailureType.WeightsUnavailable,
       );
     }

@@ -45,6 +45,11 @@ export function s3EndpointOf(env: NodeJS.ProcessEnv = process.env): string | und
   return env.AWS_ENDPOINT_URL_S3 || env.AWS_ENDPOINT_URL || undefined;
 }
 
+/** The endpoint as a message may show it: without user:password, should a URL carry one. */
+export function shownS3Endpoint(env: NodeJS.ProcessEnv = process.env): string {
+  return s3EndpointOf(env)?.replace(/\/\/[^@/]*@/, '//') ?? 'AWS S3 (no AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL set)';
+}
+
 /** The prefix as a folder: `models/llama` lists `models/llama/…`, never `models/llama-2/…`. */
 export function s3FolderPrefix(prefix: string): string {
   return prefix === '' || prefix.endsWith('/') ? prefix : `${prefix}/`;
@@ -94,7 +99,7 @@ export function explainS3Error(error: unknown, location: string, who: string, en
   const code = shape.name ?? shape.Code ?? '';
   const status = shape.$metadata?.httpStatusCode;
   const said = (shape.message ?? String(error)).split('\n')[0] ?? '';
-  const endpoint = s3EndpointOf(env) ?? 'AWS S3 (no AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL set)';
+  const endpoint = shownS3Endpoint(env);
   const bucket = /s3:\/\/([^/@\s]+)/.exec(location)?.[1] ?? location;
   if (code === 'NoSuchBucket') {
     return `${location}: bucket "${bucket}" does not exist at ${endpoint} (${said}); check the source's bucket, or AWS_ENDPOINT_URL_S3 in the environment of ${who}`;

@@ -79,5 +79,8 @@ describe('S3 sources', () => {
     );
     expect(explainS3Error(new Error('Region is missing'), 's3://b/x', who, env)).toMatch(/set AWS_REGION/);
     expect(explainS3Error(error('InternalError', 500), 's3://b/x', who, env)).toBeUndefined();
+    // An endpoint URL with a password in it is shown without.
+    const withPassword = { AWS_ENDPOINT_URL_S3: 'http://minio:s3cret@127.0.0.1:9000' };
+    expect(explainS3Error(error('NoSuchBucket', 404), 's3://nope/x', who, withPassword)).not.toContain('s3cret');
   });
 });
