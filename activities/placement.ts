@@ -9,16 +9,19 @@
 //  2. A node that just freed GPUs for this replica (the capacityChanged hint) comes first.
 //  3. Spread: a node that already runs replicas of this deployment comes after one that runs
 //     none (one host failure should not take a deployment down).
-//  4. Otherwise pack: the node with the fewest free GPUs that still fit, so that large holes
+//  4. Near: among those, a node whose weights cache already holds the revision (its agent's
+//     report, in the node's memo, read with the index) comes first: it starts with no fetch.
+//  5. Otherwise pack: the node with the fewest free GPUs that still fit, so that large holes
 //     stay free for large replicas. Ties rotate by the replica's sequence number, so replicas
 //     placed at the same moment land on different nodes.
-//  5. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
+//  6. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
 //     nothing (common/placement/choose-hosts.ts).
 // The node itself checks health, memory, NVLink and NUMA when it picks the GPUs.
 import { queryLiteral } from '../common/safe-name.js';
 import type { Client } from '@temporalio/client';
 import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
-import type { ReserveResult } from '../common/node-types.js';
+import { HELD_WEIGHTS_MEMO, heldWeightsKey, type ReserveResult } from '../common/node-types.js';
+import { heldKeyOfSource } from '../common/held-weights.js';
 import { gangHostFromView, placeGangOnHosts, summariseReasons, type GangHost } from '../common/placement/choose-hosts.js';
 import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
@@ -44,6 +47,8 @@ export interface PlaceRequest {
   revision?: string;
   /** The revision's served name, which the tickets name (the agent checks it against the revision). */
   servedName?: string;
+  /** The revision's pinned model source: nodes that hold it come first among equals. */
+  modelSource?: string;
 }
 
 export type PlaceResult =
@@ -61,6 +66,8 @@ export interface IndexedNode {
   state: string;
   free: number;
   siblings: number;
+  /** Its host's weights cache holds the revision (no fetch before the engine starts). */
+  holds?: boolean;
 }
 
 /** Reserves tried per placement before the index is considered stale. */
@@ -194,6 +201,7 @@ async function readCapacityIndex(client: Client, request: PlaceRequest): Promise
     for (const node of Array.isArray(nodes) ? nodes : []) if (typeof node === 'string') siblings.set(node, (siblings.get(node) ?? 0) + 1);
   }
   const index: IndexedNode[] = [];
+  const wanted = request.modelSource ? heldKeyOfSource(request.modelSource) : undefined;
   const nodes = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = ${queryLiteral('gpuClass', request.gpuClass)}`;
   for (const execution of await listShared(client, nodes)) {
     const free = execution.searchAttributes?.LlmgwFreeGpus;
@@ -203,6 +211,7 @@ async function readCapacityIndex(client: Client, request: PlaceRequest): Promise
       state: Array.isArray(state) && typeof state[0] === 'string' ? state[0] : 'Unknown',
       free: Array.isArray(free) && typeof free[0] === 'number' ? free[0] : 0,
       siblings: siblings.get(execution.workflowId.replace(/^node\//, '')) ?? 0,
+      holds: wanted !== undefined && holdsIn(execution.memo?.[HELD_WEIGHTS_MEMO], wanted),
     });
   }
   return index;
@@ -219,6 +228,7 @@ const REFRESHED = 6;
  */
 async function refreshTop(inFlight: PlacementsInFlight, request: PlaceRequest, candidates: IndexedNode[]): Promise<IndexedNode[]> {
   const top = candidates.slice(0, REFRESHED);
+  const wanted = request.modelSource ? heldKeyOfSource(request.modelSource) : undefined;
   const fresh = await Promise.all(
     top.map(async (candidate) => {
       const view = await inFlight.describe(candidate.nodeId);
@@ -230,7 +240,9 @@ async function refreshTop(inFlight: PlacementsInFlight, request: PlaceRequest, c
           .filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId)
           .map((a) => a.replicaId),
       ).size;
-      return { ...candidate, free: view.freeGpus.length - reserving, siblings };
+      const holds =
+        view.weights && wanted !== undefined ? view.weights.some((w) => heldWeightsKey(w.repo, w.commit) === wanted) : candidate.holds;
+      return { ...candidate, free: view.freeGpus.length - reserving, siblings, holds };
     }),
   );
   return rankCandidates(
@@ -239,14 +251,24 @@ async function refreshTop(inFlight: PlacementsInFlight, request: PlaceRequest, c
   ).slice(0, MAX_RESERVES);
 }
 
-/** Candidates best first: the hinted node, then spread, then pack, then a rotation by sequence number. */
+/** Whether a node's memo lists the held-weights key. */
+function holdsIn(listed: unknown, key: string): boolean {
+  return Array.isArray(listed) && listed.includes(key);
+}
+
+/** Candidates best first: the hinted node, then spread, then near (holds the weights), then pack, then a rotation by sequence number. */
 export function rankCandidates(candidates: IndexedNode[], request: Pick<PlaceRequest, 'replicaId' | 'preferNodes'>): IndexedNode[] {
   const seq = Number(/\/(\d+)$/.exec(request.replicaId)?.[1] ?? 0);
   const byId = [...candidates].sort((a, b) => a.nodeId.localeCompare(b.nodeId));
   const rotation = (c: IndexedNode): number => (byId.indexOf(c) - seq + byId.length * 1000) % byId.length;
   const preferred = (c: IndexedNode): number => (request.preferNodes?.includes(c.nodeId) ? 0 : 1);
   return [...candidates].sort(
-    (a, b) => preferred(a) - preferred(b) || a.siblings - b.siblings || a.free - b.free || rotation(a) - rotation(b),
+    (a, b) =>
+      preferred(a) - preferred(b) ||
+      a.siblings - b.siblings ||
+      Number(!a.holds) - Number(!b.holds) ||
+      a.free - b.free ||
+      rotation(a) - rotation(b),
   );
 }
 
@@ -264,7 +286,12 @@ async function placeGang(
   const hosts: GangHost[] = [];
   for (const candidate of candidates) {
     const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery);
-    const host = gangHostFromView(view, candidate.siblings, request.pool);
+    const host = gangHostFromView(
+      view,
+      candidate.siblings,
+      request.pool,
+      request.modelSource ? heldKeyOfSource(request.modelSource) : undefined,
+    );
     if (host) hosts.push(host);
   }
   const result = await placeGangOnHosts(hosts, request, {

@@ -31,7 +31,7 @@ export interface AgentActivityDeps {
 }
 
 /** Every agent activity but the weights' (agent/weights/activity.ts). */
-export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivities, 'fetchWeights'> {
+export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivities, 'fetchWeights' | 'removeWeights'> {
   return {
     async startShard(spec: StartShard): Promise<RunningShard> {
       // Heartbeats, so that an agent that dies mid-start is noticed in one heartbeat timeout

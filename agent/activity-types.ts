@@ -1,6 +1,7 @@
 // The node-local activities an agent serves on its task queue `agent/<nodeId>`, as a
 // type that workflows import (type only) to call them.
 import type { FetchWeightsInput, FetchWeightsResult } from './weights/activity.js';
+import type { RemoveWeightsInput, RemoveWeightsResult } from './weights/remove.js';
 import type { DrainShard, DrainShardResult } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { KillProcesses, KillProcessesResult, Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult, WaitHealthy } from '../proto/gen/llmgw/v1/shard_pb.js';
@@ -25,6 +26,8 @@ export interface AgentActivities {
    * revision, resumable, verified), heartbeating its progress; agent/weights/.
    */
   fetchWeights(input: FetchWeightsInput): Promise<FetchWeightsResult>;
+  /** `llmgw weights rm`: removes revisions no shard on the host uses; refuses, naming the shard, otherwise. */
+  removeWeights(input: RemoveWeightsInput): Promise<RemoveWeightsResult>;
   /** Writes the spec, spawns the engine (idempotent by shard id), returns at once. */
   startShard(spec: StartShard): Promise<RunningShard>;
   /** SIGTERM, grace, SIGKILL; removes the spec once the whole process group is gone. */

@@ -8,7 +8,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { agentTaskQueue, CONTROL_TASK_QUEUE, nodeWorkflowId } from '../common/names.js';
 import { lineLog, type LineLog, type Logger } from '../common/logger.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
-import { agentStoppingSignal, registerSignal, runningShardsSignal } from '../workflows/definitions.js';
+import { agentStoppingSignal, registerSignal, runningShardsSignal, weightsHeldSignal } from '../workflows/definitions.js';
 import type { node as nodeWorkflow } from '../workflows/node/workflow.js';
 import type { AgentSettings } from '../common/node-types.js';
 import type { AgentConfig } from './config.js';
@@ -34,6 +34,7 @@ import { startAgentGpuHealth } from './gpu-health.js';
 import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { AgentMetrics } from './metrics.js';
 import { createHostWeights } from './weights/host-weights.js';
+import { createWeightsReporter, heldWeightsOf, type WeightsReporter } from './weights/weights-report.js';
 
 /** Temporal as the host reaches it: the worker's connection and a client for signals. */
 export interface TemporalLink {
@@ -88,6 +89,8 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   // Told of every transition; created once the host reports are ready (below).
   // eslint-disable-next-line prefer-const -- assigned below; transitions may fire before
   let shardReporter: ShardReporter | undefined;
+  // eslint-disable-next-line prefer-const -- assigned below; transitions may fire before
+  let weightsReporter: WeightsReporter | undefined;
   const supervisor = createSupervisor({
     ...deps.spawnHooks,
     ...(deps.launcher ? { launcher: deps.launcher } : {}),
@@ -109,6 +112,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
     onTransition: (status) => {
       notifier.send(status);
       shardReporter?.changed();
+      weightsReporter?.changed();
     },
     log,
     passEnv: config.passEnv,
@@ -193,6 +197,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
       signalArgs: [report, settings],
     });
     shardReporter?.registered(runningShardIds(report.runningShards));
+    weightsReporter?.registered();
     log(`registered with ${nodeWorkflowId(config.nodeId)} (${report.runningShards.length} shards)`);
   };
   const registerSoon = (): void => {
@@ -246,7 +251,22 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
       };
     },
   });
-  const weights = createHostWeights(config, () => supervisor.list(), log);
+  const weights = createHostWeights(
+    config,
+    () => supervisor.list(),
+    log,
+    () => weightsReporter?.changed(),
+  );
+  weightsReporter = createWeightsReporter({
+    held: () => heldWeightsOf(weights.cache, supervisor.list()),
+    send: async (held) => {
+      if (dead) return;
+      await client?.workflow
+        .getHandle(nodeWorkflowId(config.nodeId))
+        .signal(weightsHeldSignal, { weights: held, at: new Date().toISOString() });
+    },
+    log: (line) => log(line, 'warn'),
+  });
   const worker = await Worker.create({
     connection: link.connection,
     namespace: link.namespace,
@@ -276,6 +296,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
     } finally {
       drainer.close();
       shardReporter?.close();
+      weightsReporter?.close();
       notifier.close();
       supervisor.close();
       await admin.close();

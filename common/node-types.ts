@@ -108,6 +108,30 @@ export interface ClaimRequest {
 
 export type ClaimResult = { ok: true } | { ok: false; reason: string };
 
+/**
+ * One revision of model weights a host's cache holds complete, as its agent reports it
+ * (agent/weights/weights-report.ts). What placement prefers and `llmgw weights ls` shows.
+ */
+export interface HeldWeights {
+  /** The pinned source: hf://ORG/NAME@<commit>. */
+  source: string;
+  repo: string;
+  commit: string;
+  bytes: number;
+  /** When a replica last asked for it (ISO). */
+  lastUsedAt: string;
+  /** The shards on the host whose engines run it now: never evicted, `llmgw weights rm` refuses. */
+  inUseBy: string[];
+}
+
+/** The memo key of the node workflow listing what its host holds, as `repo@commit` (placement reads it). */
+export const HELD_WEIGHTS_MEMO = 'weights';
+
+/** The key placement matches a pinned source against a host's holdings by. */
+export function heldWeightsKey(repo: string, commit: string): string {
+  return `${repo}@${commit}`;
+}
+
 export interface NodeView {
   nodeId: string;
   phase: NodePhase;
@@ -119,6 +143,8 @@ export interface NodeView {
   lastRegisteredAt: string | undefined;
   notReadySince: string | undefined;
   registrations: number;
+  /** The weights its host's cache holds, as last reported; absent until the agent reports them. */
+  weights?: HeldWeights[];
 }
 
 /** What the node workflow tells a replica about the host under it. */

@@ -7,6 +7,7 @@ import type {
   AgentSettings,
   ClaimRequest,
   ClaimResult,
+  HeldWeights,
   NodeStatusSignal,
   NodeView,
   ReleaseRequest,
@@ -24,6 +25,8 @@ export const agentHeardSignal = defineSignal<[Record<string, never>]>('agentHear
 /** The shards the agent runs, sent when that set changes (agent/shard-report.ts). */
 export const runningShardsSignal = defineSignal<[{ shardIds: string[]; at: string }]>('runningShards');
 /** The agent is shutting down on purpose: NotReady now rather than after a heartbeat timeout. */
+/** The agent's weights cache changed (a fetch completed, an eviction, a shard started or stopped using one). */
+export const weightsHeldSignal = defineSignal<[{ weights: HeldWeights[]; at: string }]>('weightsHeld');
 export const agentStoppingSignal = defineSignal<[{ reason: string }]>('agentStopping');
 export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');
 export const releaseUpdate = defineUpdate<boolean, [ReleaseRequest]>('release');

@@ -117,6 +117,11 @@ export class HostWeightsCache {
     }
   }
 
+  /** Whether a fetch of the revision is under way here. */
+  fetching(repo: string, commit: string): boolean {
+    return this.inFlight.has(`${repo}@${commit}`);
+  }
+
   /** What the host holds, most recently used first. */
   list(): CachedRevision[] {
     const inUse = this.revisionsInUse();

@@ -6,12 +6,18 @@ import type { LineLog } from '../../common/logger.js';
 import type { AgentConfig } from '../config.js';
 import { createWeightsActivities } from './activity.js';
 import { HostWeightsCache } from './host-cache.js';
+import { createRemoveWeightsActivity } from './remove.js';
 
 export function createHostWeights(
   config: Pick<AgentConfig, 'weightsDir' | 'weightsBudget'> & { nodeId?: string },
   runningShards: () => RunningShard[],
   log: LineLog,
-): { cache: HostWeightsCache; activities: ReturnType<typeof createWeightsActivities> } {
+  /** Told when what the cache holds may have changed (the host's report, weights-report.ts). */
+  changed: () => void = () => undefined,
+): {
+  cache: HostWeightsCache;
+  activities: ReturnType<typeof createWeightsActivities> & ReturnType<typeof createRemoveWeightsActivity>;
+} {
   mkdirSync(config.weightsDir, { recursive: true });
   // Engines run as an unprivileged user (--engine-user) and read their snapshot from here.
   chmodSync(config.weightsDir, 0o755);
@@ -22,5 +28,18 @@ export function createHostWeights(
     log,
     ...(config.nodeId ? { who: `the agent on ${config.nodeId}` } : {}),
   });
-  return { cache, activities: createWeightsActivities(cache, (line) => log(line)) };
+  const fetching = createWeightsActivities(cache, (line) => log(line));
+  return {
+    cache,
+    activities: {
+      async fetchWeights(input) {
+        try {
+          return await fetching.fetchWeights(input);
+        } finally {
+          changed();
+        }
+      },
+      ...createRemoveWeightsActivity(cache, runningShards, changed),
+    },
+  };
 }

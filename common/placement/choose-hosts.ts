@@ -8,11 +8,11 @@
 //     not fit on one fabric waits rather than being split.
 //  2. Fabrics by the rate of their fastest roomy host, then by name; hosts within a
 //     fabric by rate, then by free HCAs (a rank needs an HCA beside its GPUs), then the
-//     fewest replicas of the same deployment, then by id.
+//     fewest replicas of the same deployment, then those that hold the weights, then by id.
 //  3. All or nothing: when a fabric's reserves fall short, what it granted is released
 //     before the next fabric is tried, so a failed gang never holds GPUs.
 // The GPUs (and the HCAs beside them) inside each host are chosen by the node itself.
-import type { NodeView, ReserveResult } from '../node-types.js';
+import { heldWeightsKey, type NodeView, type ReserveResult } from '../node-types.js';
 
 export interface GangRequest {
   nodes: number;
@@ -30,6 +30,8 @@ export interface GangHost {
   freeHcas: number;
   /** Replicas of the same deployment already on the host. */
   siblings: number;
+  /** The host's weights cache holds the revision. */
+  holds?: boolean;
 }
 
 export interface GangFabric {
@@ -53,7 +55,7 @@ export interface GangReservations {
 export type GangResult = { ok: true; grants: GangGrant[] } | { ok: false; reason: string };
 
 /** A node's view as a gang host; undefined when it cannot take part (no inventory, no fabric, another pool). */
-export function gangHostFromView(view: NodeView, siblings: number, pool?: string): GangHost | undefined {
+export function gangHostFromView(view: NodeView, siblings: number, pool?: string, weightsKey?: string): GangHost | undefined {
   const inv = view.inventory;
   if (!inv) return undefined;
   if (pool && inv.labels.pool !== pool) return undefined;
@@ -67,6 +69,7 @@ export function gangHostFromView(view: NodeView, siblings: number, pool?: string
     freeGpus: view.freeGpus.length,
     freeHcas: fabric.hcas.filter((hca) => !held.has(hca)).length,
     siblings,
+    holds: weightsKey !== undefined && (view.weights ?? []).some((w) => heldWeightsKey(w.repo, w.commit) === weightsKey),
   };
 }
 
@@ -79,7 +82,14 @@ export function rankGangFabrics(hosts: GangHost[], request: GangRequest): { fabr
   for (const [fabric, members] of [...byFabric.entries()].sort((a, b) => a[0].localeCompare(b[0]))) {
     const roomy = members
       .filter((host) => host.freeGpus >= request.gpusPerNode)
-      .sort((a, b) => b.rateGbps - a.rateGbps || b.freeHcas - a.freeHcas || a.siblings - b.siblings || a.nodeId.localeCompare(b.nodeId));
+      .sort(
+        (a, b) =>
+          b.rateGbps - a.rateGbps ||
+          b.freeHcas - a.freeHcas ||
+          a.siblings - b.siblings ||
+          Number(!a.holds) - Number(!b.holds) ||
+          a.nodeId.localeCompare(b.nodeId),
+      );
     if (roomy.length < request.nodes) {
       reasons.push(
         `fabric ${fabric}: ${roomy.length} of ${members.length} hosts have ${request.gpusPerNode} free GPUs, ${request.nodes} needed`,

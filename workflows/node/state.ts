@@ -10,6 +10,7 @@ import type {
   Allocation,
   ClaimRequest,
   ClaimResult,
+  HeldWeights,
   NodeInventory,
   NodePhase,
   NodeView,
@@ -18,6 +19,7 @@ import type {
   ReserveRequest,
   ReserveResult,
 } from '../../common/node-types.js';
+import { heldWeightsKey } from '../../common/node-types.js';
 
 export interface NodeState {
   nodeId: string;
@@ -43,6 +45,8 @@ export interface NodeState {
    * shard that is going away.
    */
   released: string[];
+  /** The weights the host's cache holds, as its agent last reported (weightsHeld signal). */
+  weights?: HeldWeights[];
 }
 
 export function initialNodeState(nodeId: string): NodeState {
@@ -241,7 +245,13 @@ export function viewOf(state: NodeState): NodeView {
     lastRegisteredAt: state.lastRegisteredAt,
     notReadySince: state.notReadySince,
     registrations: state.registrations,
+    ...(state.weights ? { weights: state.weights } : {}),
   };
+}
+
+/** What the node's memo lists for placement: each held revision as `repo@commit`, sorted. */
+export function heldWeightKeys(state: NodeState): string[] {
+  return (state.weights ?? []).map((w) => heldWeightsKey(w.repo, w.commit)).sort();
 }
 
 /** The Markdown the Web UI shows as the node's current details. */

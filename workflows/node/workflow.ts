@@ -3,7 +3,7 @@
 // heartbeating presence activity on the host's queue, answers reserve/release/claim as
 // Updates, keeps the host's reconcile Schedule in step with the agent's flags, and wakes
 // waiting replicas when it gains capacity. Rules: state.ts; watchers: watchers.ts.
-import { allHandlersFinished, CancellationScope, condition, log, setHandler, workflowInfo } from '@temporalio/workflow';
+import { allHandlersFinished, CancellationScope, condition, log, setHandler, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import { SA } from '../../common/search-attributes.js';
 import type { AgentSettings } from '../../common/node-types.js';
 import {
@@ -20,7 +20,9 @@ import {
   releaseUpdate,
   reserveUpdate,
   uncordonUpdate,
+  weightsHeldSignal,
 } from '../definitions.js';
+import { HELD_WEIGHTS_MEMO } from '../../common/node-types.js';
 import { clearGpu } from './clear-gpu.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import { handOverDue as handOverDueFor } from '../toolkit.js';
@@ -29,6 +31,7 @@ import {
   applyRegister,
   claim,
   freeGpus,
+  heldWeightKeys,
   initialNodeState,
   nodeDetails,
   reconcileAllocations,
@@ -98,6 +101,17 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     },
   };
 
+  // What the host holds goes into the memo, which placement reads with the capacity index (one
+  // visibility call, no query per node). Written only when it changes: a fetch, an eviction.
+  let memoPending = false;
+  const publishWeights = (): void => {
+    const keys = heldWeightKeys(state);
+    const listed = workflowInfo().memo?.[HELD_WEIGHTS_MEMO];
+    if (JSON.stringify(Array.isArray(listed) ? listed : []) === JSON.stringify(keys)) return;
+    if (holdCommands) memoPending = true;
+    else upsertMemo({ [HELD_WEIGHTS_MEMO]: keys });
+  };
+
   addNodeActions(run);
   const tellReplicas = run.tellReplicas!;
   let tellPending = false;
@@ -120,6 +134,10 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     if (!wasReady) run.tellReplicas?.();
   });
   setHandler(runningShardsSignal, ({ shardIds }) => void (run.reported = [...shardIds].sort()));
+  setHandler(weightsHeldSignal, ({ weights }) => {
+    state.weights = weights.map((w) => ({ ...w, inUseBy: [...w.inUseBy] }));
+    publishWeights();
+  });
   setHandler(agentStoppingSignal, ({ reason }) => run.markNotReady?.(`the agent is stopping: ${reason}`));
   // The control worker watches the agent's worker heartbeats (workers/liveness.ts).
   setHandler(agentSilentSignal, ({ seconds }) => {
@@ -188,6 +206,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   await upgrade.park(input.upgrading);
   holdCommands = false;
   if (publishPending) run.publish();
+  if (memoPending || (carried && state.weights)) publishWeights();
   if (tellPending) run.tellReplicas();
 
   const handOverDue = handOverDueFor(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT);

@@ -55,6 +55,7 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
       preferNodes: hint ? [hint] : [],
       revision: profile.signature ?? '',
       servedName: profile.servedName,
+      modelSource: profile.modelSource,
     });
     if (result.ok) {
       state.placements++;
