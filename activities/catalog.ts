@@ -10,7 +10,7 @@ import type { ProfileSnapshot } from '../common/replica-types.js';
 import { revisionOf } from '../common/revision.js';
 import type { AutoscaleSettings } from '../common/autoscale.js';
 import { signSnapshot } from '../common/revision-signature.js';
-import { pinModelSource } from './weights-pin.js';
+import { pinOrKeep, type KeepPin } from './weights-pin.js';
 
 /** The snapshot with its revision digest, which deployments, replicas and `llmgw status` show. */
 function withRevision(snapshot: ProfileSnapshot): ProfileSnapshot {
@@ -21,6 +21,8 @@ export interface ResolveRequest {
   model: string;
   profile?: string;
   gpuClass?: string;
+  /** The deployment's current pin: kept while the catalog's source is unchanged (absent: pin afresh, `--refresh-source`). */
+  keepPin?: KeepPin;
 }
 
 /**
@@ -65,7 +67,12 @@ export function createCatalogActivities(catalog: CatalogSource, client: Client, 
         );
       }
       // A moving ref becomes the commit it names now: part of the revision, and so signed.
-      const snapshot = { ...profileSnapshot(model, profile), modelSource: await pinModelSource(model.source) };
+      const modelSource = await pinOrKeep(model.source, request.keepPin);
+      const snapshot = {
+        ...profileSnapshot(model, profile),
+        modelSource,
+        ...(modelSource !== model.source ? { sourceAsWritten: model.source } : {}),
+      };
       return {
         snapshot:
           catalogKeyFile === undefined ? withRevision(snapshot) : signSnapshot(withRevision(snapshot), readCatalogKeys(catalogKeyFile)),

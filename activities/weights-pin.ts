@@ -12,6 +12,30 @@ interface HubErrorShape {
   statusCode?: number;
 }
 
+/** A deployment's current pin, which a resolve keeps while the catalog's source is unchanged. */
+export interface KeepPin {
+  modelSource: string;
+  sourceAsWritten?: string;
+}
+
+/**
+ * The source a resolve should use: the pin it is asked to keep when the catalog still names the
+ * same source (so a plain rollout, a profile change or an automatic rollout never moves the
+ * weights under a deployment), else the catalog's source pinned now.
+ */
+export async function pinOrKeep(written: string, keep: KeepPin | undefined, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  if (keep && sameSourceAsPinned(written, keep)) return keep.modelSource;
+  return pinModelSource(written, env);
+}
+
+function sameSourceAsPinned(written: string, keep: KeepPin): boolean {
+  if (keep.sourceAsWritten !== undefined) return keep.sourceAsWritten === written;
+  // Pinned before the catalog's text was recorded: the same repository at a moving ref.
+  const now = modelSourceOf(written);
+  const pinned = modelSourceOf(keep.modelSource);
+  return now.kind === 'hf' && pinned.kind === 'hf' && now.repo === pinned.repo && !isPinned(now);
+}
+
 export async function pinModelSource(text: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
   const source = modelSourceOf(text);
   if (source.kind === 's3' && !isPinned(source)) return pinS3Source(source, env);

@@ -262,6 +262,10 @@ program
   .option('--undo', 'roll back: abandon the rollout in progress, or return to the revision before the last one')
   .option('--pause', 'hold the rollout where it is')
   .option('--resume', 'go on with a paused rollout')
+  .option(
+    '--refresh-source',
+    "move the weights to what the source's ref (a branch, or the default one) points at now; without it the pinned commit is kept",
+  )
   .option('--wait', 'print each step and exit 0 when it completes, non-zero when it rolls back or fails')
   .option('--timeout <seconds>', 'how long --wait waits', '1800')
   .option('--json', 'machine-readable output')

@@ -59,6 +59,12 @@ export interface ProfileSnapshot {
    * Absent or '' when unsigned (a control worker without a catalog key, older histories).
    */
   signature?: string;
+  /**
+   * The catalog's source as written, when pinning changed it (hf://ORG/NAME at a branch, or
+   * none): a later resolve keeps the pinned commit while the catalog still says this. Not part
+   * of the revision: it does not change what engines run.
+   */
+  sourceAsWritten?: string;
 }
 
 export interface ShardPlacement {
@@ -210,6 +216,8 @@ export interface RolloutRequest {
   undo?: boolean;
   pause?: boolean;
   resume?: boolean;
+  /** Move the source to what its ref (a branch, or the default one) points at now; otherwise the pinned commit is kept. */
+  refreshSource?: boolean;
 }
 
 export interface DeploymentView {
@@ -226,6 +234,8 @@ export interface DeploymentView {
   rebuilt?: string;
   /** The revision it runs (or rolls out to). */
   revision?: string;
+  /** The model source of that revision, pinned (hf://ORG/NAME@<commit>). */
+  modelSource?: string;
   autoscale?: AutoscaleView;
   /** The catalog's current revision of its profile, when it differs. */
   catalogRevision?: string;

@@ -9,6 +9,7 @@ import type { Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { profileSnapshot } from '../catalog/lookup.js';
 import { revisionOf } from '../common/revision.js';
+import type { ProfileSnapshot } from '../common/replica-types.js';
 import { catalogChangedSignal } from '../workflows/definitions.js';
 
 const CHECK_EVERY_MS = 5_000;
@@ -18,15 +19,27 @@ interface DeploymentMemo {
   profile?: string;
   revision?: string;
   catalogRevision?: string;
+  /** The catalog's source as written and the commit it was pinned to (hub sources). */
+  source?: { written?: string; pinned?: string };
 }
 
-/** The catalog's revision of each model/profile. */
-export function catalogRevisions(catalog: CatalogSource): Map<string, string> {
+/** Each model/profile as the catalog writes it (JSON of its snapshot; the revision is computed per deployment, whose pin it keeps). */
+export function catalogSnapshots(catalog: CatalogSource): Map<string, string> {
   const revisions = new Map<string, string>();
   for (const model of catalog.get().models) {
-    for (const profile of model.profiles) revisions.set(`${model.name}/${profile.name}`, revisionOf(profileSnapshot(model, profile)));
+    for (const profile of model.profiles) revisions.set(`${model.name}/${profile.name}`, JSON.stringify(profileSnapshot(model, profile)));
   }
   return revisions;
+}
+
+/**
+ * The catalog's revision as this deployment would get it: a source the catalog still writes as
+ * the deployment's was is kept at its pin (a rollout keeps it), so pinning alone is no news.
+ */
+function revisionFor(snapshotJson: string, memo: DeploymentMemo): string {
+  const snapshot = JSON.parse(snapshotJson) as ProfileSnapshot;
+  const pinned = memo.source?.written === snapshot.modelSource && memo.source.pinned ? memo.source.pinned : snapshot.modelSource;
+  return revisionOf({ ...snapshot, modelSource: pinned });
 }
 
 export async function notifyDeployments(client: Client, revisions: Map<string, string>, log: (line: string) => void): Promise<number> {
@@ -34,7 +47,8 @@ export async function notifyDeployments(client: Client, revisions: Map<string, s
   for await (const execution of client.workflow.list({ query: `WorkflowType = 'deployModel' AND ExecutionStatus = 'Running'` })) {
     const memo = execution.memo?.deployment as DeploymentMemo | undefined;
     if (!memo?.model || !memo.profile) continue;
-    const revision = revisions.get(`${memo.model}/${memo.profile}`);
+    const snapshot = revisions.get(`${memo.model}/${memo.profile}`);
+    const revision = snapshot === undefined ? undefined : revisionFor(snapshot, memo);
     if (!revision || revision === (memo.catalogRevision ?? memo.revision)) continue;
     await client.workflow
       .getHandle(execution.workflowId)
@@ -53,7 +67,7 @@ export function watchCatalogForDeployments(client: Client, catalog: CatalogSourc
     if (running) return;
     running = true;
     try {
-      const revisions = catalogRevisions(catalog);
+      const revisions = catalogSnapshots(catalog);
       const key = JSON.stringify([...revisions.entries()]);
       if (key === last) return;
       const told = await notifyDeployments(client, revisions, log);

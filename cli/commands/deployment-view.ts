@@ -72,6 +72,8 @@ export function print(view: DeploymentView, json?: boolean, adapters: ReadonlyMa
   console.log(
     `${view.name}: ${view.phase} — ${view.ready}/${view.desired} Ready · ${view.model} (${view.profile}, revision ${view.revision ?? '—'}) served as "${view.servedName}"`,
   );
+  // The pinned weights: what every replica of the revision runs, however late it is added.
+  if (view.modelSource) console.log(`  weights ${view.modelSource}`);
   if (view.reason) console.log(`  ${view.reason}`);
   if (view.autoscale) {
     const a = view.autoscale;

@@ -14,6 +14,7 @@ export interface RolloutOptions {
   undo?: boolean;
   pause?: boolean;
   resume?: boolean;
+  refreshSource?: boolean;
   wait?: boolean;
   timeout: string;
   json?: boolean;
@@ -36,6 +37,7 @@ export async function rolloutCommand(name: string, opts: RolloutOptions): Promis
     ...(opts.undo ? { undo: true } : {}),
     ...(opts.pause ? { pause: true } : {}),
     ...(opts.resume ? { resume: true } : {}),
+    ...(opts.refreshSource ? { refreshSource: true } : {}),
   };
   await withClient(async (client) => {
     const handle = client.workflow.getHandle(deploymentWorkflowId(name));
@@ -50,7 +52,13 @@ export async function rolloutCommand(name: string, opts: RolloutOptions): Promis
     const rollout = view.rollout;
     if (!rollout || rollout.state === 'Complete') {
       if (!opts.wait || !rollout) {
-        console.log(opts.json ? JSON.stringify(view, null, 2) : `${name} already runs revision ${view.revision}: nothing to roll out`);
+        const pin =
+          view.modelSource?.startsWith('hf://') && !opts.refreshSource
+            ? ` (weights kept at ${view.modelSource}; --refresh-source moves them to what the ref points at now)`
+            : '';
+        console.log(
+          opts.json ? JSON.stringify(view, null, 2) : `${name} already runs revision ${view.revision}: nothing to roll out${pin}`,
+        );
         return;
       }
     }

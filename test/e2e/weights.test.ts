@@ -223,8 +223,13 @@ print(json.dumps({'path': path, 'files': hash_tree(path)}))
     for (const engine of enginesOf([nodeId]).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${name}/`))) {
       expect(argvOf(engine.pid).join(' ')).toContain(`snapshots/${mainCommit}`);
     }
-    // A rollout re-resolves the source: the new commit, of which only the changed file is fetched.
-    const rolled = await runLlmgw(['rollout', name, '--wait', '--timeout', '120'], {}, 150_000);
+    // A plain rollout keeps the pin (the catalog's source did not change), and `llmgw status` shows it.
+    const kept = await runLlmgw(['rollout', name]);
+    expect(kept.code, kept.output).toBe(0);
+    expect(kept.output).toContain('nothing to roll out');
+    expect((await runLlmgw(['status', name])).output).toContain(`weights hf://${MAIN}@${mainCommit}`);
+    // --refresh-source moves to what main points at now, of which only the changed file is fetched.
+    const rolled = await runLlmgw(['rollout', name, '--refresh-source', '--wait', '--timeout', '120'], {}, 150_000);
     expect(rolled.code, rolled.output).toBe(0);
     await eventually(
       'every engine on the new commit',

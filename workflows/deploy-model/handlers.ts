@@ -178,7 +178,7 @@ export function registerDeploymentHandlers(run: DeploymentRun): void {
         else if (d.previous) startRollout(d, d.previous, request, now, 'undo by hand');
         else throw rolloutFailure(`deployment ${d.name} has no earlier revision to go back to`);
       } else {
-        const target = await resolveTarget(d, request.profile);
+        const target = await resolveTarget(d, request.profile, request.refreshSource);
         if (isActive(d.rollout) || d.rollout?.state === 'Paused') {
           throw rolloutFailure(
             `a rollout of ${d.name} to ${d.rollout!.to.profile} ${revisionOfSnapshot(d.rollout!.to)} is ${d.rollout!.state}: wait for it, or pause/undo it first`,
@@ -193,7 +193,11 @@ export function registerDeploymentHandlers(run: DeploymentRun): void {
           target,
           request,
           now,
-          request.profile ? `rollout to profile ${request.profile}` : 'rollout to the catalog revision',
+          request.profile
+            ? `rollout to profile ${request.profile}`
+            : request.refreshSource && target.modelSource !== d.snapshot.modelSource
+              ? `rollout to ${target.modelSource} (source refreshed)`
+              : 'rollout to the catalog revision',
         );
       }
       run.dirty = true;

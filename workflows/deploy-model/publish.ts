@@ -49,6 +49,8 @@ export function createDeploymentPublisher(d: DeploymentState): () => void {
         model: d.model,
         profile: d.snapshot.profile,
         revision: view.revision,
+        // The catalog notifier compares the catalog with this pin, not with the source as written.
+        ...(d.snapshot.sourceAsWritten ? { source: { written: d.snapshot.sourceAsWritten, pinned: d.snapshot.modelSource } } : {}),
         ...(d.catalogRevision ? { catalogRevision: d.catalogRevision } : {}),
         desired: d.desired,
         nextSeq: d.nextSeq,

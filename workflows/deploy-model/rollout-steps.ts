@@ -21,6 +21,7 @@ export const RolloutRequestSchema = z
     undo: z.boolean().optional(),
     pause: z.boolean().optional(),
     resume: z.boolean().optional(),
+    refreshSource: z.boolean().optional(),
   })
   .refine((r) => [r.undo, r.pause, r.resume].filter(Boolean).length <= 1, 'choose one of undo, pause and resume');
 
@@ -38,12 +39,23 @@ export function validateRolloutRequest(request: RolloutRequest, d: DeploymentSta
     throw new Error(`deployment ${d.name} has no rollout to ${request.pause ? 'pause' : 'resume'}`);
 }
 
-/** The catalog's current snapshot of a profile of this deployment's model; refusals name the valid choices. */
-export async function resolveTarget(d: DeploymentState, profile: string | undefined): Promise<ProfileSnapshot> {
+/**
+ * The catalog's current snapshot of a profile of this deployment's model; refusals name the
+ * valid choices. The weights stay at the deployment's pinned commit unless the catalog's source
+ * changed or `refreshSource` asks for what the ref points at now.
+ */
+export async function resolveTarget(d: DeploymentState, profile: string | undefined, refreshSource = false): Promise<ProfileSnapshot> {
   try {
-    const resolved = await control(`resolve the rollout target: ${d.model} ${profile ?? d.snapshot.profile}`).resolveDeployment({
+    const keepPin = {
+      modelSource: d.snapshot.modelSource,
+      ...(d.snapshot.sourceAsWritten ? { sourceAsWritten: d.snapshot.sourceAsWritten } : {}),
+    };
+    const resolved = await control(
+      `resolve the rollout target: ${d.model} ${profile ?? d.snapshot.profile}${refreshSource ? ' (source refreshed)' : ''}`,
+    ).resolveDeployment({
       model: d.model,
       profile: profile ?? d.snapshot.profile,
+      ...(refreshSource ? {} : { keepPin }),
     });
     return resolved.snapshot;
   } catch (error) {

@@ -108,6 +108,7 @@ export function deploymentView(s: DeploymentState): DeploymentView {
     reason: deploymentReason(s),
     ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}),
     revision: revisionOfSnapshot(s.snapshot),
+    modelSource: s.snapshot.modelSource,
     ...(s.catalogRevision && s.catalogRevision !== revisionOfSnapshot(s.snapshot) ? { catalogRevision: s.catalogRevision } : {}),
     ...(s.rollout ? { rollout: rolloutView(s.rollout, Object.values(s.replicas), s.desired) } : {}),
     ...(s.autoscale ? { autoscale: autoscaleView(s) } : {}),
@@ -154,6 +155,7 @@ export function deploymentDetails(view: DeploymentView): string {
     '',
     `${view.model} · profile ${view.profile} · revision ${view.revision ?? '—'} · served as \`${view.servedName}\``,
     '',
+    ...(view.modelSource ? [`Weights: \`${view.modelSource}\``, ''] : []),
     ...(view.autoscale
       ? [
           `Autoscaled ${view.autoscale.min}–${view.autoscale.max} on ${view.autoscale.metric} (target ${view.autoscale.target} per replica${view.autoscale.idleToZeroSeconds ? `, idle to zero after ${view.autoscale.idleToZeroSeconds} s` : ''})${view.autoscale.lastDecision ? `; last decision ${view.autoscale.lastDecision.from} → ${view.autoscale.lastDecision.desired} at ${view.autoscale.lastDecision.at}: ${view.autoscale.lastDecision.reason}` : ''}`,
