@@ -10,6 +10,7 @@ import { createPlacementActivities, type PlacementMetric } from './placement.js'
 import { createReconcileActivities } from './reconcile.js';
 import { createRoutesActivities } from './routes.js';
 import { createRouteSigningActivities } from './route-signing.js';
+import { createWeightsNodeActivities } from './weights-nodes.js';
 
 export interface ControlActivityDeps {
   catalogFile: string;
@@ -36,6 +37,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
     }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
+    ...createWeightsNodeActivities(deps.client),
     ...createReconcileActivities(catalog, deps.client),
     ...routes,
     ...signing,

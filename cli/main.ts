@@ -213,6 +213,43 @@ nodes
     await removeNodeCommand(nodeId, opts);
   });
 
+const weights = program
+  .command('weights')
+  .description("the model weights each host's cache holds: list them, fetch them ahead of placement, remove them");
+weights
+  .command('ls')
+  .argument('[node]', 'one node (default: all)')
+  .description('what each host holds: model, revision, size, last used, the shards that run it')
+  .option('--json', 'machine-readable output')
+  .action(async (nodeId: string | undefined, opts: { json?: boolean }) => {
+    const { weightsLsCommand } = await import('./commands/weights.js');
+    await weightsLsCommand(nodeId, opts);
+  });
+weights
+  .command('prefetch')
+  .argument('<model>', 'a catalog model, MODEL or MODEL/PROFILE')
+  .description(
+    "fetch a model's weights onto hosts without placing anything, with each host's progress (a running deployment's pinned revision, else what the source points at now)",
+  )
+  .option('--nodes <ids>', 'these hosts, comma-separated')
+  .option('--gpu-class <class>', "every Ready host of this GPU class (default: the profile's)")
+  .option('--timeout <seconds>', 'give up after this long', '86400')
+  .option('--json', 'machine-readable output')
+  .action(async (model: string, opts: import('./commands/weights-prefetch.js').PrefetchOptions) => {
+    const { weightsPrefetchCommand } = await import('./commands/weights-prefetch.js');
+    await weightsPrefetchCommand(model, opts);
+  });
+weights
+  .command('rm')
+  .argument('<node>', 'node id')
+  .argument('<model>', 'ORG/NAME[@REVISION] as `llmgw weights ls` shows it (every revision when none is named)')
+  .description('remove weights from a host; refused, naming the shard, while a shard there runs them')
+  .option('--json', 'machine-readable output')
+  .action(async (nodeId: string, model: string, opts: { json?: boolean }) => {
+    const { weightsRmCommand } = await import('./commands/weights.js');
+    await weightsRmCommand(nodeId, model, opts);
+  });
+
 program
   .command('reconcile')
   .description('match what agents run against the catalog and the workflows now, and print every action (all nodes when none is named)')
@@ -266,6 +303,7 @@ program
     '--refresh-source',
     "move the weights to what the source's ref (a branch, or the default one) points at now; without it the pinned commit is kept",
   )
+  .option('--no-prefetch', 'drain without first fetching the new weights onto the hosts (its replicas fetch as they start)')
   .option('--wait', 'print each step and exit 0 when it completes, non-zero when it rolls back or fails')
   .option('--timeout <seconds>', 'how long --wait waits', '1800')
   .option('--json', 'machine-readable output')

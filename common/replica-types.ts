@@ -218,6 +218,8 @@ export interface RolloutRequest {
   resume?: boolean;
   /** Move the source to what its ref (a branch, or the default one) points at now; otherwise the pinned commit is kept. */
   refreshSource?: boolean;
+  /** false: do not fetch the new revision onto hosts before draining (its replicas fetch as they start). */
+  prefetch?: boolean;
 }
 
 export interface DeploymentView {

@@ -4,3 +4,5 @@ export { replica } from './replica/workflow.js';
 export { deployModel } from './deploy-model/workflow.js';
 export { reconcileNode } from './reconcile/workflow.js';
 export { routes } from './routes/workflow.js';
+export { weightsPrefetch } from './weights/prefetch.js';
+export { weightsRemove } from './weights/remove.js';

@@ -15,6 +15,8 @@ export interface RolloutOptions {
   pause?: boolean;
   resume?: boolean;
   refreshSource?: boolean;
+  /** false with --no-prefetch. */
+  prefetch?: boolean;
   wait?: boolean;
   timeout: string;
   json?: boolean;
@@ -38,6 +40,7 @@ export async function rolloutCommand(name: string, opts: RolloutOptions): Promis
     ...(opts.pause ? { pause: true } : {}),
     ...(opts.resume ? { resume: true } : {}),
     ...(opts.refreshSource ? { refreshSource: true } : {}),
+    ...(opts.prefetch === false ? { prefetch: false } : {}),
   };
   await withClient(async (client) => {
     const handle = client.workflow.getHandle(deploymentWorkflowId(name));

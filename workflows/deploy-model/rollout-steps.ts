@@ -9,7 +9,8 @@ import { revisionOfSnapshot } from '../../common/revision.js';
 import { stopReplicaSignal } from '../definitions.js';
 import { control, startReplica } from './calls.js';
 import { awaitRouters } from '../routes/await.js';
-import { isActive, newRollout, note, planRollout } from './rollout.js';
+import { isActive, newRollout, note, planPrefetch, planRollout } from './rollout.js';
+import { prefetchOnHosts } from '../weights/prefetch.js';
 import { DEFAULT_POLICY, type DeploymentState } from './state.js';
 import { describeIssues } from '../toolkit.js';
 
@@ -22,6 +23,7 @@ export const RolloutRequestSchema = z
     pause: z.boolean().optional(),
     resume: z.boolean().optional(),
     refreshSource: z.boolean().optional(),
+    prefetch: z.boolean().optional(),
   })
   .refine((r) => [r.undo, r.pause, r.resume].filter(Boolean).length <= 1, 'choose one of undo, pause and resume');
 
@@ -76,6 +78,8 @@ export function startRollout(d: DeploymentState, to: ProfileSnapshot, request: R
     now,
     reason,
   );
+  // Asked not to fetch ahead: the rollout's replicas fetch as they start.
+  if (request.prefetch === false) d.rollout.prefetch = { state: 'Done', modelSource: to.modelSource, nodes: [] };
   d.snapshot = to;
   log.info(reason);
 }
@@ -101,10 +105,36 @@ export function rollBack(d: DeploymentState, now: string, reason: string): void 
 export async function driveRollout(
   d: DeploymentState,
   now: string,
-  options: { continueAsNewAfterEvents?: number; markClosed: (id: string, why: string) => void },
+  options: {
+    continueAsNewAfterEvents?: number;
+    markClosed: (id: string, why: string) => void;
+    /** Prefetches this run started, by rollout start; a run continued as new starts its own again (it joins or finds them cached). */
+    prefetches: Record<string, boolean>;
+    wake: () => void;
+  },
 ): Promise<void> {
   const r = d.rollout!;
   if (!isActive(r)) return;
+  r.prefetch ??= planPrefetch(r, Object.values(d.replicas));
+  if (r.prefetch.state === 'Fetching' && !options.prefetches[r.startedAt]) {
+    options.prefetches[r.startedAt] = true;
+    const prefetch = r.prefetch;
+    note(r, now, `fetching ${prefetch.modelSource} onto ${prefetch.nodes.join(', ')} before draining anything`);
+    void prefetchOnHosts(prefetch.modelSource, prefetch.nodes, `rollout of ${d.name}`).then((hosts) => {
+      prefetch.state = 'Done';
+      const failed = hosts.filter((h) => !h.ok);
+      const at = new Date().toISOString();
+      if (d.rollout === r)
+        note(
+          r,
+          at,
+          failed.length
+            ? `weights fetched ahead on ${hosts.length - failed.length} of ${hosts.length} hosts (${failed.map((h) => `${h.nodeId}: ${h.error}`).join('; ')}); the rest fetch as their replicas start`
+            : `weights fetched ahead on ${hosts.map((h) => h.nodeId).join(', ')} in ${Math.max(...hosts.map((h) => h.seconds ?? 0)).toFixed(1)} s`,
+        );
+      options.wake();
+    });
+  }
   const plan = planRollout(r, Object.values(d.replicas), d.desired, Date.parse(now));
   if (plan.rollback) {
     rollBack(d, now, plan.rollback);

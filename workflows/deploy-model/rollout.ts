@@ -11,9 +11,14 @@
 //    GPUs the waiting new replica then takes. A full fleet never deadlocks.
 //  - A new-revision replica that fails, or waits for capacity too long in drain-first mode,
 //    rolls the deployment back to the revision it came from.
+//  - Weights first: when the new revision's weights are fetched by llmgw and differ from the
+//    old one's, they are fetched onto the hosts the old replicas run on (whose GPUs new replicas
+//    take, and which placement prefers once they hold them) before anything is drained, so the
+//    time with fewer routable replicas than desired never includes a download.
 import type { ProfileSnapshot, RolloutView } from '../../common/replica-types.js';
 import { revisionOfSnapshot } from '../../common/revision.js';
 import type { TrackedReplica } from './state.js';
+import { heldKeyOfSource } from '../../common/held-weights.js';
 
 /** A drain-first rollout whose new replica waits longer than this for GPUs is rolled back. */
 export const UNSCHEDULABLE_LIMIT_MS = 5 * 60_000;
@@ -32,6 +37,14 @@ export interface RolloutState {
   steps: string[];
   /** Since when a new-revision replica has waited for capacity. */
   waitingSince?: string;
+  /** Fetching the new revision's weights onto the hosts it will use, before any drain. */
+  prefetch?: RolloutPrefetch;
+}
+
+export interface RolloutPrefetch {
+  state: 'Fetching' | 'Done';
+  modelSource: string;
+  nodes: string[];
 }
 
 export interface RolloutPlan {
@@ -99,6 +112,9 @@ export function planRollout(rollout: RolloutState, replicas: TrackedReplica[], d
   }
 
   const freshRouted = fresh.filter(available).length;
+  const prefetching = rollout.prefetch?.state === 'Fetching';
+  if (prefetching)
+    plan.notes.push(`fetching ${rollout.prefetch!.modelSource} onto ${rollout.prefetch!.nodes.join(', ')} before draining anything`);
   if (!running.some((r) => !isNew(r)) && freshRouted >= desired) {
     plan.complete = true;
     return plan;
@@ -109,7 +125,9 @@ export function planRollout(rollout: RolloutState, replicas: TrackedReplica[], d
   const budget = desired + rollout.maxSurge - running.length;
   plan.start = Math.max(0, Math.min(desired - fresh.length, budget, Math.max(1, rollout.maxSurge) - inFlight));
 
-  // Drains: old replicas that serve nothing go first, whenever new ones are coming.
+  // Drains: none while the weights are on their way; then old replicas that serve nothing go
+  // first, whenever new ones are coming.
+  if (prefetching) return plan;
   let availableNow = running.filter(available).length;
   const surplus = old.length + fresh.length + plan.start - desired;
   const idle = old.filter((r) => !available(r));
@@ -127,6 +145,24 @@ export function planRollout(rollout: RolloutState, replicas: TrackedReplica[], d
     } else break;
   }
   return plan;
+}
+
+/**
+ * What a rollout fetches before it drains: the new revision's weights onto the hosts the old
+ * replicas run on. Nothing when llmgw does not fetch the new source, or it is the old one.
+ */
+export function planPrefetch(rollout: RolloutState, replicas: TrackedReplica[]): RolloutPrefetch {
+  const modelSource = rollout.to.modelSource;
+  const target = revisionOfSnapshot(rollout.to);
+  const nodes =
+    heldKeyOfSource(modelSource) === undefined || modelSource === rollout.from.modelSource
+      ? []
+      : [
+          ...new Set(
+            replicas.filter((r) => r.phase !== 'Stopped' && r.phase !== 'Failed' && r.revision !== target).flatMap((r) => r.nodes),
+          ),
+        ].sort();
+  return { state: nodes.length ? 'Fetching' : 'Done', modelSource, nodes };
 }
 
 export function rolloutView(rollout: RolloutState, replicas: TrackedReplica[], desired: number): RolloutView {

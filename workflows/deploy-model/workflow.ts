@@ -77,6 +77,7 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
   const handOverDue = handOverDueFor(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT);
 
   const routedAsked: Record<string, boolean> = {};
+  const prefetches: Record<string, boolean> = {};
   for (;;) {
     run.dirty = false;
     pruneFinished(d, Date.now());
@@ -97,6 +98,8 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
       await driveRollout(d, new Date().toISOString(), {
         continueAsNewAfterEvents: input.continueAsNewAfterEvents,
         markClosed: run.markClosed,
+        prefetches,
+        wake: () => void (run.dirty = true),
       });
       // A rollback or a change of mode is planned again at once, not at the next report.
       if (`${d.rollout?.state}/${d.rollout?.mode}/${d.rollout?.startedAt}` !== before) run.dirty = true;

@@ -15,7 +15,8 @@ import { failureOutcome, firstLine, type Outcome } from './state.js';
 // resumes). The SDK sends heartbeats at most every 0.8 of it: progress in the UI every 8 s.
 const FETCH_HEARTBEAT_SECONDS = 10;
 
-function fetchOn(nodeId: string, summary: string, timeoutSeconds: number): AgentActivities {
+/** The host's fetchWeights (and its other node-local activities) as a fetch calls them: heartbeats watched, retried to resume. */
+export function fetchOn(nodeId: string, summary: string, timeoutSeconds: number): AgentActivities {
   return proxyActivities<AgentActivities>({
     taskQueue: agentTaskQueue(nodeId),
     scheduleToStartTimeout: '20 seconds',

@@ -1,0 +1,85 @@
+// Fetching a revision's weights onto hosts without placing anything: the `weightsPrefetch`
+// workflow behind `llmgw weights prefetch` (weights/prefetch/<id>), and the step a rollout
+// takes before it drains (deploy-model/rollout-steps.ts). Each host's fetchWeights heartbeats
+// its progress, which the CLI and the Web UI show. Workflow side.
+import { ActivityFailure, ApplicationFailure, setCurrentDetails } from '@temporalio/workflow';
+import { FailureType } from '../../common/failures.js';
+import { isFetched, modelSourceOf } from '../../common/model-source.js';
+import { fetchOn } from '../replica/fetch.js';
+import { controlActivities } from '../toolkit.js';
+
+export interface WeightsPrefetchInput {
+  /** A catalog model; its profile's source is resolved (pinned) when `modelSource` is absent. */
+  model: string;
+  profile?: string;
+  /** The pinned source to fetch (a running deployment's, so the hosts get what its replicas run). */
+  modelSource?: string;
+  /** The hosts; absent: every Ready node of `gpuClass` (or of the profile's GPU class). */
+  nodes?: string[];
+  gpuClass?: string;
+}
+
+export interface HostFetch {
+  nodeId: string;
+  ok: boolean;
+  bytesFetched?: number;
+  bytesTotal?: number;
+  seconds?: number;
+  error?: string;
+}
+
+export interface WeightsPrefetchResult {
+  modelSource: string;
+  hosts: HostFetch[];
+}
+
+/** Fetches a pinned source onto each host at once; never throws for one host's failure. */
+export async function prefetchOnHosts(modelSource: string, nodes: string[], who: string): Promise<HostFetch[]> {
+  return Promise.all(
+    nodes.map(async (nodeId): Promise<HostFetch> => {
+      try {
+        const result = await fetchOn(nodeId, `fetchWeights ${modelSource} on ${nodeId} (${who})`, 24 * 3600).fetchWeights({
+          modelSource,
+          replicaId: who,
+        });
+        return { nodeId, ok: true, bytesFetched: result.bytesFetched, bytesTotal: result.bytesTotal, seconds: result.seconds };
+      } catch (error) {
+        const cause = error instanceof ActivityFailure ? (error.cause ?? error) : error;
+        return { nodeId, ok: false, error: cause instanceof Error ? cause.message : String(cause) };
+      }
+    }),
+  );
+}
+
+export async function weightsPrefetch(input: WeightsPrefetchInput): Promise<WeightsPrefetchResult> {
+  let modelSource = input.modelSource;
+  let gpuClass = input.gpuClass;
+  if (modelSource === undefined || (gpuClass === undefined && !input.nodes?.length)) {
+    try {
+      const resolved = await controlActivities(`resolveDeployment: the pinned source of ${input.model}`, {
+        retry: { maximumAttempts: 3, nonRetryableErrorTypes: [FailureType.UnknownModel, FailureType.UnknownProfile] },
+      }).resolveDeployment({ model: input.model, ...(input.profile ? { profile: input.profile } : {}) });
+      modelSource ??= resolved.snapshot.modelSource;
+      gpuClass ??= resolved.snapshot.gpuClass;
+    } catch (error) {
+      const cause = error instanceof ActivityFailure ? (error.cause ?? error) : error;
+      throw ApplicationFailure.nonRetryable(cause instanceof Error ? cause.message : String(cause), FailureType.InvalidInput);
+    }
+  }
+  if (!isFetched(modelSource ? modelSourceOf(modelSource) : { kind: 'engine', repo: '' })) {
+    throw ApplicationFailure.nonRetryable(
+      `${input.model}'s source ${modelSource} is not fetched by llmgw (only hf:// sources are): nothing to prefetch`,
+      FailureType.InvalidInput,
+    );
+  }
+  const nodes = input.nodes?.length
+    ? input.nodes
+    : await controlActivities(`readyNodesOfClass: the Ready ${gpuClass} nodes`).readyNodesOfClass({ gpuClass: gpuClass! });
+  if (!nodes.length) throw ApplicationFailure.nonRetryable(`no Ready ${gpuClass} node to prefetch onto`, FailureType.InvalidInput);
+  setCurrentDetails(`Prefetching \`${modelSource}\` onto ${nodes.join(', ')}: each host's fetchWeights shows its progress`);
+  const hosts = await prefetchOnHosts(modelSource!, nodes, `prefetch of ${input.model}`);
+  setCurrentDetails(
+    `Prefetched \`${modelSource}\`: ${hosts.map((h) => `${h.nodeId} ${h.ok ? 'done' : `failed (${h.error})`}`).join('; ')}`,
+  );
+  return { modelSource: modelSource!, hosts };
+}
