@@ -231,6 +231,8 @@ print(json.dumps({'path': path, 'files': hash_tree(path)}))
     // --refresh-source moves to what main points at now, of which only the changed file is fetched.
     const rolled = await runLlmgw(['rollout', name, '--refresh-source', '--wait', '--timeout', '120'], {}, 150_000);
     expect(rolled.code, rolled.output).toBe(0);
+    // The new commit was on the host before anything drained.
+    expect(rolled.output).toMatch(/weights fetched ahead on/);
     await eventually(
       'every engine on the new commit',
       () => {

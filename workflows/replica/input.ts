@@ -29,6 +29,8 @@ export const ProfileSnapshotSchema = z.strictObject({
   signature: z.string().optional(),
   /** A short digest naming the revision (shown by `llmgw status`). */
   revision: z.string().optional(),
+  /** The catalog's source before it was pinned (kept at rollouts while the catalog still says it). */
+  sourceAsWritten: z.string().optional(),
 });
 
 const ShardPlacementSchema = z.strictObject({
