@@ -3,11 +3,13 @@
 // GPU) and once on full hosts (a replica per host: drain-first). Prints the total rollout time,
 // the longest stretch with fewer than 8 routable replicas, and the requests that failed
 // (goal 0), side by side; then how soon a drain with nothing in flight stops its engine
-// (goal 1 s). Figures, not asserts.
+// (goal 1 s). Figures, not asserts. `-- --weights`: a rollout with weights to fetch, with and
+// without fetching ahead (bench/rollout-weights.ts).
 import { request } from 'undici';
 import { deploymentStatusQuery, rolloutUpdate, scaleUpdate } from '../workflows/definitions.js';
 import type { DeploymentView } from '../common/replica-types.js';
 import { startStack, type Stack } from './stack.js';
+import { rolloutWithWeights } from './rollout-weights.js';
 
 const REPLICAS = 8;
 
@@ -123,6 +125,7 @@ async function idleDrains(stack: Stack, rounds: number): Promise<string> {
 }
 
 async function main(): Promise<void> {
+  if (process.argv.includes('--weights')) return rolloutWithWeights();
   const stack = await startStack({ hosts: 8, router: true });
   try {
     console.log(
