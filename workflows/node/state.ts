@@ -264,6 +264,11 @@ export function nodeDetails(state: NodeState): string {
     '',
   );
   if (inv.problems.length) lines.push(`Problems: ${inv.problems.join('; ')}`, '');
+  if (state.weights?.length)
+    lines.push(
+      `Weights held: ${state.weights.map((w) => `\`${w.repo}@${w.commit.slice(0, 12)}\` (${Math.round(w.bytes / 1e6)} MB${w.inUseBy.length ? `, in use by ${w.inUseBy.join(', ')}` : ''})`).join('; ')}`,
+      '',
+    );
   lines.push('| GPU | NUMA | memory used | held by | problems |', '| --- | --- | --- | --- | --- |');
   for (const gpu of inv.gpus) {
     const holder = state.allocations.find((allocation) => allocation.gpuIndices.includes(gpu.index));
