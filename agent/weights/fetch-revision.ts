@@ -3,12 +3,13 @@
 // is missing or corrupt into `<blob>.incomplete` (resuming from its length with a range
 // request), verifies each file against the hub's digest, renames it into place and links the
 // snapshot. Agent side.
-import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, promises as fs } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { pipeline } from 'node:stream/promises';
+import { leaseDownloadThreads, type DownloadThreads } from './download-threads.js';
+import { newHash, type DigestKind, type DownloadJob } from './download.js';
 import { blobPath, incompletePath, snapshotDir } from './cache-layout.js';
-import { listCommitFiles, openFileFrom, type HubEndpoint, type RemoteFile } from './hub-client.js';
+import { hubFileRequest, listCommitFiles, type HubEndpoint, type RemoteFile } from './hub-client.js';
 import { readManifest, writeManifest, type Manifest } from './manifest.js';
 import { WeightsError } from './errors.js';
 import type { FetchProgress } from './progress.js';
@@ -37,8 +38,23 @@ export interface FetchRevisionResult {
 }
 
 export async function fetchRevision(request: FetchRevisionRequest): Promise<FetchRevisionResult> {
+  const manifest = readManifest(request.weightsDir, request.repo, request.commit);
+  // A revision never listed here is about to be downloaded: the threads start while it is listed.
+  let lease = manifest ? undefined : leaseDownloadThreads();
+  try {
+    return await fetchListed(request, manifest, () => (lease ??= leaseDownloadThreads()).threads);
+  } finally {
+    lease?.release();
+  }
+}
+
+async function fetchListed(
+  request: FetchRevisionRequest,
+  listed: Manifest | undefined,
+  downloadThreads: () => DownloadThreads,
+): Promise<FetchRevisionResult> {
   const { weightsDir, repo, commit, progress } = request;
-  let manifest = readManifest(weightsDir, repo, commit);
+  let manifest = listed;
   if (!manifest) {
     const files = await listCommitFiles(request.endpoint, repo, commit).catch((error: unknown) => {
       throw WeightsError.fromHub(error, repo, commit, request.endpoint);
@@ -53,7 +69,8 @@ export async function fetchRevision(request: FetchRevisionRequest): Promise<Fetc
   const todo: { file: RemoteFile; why: 'missing' | 'corrupt' | 'resumed' }[] = [];
   for (const file of manifest.files) {
     const state = await checkBlob(weightsDir, manifest, file);
-    if (state === 'ok') progress.fileDone(file.size);
+    // Two paths with the same content share a blob: it is fetched once (and never twice at once).
+    if (state === 'ok' || todo.some((t) => t.file.etag === file.etag)) progress.fileDone(file.size);
     else todo.push({ file, why: state });
     if (state === 'corrupt')
       request.log(`weights ${repo}@${commit.slice(0, 12)}: ${file.path} does not match its digest; fetching it again`);
@@ -62,17 +79,29 @@ export async function fetchRevision(request: FetchRevisionRequest): Promise<Fetc
 
   const remaining = todo.reduce((sum, t) => sum + t.file.size, 0);
   if (remaining > 0) await request.reserve(remaining);
+  // The first failure stops the other downloads, and the fetch returns once none is writing.
+  const stop = new AbortController();
+  const onAbort = (): void => stop.abort(request.signal.reason);
+  request.signal.addEventListener('abort', onAbort, { once: true });
+  let failure: { error: unknown } | undefined;
   let next = 0;
   const worker = async (): Promise<void> => {
-    while (next < todo.length) {
-      const item = todo[next++]!;
-      request.signal.throwIfAborted();
-      const resumed = await download(request, manifest, item.file);
-      if (resumed && item.why === 'missing') item.why = 'resumed';
-      writeManifest(weightsDir, manifest);
+    try {
+      while (next < todo.length) {
+        const item = todo[next++]!;
+        stop.signal.throwIfAborted();
+        const resumed = await download(request, manifest, item.file, downloadThreads(), stop.signal);
+        if (resumed && item.why === 'missing') item.why = 'resumed';
+        writeManifest(weightsDir, manifest);
+      }
+    } catch (error) {
+      failure ??= { error };
+      stop.abort(error);
     }
   };
   await Promise.all(Array.from({ length: Math.min(request.concurrency ?? 4, todo.length) }, worker));
+  request.signal.removeEventListener('abort', onAbort);
+  if (failure) throw failure.error;
 
   const dir = snapshotDir(weightsDir, repo, commit);
   for (const file of manifest.files) await linkIntoSnapshot(weightsDir, repo, dir, file);
@@ -105,20 +134,24 @@ async function checkBlob(weightsDir: string, manifest: Manifest, file: RemoteFil
   return 'corrupt';
 }
 
-function newHash(file: RemoteFile): Hash {
-  if (file.sha256 !== undefined) return createHash('sha256');
-  // A file kept in git is named by its blob id: sha1 over "blob <size>\0" and the content.
-  return createHash('sha1').update(`blob ${file.size}\0`);
+function digestKind(file: RemoteFile): DigestKind {
+  return file.sha256 !== undefined ? 'sha256' : 'git-blob';
 }
 
-async function digestOfFile(path: string, file: RemoteFile, end?: number): Promise<string> {
-  const hash = newHash(file);
-  await pipeline(createReadStream(path, end === undefined ? {} : { end: end - 1 }), hash);
+async function digestOfFile(path: string, file: RemoteFile): Promise<string> {
+  const hash = newHash(digestKind(file), file.size);
+  await pipeline(createReadStream(path), hash);
   return hash.digest('hex');
 }
 
-/** Downloads one file into `<blob>.incomplete`, resuming what is there; says whether it resumed. */
-async function download(request: FetchRevisionRequest, manifest: Manifest, file: RemoteFile): Promise<boolean> {
+/** Downloads one file into `<blob>.incomplete`, resuming what is there, then verifies and renames it; says whether it resumed. */
+async function download(
+  request: FetchRevisionRequest,
+  manifest: Manifest,
+  file: RemoteFile,
+  threads: DownloadThreads,
+  signal: AbortSignal,
+): Promise<boolean> {
   const { weightsDir, repo, commit, progress } = request;
   const partial = incompletePath(weightsDir, repo, file.etag);
   await fs.mkdir(dirname(partial), { recursive: true });
@@ -127,33 +160,21 @@ async function download(request: FetchRevisionRequest, manifest: Manifest, file:
     await fs.rm(partial, { force: true });
     offset = 0;
   }
-  // The bytes already there feed the hash first, so the whole file is verified at the end.
-  let hash = newHash(file);
-  if (offset > 0) {
-    for await (const chunk of createReadStream(partial) as AsyncIterable<Buffer>) hash.update(chunk);
-    progress.resumed(offset);
-  }
+  // The bytes already there are hashed first (on the download thread), so the whole file is verified.
+  if (offset > 0) progress.resumed(offset);
   progress.fileStarted(file.path);
-  if (offset < file.size) {
-    const { from, body } = await openFileFrom(request.endpoint, repo, commit, file, offset, request.signal).catch((error: unknown) => {
-      throw WeightsError.fromHub(error, repo, commit, request.endpoint);
+  const job: DownloadJob = {
+    ...hubFileRequest(request.endpoint, repo, commit, file.path),
+    partial,
+    offset,
+    size: file.size,
+    digest: digestKind(file),
+  };
+  const { size, digest } = await threads
+    .run(job, { bytes: (count) => progress.bytes(count), restarted: (kept) => progress.resumed(-kept) }, signal)
+    .catch((error: unknown) => {
+      throw WeightsError.fromDisk(error, weightsDir) ?? WeightsError.fromHub(error, repo, commit, request.endpoint);
     });
-    if (from === 0 && offset > 0) {
-      // The server ignored the range: start the file over.
-      hash = newHash(file);
-      progress.resumed(-offset);
-    }
-    try {
-      await appendBody(body, partial, from > 0, request.signal, (chunk) => {
-        hash.update(chunk);
-        progress.bytes(chunk.length);
-      });
-    } catch (error) {
-      throw WeightsError.fromDisk(error, request.weightsDir) ?? error;
-    }
-  }
-  const size = (await fs.stat(partial)).size;
-  const digest = hash.digest('hex');
   if (size !== file.size || digest !== file.etag) {
     await fs.rm(partial, { force: true });
     throw new Error(
@@ -167,46 +188,6 @@ async function download(request: FetchRevisionRequest, manifest: Manifest, file:
   progress.fileFinished(file.path);
   return offset > 0;
 }
-
-/**
- * Writes a response body to the file, gathering chunks into large vectored writes: the
- * reads, the hash and the writes overlap, and a 400 GB model is not millions of small writes.
- */
-async function appendBody(
-  body: AsyncIterable<Buffer>,
-  path: string,
-  append: boolean,
-  signal: AbortSignal,
-  onChunk: (chunk: Buffer) => void,
-): Promise<void> {
-  const file = await fs.open(path, append ? 'a' : 'w');
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  let writing: Promise<unknown> = Promise.resolve();
-  try {
-    for await (const chunk of body) {
-      signal.throwIfAborted();
-      onChunk(chunk);
-      pending.push(chunk);
-      pendingBytes += chunk.length;
-      if (pendingBytes >= WRITE_BATCH_BYTES) {
-        await writing;
-        const batch = pending;
-        pending = [];
-        pendingBytes = 0;
-        writing = file.writev(batch);
-      }
-    }
-    signal.throwIfAborted();
-    await writing;
-    if (pending.length) await file.writev(pending);
-  } finally {
-    await writing.catch(() => undefined);
-    await file.close();
-  }
-}
-
-const WRITE_BATCH_BYTES = 4 * 1024 * 1024;
 
 /** snapshots/<commit>/<path> → ../../blobs/<etag>, as the HF client links them; made aside, then renamed. */
 async function linkIntoSnapshot(weightsDir: string, repo: string, dir: string, file: RemoteFile): Promise<void> {

@@ -18,6 +18,7 @@ export interface FetchProgressDetails {
 }
 
 const WINDOW_MS = 5_000;
+const SAMPLE_MS = 100;
 
 export class FetchProgress {
   private total = 0;
@@ -62,10 +63,16 @@ export class FetchProgress {
     this.filesDone++;
   }
 
+  /**
+   * Called for every chunk received (64 KB): it adds, and keeps a sample for the rate at most
+   * every SAMPLE_MS rather than one per chunk (thousands a second at GB/s).
+   */
   bytes(count: number): void {
     this.done += count;
     this.fetched += count;
     const at = this.now();
+    const last = this.samples[this.samples.length - 1];
+    if (last !== undefined && at - last.at < SAMPLE_MS) return;
     this.samples.push({ at, bytes: this.fetched });
     while (this.samples.length > 2 && this.samples[0]!.at < at - WINDOW_MS) this.samples.shift();
   }

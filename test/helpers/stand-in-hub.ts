@@ -56,8 +56,14 @@ function gitOidOf(content: Buffer): string {
   return createHash('sha1').update(`blob ${content.length}\0`).update(content).digest('hex');
 }
 
-export async function startStandInHub(options: { bytesPerSecond?: number } = {}): Promise<StandInHub> {
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-stand-in-hub-'));
+export interface StandInHubOptions {
+  bytesPerSecond?: number;
+  /** Where its files are kept (the system's temp dir when absent): a benchmark puts them on tmpfs, off the client's disk, as a remote hub's are. */
+  filesIn?: string;
+}
+
+export async function startStandInHub(options: StandInHubOptions = {}): Promise<StandInHub> {
+  const dir = mkdtempSync(join(options.filesIn ?? tmpdir(), 'llmgw-stand-in-hub-'));
   const repos: Record<string, Repo> = {};
   let bandwidth = options.bytesPerSecond ?? 0;
   let served = 0;
