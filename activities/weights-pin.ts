@@ -1,9 +1,9 @@
-// Pinning, on the control worker: a hub source at a branch (or none) becomes the commit the
-// branch points at now, so that every replica of the revision, wherever and whenever it is
+// Pinning, on the control worker: a hub source (hf://ORG/NAME, or a bare ORG/NAME) at a branch
+// (or none) becomes the commit the branch points at now, so that every replica of the revision, wherever and whenever it is
 // placed, runs the same bytes. The pinned source is part of the signed profile. The hub is the
 // worker's HF_ENDPOINT; a gated repo needs the worker's HF_TOKEN.
 import { ApplicationFailure } from '@temporalio/client';
-import { modelInfo } from '@huggingface/hub';
+import { HUB_URL, modelInfo } from '@huggingface/hub';
 import { FailureType } from '../common/failures.js';
 import { formatModelSource, isPinned, modelSourceOf } from '../common/model-source.js';
 import { pinS3Source } from './s3-pin.js';
@@ -65,6 +65,15 @@ export async function pinModelSource(text: string, env: NodeJS.ProcessEnv = proc
     }
     if (status === 404) {
       throw ApplicationFailure.nonRetryable(`${text}: no such revision on the hub (${said})`, FailureType.WeightsUnavailable);
+    }
+    if (status === undefined) {
+      // No answer at all: retried a few times (resolveDeployment), then the deploy fails with this.
+      const cause = (error as { cause?: { code?: string; message?: string } } | undefined)?.cause;
+      const why = cause?.code ?? cause?.message;
+      throw new Error(
+        `cannot reach the hub at ${hubUrl ?? HUB_URL} to pin ${text} to a commit (${said}${why ? `: ${why}` : ''}): set HF_ENDPOINT for the control worker (and the agents) to a hub they can reach, or give the model a source that needs none: file:///PATH (a directory every host mounts) or engine://${source.repo} (the engine downloads it itself, unpinned, as a bare id did before 0.3.0)`,
+        { cause: error },
+      );
     }
     throw error;
   }

@@ -217,7 +217,7 @@ export const CatalogModel = strictObject('a model', {
   name: name('a model name'),
   source: z
     .string()
-    .min(1, 'source must name the weights (hf://ORG/NAME[@REF], s3://BUCKET/PREFIX, file:///PATH, or a hub id ORG/NAME)')
+    .min(1, 'source must name the weights (hf://ORG/NAME[@REF] or a bare ORG/NAME, s3://BUCKET/PREFIX, file:///PATH, or engine://NAME)')
     .superRefine((text, ctx) => {
       const parsed = parseModelSource(text);
       if (!parsed.ok) ctx.addIssue({ code: 'custom', message: parsed.message });

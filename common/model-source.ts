@@ -1,5 +1,6 @@
 // Where a model's weights come from: the parser of a catalog `source` (hf://, s3://, file://,
-// or a bare hub id) and its pinned form. Pure, so the catalog, workflows and agents share it.
+// engine://, or a bare hub id, which is hf://) and its pinned form. Pure, so the catalog,
+// workflows and agents share it.
 
 /** A repository on a Hugging Face Hub (the hub of the host's HF_ENDPOINT), at a ref or a commit. */
 export interface HubSource {
@@ -26,18 +27,19 @@ export interface FileSource {
 }
 
 /**
- * A bare `ORG/NAME` (or any source without a scheme): handed to the engine as it always was
- * (the engine downloads it). llmgw fetches, pins and caches only sources written with a
- * scheme; see docs/weights.md.
+ * Handed to the engine as `name`, which downloads or finds it itself: not pinned, not cached,
+ * not verified by llmgw. Written `engine://NAME` in a catalog (for an engine that needs no
+ * weights, as the fake engine in tests, or hosts that provide their own); also what a revision
+ * made before sources had schemes (0.2.0) carries when its source is no hub id or path.
  */
-export interface EngineHubSource {
+export interface EngineSource {
   kind: 'engine';
-  repo: string;
+  name: string;
 }
 
-export type ModelSource = HubSource | S3Source | FileSource | EngineHubSource;
+export type ModelSource = HubSource | S3Source | FileSource | EngineSource;
 
-export const SOURCE_SCHEMES = ['hf://', 's3://', 'file://'] as const;
+export const SOURCE_SCHEMES = ['hf://', 's3://', 'file://', 'engine://'] as const;
 
 const REPO = /^[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*$/;
 const REF = /^[A-Za-z0-9][A-Za-z0-9._/-]*$/;
@@ -47,12 +49,22 @@ const DIGEST = /^sha256:[0-9a-f]{64}$/;
 
 export type SourceParse = { ok: true; source: ModelSource } | { ok: false; message: string };
 
-/** Parses a catalog `source`; a refusal says what was expected, since a person wrote it. */
+/**
+ * Parses a catalog `source`; a refusal says what was expected, since a person wrote it. A
+ * source without a scheme is a hub id (`ORG/NAME[@REF]`, read as `hf://ORG/NAME[@REF]`: pinned,
+ * fetched and cached by llmgw) or an absolute path (read as `file:///PATH`); nothing else.
+ */
 export function parseModelSource(text: string): SourceParse {
   const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(text)?.[1];
-  // Without a scheme it is what the engine was always given (a hub id, or a path the engine
-  // resolves itself); catalogs written before sources had schemes keep working unchanged.
-  if (scheme === undefined) return { ok: true, source: { kind: 'engine', repo: text } };
+  if (scheme === undefined) {
+    if (text.startsWith('/')) return parseModelSource(`file://${text}`);
+    const hub = parseModelSource(`hf://${text}`);
+    if (hub.ok) return hub;
+    return {
+      ok: false,
+      message: `source ${JSON.stringify(text)}: a source without a scheme is a hub id ORG/NAME (as hf://ORG/NAME) or an absolute path (as file:///PATH); to hand it to the engine as written, unpinned and uncached, write engine://${text}`,
+    };
+  }
   const rest = text.slice(scheme.length + 3);
   switch (scheme) {
     case 'hf': {
@@ -83,6 +95,11 @@ export function parseModelSource(text: string): SourceParse {
       }
       return { ok: true, source: { kind: 'file', path: rest.replace(/\/+$/, '') || '/' } };
     }
+    case 'engine': {
+      if (rest.trim() === '')
+        return { ok: false, message: `source ${JSON.stringify(text)}: expected engine://NAME, what the engine is given` };
+      return { ok: true, source: { kind: 'engine', name: rest } };
+    }
     default:
       return {
         ok: false,
@@ -101,7 +118,7 @@ export function formatModelSource(source: ModelSource): string {
     case 'file':
       return `file://${source.path}`;
     case 'engine':
-      return source.repo;
+      return `engine://${source.name}`;
     default: {
       const unknown: never = source;
       throw new Error(`unknown source ${JSON.stringify(unknown)}`);
@@ -109,14 +126,48 @@ export function formatModelSource(source: ModelSource): string {
   }
 }
 
-/** Parses or throws (for sources that passed catalog validation and were pinned since). */
+/**
+ * A revision's source (passed catalog validation, pinned since). Or throws; but never for a
+ * source without a scheme, which a revision made by 0.2.0 may carry as its engine was given it
+ * (its replicas, moved to this release, keep running): one that is no hub id or path is an
+ * EngineSource.
+ */
 export function modelSourceOf(text: string): ModelSource {
   const parsed = parseModelSource(text);
-  if (!parsed.ok) throw new Error(parsed.message);
-  return parsed.source;
+  if (parsed.ok) return parsed.source;
+  if (!/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text) && text.trim() !== '') return { kind: 'engine', name: text };
+  throw new Error(parsed.message);
 }
 
-/** Whether llmgw fetches these weights onto each host before the engine starts. */
+/**
+ * Whether llmgw fetches the weights onto each host before the engine starts: a hub or S3
+ * source pinned at deploy (every deploy and rollout pins them). An unpinned hub source in a
+ * revision is a bare ORG/NAME from a release before pinning (0.2.0), when it meant "the
+ * engine downloads it": it keeps that meaning until the deployment is rolled out (modelArgOf).
+ */
+export function isFetchedByLlmgw(source: ModelSource): boolean {
+  return isFetched(source) && isPinned(source);
+}
+
+/** What an engine not given a local directory is given: the hub id, a path, or an engine:// source's name. */
+export function modelArgOf(source: ModelSource): string {
+  switch (source.kind) {
+    case 'hf':
+      return source.ref !== undefined && !isPinned(source) ? `${source.repo}@${source.ref}` : source.repo;
+    case 'file':
+      return source.path;
+    case 'engine':
+      return source.name;
+    case 's3':
+      return formatModelSource(source);
+    default: {
+      const unknown: never = source;
+      throw new Error(`unknown source ${JSON.stringify(unknown)}`);
+    }
+  }
+}
+
+/** Whether llmgw fetches sources of this kind (once pinned: isFetchedByLlmgw). */
 export function isFetched(source: ModelSource): source is HubSource | S3Source {
   return source.kind === 'hf' || source.kind === 's3';
 }

@@ -1,6 +1,6 @@
 // The command lines for a fake-engine shard: vLLM's flags, our own multi-node flags for the
 // native launcher, or the same Ray cluster a vLLM replica gets. Agent side; pure.
-import { localModelPath } from '../weights/cache-layout.js';
+import { engineModelArg, localModelPath } from '../weights/cache-layout.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderAddress, leaderHttpPort, type ShardPlan } from './plan.js';
 import { rayLeaderLaunch, rayWorkerLaunch } from './ray.js';
@@ -16,7 +16,7 @@ function fakeArgv(plan: ShardPlan, ctx: EngineContext, port: number | undefined)
   return [
     ...ctx.fakeEngineCommand,
     '--model',
-    profile.modelSource,
+    engineModelArg(profile.modelSource, ctx.weightsDir),
     '--served-model-name',
     profile.servedName,
     // The fake engine loads (and checks) the weights a real engine would be given.

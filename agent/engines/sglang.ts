@@ -1,6 +1,6 @@
 // The command line for an SGLang shard: `python3 -m sglang.launch_server`, with SGLang's own
 // multi-node flags when the replica spans hosts. Agent side; pure.
-import { localModelPath } from '../weights/cache-layout.js';
+import { engineModelArg } from '../weights/cache-layout.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderAddress, type ShardPlan } from './plan.js';
 import type { EngineContext, EngineLaunch } from './types.js';
@@ -20,7 +20,7 @@ export function sglangLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch 
     '-m',
     'sglang.launch_server',
     '--model-path',
-    localModelPath(profile.modelSource, ctx.weightsDir) ?? profile.modelSource,
+    engineModelArg(profile.modelSource, ctx.weightsDir),
     '--served-model-name',
     profile.servedName,
     '--host',

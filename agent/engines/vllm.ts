@@ -1,6 +1,6 @@
 // The command lines for a vLLM shard: `vllm serve` on one node, or a Ray cluster with
 // `vllm serve --distributed-executor-backend ray` on rank 0 across several. Agent side; pure.
-import { localModelPath } from '../weights/cache-layout.js';
+import { engineModelArg } from '../weights/cache-layout.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderHttpPort, type ShardPlan } from './plan.js';
 import { rayLeaderLaunch, rayWorkerLaunch } from './ray.js';
@@ -16,7 +16,7 @@ function serveArgv(plan: ShardPlan, ctx: EngineContext): string[] {
     ...(ctx.vllmCommand ?? ['vllm']),
     'serve',
     // A fetched or shared-filesystem source runs from its local directory, never the hub.
-    localModelPath(profile.modelSource, ctx.weightsDir) ?? profile.modelSource,
+    engineModelArg(profile.modelSource, ctx.weightsDir),
     '--served-model-name',
     profile.servedName,
     '--host',

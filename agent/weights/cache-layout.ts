@@ -2,7 +2,7 @@
 // (models--ORG--NAME/{blobs,snapshots/<commit>}), so vLLM and SGLang read it offline, plus
 // llmgw's own manifests beside it. Agent side; pure path arithmetic.
 import { join } from 'node:path';
-import { isFetched, modelSourceOf, pinnedRevisionOf, type HubSource, type S3Source } from '../../common/model-source.js';
+import { isFetched, isFetchedByLlmgw, modelArgOf, modelSourceOf, pinnedRevisionOf, type HubSource, type S3Source } from '../../common/model-source.js';
 import { isS3CacheRepo, s3CacheRepo, s3FolderName } from './s3-layout.js';
 
 /** The HF cache's folder of one repository: `models--ORG--NAME`; an S3 source's is `s3--BUCKET--PREFIX` (s3-layout.ts). */
@@ -40,13 +40,15 @@ export function manifestsDir(weightsDir: string): string {
 
 /**
  * The directory an engine is given for a source, or undefined when the engine gets the
- * source as written (a bare hub id). A `file://` source is used in place; a fetched one is
- * read from its snapshot in the host cache.
+ * source itself (modelArgOf: an engine:// source, or a hub id a revision of 0.2.0 carries
+ * unpinned). A `file://` source is used in place; a fetched one is read from its snapshot in
+ * the host cache.
  */
 export function localModelPath(modelSource: string, weightsDir: string | undefined): string | undefined {
   const source = modelSourceOf(modelSource);
   if (source.kind === 'file') return source.path;
-  if (!isFetched(source) || weightsDir === undefined) return undefined;
+  // Unpinned (a hub id a revision of 0.2.0 carries): the engine gets the source itself.
+  if (!isFetched(source) || !isFetchedByLlmgw(source) || weightsDir === undefined) return undefined;
   const revision = cachedRevisionOf(source);
   return revision && snapshotDir(weightsDir, revision.repo, revision.commit);
 }
@@ -55,6 +57,11 @@ export function localModelPath(modelSource: string, weightsDir: string | undefin
 export function cachedRevisionOf(source: HubSource | S3Source): { repo: string; commit: string } | undefined {
   if (source.kind === 'hf') return source.ref === undefined ? undefined : { repo: source.repo, commit: source.ref };
   return source.digest === undefined ? undefined : { repo: s3CacheRepo(source), commit: pinnedRevisionOf(source) };
+}
+
+/** The model an engine is started with: the local directory, or what the source hands it. */
+export function engineModelArg(modelSource: string, weightsDir: string | undefined): string {
+  return localModelPath(modelSource, weightsDir) ?? modelArgOf(modelSourceOf(modelSource));
 }
 
 export function hubRevisionOf(source: HubSource): { repo: string; commit: string } {

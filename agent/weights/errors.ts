@@ -3,17 +3,23 @@
 // host cannot hold it: place elsewhere). Agent side.
 import { ApplicationFailure } from '@temporalio/activity';
 import { FailureType } from '../../common/failures.js';
+import { HUB_URL } from '@huggingface/hub';
 import type { HubEndpoint } from './hub-client.js';
 
 interface HubErrorShape {
   statusCode?: number;
   message?: string;
+  code?: string;
+  cause?: { code?: string; message?: string };
 }
+
+/** What a connection that got no HTTP answer says: refused, no such host, timed out, cut. */
+const NETWORK_CODES = /^(ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EPIPE|UND_ERR_\w+)$/;
 
 export const WeightsError = {
   fromHub(error: unknown, repo: string, commit: string, endpoint: HubEndpoint): unknown {
     const status = (error as HubErrorShape | undefined)?.statusCode;
-    const said = error instanceof Error ? error.message.split('. URL:')[0] : String(error);
+    const said = error instanceof Error ? (error.message.split('. URL:')[0] ?? '') : String(error);
     if (status === 401 || status === 403) {
       const how = endpoint.accessToken
         ? `the hub refused this host's HF_TOKEN for ${repo}: give it a token with access to ${repo}`
@@ -22,6 +28,14 @@ export const WeightsError = {
     }
     if (status === 404) {
       return ApplicationFailure.nonRetryable(`${repo} has no revision ${commit} on the hub (${said})`, FailureType.WeightsUnavailable);
+    }
+    const shape = error as HubErrorShape | undefined;
+    const code = shape?.code ?? shape?.cause?.code;
+    if (status === undefined && (NETWORK_CODES.test(code ?? '') || said === 'fetch failed')) {
+      // Retried (the fetch resumes); the replica fails with this if the hub stays out of reach.
+      return new Error(
+        `cannot reach the hub at ${endpoint.hubUrl ?? HUB_URL} for ${repo}@${commit.slice(0, 12)} (${said}${code && !said.includes(code) ? `: ${code}` : ''}): start this agent with HF_ENDPOINT set to a hub it can reach (the control worker pinned the revision through its own HF_ENDPOINT)`,
+      );
     }
     return error;
   },

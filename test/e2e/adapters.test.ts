@@ -107,7 +107,7 @@ describe('LoRA adapters through the router', () => {
     const write = (list: AdapterSpec[]) =>
       writeFileSync(
         file,
-        `models:\n  - name: demo\n    source: llmgw/fake-demo\n    profiles:\n      - {name: p, engine: fake, gpuClass: H100, gpusPerNode: 1, adapters: {maxLoaded: 3}}\n    adapters:\n` +
+        `models:\n  - name: demo\n    source: engine://llmgw/fake-demo\n    profiles:\n      - {name: p, engine: fake, gpuClass: H100, gpusPerNode: 1, adapters: {maxLoaded: 3}}\n    adapters:\n` +
           list.map((a) => `      - {name: ${a.name}, source: ${a.source}}\n`).join(''),
       );
     write(specs.slice(0, 2));

@@ -150,7 +150,7 @@ describe('autoscaling and scale to zero', () => {
       const file = join(dir, `catalog-${i}.yaml`);
       writeFileSync(
         file,
-        `models:\n  - name: auto\n    source: llmgw/fake-auto\n    autoscale: ${JSON.stringify(c.settings)}\n    profiles:\n      - { name: p, engine: fake, gpuClass: AUTO, gpusPerNode: 1 }\n`,
+        `models:\n  - name: auto\n    source: engine://llmgw/fake-auto\n    autoscale: ${JSON.stringify(c.settings)}\n    profiles:\n      - { name: p, engine: fake, gpuClass: AUTO, gpusPerNode: 1 }\n`,
       );
       const validate = await runLlmgw(['catalog', 'validate', file]);
       expect(validate.code, validate.output).not.toBe(0);

@@ -145,7 +145,7 @@ export async function startReconcileStack(): Promise<void> {
   writeFileSync(
     catalogFile,
     `${readFileSync(catalogFile, 'utf8')}  - name: race
-    source: llmgw/fake-race
+    source: engine://llmgw/fake-race
     profiles:
       - name: one-gpu
         engine: fake
@@ -154,7 +154,7 @@ export async function startReconcileStack(): Promise<void> {
         args: ["--load-time", "0.5"]
         startupTimeoutSeconds: 30
   - name: hold
-    source: llmgw/fake-hold
+    source: engine://llmgw/fake-hold
     profiles:
       - name: one-gpu
         engine: fake

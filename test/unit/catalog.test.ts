@@ -150,11 +150,11 @@ describe('a catalog with mistakes', () => {
   it('reports every mistake in one pass', () => {
     const errors = errorsOf(`models:
   - name: Demo
-    source: x
+    source: org/x
     profiles:
       - { name: a, engine: tgi, gpuClass: H100, gpusPerNode: 1 }
   - name: other
-    source: y
+    source: org/y
     profiles:
       - { name: b, engine: fake, gpuClass: H100, gpusPerNode: 0 }
       - { name: b, engine: fake, gpuClass: H100, tensorParallel: 2, gpusPerNode: 1 }
@@ -227,27 +227,27 @@ describe('a catalog file being edited', () => {
     dir = mkdtempSync(join(tmpdir(), 'llmgw-catalog-'));
     const file = join(dir, 'catalog.yaml');
     const profile = '      - { name: p, engine: fake, gpuClass: H100, gpusPerNode: 1 }\n';
-    writeFileSync(file, `models:\n  - name: first\n    source: s\n    profiles:\n${profile}`);
+    writeFileSync(file, `models:\n  - name: first\n    source: org/s\n    profiles:\n${profile}`);
     const logged: string[] = [];
     const source = createCatalogSource(file, { log: (line) => logged.push(line) });
     expect(source.get().models.map((m) => m.name)).toEqual(['first']);
 
     writeFileSync(
       file,
-      `models:\n  - name: first\n    source: s\n    profiles:\n${profile}  - name: second\n    source: s\n    profiles:\n${profile}`,
+      `models:\n  - name: first\n    source: org/s\n    profiles:\n${profile}  - name: second\n    source: org/s\n    profiles:\n${profile}`,
     );
     expect(source.get().models.map((m) => m.name)).toEqual(['first', 'second']);
 
     writeFileSync(
       file,
-      `models:\n  - name: first\n    source: s\n    profiles:\n      - { name: p, engine: tgi, gpuClass: H100, gpusPerNode: 1 }\n`,
+      `models:\n  - name: first\n    source: org/s\n    profiles:\n      - { name: p, engine: tgi, gpuClass: H100, gpusPerNode: 1 }\n`,
     );
     expect(source.get().models.map((m) => m.name)).toEqual(['first', 'second']);
     expect(source.get().models.map((m) => m.name)).toEqual(['first', 'second']);
     expect(logged).toHaveLength(1);
     expect(logged[0]).toContain(`${file}:5: models[0].profiles[0].engine: unknown engine "tgi"`);
 
-    writeFileSync(file, `models:\n  - name: third\n    source: s\n    profiles:\n${profile}`);
+    writeFileSync(file, `models:\n  - name: third\n    source: org/s\n    profiles:\n${profile}`);
     expect(source.get().models.map((m) => m.name)).toEqual(['third']);
     source.close();
   });

@@ -5,9 +5,9 @@ import { mkdtempSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { formatModelSource, isPinned, parseModelSource } from '../../common/model-source.js';
+import { formatModelSource, isFetchedByLlmgw, isPinned, modelSourceOf, parseModelSource } from '../../common/model-source.js';
 import { parseCatalog } from '../../catalog/load.js';
-import { localModelPath } from '../../agent/weights/cache-layout.js';
+import { engineModelArg, localModelPath } from '../../agent/weights/cache-layout.js';
 import { FetchProgress } from '../../agent/weights/progress.js';
 import { buildEngineLaunch } from '../../agent/engines/index.js';
 import { Engine } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -18,7 +18,7 @@ import { ctx, shard } from '../helpers/engine-launch.js';
 const COMMIT = '0123456789abcdef0123456789abcdef01234567';
 
 describe('model sources', () => {
-  it('parses the three schemes and a bare hub id, and formats them back', () => {
+  it('parses the four schemes and formats them back', () => {
     for (const text of [
       'hf://meta-llama/Llama-3.1-8B-Instruct',
       `hf://meta-llama/Llama-3.1-8B-Instruct@${COMMIT}`,
@@ -26,7 +26,7 @@ describe('model sources', () => {
       's3://weights-bucket/llama/8b',
       `s3://weights-bucket/llama@sha256:${'a'.repeat(64)}`,
       'file:///mnt/models/llama',
-      'meta-llama/Llama-3.1-8B-Instruct',
+      'engine://llmgw/fake-demo',
     ]) {
       const parsed = parseModelSource(text);
       expect(parsed.ok, text).toBe(true);
@@ -38,6 +38,34 @@ describe('model sources', () => {
     expect(moving.ok && isPinned(moving.source)).toBe(false);
   });
 
+  it('reads a bare hub id as hf:// and a bare absolute path as file://, and refuses other bare text, saying what to write', () => {
+    const same = (bare: string, written: string): void => expect(parseModelSource(bare)).toEqual(parseModelSource(written));
+    same('meta-llama/Llama-3.1-8B-Instruct', 'hf://meta-llama/Llama-3.1-8B-Instruct');
+    same('org/name@main', 'hf://org/name@main');
+    same('/mnt/models/llama', 'file:///mnt/models/llama');
+    const refused = parseModelSource('gpt2');
+    expect(refused.ok).toBe(false);
+    if (!refused.ok) {
+      expect(refused.message).toBe(
+        'source "gpt2": a source without a scheme is a hub id ORG/NAME (as hf://ORG/NAME) or an absolute path (as file:///PATH); to hand it to the engine as written, unpinned and uncached, write engine://gpt2',
+      );
+    }
+  });
+
+  it('keeps what a revision of 0.2.0 carries: a bare source goes to the engine as it did, never fetched', () => {
+    // Revisions made before pinning carry the catalog's text: their replicas, moved to this
+    // release, are re-placed and scaled without a hub and start their engine as before.
+    expect(modelSourceOf('meta-llama/Llama-3.1-8B-Instruct')).toEqual({ kind: 'hf', repo: 'meta-llama/Llama-3.1-8B-Instruct' });
+    expect(isFetchedByLlmgw(modelSourceOf('meta-llama/Llama-3.1-8B-Instruct'))).toBe(false);
+    expect(isFetchedByLlmgw(modelSourceOf(`hf://org/name@${COMMIT}`))).toBe(true);
+    expect(modelSourceOf('gpt2')).toEqual({ kind: 'engine', name: 'gpt2' });
+    expect(modelSourceOf('demo')).toEqual({ kind: 'engine', name: 'demo' });
+    expect(() => modelSourceOf('gs://bucket/x')).toThrow(/unknown scheme/);
+    expect(engineModelArg('meta-llama/Llama-3.1-8B-Instruct', '/var/lib/llmgw/weights')).toBe('meta-llama/Llama-3.1-8B-Instruct');
+    expect(engineModelArg('gpt2', '/var/lib/llmgw/weights')).toBe('gpt2');
+    expect(engineModelArg('engine://llmgw/fake-demo', '/var/lib/llmgw/weights')).toBe('llmgw/fake-demo');
+  });
+
   it('refuses an unknown scheme and malformed sources, saying what is expected', () => {
     const refusal = (text: string): string => {
       const parsed = parseModelSource(text);
@@ -45,11 +73,12 @@ describe('model sources', () => {
       return parsed.message;
     };
     expect(refusal('gs://bucket/x')).toMatch(
-      /unknown scheme "gs:\/\/" \(expected hf:\/\/, s3:\/\/, file:\/\/, or a bare hub id ORG\/NAME\)/,
+      /unknown scheme "gs:\/\/" \(expected hf:\/\/, s3:\/\/, file:\/\/, engine:\/\/, or a bare hub id ORG\/NAME\)/,
     );
     expect(refusal('hf://just-a-name')).toMatch(/expected hf:\/\/ORG\/NAME/);
     expect(refusal('file://relative/path')).toMatch(/file:\/\/\/ABSOLUTE\/PATH/);
     expect(refusal('file:///mnt/../etc')).toMatch(/no "\.\."/);
+    expect(refusal('engine://')).toMatch(/expected engine:\/\/NAME/);
   });
 
   it('is checked by catalog validation, naming the field', () => {

@@ -1,13 +1,14 @@
 // The replica's fetch step, between placement and start: each host the replica was placed on
 // makes the pinned revision complete in its cache (fetchWeights on the host's queue, which
-// heartbeats its progress), all hosts at once. A source that is not fetched (a bare hub id,
-// file://) skips it. Workflow side; the `fetch` step of steps.ts.
+// heartbeats its progress), all hosts at once. A source llmgw does not fetch (file://,
+// engine://, a hub id a revision of 0.2.0 carries unpinned) skips it. Workflow side; the
+// `fetch` step of steps.ts.
 import { ActivityCancellationType, CancellationScope, condition, isCancellation, proxyActivities } from '@temporalio/workflow';
 import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import { agentTaskQueue } from '../../common/names.js';
 import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
-import { formatModelSource, isFetched, modelSourceOf } from '../../common/model-source.js';
+import { formatModelSource, isFetchedByLlmgw, modelSourceOf } from '../../common/model-source.js';
 import type { ReplicaContext } from './context.js';
 import { failureOutcome, firstLine, type Outcome } from './state.js';
 
@@ -37,7 +38,7 @@ export function fetchOn(nodeId: string, summary: string, timeoutSeconds: number)
 /** Fetches the replica's weights onto every host it was placed on; 'fetched' when all hold them. */
 export async function fetchWeights(run: ReplicaContext, options: { timeoutSeconds?: number } = {}): Promise<Outcome | 'fetched'> {
   const source = modelSourceOf(run.profile.modelSource);
-  if (!isFetched(source)) return 'fetched';
+  if (!isFetchedByLlmgw(source)) return 'fetched';
   const nodes = [...new Set(run.state.shards.map((s) => s.nodeId))].sort();
   const what = formatModelSource(source);
   void run.setPhase('Fetching', `fetching ${what} onto ${nodes.join(', ')} (progress: the fetchWeights activities' details)`);

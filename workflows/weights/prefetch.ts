@@ -66,9 +66,9 @@ export async function weightsPrefetch(input: WeightsPrefetchInput): Promise<Weig
       throw ApplicationFailure.nonRetryable(cause instanceof Error ? cause.message : String(cause), FailureType.InvalidInput);
     }
   }
-  if (!isFetched(modelSource ? modelSourceOf(modelSource) : { kind: 'engine', repo: '' })) {
+  if (!isFetched(modelSource ? modelSourceOf(modelSource) : { kind: 'engine', name: '' })) {
     throw ApplicationFailure.nonRetryable(
-      `${input.model}'s source ${modelSource} is not fetched by llmgw (only hf:// sources are): nothing to prefetch`,
+      `${input.model}'s source ${modelSource} is not fetched by llmgw (only hf:// and s3:// sources are): nothing to prefetch`,
       FailureType.InvalidInput,
     );
   }
