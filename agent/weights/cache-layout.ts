@@ -2,7 +2,15 @@
 // (models--ORG--NAME/{blobs,snapshots/<commit>}), so vLLM and SGLang read it offline, plus
 // llmgw's own manifests beside it. Agent side; pure path arithmetic.
 import { join } from 'node:path';
-import { isFetched, isFetchedByLlmgw, modelArgOf, modelSourceOf, pinnedRevisionOf, type HubSource, type S3Source } from '../../common/model-source.js';
+import {
+  isFetched,
+  isFetchedByLlmgw,
+  modelArgOf,
+  modelSourceOf,
+  pinnedRevisionOf,
+  type HubSource,
+  type S3Source,
+} from '../../common/model-source.js';
 import { isS3CacheRepo, s3CacheRepo, s3FolderName } from './s3-layout.js';
 
 /** The HF cache's folder of one repository: `models--ORG--NAME`; an S3 source's is `s3--BUCKET--PREFIX` (s3-layout.ts). */
