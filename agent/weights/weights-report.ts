@@ -5,9 +5,8 @@
 // Agent side.
 import type { RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { HeldWeights } from '../../common/node-types.js';
-import { heldKeyOfSource } from '../../common/held-weights.js';
+import { heldKeyOfSource, sourceOfHeld } from '../../common/held-weights.js';
 import { heldWeightsKey } from '../../common/node-types.js';
-import { formatModelSource } from '../../common/model-source.js';
 import { runningShardIds } from '../shard-report.js';
 import type { HostWeightsCache } from './host-cache.js';
 
@@ -26,7 +25,7 @@ export function heldWeightsOf(cache: Pick<HostWeightsCache, 'list'>, shards: Run
   return cache
     .list()
     .map((held) => ({
-      source: formatModelSource({ kind: 'hf', repo: held.repo, ref: held.commit }),
+      source: sourceOfHeld(held.repo, held.commit),
       repo: held.repo,
       commit: held.commit,
       bytes: held.bytes,

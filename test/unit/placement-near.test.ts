@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { rankCandidates } from '../../activities/placement.js';
 import { gangHostFromView, rankGangFabrics } from '../../common/placement/choose-hosts.js';
-import { heldKeyOfSource } from '../../common/held-weights.js';
+import { heldKeyOfSource, sourceOfHeld } from '../../common/held-weights.js';
 import type { HeldWeights, NodeView } from '../../common/node-types.js';
 import { heldWeightsOf } from '../../agent/weights/weights-report.js';
 import { heldWeightKeys, initialNodeState, viewOf } from '../../workflows/node/state.js';
@@ -66,11 +66,18 @@ describe('placing near the weights', () => {
     expect(fabrics[0]!.hosts.map((h) => h.nodeId)).toEqual(['b', 'a']);
   });
 
-  it('matches only pinned hub sources: a bare id or a file:// source is never held', () => {
+  it('matches only pinned sources llmgw fetches: an unpinned one, file:// or engine:// is never held', () => {
     expect(heldKeyOfSource(`hf://o/m@${COMMIT}`)).toBe(`o/m@${COMMIT}`);
+    const digest = 'ab'.repeat(32);
+    // As the host cache names an S3 revision (agent/weights/s3-layout.ts): the prefix without its slash, the digest's hex.
+    expect(heldKeyOfSource(`s3://bucket/models/m/@sha256:${digest}`)).toBe(`s3://bucket/models/m@${digest}`);
+    expect(sourceOfHeld('s3://bucket/models/m', digest)).toBe(`s3://bucket/models/m@sha256:${digest}`);
+    expect(sourceOfHeld('o/m', COMMIT)).toBe(`hf://o/m@${COMMIT}`);
     expect(heldKeyOfSource('hf://o/m')).toBeUndefined();
+    expect(heldKeyOfSource('s3://bucket/models/m')).toBeUndefined();
     expect(heldKeyOfSource('o/m')).toBeUndefined();
     expect(heldKeyOfSource('file:///models/m')).toBeUndefined();
+    expect(heldKeyOfSource('engine://o/m')).toBeUndefined();
   });
 });
 
