@@ -31,8 +31,7 @@ const FILES = [
 const BYTES = FILES.reduce((sum, f) => sum + f.size, 0);
 
 let server: { stop(): Promise<void> };
-let client: Client;
-let closeClient: () => Promise<void>;
+let temporal: { client: Client; close: () => Promise<void> };
 let hub: StandInHub;
 let commit: string;
 const hostA = uniqueId('near-a');
@@ -40,7 +39,7 @@ const hostB = uniqueId('near-b');
 
 beforeAll(async () => {
   server = await useOwnTemporal('weights-near');
-  ({ client, close: closeClient } = await testClient());
+  temporal = await testClient();
   hub = await startStandInHub();
   commit = hub.addRepo({ repo: REPO, files: FILES });
   const catalog = join(mkdtempSync(join(tmpdir(), 'llmgw-near-catalog-')), 'catalog.yaml');
@@ -68,7 +67,7 @@ models:
 }, 180_000);
 
 afterAll(async () => {
-  await endFleet({ nodeIds: [hostA, hostB], server, closeClient });
+  await endFleet({ nodeIds: [hostA, hostB], server, closeClient: temporal?.close });
   await hub?.close();
 });
 
@@ -100,7 +99,7 @@ describe('weights placed near', () => {
     const name = uniqueId('wnear');
     const deployed = await runLlmgw(['deploy', 'wnear', '--name', name, '--replicas', '1', '--wait', '--timeout', '90'], {}, 120_000);
     expect(deployed.code, deployed.output).toBe(0);
-    const view = await client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+    const view = await temporal.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
     expect(view.replicas[0]?.nodes).toEqual([hostB]);
     expect(view.modelSource).toBe(`hf://${REPO}@${commit}`);
     expect(hub.bytesServed()).toBe(0);
