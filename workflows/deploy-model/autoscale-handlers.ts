@@ -5,74 +5,84 @@
 import { ApplicationFailure, setHandler } from '@temporalio/workflow';
 import { AutoscaleSchema } from '../../common/autoscale.js';
 import { autoscaleUpdate, setAutoscaleUpdate, wakeUpdate } from '../definitions.js';
-import type { DeploymentRun } from './handlers.js';
+import type { DeploymentContext } from './handlers.js';
 import { deploymentView } from './state.js';
 import { describeIssues } from '../toolkit.js';
 
-export function registerAutoscaleHandlers(run: DeploymentRun): void {
+export function registerAutoscaleHandlers(ctx: DeploymentContext): void {
   setHandler(
     autoscaleUpdate,
     async (decision) => {
-      const d = await run.resolved();
-      d.lastDecision = { ...decision, at: new Date().toISOString(), from: d.desired };
-      d.desired = decision.desired;
-      run.dirty = true;
-      return deploymentView(d);
+      const deployment = await ctx.resolved();
+      deployment.lastDecision = { ...decision, at: new Date().toISOString(), from: deployment.desired };
+      deployment.desired = decision.desired;
+      ctx.dirty = true;
+      return deploymentView(deployment);
     },
     {
       validator: (decision) => {
-        const d = run.s;
-        if (!d) throw new Error('the deployment is still being checked against the catalog');
-        if (!d.autoscale) throw new Error(`deployment ${d.name} is not autoscaled`);
-        if (d.undeploying) throw new Error(`deployment ${d.name} is being undeployed`);
-        if (!Number.isInteger(decision.desired) || decision.desired < d.autoscale.min || decision.desired > d.autoscale.max) {
-          throw new Error(`desired ${decision.desired} is outside the bounds ${d.autoscale.min}–${d.autoscale.max}`);
+        const deployment = ctx.state;
+        if (!deployment) throw new Error('the deployment is still being checked against the catalog');
+        if (!deployment.autoscale) throw new Error(`deployment ${deployment.name} is not autoscaled`);
+        if (deployment.undeploying) throw new Error(`deployment ${deployment.name} is being undeployed`);
+        if (
+          !Number.isInteger(decision.desired) ||
+          decision.desired < deployment.autoscale.min ||
+          decision.desired > deployment.autoscale.max
+        ) {
+          throw new Error(`desired ${decision.desired} is outside the bounds ${deployment.autoscale.min}–${deployment.autoscale.max}`);
         }
-        if (decision.desired === d.desired) throw new Error(`already at ${d.desired}`);
+        if (decision.desired === deployment.desired) throw new Error(`already at ${deployment.desired}`);
       },
     },
   );
   setHandler(
     wakeUpdate,
     async ({ reason, by }) => {
-      const d = await run.resolved();
-      const desired = Math.max(1, d.autoscale?.min ?? 1);
-      d.lastDecision = { desired, reason: `woken: ${reason}`, at: new Date().toISOString(), from: d.desired, ...(by ? { by } : {}) };
-      d.desired = desired;
-      run.dirty = true;
-      return deploymentView(d);
+      const deployment = await ctx.resolved();
+      const desired = Math.max(1, deployment.autoscale?.min ?? 1);
+      deployment.lastDecision = {
+        desired,
+        reason: `woken: ${reason}`,
+        at: new Date().toISOString(),
+        from: deployment.desired,
+        ...(by ? { by } : {}),
+      };
+      deployment.desired = desired;
+      ctx.dirty = true;
+      return deploymentView(deployment);
     },
     {
       validator: (_request) => {
-        const d = run.s;
-        if (!d) throw new Error('the deployment is still being checked against the catalog');
-        if (d.undeploying) throw new Error(`deployment ${d.name} is being undeployed`);
+        const deployment = ctx.state;
+        if (!deployment) throw new Error('the deployment is still being checked against the catalog');
+        if (deployment.undeploying) throw new Error(`deployment ${deployment.name} is being undeployed`);
         // Awake already: the first router's wake started a replica, the others' change nothing.
-        if (d.desired > 0) throw new Error(`already at ${d.desired}`);
+        if (deployment.desired > 0) throw new Error(`already at ${deployment.desired}`);
       },
     },
   );
   setHandler(
     setAutoscaleUpdate,
     async (settings) => {
-      const d = await run.resolved();
+      const deployment = await ctx.resolved();
       if (settings === null) {
-        d.autoscale = undefined;
+        deployment.autoscale = undefined;
       } else {
-        d.autoscale = AutoscaleSchema.parse(settings);
-        d.desired = Math.min(settings.max, Math.max(settings.min, d.desired));
+        deployment.autoscale = AutoscaleSchema.parse(settings);
+        deployment.desired = Math.min(settings.max, Math.max(settings.min, deployment.desired));
       }
-      run.dirty = true;
-      return deploymentView(d);
+      ctx.dirty = true;
+      return deploymentView(deployment);
     },
     {
       validator: (settings) => {
         if (settings === null) return;
         const parsed = AutoscaleSchema.safeParse(settings);
         if (!parsed.success) throw new Error(`invalid autoscale settings: ${describeIssues(parsed.error, 'autoscale')}`);
-        if (run.s && parsed.data.max > run.s.maxReplicas)
-          throw new Error(`max ${parsed.data.max} is over the maximum of ${run.s.maxReplicas} (catalog defaults.maxReplicas)`);
-        if (run.s?.undeploying) throw ApplicationFailure.nonRetryable(`deployment ${run.s.name} is being undeployed`);
+        if (ctx.state && parsed.data.max > ctx.state.maxReplicas)
+          throw new Error(`max ${parsed.data.max} is over the maximum of ${ctx.state.maxReplicas} (catalog defaults.maxReplicas)`);
+        if (ctx.state?.undeploying) throw ApplicationFailure.nonRetryable(`deployment ${ctx.state.name} is being undeployed`);
       },
     },
   );

@@ -23,22 +23,22 @@ export function control(summary: string): ControlActivities {
 
 /** Starts the next replica (a sequence number never used before for this name). */
 export async function startReplica(
-  d: DeploymentState,
+  deployment: DeploymentState,
   continueAsNewAfterEvents?: number,
 ): Promise<{ replicaId: string; handle: ChildWorkflowHandle<typeof replica> }> {
-  const seq = d.nextSeq++;
-  const replicaId = replicaWorkflowId(d.name, seq);
+  const seq = deployment.nextSeq++;
+  const replicaId = replicaWorkflowId(deployment.name, seq);
   const input: ReplicaInput = {
-    deployment: d.name,
+    deployment: deployment.name,
     seq,
-    profile: d.snapshot,
+    profile: deployment.snapshot,
     deploymentWorkflowId: workflowInfo().workflowId,
-    drainGraceSeconds: d.drainGraceSeconds,
-    ...(d.drainTimeoutSeconds !== undefined ? { drainTimeoutSeconds: d.drainTimeoutSeconds } : {}),
-    labels: d.labels,
+    drainGraceSeconds: deployment.drainGraceSeconds,
+    ...(deployment.drainTimeoutSeconds !== undefined ? { drainTimeoutSeconds: deployment.drainTimeoutSeconds } : {}),
+    labels: deployment.labels,
     ...(continueAsNewAfterEvents ? { continueAsNewAfterEvents } : {}),
   };
-  d.replicas[replicaId] = {
+  deployment.replicas[replicaId] = {
     replicaId,
     seq,
     phase: 'Pending',
@@ -51,7 +51,7 @@ export async function startReplica(
     restarts: 0,
     since: new Date().toISOString(),
     stopping: false,
-    revision: revisionOfSnapshot(d.snapshot),
+    revision: revisionOfSnapshot(deployment.snapshot),
   };
   // Abandon, not terminate: killing a deployment workflow must never orphan running
   // engines; replicas drain only when asked to.
@@ -60,7 +60,7 @@ export async function startReplica(
     taskQueue: CONTROL_TASK_QUEUE,
     args: [input],
     parentClosePolicy: ParentClosePolicy.ABANDON,
-    staticSummary: `${d.name} replica ${seq}: ${d.snapshot.model} (${d.snapshot.profile})`,
+    staticSummary: `${deployment.name} replica ${seq}: ${deployment.snapshot.model} (${deployment.snapshot.profile})`,
   });
   return { replicaId, handle };
 }

@@ -21,11 +21,11 @@ import { resolveTarget, rollBack, rolloutFailure, startRollout, validateRolloutR
 import { activeReplicas, deploymentView, isTerminal, type DeploymentState } from './state.js';
 
 /** What the handlers and the main loop share. */
-export interface DeploymentRun {
+export interface DeploymentContext {
   input: DeployModelInput;
   name: string;
   /** Undefined until the catalog check is done (a continued run has it from the start). */
-  s: DeploymentState | undefined;
+  state: DeploymentState | undefined;
   /** Why the deployment was refused, once it was. */
   failed: string | undefined;
   /** Something changed: the main loop looks again. */
@@ -37,58 +37,58 @@ export interface DeploymentRun {
   markClosed(replicaId: string, reason: string): void;
 }
 
-export function createDeploymentRun(input: DeployModelInput, name: string, carried: DeploymentState | undefined): DeploymentRun {
-  const run: DeploymentRun = {
+export function createDeploymentContext(input: DeployModelInput, name: string, carried: DeploymentState | undefined): DeploymentContext {
+  const ctx: DeploymentContext = {
     input,
     name,
-    s: carried,
+    state: carried,
     failed: undefined,
     dirty: true,
     autoRolloutWanted: false,
     resolved: () =>
-      condition(() => run.s !== undefined || run.failed !== undefined).then(() => {
-        if (!run.s) throw ApplicationFailure.nonRetryable(run.failed ?? 'the deployment was not resolved', FailureType.InvalidInput);
-        return run.s;
+      condition(() => ctx.state !== undefined || ctx.failed !== undefined).then(() => {
+        if (!ctx.state) throw ApplicationFailure.nonRetryable(ctx.failed ?? 'the deployment was not resolved', FailureType.InvalidInput);
+        return ctx.state;
       }),
     markClosed(replicaId, reason) {
-      const s = run.s;
-      const previous = s?.replicas[replicaId];
-      if (!s || !previous || isTerminal(previous)) return;
+      const deployment = ctx.state;
+      const previous = deployment?.replicas[replicaId];
+      if (!deployment || !previous || isTerminal(previous)) return;
       log.warn(`${replicaId} ended without reporting: ${reason}`);
       // Failed, to be seen and replaced, but not counted towards the crash-loop backoff: the
       // workflow was ended from outside, its engine did not fail.
-      s.replicas[replicaId] = { ...previous, phase: 'Failed', reason, since: new Date().toISOString() };
-      run.dirty = true;
+      deployment.replicas[replicaId] = { ...previous, phase: 'Failed', reason, since: new Date().toISOString() };
+      ctx.dirty = true;
     },
   };
-  return run;
+  return ctx;
 }
 
-export function registerDeploymentHandlers(run: DeploymentRun): void {
-  registerAutoscaleHandlers(run);
+export function registerDeploymentHandlers(ctx: DeploymentContext): void {
+  registerAutoscaleHandlers(ctx);
   // Every handler first. Until the catalog check is done, signals and updates wait for it.
   setHandler(deploymentStatusQuery, (): DeploymentView =>
-    run.s
-      ? deploymentView(run.s)
+    ctx.state
+      ? deploymentView(ctx.state)
       : {
-          name: run.name,
-          model: run.input.model,
-          profile: run.input.profile ?? '',
+          name: ctx.name,
+          model: ctx.input.model,
+          profile: ctx.input.profile ?? '',
           servedName: '',
-          phase: run.failed ? 'Failed' : 'Validating',
-          desired: run.input.replicas ?? 1,
+          phase: ctx.failed ? 'Failed' : 'Validating',
+          desired: ctx.input.replicas ?? 1,
           ready: 0,
           replicas: [],
-          reason: run.failed ?? 'checking the request against the catalog and the fleet',
+          reason: ctx.failed ?? 'checking the request against the catalog and the fleet',
         },
   );
   // Before replicaStatus: a rebuilt replica must be known before it reports.
   setHandler(adoptReplicaSignal, async ({ replicaId, seq, reason }) => {
-    const d = await run.resolved().catch(() => undefined);
-    if (!d || d.replicas[replicaId]) return;
+    const deployment = await ctx.resolved().catch(() => undefined);
+    if (!deployment || deployment.replicas[replicaId]) return;
     log.info(`adopting ${replicaId}: ${reason}`);
     const since = new Date().toISOString();
-    d.replicas[replicaId] = {
+    deployment.replicas[replicaId] = {
       replicaId,
       seq,
       phase: 'Pending',
@@ -102,107 +102,112 @@ export function registerDeploymentHandlers(run: DeploymentRun): void {
       since,
       stopping: false,
     };
-    d.nextSeq = Math.max(d.nextSeq, seq + 1);
+    deployment.nextSeq = Math.max(deployment.nextSeq, seq + 1);
     // A rebuilt deployment wants what was found running; a live one keeps its own count
     // (and drains the extra replica if it has too many).
-    if (d.rebuilt && !d.undeploying) d.desired = Math.min(d.maxReplicas, Math.max(d.desired, activeReplicas(d).length));
-    run.dirty = true;
+    if (deployment.rebuilt && !deployment.undeploying)
+      deployment.desired = Math.min(deployment.maxReplicas, Math.max(deployment.desired, activeReplicas(deployment).length));
+    ctx.dirty = true;
   });
   setHandler(replicaStatusSignal, async (replicaView) => {
-    const d = await run.resolved().catch(() => undefined);
-    const previous = d?.replicas[replicaView.replicaId];
-    if (!d || !previous) return; // a replica of an older deployment with this name
-    d.replicas[replicaView.replicaId] = { ...replicaView, stopping: previous.stopping, routed: previous.routed };
-    if (replicaView.phase === 'Failed' && previous.phase !== 'Failed') d.failureTimes.push(new Date().toISOString());
-    run.dirty = true;
+    const deployment = await ctx.resolved().catch(() => undefined);
+    const previous = deployment?.replicas[replicaView.replicaId];
+    if (!deployment || !previous) return; // a replica of an older deployment with this name
+    deployment.replicas[replicaView.replicaId] = { ...replicaView, stopping: previous.stopping, routed: previous.routed };
+    if (replicaView.phase === 'Failed' && previous.phase !== 'Failed') deployment.failureTimes.push(new Date().toISOString());
+    ctx.dirty = true;
   });
   setHandler(replicaClosedSignal, async ({ replicaId, reason }) => {
-    await run.resolved().catch(() => undefined);
-    run.markClosed(replicaId, reason);
+    await ctx.resolved().catch(() => undefined);
+    ctx.markClosed(replicaId, reason);
   });
   setHandler(
     scaleUpdate,
     async (replicas) => {
-      const d = await run.resolved();
-      if (replicas > d.maxReplicas)
-        throw ApplicationFailure.nonRetryable(`replicas must be at most ${d.maxReplicas} (catalog defaults.maxReplicas), got ${replicas}`);
-      if (d.undeploying) throw ApplicationFailure.nonRetryable(`deployment ${d.name} is being undeployed`);
-      d.desired = replicas;
-      run.dirty = true;
-      return deploymentView(d);
+      const deployment = await ctx.resolved();
+      if (replicas > deployment.maxReplicas)
+        throw ApplicationFailure.nonRetryable(
+          `replicas must be at most ${deployment.maxReplicas} (catalog defaults.maxReplicas), got ${replicas}`,
+        );
+      if (deployment.undeploying) throw ApplicationFailure.nonRetryable(`deployment ${deployment.name} is being undeployed`);
+      deployment.desired = replicas;
+      ctx.dirty = true;
+      return deploymentView(deployment);
     },
     {
       validator: (replicas) => {
         if (!Number.isInteger(replicas) || replicas < 0) throw new Error(`replicas must be a whole number ≥ 0, got ${replicas}`);
-        if (run.s && replicas > run.s.maxReplicas)
-          throw new Error(`replicas must be a whole number from 0 to ${run.s.maxReplicas}, got ${replicas}`);
-        if (run.s?.undeploying) throw new Error(`deployment ${run.s.name} is being undeployed`);
-        if (run.failed) throw new Error(run.failed);
-        if (run.s?.autoscale) {
-          const { min, max } = run.s.autoscale;
+        if (ctx.state && replicas > ctx.state.maxReplicas)
+          throw new Error(`replicas must be a whole number from 0 to ${ctx.state.maxReplicas}, got ${replicas}`);
+        if (ctx.state?.undeploying) throw new Error(`deployment ${ctx.state.name} is being undeployed`);
+        if (ctx.failed) throw new Error(ctx.failed);
+        if (ctx.state?.autoscale) {
+          const { min, max } = ctx.state.autoscale;
           throw new Error(
-            `deployment ${run.s.name} is autoscaled between ${min} and ${max}: change its bounds (\`llmgw scale ${run.s.name} --min A --max B\`, the setAutoscale Update) or turn autoscaling off (\`--no-autoscale\`), rather than fight it`,
+            `deployment ${ctx.state.name} is autoscaled between ${min} and ${max}: change its bounds (\`llmgw scale ${ctx.state.name} --min A --max B\`, the setAutoscale Update) or turn autoscaling off (\`--no-autoscale\`), rather than fight it`,
           );
         }
       },
     },
   );
   setHandler(undeployUpdate, async () => {
-    const d = await run.resolved();
-    d.undeploying = true;
-    d.desired = 0;
-    run.dirty = true;
-    return deploymentView(d);
+    const deployment = await ctx.resolved();
+    deployment.undeploying = true;
+    deployment.desired = 0;
+    ctx.dirty = true;
+    return deploymentView(deployment);
   });
   setHandler(catalogChangedSignal, async ({ profile, revision }) => {
-    const d = await run.resolved().catch(() => undefined);
-    if (!d || profile !== d.snapshot.profile || d.catalogRevision === revision) return;
-    d.catalogRevision = revision;
-    if (d.policy?.auto) run.autoRolloutWanted = true;
-    run.dirty = true;
+    const deployment = await ctx.resolved().catch(() => undefined);
+    if (!deployment || profile !== deployment.snapshot.profile || deployment.catalogRevision === revision) return;
+    deployment.catalogRevision = revision;
+    if (deployment.policy?.auto) ctx.autoRolloutWanted = true;
+    ctx.dirty = true;
   });
   setHandler(
     rolloutUpdate,
     async (request) => {
-      const d = await run.resolved();
+      const deployment = await ctx.resolved();
       const now = new Date().toISOString();
-      validateRolloutRequest(request, d);
+      validateRolloutRequest(request, deployment);
       if (request.pause || request.resume) {
-        const r = d.rollout!;
-        if (request.pause && isActive(r)) r.state = 'Paused';
-        else if (request.resume && r.state === 'Paused') r.state = r.reason.startsWith('rolling back') ? 'RollingBack' : 'RollingOut';
-        else throw rolloutFailure(`the rollout of ${d.name} is ${r.state}: nothing to ${request.pause ? 'pause' : 'resume'}`);
-        note(r, now, request.pause ? 'paused by hand' : 'resumed by hand');
+        const rollout = deployment.rollout!;
+        if (request.pause && isActive(rollout)) rollout.state = 'Paused';
+        else if (request.resume && rollout.state === 'Paused')
+          rollout.state = rollout.reason.startsWith('rolling back') ? 'RollingBack' : 'RollingOut';
+        else
+          throw rolloutFailure(`the rollout of ${deployment.name} is ${rollout.state}: nothing to ${request.pause ? 'pause' : 'resume'}`);
+        note(rollout, now, request.pause ? 'paused by hand' : 'resumed by hand');
       } else if (request.undo) {
-        if (isActive(d.rollout) || d.rollout?.state === 'Paused') rollBack(d, now, 'undone by hand');
-        else if (d.previous) startRollout(d, d.previous, request, now, 'undo by hand');
-        else throw rolloutFailure(`deployment ${d.name} has no earlier revision to go back to`);
+        if (isActive(deployment.rollout) || deployment.rollout?.state === 'Paused') rollBack(deployment, now, 'undone by hand');
+        else if (deployment.previous) startRollout(deployment, deployment.previous, request, now, 'undo by hand');
+        else throw rolloutFailure(`deployment ${deployment.name} has no earlier revision to go back to`);
       } else {
-        const target = await resolveTarget(d, request.profile, request.refreshSource);
-        if (isActive(d.rollout) || d.rollout?.state === 'Paused') {
+        const target = await resolveTarget(deployment, request.profile, request.refreshSource);
+        if (isActive(deployment.rollout) || deployment.rollout?.state === 'Paused') {
           throw rolloutFailure(
-            `a rollout of ${d.name} to ${d.rollout!.to.profile} ${revisionOfSnapshot(d.rollout!.to)} is ${d.rollout!.state}: wait for it, or pause/undo it first`,
+            `a rollout of ${deployment.name} to ${deployment.rollout!.to.profile} ${revisionOfSnapshot(deployment.rollout!.to)} is ${deployment.rollout!.state}: wait for it, or pause/undo it first`,
           );
         }
-        const onTarget = Object.values(d.replicas).every(
+        const onTarget = Object.values(deployment.replicas).every(
           (r) => r.phase === 'Stopped' || r.phase === 'Failed' || r.revision === revisionOfSnapshot(target),
         );
-        if (revisionOfSnapshot(target) === revisionOfSnapshot(d.snapshot) && onTarget) return deploymentView(d);
+        if (revisionOfSnapshot(target) === revisionOfSnapshot(deployment.snapshot) && onTarget) return deploymentView(deployment);
         startRollout(
-          d,
+          deployment,
           target,
           request,
           now,
           request.profile
             ? `rollout to profile ${request.profile}`
-            : request.refreshSource && target.modelSource !== d.snapshot.modelSource
+            : request.refreshSource && target.modelSource !== deployment.snapshot.modelSource
               ? `rollout to ${target.modelSource} (source refreshed)`
               : 'rollout to the catalog revision',
         );
       }
-      run.dirty = true;
-      return deploymentView(d);
+      ctx.dirty = true;
+      return deploymentView(deployment);
     },
-    { validator: (request) => validateRolloutRequest(request, run.s) },
+    { validator: (request) => validateRolloutRequest(request, ctx.state) },
   );
 }

@@ -8,53 +8,55 @@ import { SA } from '../../common/search-attributes.js';
 import { createPublication } from '../publish.js';
 import { deploymentDetails, deploymentPhase, deploymentView, type DeploymentState } from './state.js';
 
-export function createDeploymentPublisher(d: DeploymentState): () => void {
+export function createDeploymentPublisher(deployment: DeploymentState): () => void {
   const shown = createPublication();
   let published = '';
   return () => {
     // What routers need of a deployment even at zero replicas: its name stays in /v1/models,
     // and a request for it is held and wakes it.
-    const phase = deploymentPhase(d);
+    const phase = deploymentPhase(deployment);
     const entry = {
-      name: d.name,
-      servedName: d.snapshot.servedName,
-      model: d.model,
+      name: deployment.name,
+      servedName: deployment.snapshot.servedName,
+      model: deployment.model,
       phase,
-      desired: d.desired,
-      ...(d.autoscale ? { autoscale: autoscalePolicy(d.autoscale) } : {}),
+      desired: deployment.desired,
+      ...(deployment.autoscale ? { autoscale: autoscalePolicy(deployment.autoscale) } : {}),
     };
     if (shown.due('routes', JSON.stringify(entry))) notifyDeploymentChanged(entry);
-    const view = deploymentView(d);
+    const view = deploymentView(deployment);
     const key = JSON.stringify([
       view.phase,
-      d.desired,
+      deployment.desired,
       view.ready,
       view.reason,
       view.revision,
-      d.catalogRevision,
+      deployment.catalogRevision,
       view.rollout?.steps.length,
       view.replicas.map((r) => [r.replicaId, r.phase, r.reason]),
     ]);
     if (key === published) return;
     published = key;
     const attributes = [
-      { key: SA.deployment, value: d.name },
-      { key: SA.model, value: d.model },
-      { key: SA.state, value: deploymentPhase(d) },
-      { key: SA.gpuClass, value: d.snapshot.gpuClass },
+      { key: SA.deployment, value: deployment.name },
+      { key: SA.model, value: deployment.model },
+      { key: SA.state, value: deploymentPhase(deployment) },
+      { key: SA.gpuClass, value: deployment.snapshot.gpuClass },
     ] satisfies SearchAttributeUpdatePair[];
     const memo = {
       deployment: {
-        name: d.name,
-        model: d.model,
-        profile: d.snapshot.profile,
+        name: deployment.name,
+        model: deployment.model,
+        profile: deployment.snapshot.profile,
         revision: view.revision,
         // The catalog notifier compares the catalog with this pin, not with the source as written.
-        ...(d.snapshot.sourceAsWritten ? { source: { written: d.snapshot.sourceAsWritten, pinned: d.snapshot.modelSource } } : {}),
-        ...(d.catalogRevision ? { catalogRevision: d.catalogRevision } : {}),
-        desired: d.desired,
-        nextSeq: d.nextSeq,
-        ...(d.rebuilt ? { rebuilt: d.rebuilt } : {}),
+        ...(deployment.snapshot.sourceAsWritten
+          ? { source: { written: deployment.snapshot.sourceAsWritten, pinned: deployment.snapshot.modelSource } }
+          : {}),
+        ...(deployment.catalogRevision ? { catalogRevision: deployment.catalogRevision } : {}),
+        desired: deployment.desired,
+        nextSeq: deployment.nextSeq,
+        ...(deployment.rebuilt ? { rebuilt: deployment.rebuilt } : {}),
       },
     };
     // A replica's phase change shows in the details alone; the attributes and memo only when

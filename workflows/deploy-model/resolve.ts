@@ -70,12 +70,12 @@ export async function resolveDeployment(
  * catalog since, starting it would bring back what the operator removed. The first
  * replicas of a fresh deployment were checked by resolveDeployment a moment ago.
  */
-export async function profileStillInCatalog(d: DeploymentState): Promise<boolean> {
-  if (!Object.keys(d.replicas).length && !d.rebuilt && !d.failureTimes.length) return true;
-  const present = await catalog.profileInCatalog({ model: d.model, profile: d.snapshot.profile });
-  d.catalogProblem = present
+export async function profileStillInCatalog(deployment: DeploymentState): Promise<boolean> {
+  if (!Object.keys(deployment.replicas).length && !deployment.rebuilt && !deployment.failureTimes.length) return true;
+  const present = await catalog.profileInCatalog({ model: deployment.model, profile: deployment.snapshot.profile });
+  deployment.catalogProblem = present
     ? undefined
-    : `profile ${d.snapshot.profile} of model ${d.model} is no longer in the catalog: no replica is started (put it back, or undeploy ${d.name})`;
+    : `profile ${deployment.snapshot.profile} of model ${deployment.model} is no longer in the catalog: no replica is started (put it back, or undeploy ${deployment.name})`;
   return present;
 }
 

@@ -28,17 +28,17 @@ export const RolloutRequestSchema = z
   .refine((r) => [r.undo, r.pause, r.resume].filter(Boolean).length <= 1, 'choose one of undo, pause and resume');
 
 /** The Update's validator: a bad request is refused before it is recorded, and changes nothing. */
-export function validateRolloutRequest(request: RolloutRequest, d: DeploymentState | undefined): void {
+export function validateRolloutRequest(request: RolloutRequest, deployment: DeploymentState | undefined): void {
   const parsed = RolloutRequestSchema.safeParse(request ?? {});
   if (!parsed.success) throw new Error(`invalid rollout request: ${describeIssues(parsed.error)}`);
-  const policy = { ...DEFAULT_POLICY, ...d?.policy };
+  const policy = { ...DEFAULT_POLICY, ...deployment?.policy };
   const maxSurge = request.maxSurge ?? policy.maxSurge;
   const maxUnavailable = request.maxUnavailable ?? policy.maxUnavailable;
   if (maxSurge === 0 && maxUnavailable === 0)
     throw new Error('maxSurge and maxUnavailable cannot both be 0: the rollout could never start a new replica nor stop an old one');
-  if (d?.undeploying) throw new Error(`deployment ${d.name} is being undeployed: nothing to roll out`);
-  if ((request.pause || request.resume) && d && !d.rollout)
-    throw new Error(`deployment ${d.name} has no rollout to ${request.pause ? 'pause' : 'resume'}`);
+  if (deployment?.undeploying) throw new Error(`deployment ${deployment.name} is being undeployed: nothing to roll out`);
+  if ((request.pause || request.resume) && deployment && !deployment.rollout)
+    throw new Error(`deployment ${deployment.name} has no rollout to ${request.pause ? 'pause' : 'resume'}`);
 }
 
 /**
@@ -46,17 +46,21 @@ export function validateRolloutRequest(request: RolloutRequest, d: DeploymentSta
  * valid choices. The weights stay at the deployment's pinned commit unless the catalog's source
  * changed or `refreshSource` asks for what the ref points at now.
  */
-export async function resolveTarget(d: DeploymentState, profile: string | undefined, refreshSource = false): Promise<ProfileSnapshot> {
+export async function resolveTarget(
+  deployment: DeploymentState,
+  profile: string | undefined,
+  refreshSource = false,
+): Promise<ProfileSnapshot> {
   try {
     const keepPin = {
-      modelSource: d.snapshot.modelSource,
-      ...(d.snapshot.sourceAsWritten ? { sourceAsWritten: d.snapshot.sourceAsWritten } : {}),
+      modelSource: deployment.snapshot.modelSource,
+      ...(deployment.snapshot.sourceAsWritten ? { sourceAsWritten: deployment.snapshot.sourceAsWritten } : {}),
     };
     const resolved = await control(
-      `resolve the rollout target: ${d.model} ${profile ?? d.snapshot.profile}${refreshSource ? ' (source refreshed)' : ''}`,
+      `resolve the rollout target: ${deployment.model} ${profile ?? deployment.snapshot.profile}${refreshSource ? ' (source refreshed)' : ''}`,
     ).resolveDeployment({
-      model: d.model,
-      profile: profile ?? d.snapshot.profile,
+      model: deployment.model,
+      profile: profile ?? deployment.snapshot.profile,
       ...(refreshSource ? {} : { keepPin }),
     });
     return resolved.snapshot;
@@ -67,11 +71,11 @@ export async function resolveTarget(d: DeploymentState, profile: string | undefi
   }
 }
 
-export function startRollout(d: DeploymentState, to: ProfileSnapshot, request: RolloutRequest, now: string, why: string): void {
-  const policy = { ...DEFAULT_POLICY, ...d.policy };
-  const from = d.snapshot;
+export function startRollout(deployment: DeploymentState, to: ProfileSnapshot, request: RolloutRequest, now: string, why: string): void {
+  const policy = { ...DEFAULT_POLICY, ...deployment.policy };
+  const from = deployment.snapshot;
   const reason = `${why}: ${from.profile} ${revisionOfSnapshot(from)} → ${to.profile} ${revisionOfSnapshot(to)}`;
-  d.rollout = newRollout(
+  deployment.rollout = newRollout(
     from,
     to,
     { maxSurge: request.maxSurge ?? policy.maxSurge, maxUnavailable: request.maxUnavailable ?? policy.maxUnavailable },
@@ -79,31 +83,31 @@ export function startRollout(d: DeploymentState, to: ProfileSnapshot, request: R
     reason,
   );
   // Asked not to fetch ahead: the rollout's replicas fetch as they start.
-  if (request.prefetch === false) d.rollout.prefetch = { state: 'Done', modelSource: to.modelSource, nodes: [] };
-  d.snapshot = to;
+  if (request.prefetch === false) deployment.rollout.prefetch = { state: 'Done', modelSource: to.modelSource, nodes: [] };
+  deployment.snapshot = to;
   log.info(reason);
 }
 
-export function rollBack(d: DeploymentState, now: string, reason: string): void {
-  const r = d.rollout!;
-  if (r.state === 'RollingBack') {
+export function rollBack(deployment: DeploymentState, now: string, reason: string): void {
+  const rollout = deployment.rollout!;
+  if (rollout.state === 'RollingBack') {
     // The revision it came from fails too: stop moving and say so.
-    r.state = 'Failed';
-    r.reason = `rolling back failed as well: ${reason}; the deployment holds what it has (\`llmgw rollout ${d.name} --profile P\` to try another)`;
-    r.finishedAt = now;
-    note(r, now, r.reason);
+    rollout.state = 'Failed';
+    rollout.reason = `rolling back failed as well: ${reason}; the deployment holds what it has (\`llmgw rollout ${deployment.name} --profile P\` to try another)`;
+    rollout.finishedAt = now;
+    note(rollout, now, rollout.reason);
     return;
   }
-  const failedTo = r.to;
-  const policy = { maxSurge: r.maxSurge, maxUnavailable: r.maxUnavailable };
-  d.rollout = { ...newRollout(failedTo, r.from, policy, now, `rolling back: ${reason}`), state: 'RollingBack' };
-  d.snapshot = r.from;
-  log.warn(`rolling back ${d.name}: ${reason}`);
+  const failedTo = rollout.to;
+  const policy = { maxSurge: rollout.maxSurge, maxUnavailable: rollout.maxUnavailable };
+  deployment.rollout = { ...newRollout(failedTo, rollout.from, policy, now, `rolling back: ${reason}`), state: 'RollingBack' };
+  deployment.snapshot = rollout.from;
+  log.warn(`rolling back ${deployment.name}: ${reason}`);
 }
 
 /** Carries out the planner's next steps; returns true if it changed something (look again). */
 export async function driveRollout(
-  d: DeploymentState,
+  deployment: DeploymentState,
   now: string,
   options: {
     continueAsNewAfterEvents?: number;
@@ -113,20 +117,20 @@ export async function driveRollout(
     wake: () => void;
   },
 ): Promise<void> {
-  const r = d.rollout!;
-  if (!isActive(r)) return;
-  r.prefetch ??= planPrefetch(r, Object.values(d.replicas));
-  if (r.prefetch.state === 'Fetching' && !options.prefetches[r.startedAt]) {
-    options.prefetches[r.startedAt] = true;
-    const prefetch = r.prefetch;
-    note(r, now, `fetching ${prefetch.modelSource} onto ${prefetch.nodes.join(', ')} before draining anything`);
-    void prefetchOnHosts(prefetch.modelSource, prefetch.nodes, `rollout of ${d.name}`).then((hosts) => {
+  const rollout = deployment.rollout!;
+  if (!isActive(rollout)) return;
+  rollout.prefetch ??= planPrefetch(rollout, Object.values(deployment.replicas));
+  if (rollout.prefetch.state === 'Fetching' && !options.prefetches[rollout.startedAt]) {
+    options.prefetches[rollout.startedAt] = true;
+    const prefetch = rollout.prefetch;
+    note(rollout, now, `fetching ${prefetch.modelSource} onto ${prefetch.nodes.join(', ')} before draining anything`);
+    void prefetchOnHosts(prefetch.modelSource, prefetch.nodes, `rollout of ${deployment.name}`).then((hosts) => {
       prefetch.state = 'Done';
       const failed = hosts.filter((h) => !h.ok);
       const at = new Date().toISOString();
-      if (d.rollout === r)
+      if (deployment.rollout === rollout)
         note(
-          r,
+          rollout,
           at,
           failed.length
             ? `weights fetched ahead on ${hosts.length - failed.length} of ${hosts.length} hosts (${failed.map((h) => `${h.nodeId}: ${h.error}`).join('; ')}); the rest fetch as their replicas start`
@@ -135,35 +139,39 @@ export async function driveRollout(
       options.wake();
     });
   }
-  const plan = planRollout(r, Object.values(d.replicas), d.desired, Date.parse(now));
+  const plan = planRollout(rollout, Object.values(deployment.replicas), deployment.desired, Date.parse(now));
   if (plan.rollback) {
-    rollBack(d, now, plan.rollback);
-    note(d.rollout!, now, d.rollout!.reason);
+    rollBack(deployment, now, plan.rollback);
+    note(deployment.rollout!, now, deployment.rollout!.reason);
     return;
   }
-  for (const text of plan.notes) note(r, now, text);
-  if (plan.mode) r.mode = plan.mode;
-  const target = revisionOfSnapshot(r.to);
-  const waiting = Object.values(d.replicas).some((x) => x.revision === target && x.phase === 'Unschedulable' && !x.stopping);
-  r.waitingSince = waiting ? (r.waitingSince ?? now) : undefined;
+  for (const text of plan.notes) note(rollout, now, text);
+  if (plan.mode) rollout.mode = plan.mode;
+  const target = revisionOfSnapshot(rollout.to);
+  const waiting = Object.values(deployment.replicas).some((x) => x.revision === target && x.phase === 'Unschedulable' && !x.stopping);
+  rollout.waitingSince = waiting ? (rollout.waitingSince ?? now) : undefined;
   if (plan.complete) {
-    r.state = r.state === 'RollingBack' ? 'RolledBack' : 'Complete';
-    r.finishedAt = now;
-    if (r.state === 'Complete') d.previous = r.from;
-    note(r, now, r.state === 'Complete' ? `complete: every replica runs ${target}` : `rolled back: every replica runs ${target} again`);
+    rollout.state = rollout.state === 'RollingBack' ? 'RolledBack' : 'Complete';
+    rollout.finishedAt = now;
+    if (rollout.state === 'Complete') deployment.previous = rollout.from;
+    note(
+      rollout,
+      now,
+      rollout.state === 'Complete' ? `complete: every replica runs ${target}` : `rolled back: every replica runs ${target} again`,
+    );
     return;
   }
   for (const victim of plan.drain) {
     victim.stopping = true;
-    note(r, now, `draining ${victim.replicaId} (${victim.revision ?? 'older revision'})`);
+    note(rollout, now, `draining ${victim.replicaId} (${victim.revision ?? 'older revision'})`);
     await getExternalWorkflowHandle(victim.replicaId)
       .signal(stopReplicaSignal, { reason: `rollout to ${target}` })
       .catch(() => undefined);
   }
   for (let i = 0; i < plan.start; i++) {
-    const child = await startReplica(d, options.continueAsNewAfterEvents);
-    d.replicas[child.replicaId]!.routed = false;
-    note(r, now, `started ${child.replicaId} on ${target} (${r.mode})`);
+    const child = await startReplica(deployment, options.continueAsNewAfterEvents);
+    deployment.replicas[child.replicaId]!.routed = false;
+    note(rollout, now, `started ${child.replicaId} on ${target} (${rollout.mode})`);
     void child.handle.result().then(
       () => options.markClosed(child.replicaId, 'its workflow completed without a final report'),
       (error: unknown) => options.markClosed(child.replicaId, `its workflow ended: ${String((error as Error)?.message ?? error)}`),
@@ -175,24 +183,24 @@ export async function driveRollout(
  * Replicas a rollout started count only once the routers route to them: for each that just
  * turned Ready, ask the routes workflow to confirm (activities/routes.ts), once per run.
  */
-export function confirmRouted(d: DeploymentState, asked: Record<string, boolean>, wake: () => void): void {
-  for (const replica of Object.values(d.replicas)) {
+export function confirmRouted(deployment: DeploymentState, asked: Record<string, boolean>, wake: () => void): void {
+  for (const replica of Object.values(deployment.replicas)) {
     if (replica.routed !== false || replica.phase !== 'Ready' || replica.stopping || asked[replica.replicaId]) continue;
     asked[replica.replicaId] = true;
     void awaitRouters(`awaitReplicaRouted: do the routers route to ${replica.replicaId}?`)
       .awaitReplicaRouted({ replicaId: replica.replicaId })
       .then(
         (result) => {
-          const tracked = d.replicas[replica.replicaId];
+          const tracked = deployment.replicas[replica.replicaId];
           if (tracked) tracked.routed = true;
-          if (d.rollout) note(d.rollout, new Date().toISOString(), `${replica.replicaId} routed (${result.summary})`);
+          if (deployment.rollout) note(deployment.rollout, new Date().toISOString(), `${replica.replicaId} routed (${result.summary})`);
         },
         (error: unknown) => {
-          const tracked = d.replicas[replica.replicaId];
+          const tracked = deployment.replicas[replica.replicaId];
           if (tracked) tracked.routed = true;
-          if (d.rollout)
+          if (deployment.rollout)
             note(
-              d.rollout,
+              deployment.rollout,
               new Date().toISOString(),
               `${replica.replicaId}: routers did not confirm (${String(error)}); counted as routed`,
             );

@@ -62,76 +62,85 @@ export function isTerminal(replica: ReplicaView): boolean {
   return replica.phase === 'Stopped' || replica.phase === 'Failed';
 }
 
-export function activeReplicas(s: DeploymentState): TrackedReplica[] {
-  return Object.values(s.replicas).filter((r) => !isTerminal(r));
+export function activeReplicas(deployment: DeploymentState): TrackedReplica[] {
+  return Object.values(deployment.replicas).filter((r) => !isTerminal(r));
 }
 
-export function deploymentPhase(s: DeploymentState): DeploymentPhase {
-  const active = activeReplicas(s);
-  if (s.undeploying) return active.length ? 'Undeploying' : 'Undeployed';
-  if (isActive(s.rollout)) return 'RollingOut';
+export function deploymentPhase(deployment: DeploymentState): DeploymentPhase {
+  const active = activeReplicas(deployment);
+  if (deployment.undeploying) return active.length ? 'Undeploying' : 'Undeployed';
+  if (isActive(deployment.rollout)) return 'RollingOut';
   // Scaled to zero by its autoscaler: nothing runs, and a request wakes it.
-  if (s.autoscale && s.desired === 0 && !active.length) return 'Idle';
+  if (deployment.autoscale && deployment.desired === 0 && !active.length) return 'Idle';
   const ready = active.filter((r) => r.phase === 'Ready' && !r.stopping).length;
-  if (ready === s.desired && active.length === s.desired) return 'Ready';
-  if (s.catalogProblem) return 'Degraded';
-  if (Object.values(s.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown'))
+  if (ready === deployment.desired && active.length === deployment.desired) return 'Ready';
+  if (deployment.catalogProblem) return 'Degraded';
+  if (Object.values(deployment.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown'))
     return 'Degraded';
   return 'Progressing';
 }
 
-export function deploymentReason(s: DeploymentState): string {
-  if (s.catalogProblem) return s.catalogProblem;
-  if (s.rollout && (isActive(s.rollout) || s.rollout.state === 'Paused')) {
-    const view = rolloutView(s.rollout, Object.values(s.replicas), s.desired);
-    const doing = s.rollout.state === 'RollingBack' ? 'rolling back to' : s.rollout.state === 'Paused' ? 'paused on the way to' : 'on';
-    return `${view.done}/${view.desired} ${doing} revision ${view.to} (${view.mode})${s.rollout.reason ? `: ${s.rollout.reason}` : ''}`;
+export function deploymentReason(deployment: DeploymentState): string {
+  if (deployment.catalogProblem) return deployment.catalogProblem;
+  if (deployment.rollout && (isActive(deployment.rollout) || deployment.rollout.state === 'Paused')) {
+    const view = rolloutView(deployment.rollout, Object.values(deployment.replicas), deployment.desired);
+    const doing =
+      deployment.rollout.state === 'RollingBack'
+        ? 'rolling back to'
+        : deployment.rollout.state === 'Paused'
+          ? 'paused on the way to'
+          : 'on';
+    return `${view.done}/${view.desired} ${doing} revision ${view.to} (${view.mode})${deployment.rollout.reason ? `: ${deployment.rollout.reason}` : ''}`;
   }
-  if (s.rollout?.state === 'RolledBack' || s.rollout?.state === 'Failed') {
-    if (s.rollout.finishedAt && Date.now() - Date.parse(s.rollout.finishedAt) < 3_600_000)
-      return `rollout ${s.rollout.state}: ${s.rollout.reason}`;
+  if (deployment.rollout?.state === 'RolledBack' || deployment.rollout?.state === 'Failed') {
+    if (deployment.rollout.finishedAt && Date.now() - Date.parse(deployment.rollout.finishedAt) < 3_600_000)
+      return `rollout ${deployment.rollout.state}: ${deployment.rollout.reason}`;
   }
-  const stuck = Object.values(s.replicas).find((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown');
+  const stuck = Object.values(deployment.replicas).find(
+    (r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown',
+  );
   return stuck ? `${stuck.replicaId} ${stuck.phase}: ${stuck.reason}` : '';
 }
 
-export function deploymentView(s: DeploymentState): DeploymentView {
+export function deploymentView(deployment: DeploymentState): DeploymentView {
   return {
-    name: s.name,
-    model: s.model,
-    profile: s.snapshot.profile,
-    servedName: s.snapshot.servedName,
-    phase: deploymentPhase(s),
-    desired: s.desired,
-    ready: activeReplicas(s).filter((r) => r.phase === 'Ready').length,
-    replicas: Object.values(s.replicas).sort((a, b) => a.seq - b.seq),
-    reason: deploymentReason(s),
-    ...(s.rebuilt ? { rebuilt: s.rebuilt } : {}),
-    revision: revisionOfSnapshot(s.snapshot),
-    modelSource: s.snapshot.modelSource,
-    ...(s.catalogRevision && s.catalogRevision !== revisionOfSnapshot(s.snapshot) ? { catalogRevision: s.catalogRevision } : {}),
-    ...(s.rollout ? { rollout: rolloutView(s.rollout, Object.values(s.replicas), s.desired) } : {}),
-    ...(s.autoscale ? { autoscale: autoscaleView(s) } : {}),
+    name: deployment.name,
+    model: deployment.model,
+    profile: deployment.snapshot.profile,
+    servedName: deployment.snapshot.servedName,
+    phase: deploymentPhase(deployment),
+    desired: deployment.desired,
+    ready: activeReplicas(deployment).filter((r) => r.phase === 'Ready').length,
+    replicas: Object.values(deployment.replicas).sort((a, b) => a.seq - b.seq),
+    reason: deploymentReason(deployment),
+    ...(deployment.rebuilt ? { rebuilt: deployment.rebuilt } : {}),
+    revision: revisionOfSnapshot(deployment.snapshot),
+    modelSource: deployment.snapshot.modelSource,
+    ...(deployment.catalogRevision && deployment.catalogRevision !== revisionOfSnapshot(deployment.snapshot)
+      ? { catalogRevision: deployment.catalogRevision }
+      : {}),
+    ...(deployment.rollout ? { rollout: rolloutView(deployment.rollout, Object.values(deployment.replicas), deployment.desired) } : {}),
+    ...(deployment.autoscale ? { autoscale: autoscaleView(deployment) } : {}),
   };
 }
 
-function autoscaleView(s: DeploymentState): NonNullable<DeploymentView['autoscale']> {
-  const policy = autoscalePolicy(s.autoscale!);
+function autoscaleView(deployment: DeploymentState): NonNullable<DeploymentView['autoscale']> {
+  const policy = autoscalePolicy(deployment.autoscale!);
   return {
     min: policy.min,
     max: policy.max,
     metric: policy.metric,
     target: policy.target,
     ...(policy.idleToZeroSeconds !== undefined ? { idleToZeroSeconds: policy.idleToZeroSeconds } : {}),
-    ...(s.lastDecision ? { lastDecision: s.lastDecision } : {}),
+    ...(deployment.lastDecision ? { lastDecision: deployment.lastDecision } : {}),
   };
 }
 
 /** Forgets finished replicas once reported, keeping the last few visible; ages out old failures. */
-export function pruneFinished(s: DeploymentState, nowMs: number): void {
-  const finished = Object.values(s.replicas).filter(isTerminal);
-  for (const r of finished.slice(0, Math.max(0, finished.length - 5))) delete s.replicas[r.replicaId];
-  s.failureTimes = s.failureTimes.filter((t) => nowMs - Date.parse(t) < FAILURE_WINDOW_MS);
+export function pruneFinished(deployment: DeploymentState, nowMs: number): void {
+  const finished = Object.values(deployment.replicas).filter(isTerminal);
+  for (const r of finished.slice(0, Math.max(0, finished.length - 5))) delete deployment.replicas[r.replicaId];
+  deployment.failureTimes = deployment.failureTimes.filter((t) => nowMs - Date.parse(t) < FAILURE_WINDOW_MS);
 }
 
 /** Failed replicas are replaced at once, then with growing delays if they keep failing. */

@@ -12,7 +12,7 @@ import { stopReplicaSignal } from '../definitions.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import { describeIssues, handOverDue as handOverDueFor } from '../toolkit.js';
 import { control, startReplica } from './calls.js';
-import { createDeploymentRun, registerDeploymentHandlers } from './handlers.js';
+import { createDeploymentContext, registerDeploymentHandlers } from './handlers.js';
 import { DEPLOYMENT_NAME, DeployModelInputSchema } from './input.js';
 import { createDeploymentPublisher } from './publish.js';
 import { closeReason, profileStillInCatalog, resolveDeployment } from './resolve.js';
@@ -49,97 +49,104 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
     );
   }
 
-  const run = createDeploymentRun(input, name, input.carried as DeploymentState | undefined);
-  registerDeploymentHandlers(run);
+  const ctx = createDeploymentContext(input, name, input.carried as DeploymentState | undefined);
+  registerDeploymentHandlers(ctx);
   const upgrade = watchUpgrades();
   await upgrade.park(input.upgrading);
 
-  if (!run.s) {
+  if (!ctx.state) {
     try {
-      run.s = await resolveDeployment(input, name);
+      ctx.state = await resolveDeployment(input, name);
     } catch (error) {
-      run.failed = error instanceof ApplicationFailure ? error.message : String(error);
+      ctx.failed = error instanceof ApplicationFailure ? error.message : String(error);
       await condition(allHandlersFinished);
       throw error;
     }
   } else {
     // Replicas carried from the previous run: any that ended meanwhile without a word is
     // noticed now (those this run starts are watched through their child handles).
-    const open = activeReplicas(run.s).map((r) => r.replicaId);
+    const open = activeReplicas(ctx.state).map((r) => r.replicaId);
     if (open.length) {
       const running = await control('runningReplicas: which carried replicas still run').runningReplicas({ replicaIds: open });
-      for (const id of open) if (!running.includes(id)) run.markClosed(id, 'its workflow ended while the deployment continued as new');
+      for (const id of open) if (!running.includes(id)) ctx.markClosed(id, 'its workflow ended while the deployment continued as new');
     }
   }
-  const d: DeploymentState = run.s;
+  const deployment: DeploymentState = ctx.state;
 
-  const publish = createDeploymentPublisher(d);
+  const publish = createDeploymentPublisher(deployment);
   const handOverDue = handOverDueFor(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT);
 
   const routedAsked: Record<string, boolean> = {};
   const prefetches: Record<string, boolean> = {};
   for (;;) {
-    run.dirty = false;
-    pruneFinished(d, Date.now());
-    const serving = activeReplicas(d).filter((r) => !r.stopping);
+    ctx.dirty = false;
+    pruneFinished(deployment, Date.now());
+    const serving = activeReplicas(deployment).filter((r) => !r.stopping);
     let waitMs: number | undefined;
-    if (run.autoRolloutWanted && !isActive(d.rollout) && !d.undeploying && d.catalogRevision !== revisionOfSnapshot(d.snapshot)) {
-      run.autoRolloutWanted = false;
-      const target = await resolveTarget(d, undefined).catch((error: unknown) => {
-        log.warn(`automatic rollout of ${d.name} not started: ${String(error)}`);
+    if (
+      ctx.autoRolloutWanted &&
+      !isActive(deployment.rollout) &&
+      !deployment.undeploying &&
+      deployment.catalogRevision !== revisionOfSnapshot(deployment.snapshot)
+    ) {
+      ctx.autoRolloutWanted = false;
+      const target = await resolveTarget(deployment, undefined).catch((error: unknown) => {
+        log.warn(`automatic rollout of ${deployment.name} not started: ${String(error)}`);
         return undefined;
       });
-      if (target) startRollout(d, target, {}, new Date().toISOString(), 'catalog edit (rollout: auto)');
+      if (target) startRollout(deployment, target, {}, new Date().toISOString(), 'catalog edit (rollout: auto)');
     }
-    if (d.rollout?.state === 'Paused' && !d.undeploying) {
+    if (deployment.rollout?.state === 'Paused' && !deployment.undeploying) {
       // Held where it is until resumed or undone: neither the rollout nor the count moves.
-    } else if (isActive(d.rollout) && !d.undeploying) {
-      const before = `${d.rollout?.state}/${d.rollout?.mode}/${d.rollout?.startedAt}`;
-      await driveRollout(d, new Date().toISOString(), {
+    } else if (isActive(deployment.rollout) && !deployment.undeploying) {
+      const before = `${deployment.rollout?.state}/${deployment.rollout?.mode}/${deployment.rollout?.startedAt}`;
+      await driveRollout(deployment, new Date().toISOString(), {
         continueAsNewAfterEvents: input.continueAsNewAfterEvents,
-        markClosed: run.markClosed,
+        markClosed: ctx.markClosed,
         prefetches,
-        wake: () => void (run.dirty = true),
+        wake: () => void (ctx.dirty = true),
       });
       // A rollback or a change of mode is planned again at once, not at the next report.
-      if (`${d.rollout?.state}/${d.rollout?.mode}/${d.rollout?.startedAt}` !== before) run.dirty = true;
-      confirmRouted(d, routedAsked, () => void (run.dirty = true));
+      if (`${deployment.rollout?.state}/${deployment.rollout?.mode}/${deployment.rollout?.startedAt}` !== before) ctx.dirty = true;
+      confirmRouted(deployment, routedAsked, () => void (ctx.dirty = true));
       // Waiting replicas give up after a while: look again then even if nothing reports.
-      if (d.rollout?.waitingSince) waitMs = 30_000;
-    } else if (serving.length < d.desired) {
-      const delay = replacementDelayMs(d.failureTimes, Date.now());
+      if (deployment.rollout?.waitingSince) waitMs = 30_000;
+    } else if (serving.length < deployment.desired) {
+      const delay = replacementDelayMs(deployment.failureTimes, Date.now());
       if (delay > 0) {
         waitMs = delay;
-        log.info(`replacing failed replicas in ${Math.round(delay / 1000)} s (${d.failureTimes.length} failures in the last 10 min)`);
-      } else if (await profileStillInCatalog(d)) {
-        for (let i = serving.length; i < d.desired; i++) {
-          const child = await startReplica(d, input.continueAsNewAfterEvents);
+        log.info(
+          `replacing failed replicas in ${Math.round(delay / 1000)} s (${deployment.failureTimes.length} failures in the last 10 min)`,
+        );
+      } else if (await profileStillInCatalog(deployment)) {
+        for (let i = serving.length; i < deployment.desired; i++) {
+          const child = await startReplica(deployment, input.continueAsNewAfterEvents);
           // A replica that ends without its final report (terminated, timed out) is noticed here.
           void child.handle.result().then(
-            () => run.markClosed(child.replicaId, 'its workflow completed without a final report'),
-            (error: unknown) => run.markClosed(child.replicaId, `its workflow ended: ${closeReason(error)}`),
+            () => ctx.markClosed(child.replicaId, 'its workflow completed without a final report'),
+            (error: unknown) => ctx.markClosed(child.replicaId, `its workflow ended: ${closeReason(error)}`),
           );
         }
       } else {
         waitMs = 60_000;
       }
-    } else if (serving.length > d.desired) {
-      for (const victim of drainVictims(serving, d.desired)) {
+    } else if (serving.length > deployment.desired) {
+      for (const victim of drainVictims(serving, deployment.desired)) {
         victim.stopping = true;
         await getExternalWorkflowHandle(victim.replicaId)
-          .signal(stopReplicaSignal, { reason: d.undeploying ? 'undeploy' : `scaled to ${d.desired}` })
+          .signal(stopReplicaSignal, { reason: deployment.undeploying ? 'undeploy' : `scaled to ${deployment.desired}` })
           .catch(() => undefined);
       }
     }
     publish();
-    if (d.undeploying && !activeReplicas(d).length) break;
-    if (handOverDue() && !run.dirty) {
+    if (deployment.undeploying && !activeReplicas(deployment).length) break;
+    if (handOverDue() && !ctx.dirty) {
       await condition(allHandlersFinished);
       const upgrading = upgrade.requested();
-      await continueAsNewWith<typeof deployModel>(upgrading)({ ...input, carried: d, upgrading });
+      await continueAsNewWith<typeof deployModel>(upgrading)({ ...input, carried: deployment, upgrading });
     }
-    await condition(() => run.dirty || handOverDue(), waitMs);
+    await condition(() => ctx.dirty || handOverDue(), waitMs);
   }
   await condition(allHandlersFinished);
-  return deploymentView(d);
+  return deploymentView(deployment);
 }

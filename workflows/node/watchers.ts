@@ -23,7 +23,7 @@ import type { reconcileNode } from '../reconcile/workflow.js';
 import { freeGpus, type NodeState } from './state.js';
 import { controlActivities } from '../toolkit.js';
 
-export interface NodeRun {
+export interface NodeContext {
   state: NodeState;
   /** The shard ids the agent last reported running (agent/shard-report.ts), sorted. */
   reported?: string[];
@@ -44,10 +44,10 @@ const control = (summary: string): ControlActivities => controlActivities(summar
  * and turn NotReady. Created before the handlers, since a signal delivered with the run's
  * first task runs its handler before any loop starts.
  */
-export function addNodeActions(run: NodeRun): void {
-  const { state } = run;
+export function addNodeActions(ctx: NodeContext): void {
+  const { state } = ctx;
   const now = (): string => new Date().toISOString();
-  run.tellReplicas = () => {
+  ctx.tellReplicas = () => {
     const status: NodeStatusSignal = { nodeId: state.nodeId, phase: state.phase, reason: state.reason, at: now() };
     for (const replicaId of new Set(state.allocations.map((allocation) => allocation.replicaId))) {
       void getExternalWorkflowHandle(replicaId)
@@ -55,29 +55,29 @@ export function addNodeActions(run: NodeRun): void {
         .catch(() => undefined);
     }
   };
-  run.markNotReady = (reason) => {
+  ctx.markNotReady = (reason) => {
     if (state.phase === 'NotReady' || state.phase === 'Lost') return;
     const wasReady = state.phase === 'Ready';
     state.phase = 'NotReady';
     state.reason = reason;
     state.notReadySince = now();
     log.warn('node not ready', { nodeId: state.nodeId, reason });
-    run.publish();
-    if (wasReady) run.tellReplicas?.();
+    ctx.publish();
+    if (wasReady) ctx.tellReplicas?.();
   };
 }
 
-export function startWatchers(run: NodeRun): Promise<unknown> {
-  return Promise.all([watchPresence(run), watchLost(run), runReconciles(run), wakeWaiters(run), watchReports(run)]);
+export function startWatchers(ctx: NodeContext): Promise<unknown> {
+  return Promise.all([watchPresence(ctx), watchLost(ctx), runReconciles(ctx), wakeWaiters(ctx), watchReports(ctx)]);
 }
 
-async function watchPresence(run: NodeRun): Promise<void> {
-  const { state } = run;
+async function watchPresence(ctx: NodeContext): Promise<void> {
+  const { state } = ctx;
   // A run continued from a Ready node needs no new registration for its first presence.
-  let register = !(run.continued && state.phase === 'Ready');
+  let register = !(ctx.continued && state.phase === 'Ready');
   for (;;) {
-    if (run.registerSeq === 0 && state.phase === 'Registering') await condition(() => run.registerSeq > 0);
-    const seqAtStart = run.registerSeq;
+    if (ctx.registerSeq === 0 && state.phase === 'Registering') await condition(() => ctx.registerSeq > 0);
+    const seqAtStart = ctx.registerSeq;
     const heartbeatSeconds = state.settings!.presenceHeartbeatSeconds;
     // No agent picking it up, or an agent that stops heartbeating, fails it within one
     // heartbeat period: that is how a dead agent is noticed at O(1) cost per host.
@@ -94,18 +94,18 @@ async function watchPresence(run: NodeRun): Promise<void> {
       const input = { nodeId: state.nodeId, heartbeatSeconds, ...(register ? {} : { register: false }) };
       register = true;
       await presence(input);
-      run.markNotReady?.('the agent stopped (it ended its presence)');
+      ctx.markNotReady?.('the agent stopped (it ended its presence)');
     } catch (error) {
       if (isCancellation(error)) throw error;
-      run.markNotReady?.(presenceFailureReason(error, heartbeatSeconds));
+      ctx.markNotReady?.(presenceFailureReason(error, heartbeatSeconds));
     }
     // The agent registers again when it comes back; until then, look again shortly.
-    await condition(() => run.registerSeq !== seqAtStart, '3 seconds');
+    await condition(() => ctx.registerSeq !== seqAtStart, '3 seconds');
   }
 }
 
-async function watchLost(run: NodeRun): Promise<void> {
-  const { state } = run;
+async function watchLost(ctx: NodeContext): Promise<void> {
+  const { state } = ctx;
   for (;;) {
     await condition(() => state.phase === 'NotReady');
     const lostGraceMs = state.settings!.lostGraceSeconds * 1000;
@@ -115,9 +115,9 @@ async function watchLost(run: NodeRun): Promise<void> {
     state.phase = 'Lost';
     state.reason = `agent unreachable for more than ${lostGraceMs / 1000} s; its GPUs are released`;
     log.warn('node lost', { nodeId: state.nodeId });
-    run.tellReplicas?.();
+    ctx.tellReplicas?.();
     state.allocations = [];
-    run.publish();
+    ctx.publish();
   }
 }
 
@@ -126,11 +126,11 @@ async function watchLost(run: NodeRun): Promise<void> {
  * the replica workflows, one run at a time (a registration during a run queues one more).
  * Before that, the reconcile Schedule is made to match the agent's settings if they changed.
  */
-async function runReconciles(run: NodeRun): Promise<void> {
-  const { state } = run;
+async function runReconciles(ctx: NodeContext): Promise<void> {
+  const { state } = ctx;
   for (;;) {
-    await condition(() => run.reconcileWanted);
-    run.reconcileWanted = false;
+    await condition(() => ctx.reconcileWanted);
+    ctx.reconcileWanted = false;
     const settings = state.settings!;
     const wanted = JSON.stringify({ every: settings.reconcileEverySeconds, dryRun: settings.reconcileDryRun });
     if (state.scheduleSettings !== wanted) {
@@ -168,32 +168,32 @@ const SETTLE = '30 seconds';
  * and still does after a moment (a start or a stop in flight settles by itself), reconcile.
  * The same disagreement is reconciled once; a steady node costs nothing.
  */
-async function watchReports(run: NodeRun): Promise<void> {
-  const held = (): string => [...new Set(run.state.allocations.map((a) => a.shardId))].sort().join(',');
-  const differs = (): boolean => run.reported !== undefined && run.reported.join(',') !== held();
+async function watchReports(ctx: NodeContext): Promise<void> {
+  const held = (): string => [...new Set(ctx.state.allocations.map((a) => a.shardId))].sort().join(',');
+  const differs = (): boolean => ctx.reported !== undefined && ctx.reported.join(',') !== held();
   let lastTriggered = '';
   for (;;) {
-    await condition(() => differs() && `${run.reported!.join(',')}|${held()}` !== lastTriggered);
+    await condition(() => differs() && `${ctx.reported!.join(',')}|${held()}` !== lastTriggered);
     const settled = await condition(() => !differs(), SETTLE);
     if (settled) continue;
-    lastTriggered = `${run.reported!.join(',')}|${held()}`;
+    lastTriggered = `${ctx.reported!.join(',')}|${held()}`;
     log.info('the agent runs other shards than the node holds: reconciling', {
-      nodeId: run.state.nodeId,
-      reported: run.reported,
+      nodeId: ctx.state.nodeId,
+      reported: ctx.reported,
       held: held(),
     });
-    run.reconcileWanted = true;
+    ctx.reconcileWanted = true;
   }
 }
 
 /** A registration or an uncordon may bring free GPUs: wake the replicas waiting for them. */
-async function wakeWaiters(run: NodeRun): Promise<void> {
+async function wakeWaiters(ctx: NodeContext): Promise<void> {
   for (;;) {
-    await condition(() => run.wakeWanted);
-    run.wakeWanted = false;
-    if (run.state.phase !== 'Ready' || run.state.cordoned || !freeGpus(run.state).length) continue;
+    await condition(() => ctx.wakeWanted);
+    ctx.wakeWanted = false;
+    if (ctx.state.phase !== 'Ready' || ctx.state.cordoned || !freeGpus(ctx.state).length) continue;
     try {
-      await control(`wake replicas waiting for ${run.state.inventory?.gpuClass ?? ''} GPUs`).wakeWaiters({ nodeId: run.state.nodeId });
+      await control(`wake replicas waiting for ${ctx.state.inventory?.gpuClass ?? ''} GPUs`).wakeWaiters({ nodeId: ctx.state.nodeId });
     } catch (error) {
       if (isCancellation(error)) throw error;
       log.warn(`could not wake waiting replicas: ${String(error)}`);

@@ -40,7 +40,7 @@ import {
   viewOf,
   type NodeState,
 } from './state.js';
-import { addNodeActions, startWatchers, type NodeRun } from './watchers.js';
+import { addNodeActions, startWatchers, type NodeContext } from './watchers.js';
 
 export interface NodeWorkflowInput {
   nodeId: string;
@@ -80,7 +80,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   let holdCommands = Boolean(input.upgrading);
   let publishPending = !carried || workflowInfo().searchAttributes?.LlmgwState === undefined;
   const shown = createPublication();
-  const run: NodeRun = {
+  const ctx: NodeContext = {
     state,
     registerSeq: 0,
     continued: carried !== undefined,
@@ -112,11 +112,11 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     else upsertMemo({ [HELD_WEIGHTS_MEMO]: keys });
   };
 
-  addNodeActions(run);
-  const tellReplicas = run.tellReplicas!;
+  addNodeActions(ctx);
+  const tellReplicas = ctx.tellReplicas!;
   let tellPending = false;
   // Parked for an upgrade, the run issues nothing: the news goes out once the park ends.
-  run.tellReplicas = () => {
+  ctx.tellReplicas = () => {
     if (holdCommands) tellPending = true;
     else tellReplicas();
   };
@@ -126,23 +126,23 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     for (const note of applyRegister(state, register, now())) log.info(note, { nodeId: state.nodeId });
     if (settings) state.settings = { ...settings };
     state.silent = false;
-    run.reported = undefined;
-    run.registerSeq++;
-    run.reconcileWanted = true;
-    run.wakeWanted = true;
-    run.publish();
-    if (!wasReady) run.tellReplicas?.();
+    ctx.reported = undefined;
+    ctx.registerSeq++;
+    ctx.reconcileWanted = true;
+    ctx.wakeWanted = true;
+    ctx.publish();
+    if (!wasReady) ctx.tellReplicas?.();
   });
-  setHandler(runningShardsSignal, ({ shardIds }) => void (run.reported = [...shardIds].sort()));
+  setHandler(runningShardsSignal, ({ shardIds }) => void (ctx.reported = [...shardIds].sort()));
   setHandler(weightsHeldSignal, ({ weights }) => {
     state.weights = weights.map((w) => ({ ...w, inUseBy: [...w.inUseBy] }));
     publishWeights();
   });
-  setHandler(agentStoppingSignal, ({ reason }) => run.markNotReady?.(`the agent is stopping: ${reason}`));
+  setHandler(agentStoppingSignal, ({ reason }) => ctx.markNotReady?.(`the agent is stopping: ${reason}`));
   // The control worker watches the agent's worker heartbeats (workers/liveness.ts).
   setHandler(agentSilentSignal, ({ seconds }) => {
     if (state.phase !== 'Ready') return;
-    run.markNotReady?.(`the agent has sent no heartbeat for ${seconds} s (its process or host is down, or it lost Temporal)`);
+    ctx.markNotReady?.(`the agent has sent no heartbeat for ${seconds} s (its process or host is down, or it lost Temporal)`);
     state.silent = true;
   });
   setHandler(agentHeardSignal, () => {
@@ -152,14 +152,14 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     state.phase = 'Ready';
     state.reason = 'the agent is heard again';
     state.notReadySince = undefined;
-    run.publish();
-    run.tellReplicas?.();
+    ctx.publish();
+    ctx.tellReplicas?.();
   });
   setHandler(
     reserveUpdate,
     (request) => {
       const result = reserve(state, request, now());
-      if (result.ok) run.publish();
+      if (result.ok) ctx.publish();
       return result;
     },
     {
@@ -173,31 +173,31 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   // Waiting replicas are woken by the releaseGpus activity that sent this Update.
   setHandler(releaseUpdate, (request) => {
     const released = release(state, request.shardId);
-    if (released) run.publish();
+    if (released) ctx.publish();
     return released;
   });
   setHandler(claimUpdate, (request) => {
     const result = claim(state, request, now());
-    if (result.ok) run.publish();
+    if (result.ok) ctx.publish();
     return result;
   });
   setHandler(cordonUpdate, ({ reason }) => {
     state.cordoned = true;
     state.reason = reason ? `cordoned: ${reason}` : 'cordoned';
-    run.publish();
+    ctx.publish();
     return viewOf(state);
   });
   setHandler(clearGpuUpdate, ({ gpuIndex }) => clearGpu(state.nodeId, gpuIndex));
   setHandler(uncordonUpdate, () => {
     state.cordoned = false;
     state.reason = 'uncordoned';
-    run.publish();
-    run.wakeWanted = true;
+    ctx.publish();
+    ctx.wakeWanted = true;
     return viewOf(state);
   });
   setHandler(reconcileAllocationsUpdate, (request) => {
     const result = reconcileAllocations(state, request, now());
-    if (result.claimed.length || result.released.length) run.publish();
+    if (result.claimed.length || result.released.length) ctx.publish();
     for (const conflict of result.conflicts) log.warn(conflict, { nodeId: state.nodeId });
     return result;
   });
@@ -205,13 +205,13 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   const upgrade = watchUpgrades();
   await upgrade.park(input.upgrading);
   holdCommands = false;
-  if (publishPending) run.publish();
+  if (publishPending) ctx.publish();
   if (memoPending || (carried && state.weights)) publishWeights();
-  if (tellPending) run.tellReplicas();
+  if (tellPending) ctx.tellReplicas();
 
   const handOverDue = handOverDueFor(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT);
   const scope = new CancellationScope();
-  const watchers = scope.run(() => startWatchers(run));
+  const watchers = scope.run(() => startWatchers(ctx));
   watchers.catch(() => undefined);
   await condition(handOverDue);
   scope.cancel();
