@@ -18,14 +18,24 @@ let ownServer: DevServer | undefined;
  * shared server, other files' workers poll the same task queue and run their workflows too.
  */
 export async function useOwnTemporal(label: string): Promise<{ stop(): Promise<void> }> {
-  const port = await findFreePort();
-  ownServer = await startDevServer({
-    temporalBin: inject('temporalBin'),
-    port,
-    headless: true,
-    dbFile: join(mkdtempSync(join(tmpdir(), `llmgw-${label}-`)), 'dev.db'),
-    logFile: `.llmgw/test/temporal-${label}-${port}.log`,
-  });
+  // The dev server picks its internal services' ports itself: with test files starting servers
+  // in parallel, another process can take one between its pick and its bind. Such a start is
+  // tried again on other ports (three tries); any other failure is thrown at once.
+  for (let attempt = 1; ; attempt++) {
+    const port = await findFreePort();
+    try {
+      ownServer = await startDevServer({
+        temporalBin: inject('temporalBin'),
+        port,
+        headless: true,
+        dbFile: join(mkdtempSync(join(tmpdir(), `llmgw-${label}-`)), 'dev.db'),
+        logFile: `.llmgw/test/temporal-${label}-${port}.log`,
+      });
+      break;
+    } catch (error) {
+      if (attempt >= 3 || !/address already in use/.test(String(error))) throw error;
+    }
+  }
   const server = ownServer;
   return { stop: () => server.stop() };
 }
