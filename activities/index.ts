@@ -6,6 +6,8 @@ import type { LineLog } from '../common/logger.js';
 import { createCatalogActivities } from './catalog.js';
 import { createCapacityActivities } from './capacity.js';
 import { createDeploymentActivities } from './deployments.js';
+import { createFleetSilenceActivities } from './fleet-silence.js';
+import type { FleetLiveness } from '../workers/liveness.js';
 import { createPlacementActivities, type PlacementMetric } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
 import { createRoutesActivities } from './routes.js';
@@ -22,6 +24,8 @@ export interface ControlActivityDeps {
   log: LineLog;
   /** Counts placements (the control worker's metrics); nothing when absent. */
   placementMetric?: PlacementMetric;
+  /** The latest liveness sweep of this worker (workers/liveness.ts), for fleetSilence. */
+  liveness?: () => FleetLiveness | undefined;
 }
 
 export function createControlActivities(deps: ControlActivityDeps) {
@@ -38,6 +42,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
     ...createWeightsNodeActivities(deps.client),
+    ...createFleetSilenceActivities(deps.liveness),
     ...createReconcileActivities(catalog, deps.client),
     ...routes,
     ...signing,

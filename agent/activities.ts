@@ -30,6 +30,22 @@ export interface AgentActivityDeps {
   gpuHealth?: { refusal(gpuIndices: number[]): string | undefined; clear(index: number): boolean };
 }
 
+/**
+ * Runs `work` heartbeating every second. Reconciliation gives these calls a short heartbeat
+ * timeout: a task the server handed to a poller whose connection died as a partition healed
+ * is then found lost in seconds, not at the end of a long start-to-close timeout, and the
+ * host's stale engines are stopped promptly (docs/operating.md, "A host cut off").
+ */
+async function beating<T>(details: Record<string, unknown>, work: () => Promise<T>): Promise<T> {
+  const context = Context.current();
+  const heartbeat = setInterval(() => context.heartbeat(details), 1_000);
+  try {
+    return await work();
+  } finally {
+    clearInterval(heartbeat);
+  }
+}
+
 /** Every agent activity but the weights' (agent/weights/activity.ts). */
 export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivities, 'fetchWeights' | 'removeWeights'> {
   return {
@@ -86,11 +102,11 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
     },
 
     async describe(): Promise<Register> {
-      return deps.describe();
+      return beating({ describing: true }, () => deps.describe());
     },
 
     async survey(): Promise<Register> {
-      return deps.survey();
+      return beating({ surveying: true }, () => deps.survey());
     },
 
     async clearGpuFault(input: ClearGpuFaultInput): Promise<{ cleared: boolean }> {
@@ -98,7 +114,10 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
     },
 
     async killProcesses(request: KillProcesses): Promise<KillProcessesResult> {
-      return create(KillProcessesResultSchema, await deps.supervisor.kill(request.pids, request.reason));
+      return create(
+        KillProcessesResultSchema,
+        await beating({ killing: request.pids.length }, () => deps.supervisor.kill(request.pids, request.reason)),
+      );
     },
   };
 }

@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_AGENT_ADMIN_ADDR, DEFAULT_PORTS } from '../common/names.js';
 import { SAFE_NAME, SAFE_NAME_RULE } from '../common/safe-name.js';
+import { DEFAULT_LOST_GRACE_SECONDS } from '../common/node-types.js';
 
 const PortRange = z
   .string()
@@ -84,7 +85,7 @@ export const AgentFlags = z
     portRange: PortRange.default({ from: DEFAULT_PORTS.enginesFrom, to: DEFAULT_PORTS.enginesFrom + 999 }),
     /** Unset: 300 s where the server keeps worker heartbeats (they detect a dead agent), else 10 s (agent/presence.ts). */
     presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(600).optional(),
-    lostGraceSeconds: z.coerce.number().int().min(1).default(60),
+    lostGraceSeconds: z.coerce.number().int().min(1).default(DEFAULT_LOST_GRACE_SECONDS),
     maxTemperatureC: z.coerce.number().default(85),
     /** The `ray` program (Ray launcher profiles): a path, or a name on PATH. */
     rayCommand: z.string().min(1, '--ray-command must not be empty').default('ray'),

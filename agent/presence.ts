@@ -4,6 +4,7 @@
 // in seconds and for free (workers/liveness.ts), so presence only needs to be a slow backstop.
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { workerHeartbeatsSupported } from '../temporal/worker-heartbeats.js';
+import { describeNodeQuery } from '../workflows/definitions.js';
 
 /** Without worker heartbeats, presence is the detector: a dead agent is NotReady within this. */
 export const SHORT_PRESENCE_SECONDS = 10;
@@ -17,23 +18,43 @@ export async function presenceHeartbeatFor(flag: number | undefined, client: Cli
 
 /** How often the agent looks whether its node workflow still runs. */
 const NODE_CHECK_MS = 10_000;
+/** A node that still thinks this agent gone after it registered again is not asked again sooner. */
+const REREGISTER_AFTER_MS = 30_000;
+const CALL_DEADLINE_MS = 8_000;
 
 /**
  * Registers again (which starts the node workflow anew) when the node workflow is missing or
- * closed. A describe is a read, not a billed action; an unreachable Temporal is not "missing".
+ * closed, and when it holds this agent NotReady or Lost although the agent is plainly talking
+ * to Temporal: a host back from a partition. Its worker's heartbeats tell the control worker it
+ * is heard, but a Lost node forgot what runs there, and with a slow presence no new presence
+ * activity comes to make the agent register; the registration brings the node Ready with the
+ * engines that run, and the reconciliation it starts stops those whose replicas moved away
+ * (docs/operating.md, "A host cut off from the network"). A describe is a read, not a billed
+ * action; an unreachable Temporal is not "missing".
  */
 export function watchNodeWorkflow(client: () => Client | undefined, workflowId: string, register: () => void): { stop(): void } {
   let checking = false;
+  let lastReregister = 0;
   const timer = setInterval(() => {
     const c = client();
     if (!c || checking) return;
     checking = true;
-    c.workflow
-      .getHandle(workflowId)
-      .describe()
+    const handle = c.workflow.getHandle(workflowId);
+    // A deadline: a call made on a connection that a partition froze must not keep the next
+    // look from happening once the link is back.
+    const soon = <T>(call: () => Promise<T>): Promise<T> => c.connection.withDeadline(Date.now() + CALL_DEADLINE_MS, call);
+    soon(() => handle.describe())
       .then(
-        (description) => {
-          if (description.status.name !== 'RUNNING') register();
+        async (description) => {
+          if (description.status.name !== 'RUNNING') return register();
+          const state = description.searchAttributes?.LlmgwState;
+          let phase = Array.isArray(state) ? state[0] : undefined;
+          // A cordoned node shows Cordoned whatever its phase: ask it (rare, so the query is too).
+          if (phase === 'Cordoned') phase = (await soon(() => handle.query(describeNodeQuery)).catch(() => undefined))?.phase;
+          if ((phase === 'NotReady' || phase === 'Lost') && Date.now() - lastReregister > REREGISTER_AFTER_MS) {
+            lastReregister = Date.now();
+            register();
+          }
         },
         (error: unknown) => {
           if (error instanceof WorkflowNotFoundError) register();

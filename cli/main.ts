@@ -3,6 +3,7 @@
 // module is loaded only when it runs, so `llmgw fake-engine` starts fast.
 import { Command, Option } from 'commander';
 import { DEFAULT_PORTS } from '../common/names.js';
+import { DEFAULT_LOST_GRACE_SECONDS } from '../common/node-types.js';
 import { addRouterCommand } from '../router/command.js';
 import { registerSimCommands } from './commands-sim.js';
 import { registerTemporalCommands } from './commands-temporal.js';
@@ -63,7 +64,11 @@ program
     '--presence-heartbeat-seconds <s>',
     'heartbeat timeout of the presence activity (default: 300 where Temporal keeps worker heartbeats, which then detect a dead agent; else 10)',
   )
-  .option('--lost-grace-seconds <s>', 'NotReady for this long → Lost (GPUs released, replicas re-placed)', '60')
+  .option(
+    '--lost-grace-seconds <s>',
+    'NotReady for this long → Lost (GPUs released, replicas re-placed; held while most of the fleet is silent)',
+    String(DEFAULT_LOST_GRACE_SECONDS),
+  )
   .option('--ray-command <path>', 'the ray program, for profiles with launcher ray', 'ray')
   .option(
     '--ray-worker-ports <from-to>',

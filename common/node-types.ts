@@ -4,6 +4,13 @@
 
 export type NodePhase = 'Registering' | 'Ready' | 'NotReady' | 'Lost';
 
+/**
+ * NotReady for this long → Lost (`--lost-grace-seconds`). With the liveness sweep's 10 s of
+ * silence before NotReady, a host that drops off the network has its replicas re-placed
+ * about 30 s after its last heartbeat; why 20 s: docs/operating.md ("A host cut off").
+ */
+export const DEFAULT_LOST_GRACE_SECONDS = 20;
+
 export interface GpuInfo {
   index: number;
   uuid: string;

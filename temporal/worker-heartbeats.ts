@@ -12,9 +12,17 @@ export interface WorkerSeen {
 
 export class WorkerHeartbeatsUnsupported extends Error {}
 
-/** The newest worker heartbeat per task queue whose name starts with `prefix`. */
-export async function lastHeartbeats(client: Client, prefix: string): Promise<Map<string, number>> {
-  const seen = new Map<string, number>();
+/** The newest heartbeat of a task queue's workers. */
+export interface QueueBeat {
+  /** When it was sent, by the worker's own clock (ms since the epoch). */
+  at: number;
+  /** It said the worker is shutting down or shut down (a deliberate stop, not a silence). */
+  stopping: boolean;
+}
+
+/** The newest worker heartbeat per task queue whose name starts with `prefix`, with its status. */
+export async function queueBeats(client: Client, prefix: string): Promise<Map<string, QueueBeat>> {
+  const seen = new Map<string, QueueBeat>();
   let nextPageToken: Uint8Array | undefined;
   for (let page = 0; page < 100; page++) {
     let response;
@@ -29,7 +37,10 @@ export async function lastHeartbeats(client: Client, prefix: string): Promise<Ma
       const queue = heartbeat?.taskQueue ?? '';
       if (!queue.startsWith(prefix)) continue;
       const at = Number(heartbeat?.heartbeatTime?.seconds ?? 0) * 1000 + Math.floor(Number(heartbeat?.heartbeatTime?.nanos ?? 0) / 1e6);
-      seen.set(queue, Math.max(seen.get(queue) ?? 0, at));
+      // WORKER_STATUS_SHUTTING_DOWN (2) and WORKER_STATUS_SHUTDOWN (3).
+      const stopping = Number(heartbeat?.status ?? 0) >= 2;
+      const known = seen.get(queue);
+      if (!known || at > known.at) seen.set(queue, { at, stopping });
     }
     nextPageToken = response.nextPageToken?.length ? response.nextPageToken : undefined;
     if (!nextPageToken) break;

@@ -9,6 +9,7 @@ import { createLogger, lineLog, type Logger } from '../common/logger.js';
 import { connectWorkerConnection, installRuntime, llmgwDataConverter, connectClient, metricsAddressOf } from '../temporal/connection.js';
 import { createControlMetrics, watchDeployments } from './metrics.js';
 import { createControlActivities } from '../activities/index.js';
+import { createLivenessBoard } from '../activities/fleet-silence.js';
 import { createCatalogSource } from '../catalog/watch.js';
 import { watchCatalogForDeployments } from './catalog-notifier.js';
 import { keepRoutesWorkflow } from './ensure-routes.js';
@@ -63,7 +64,9 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   const { connection, namespace } = await connectWorkerConnection();
   const client = await connectClient();
   const catalog = createCatalogSource(options.catalogFile, { log });
+  const liveness = createLivenessBoard();
   const activities = createControlActivities({
+    liveness: liveness.latest,
     catalogFile: options.catalogFile,
     catalog,
     catalogKeyFile,
@@ -108,7 +111,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   process.once('SIGTERM', () => stop('SIGTERM'));
   const running = worker.run();
   const stopWatchingCatalog = watchCatalogForDeployments(client, catalog, log);
-  const stopWatchingAgents = watchAgentLiveness(client, log);
+  const stopWatchingAgents = watchAgentLiveness(client, log, { onView: liveness.set });
   const stopKeepingRoutes = keepRoutesWorkflow(client, log);
   const current = await describeDeployment(client, version.deploymentName).catch(() => undefined);
   if (options.makeCurrent || !current?.current) {

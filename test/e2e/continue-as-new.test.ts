@@ -18,9 +18,12 @@ const fleet = useIsolatedFleet({ gpuClass: 'CAN' });
 let client: Client;
 let buildId = '';
 
+/** A killed agent's return must not race the Lost grace (20 s by default): these tests hand over meanwhile. */
+const HOST_FLAGS = ['--node-continue-as-new-after-events', String(BOUND), '--lost-grace-seconds', '60'];
+
 async function host(): Promise<{ nodeId: string; proc: LlmgwProcess; stateDir: string }> {
   const nodeId = uniqueId('can');
-  const started = await fleet.agent(nodeId, { inventory: CAN, extra: ['--node-continue-as-new-after-events', String(BOUND)] });
+  const started = await fleet.agent(nodeId, { inventory: CAN, extra: HOST_FLAGS });
   return { nodeId, ...started };
 }
 
@@ -177,7 +180,7 @@ describe('continue-as-new keeps every state', () => {
     await fleet.agent(nodeId, {
       inventory: CAN,
       stateDir,
-      extra: ['--node-continue-as-new-after-events', String(BOUND)],
+      extra: HOST_FLAGS,
     });
     const back = await eventually(
       'Ready again',

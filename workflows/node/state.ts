@@ -20,6 +20,7 @@ import type {
   ReserveResult,
 } from '../../common/node-types.js';
 import { heldWeightsKey } from '../../common/node-types.js';
+import type { FleetSilence } from '../../activities/fleet-silence.js';
 
 export interface NodeState {
   nodeId: string;
@@ -277,4 +278,19 @@ export function nodeDetails(state: NodeState): string {
     );
   }
   return lines.join('\n');
+}
+
+/**
+ * Whether a node whose grace ran out is held back from Lost, and why: when most of the
+ * registered fleet is silent at once (and more than one node), the cut is far more likely on
+ * the control plane's side (Temporal's own network or switch, an overloaded server) than on
+ * every host, and declaring them all Lost would re-place everything with nowhere to go and
+ * then stop every engine when the cut heals. Kubernetes' node lifecycle controller stops
+ * evicting for the same reason. Without a recent view of the fleet, nothing is held.
+ */
+export function lostHeldBecause(silence: FleetSilence | undefined): string | undefined {
+  if (!silence) return undefined;
+  const known = silence.heard + silence.silent;
+  if (silence.silent < 2 || silence.silent * 2 <= known) return undefined;
+  return `${silence.silent} of ${known} nodes are silent at once, more likely a cut on the control plane's side than ${silence.silent} hosts down: not declared Lost while most are silent (cordon the nodes known to be gone to move their replicas)`;
 }

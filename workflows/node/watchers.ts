@@ -20,7 +20,7 @@ import { agentTaskQueue } from '../../common/names.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import { nodeStatusSignal } from '../definitions.js';
 import type { reconcileNode } from '../reconcile/workflow.js';
-import { freeGpus, type NodeState } from './state.js';
+import { freeGpus, lostHeldBecause, type NodeState } from './state.js';
 import { controlActivities } from '../toolkit.js';
 
 export interface NodeContext {
@@ -112,12 +112,47 @@ async function watchLost(ctx: NodeContext): Promise<void> {
     const since = state.notReadySince ? Date.parse(state.notReadySince) : Date.now();
     const recovered = await condition(() => state.phase !== 'NotReady', Math.max(0, since + lostGraceMs - Date.now()));
     if (recovered) continue;
+    if (await heldWhileMostAreSilent(ctx)) continue;
     state.phase = 'Lost';
     state.reason = `agent unreachable for more than ${lostGraceMs / 1000} s; its GPUs are released`;
     log.warn('node lost', { nodeId: state.nodeId });
     ctx.tellReplicas?.();
     state.allocations = [];
     ctx.publish();
+  }
+}
+
+/** How often a node held back from Lost looks again: from 10 s, doubling, up to a minute. */
+const HOLD_RECHECK_MS = [10_000, 20_000, 40_000, 60_000];
+
+/**
+ * Before a node is declared Lost, asks the control worker how much of the fleet is silent
+ * (its liveness sweep's view): while most of it is (lostHeldBecause), the node stays NotReady,
+ * its replicas Unknown and still routed, and it looks again. Returns true when it was heard
+ * again meanwhile (or left NotReady otherwise); false when it may be declared Lost now.
+ */
+async function heldWhileMostAreSilent(ctx: NodeContext): Promise<boolean> {
+  const { state } = ctx;
+  const notReadyReason = state.reason;
+  for (let attempt = 0; ; attempt++) {
+    let held: string | undefined;
+    try {
+      held = lostHeldBecause(await control('how much of the fleet is silent').fleetSilence());
+    } catch (error) {
+      if (isCancellation(error)) throw error;
+      log.warn(`could not ask how much of the fleet is silent: ${String(error)}`, { nodeId: state.nodeId });
+    }
+    if (!held) return false;
+    const reason = `${notReadyReason}; ${held}`;
+    if (state.reason !== reason && !state.cordoned) {
+      state.reason = reason;
+      log.warn('node not declared Lost: most of the fleet is silent', { nodeId: state.nodeId, held });
+      ctx.publish();
+    }
+    const cordoned = state.cordoned;
+    const wait = HOLD_RECHECK_MS[Math.min(attempt, HOLD_RECHECK_MS.length - 1)]!;
+    await condition(() => state.phase !== 'NotReady' || state.cordoned !== cordoned, wait);
+    if (state.phase !== 'NotReady') return true;
   }
 }
 

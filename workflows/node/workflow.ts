@@ -5,7 +5,7 @@
 // waiting replicas when it gains capacity. Rules: state.ts; watchers: watchers.ts.
 import { allHandlersFinished, CancellationScope, condition, log, setHandler, upsertMemo, workflowInfo } from '@temporalio/workflow';
 import { SA } from '../../common/search-attributes.js';
-import type { AgentSettings } from '../../common/node-types.js';
+import { DEFAULT_LOST_GRACE_SECONDS, type AgentSettings } from '../../common/node-types.js';
 import {
   agentHeardSignal,
   agentSilentSignal,
@@ -62,7 +62,7 @@ const HISTORY_LIMIT = 4_000;
 export function settingsFrom(input: Partial<AgentSettings>): AgentSettings {
   return {
     presenceHeartbeatSeconds: input.presenceHeartbeatSeconds ?? 10,
-    lostGraceSeconds: input.lostGraceSeconds ?? 60,
+    lostGraceSeconds: input.lostGraceSeconds ?? DEFAULT_LOST_GRACE_SECONDS,
     reconcileEverySeconds: input.reconcileEverySeconds ?? 3600,
     reconcileDryRun: input.reconcileDryRun ?? false,
   };
@@ -148,6 +148,10 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   setHandler(agentHeardSignal, () => {
     if (!state.silent) return;
     state.silent = false;
+    // Heard after it was declared Lost (a host back from a partition): its replicas run
+    // elsewhere now, so reconcile at once, through the agent's worker, which is what was
+    // heard; that stops the stale engines even before the agent registers again.
+    if (state.phase === 'Lost') ctx.reconcileWanted = true;
     if (state.phase !== 'NotReady') return;
     state.phase = 'Ready';
     state.reason = 'the agent is heard again';

@@ -39,6 +39,9 @@ function agent(nodeId: string, summary: string): AgentActivities {
     // registration or the Schedule tries again.
     scheduleToStartTimeout: '15 seconds',
     startToCloseTimeout: '90 seconds',
+    // The agent heartbeats every second while it reports, kills or stops: a task handed to a
+    // poller whose connection died (a host back from a partition) is retried in 10 s, not 90.
+    heartbeatTimeout: '10 seconds',
     retry: { maximumAttempts: 2 },
     summary,
   });
