@@ -1,24 +1,30 @@
 // npm run bench:faults — network faults under router load, on four hosts that are network
-// namespaces (bench/net-stack.ts; root only): a whole host cut off and back, its agent cut from
-// Temporal while the router still reaches it, the router cut from it, and a deploy of 8
-// replicas with 200 ms latency each way and 5 % of connections reset between the agents and
-// Temporal, beside the same deploy clean. Prints one table: time to detect, time to recover,
-// requests failed, stale engines stopped by fencing, GPUs held twice. Figures, not asserts.
+// namespaces (bench/net-stack.ts; root only), with llmgw's default timings: a whole host cut
+// off and back, its agent cut from Temporal while the router still reaches it, the router cut
+// from it, every agent cut from Temporal at once (the control plane's own switch), and a deploy
+// of 8 replicas clean and with 200 ms latency each way and 5 % of connections reset or dropped
+// between the agents and Temporal (new ones as they open; open ones in 1 s windows), measured
+// in the same run, alternating, three times each. Prints one table: time to detect, time to
+// recover, requests failed, stale engines stopped by fencing, GPUs held twice. Figures, not asserts.
 import Table from 'cli-table3';
 import type { Client } from '@temporalio/client';
 import { deploymentStatusQuery, describeNodeQuery } from '../workflows/definitions.js';
 import type { DeploymentView } from '../common/replica-types.js';
+import { DEFAULT_LOST_GRACE_SECONDS } from '../common/node-types.js';
 import { listPids, readEnviron } from '../agent/supervisor/proc.js';
 import { networkUnavailable } from '../test/helpers/netns/network.js';
 import { cutFromControlPlane, cutFromRouter, cutHost, healCuts, restoreHost } from '../test/helpers/netns/faults.js';
 import { gpusHeldTwice } from '../test/helpers/netns/gpu-holders.js';
+import { LOSSY_CONNECTIONS, SLOW_LOSSY_LINK, startConnectionFaults, type ConnectionFaultTally } from '../test/helpers/netns/toxiproxy.js';
 import { startLoad, type Sample } from '../test/helpers/load.js';
 import { startNetStack, type NetStack } from './net-stack.js';
 
-const LOST_GRACE_SECONDS = 20;
 const DEPLOYMENT = 'faults';
+/** Clean and faulty deploys each run this often, alternating. */
+const DEPLOY_ROUNDS = 3;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const secs = (ms: number | undefined): string => (ms === undefined ? '—' : `${(ms / 1000).toFixed(1)} s`);
+const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 interface Row {
   fault: string;
@@ -113,7 +119,12 @@ async function hostCut(stack: NetStack): Promise<Row> {
       90_000,
       check,
     );
-    return { detect, recover, fenced };
+    const ready = await until(
+      'node Ready again',
+      async () => ((await nodePhase(stack.client, victim.nodeId)) === 'Ready' ? true : undefined),
+      90_000,
+    );
+    return { detect, recover, fenced, ready };
   });
   return {
     fault: `host cut off (link down), ${moved.length} replica(s) on it`,
@@ -160,6 +171,66 @@ async function controlPlaneCut(stack: NetStack): Promise<Row> {
   };
 }
 
+/** Every agent cut from Temporal for longer than silence + grace: nothing may be declared Lost. */
+async function everyAgentCut(stack: NetStack): Promise<Row> {
+  const before = await status(stack.client);
+  const engines = (view: DeploymentView): string =>
+    view.replicas
+      .flatMap((r) => r.shards.map((s) => `${s.shardId}@${s.pid}`))
+      .sort()
+      .join(',');
+  const { result, samples, twice } = await withLoad(stack, async (check) => {
+    const cutAt = Date.now();
+    for (const h of stack.hosts) cutFromControlPlane(stack.network, h.host);
+    const detect = await until(
+      'every node NotReady',
+      async () => {
+        const phases = await Promise.all(stack.nodeIds.map((id) => nodePhase(stack.client, id)));
+        return phases.every((p) => p === 'NotReady') ? Date.now() - cutAt : undefined;
+      },
+      60_000,
+      check,
+    );
+    let lost = 0;
+    while (Date.now() < cutAt + 10_000 + DEFAULT_LOST_GRACE_SECONDS * 1000 + 15_000) {
+      check();
+      const phases = await Promise.all(stack.nodeIds.map((id) => nodePhase(stack.client, id)));
+      lost = Math.max(lost, phases.filter((p) => p === 'Lost').length);
+      await sleep(1_000);
+    }
+    const cutFor = Date.now() - cutAt;
+    const healAt = Date.now();
+    for (const h of stack.hosts) healCuts(stack.network, h.host);
+    const recover = await until(
+      'every node Ready',
+      async () => {
+        const phases = await Promise.all(stack.nodeIds.map((id) => nodePhase(stack.client, id)));
+        return phases.every((p) => p === 'Ready') ? Date.now() - healAt : undefined;
+      },
+      90_000,
+      check,
+    );
+    const after = await until(
+      'every replica Ready',
+      async () => {
+        const view = await status(stack.client);
+        return view.replicas.every((r) => r.phase === 'Ready') ? view : undefined;
+      },
+      60_000,
+    );
+    return { detect, recover, lost, cutFor, moved: engines(after) !== engines(before) };
+  });
+  return {
+    fault: `every agent ↔ Temporal cut for ${secs(result.cutFor)}, router ↔ engines up`,
+    detectMs: result.detect,
+    recoverMs: result.recover,
+    recovered: `all Ready after heal; ${result.lost} declared Lost, ${result.moved ? 'replicas moved' : 'nothing moved'}`,
+    failed: failedOf(samples),
+    fenced: '0 (none moved)',
+    twice,
+  };
+}
+
 async function routerCut(stack: NetStack): Promise<Row> {
   const view = await status(stack.client);
   const host = stack.hosts.find((h) => h.nodeId === view.replicas.find((r) => r.phase === 'Ready')!.nodes[0])!;
@@ -185,44 +256,74 @@ async function routerCut(stack: NetStack): Promise<Row> {
   };
 }
 
-async function deployTime(stack: NetStack, label: string): Promise<{ ms: number; failed: number }> {
+async function deployTime(stack: NetStack, label: string): Promise<{ ms: number; failed: number; replicas: number }> {
   const name = `lat-${label}-${Date.now().toString(36)}`;
   const started = Date.now();
   if ((await stack.llmgw(['deploy', 'bench', '--name', name, '--replicas', '8', '--profile', 'instant'])) !== 0)
     throw new Error(`deploy ${name} failed`);
+  const failed = new Set<string>();
   const ms = await until(
     '8 replicas Ready',
-    async () => ((await readyCount(stack.client, name)) === 8 ? Date.now() - started : undefined),
+    async () => {
+      const view = await status(stack.client, name);
+      for (const r of view.replicas) if (r.phase === 'Failed') failed.add(r.replicaId);
+      return view.replicas.filter((r) => r.phase === 'Ready').length === 8 ? Date.now() - started : undefined;
+    },
     300_000,
   );
-  const failed = (await status(stack.client, name)).replicas.filter((r) => r.phase === 'Failed').length;
+  const replicas = (await status(stack.client, name)).replicas.length;
   await stack.llmgw(['undeploy', name]);
-  await until('undeployed', async () => ((await readyCount(stack.client, name).catch(() => 0)) === 0 ? true : undefined), 120_000);
-  return { ms, failed };
+  return { ms, failed: failed.size, replicas };
 }
 
 async function latency(stack: NetStack): Promise<Row[]> {
-  const clean = await deployTime(stack, 'clean');
-  await stack.toxiproxy.addToxics([
-    { type: 'latency', stream: 'upstream', attributes: { latency: 200, jitter: 20 } },
-    { type: 'latency', stream: 'downstream', attributes: { latency: 200, jitter: 20 } },
-    { type: 'reset_peer', stream: 'upstream', toxicity: 0.05, attributes: { timeout: 2_000 } },
-  ]);
-  const slow = await deployTime(stack, 'slow').finally(() => stack.toxiproxy.clearToxics());
+  // One deploy first, unmeasured: the first engines of a run start slower than the rest.
+  await deployTime(stack, 'warm');
+  const clean: number[] = [];
+  const slow: number[] = [];
+  let failedClean = 0;
+  let failedSlow = 0;
+  let replaced = 0;
+  const tally: ConnectionFaultTally = { windows: 0, resets: 0, drops: 0 };
+  for (let round = 0; round < DEPLOY_ROUNDS; round++) {
+    const c = await deployTime(stack, `clean${round}`);
+    clean.push(c.ms);
+    failedClean += c.failed;
+    await stack.toxiproxy.addToxics(SLOW_LOSSY_LINK);
+    const faults = startConnectionFaults(
+      stack.hosts.map((h) => h.path),
+      LOSSY_CONNECTIONS,
+    );
+    try {
+      const s = await deployTime(stack, `slow${round}`);
+      slow.push(s.ms);
+      failedSlow += s.failed;
+      replaced += s.replicas - 8;
+    } finally {
+      const t = await faults.stop();
+      tally.windows += t.windows;
+      tally.resets += t.resets;
+      tally.drops += t.drops;
+      await stack.toxiproxy.clearToxics();
+    }
+  }
+  const each = (values: number[]): string => values.map((v) => (v / 1000).toFixed(1)).join(', ');
   return [
     {
-      fault: 'deploy 8 replicas, clean',
-      recoverMs: clean.ms,
+      fault: `deploy 8 replicas, clean (median of ${DEPLOY_ROUNDS}: ${each(clean)} s)`,
+      recoverMs: median(clean),
       recovered: 'all Ready',
-      failed: `${clean.failed} replicas Failed`,
+      failed: `${failedClean} replicas Failed`,
       fenced: '—',
       twice: 0,
     },
     {
-      fault: 'deploy 8, 200 ms each way + 5 % conns reset',
-      recoverMs: slow.ms,
-      recovered: `all Ready (${(slow.ms / clean.ms).toFixed(2)}× clean)`,
-      failed: `${slow.failed} replicas Failed`,
+      fault:
+        `deploy 8, 200 ms each way, 5 % of new conns reset, open conns killed in 5 % of 1 s windows ` +
+        `(${tally.resets} closed, ${tally.drops} dropped 3 s, in ${tally.windows} windows × ${stack.hosts.length} hosts; ${each(slow)} s)`,
+      recoverMs: median(slow),
+      recovered: `all Ready (${(median(slow) / median(clean)).toFixed(2)}× clean)`,
+      failed: `${failedSlow} replicas Failed, ${replaced} replaced`,
       fenced: '—',
       twice: 0,
     },
@@ -235,7 +336,7 @@ async function main(): Promise<void> {
     console.log(`bench:faults needs network namespaces: ${unavailable}`);
     return;
   }
-  const stack = await startNetStack({ hosts: 4, lostGraceSeconds: LOST_GRACE_SECONDS });
+  const stack = await startNetStack({ hosts: 4 });
   const rows: Row[] = [];
   try {
     if ((await stack.llmgw(['deploy', 'bench', '--name', DEPLOYMENT, '--replicas', '4', '--profile', 'instant'])) !== 0)
@@ -245,6 +346,7 @@ async function main(): Promise<void> {
     rows.push(await routerCut(stack));
     rows.push(await hostCut(stack));
     await until('4 replicas Ready', async () => ((await readyCount(stack.client)) === 4 ? true : undefined), 120_000);
+    rows.push(await everyAgentCut(stack));
     await stack.llmgw(['undeploy', DEPLOYMENT]);
     rows.push(...(await latency(stack)));
   } finally {
@@ -255,7 +357,9 @@ async function main(): Promise<void> {
     head: ['fault', 'detect', 'recover', 'recovered =', 'requests failed', 'stale engines fenced', 'GPUs held twice'],
   });
   for (const r of rows) table.push([r.fault, secs(r.detectMs), secs(r.recoverMs), r.recovered, r.failed, r.fenced, String(r.twice)]);
-  console.log(`bench:faults — 4 namespaced hosts (8 GPUs each), lost grace ${LOST_GRACE_SECONDS} s, load: 4 plain + 2 streaming clients`);
+  console.log(
+    `bench:faults — 4 namespaced hosts (8 GPUs each), default timings (silent after 10 s, lost grace ${DEFAULT_LOST_GRACE_SECONDS} s), load: 4 plain + 2 streaming clients`,
+  );
   console.log(table.toString());
 }
 

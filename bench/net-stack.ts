@@ -1,6 +1,7 @@
 // The stack bench:faults runs on: hosts as network namespaces on a bridge (test/helpers/netns),
-// an agent inside each advertising its host's address, the agents' path to Temporal through a
-// Toxiproxy on the bridge, and Temporal, one control worker and a router outside. Root only.
+// an agent inside each advertising its host's address, each agent's path to Temporal through a
+// Toxiproxy on the bridge (a path per host), and Temporal, one control worker and a router
+// outside. The agents run with llmgw's default timings (lost grace, presence, liveness). Root only.
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,45 +11,38 @@ import { findFreePort } from '../common/ports.js';
 import { signalGroup } from '../agent/supervisor/proc.js';
 import { killMarkedEngines } from '../agent/supervisor/markers.js';
 import { createNetwork, type NetHost, type Network } from '../test/helpers/netns/network.js';
-import { startToxiproxy, type Toxiproxy } from '../test/helpers/netns/toxiproxy.js';
+import { startToxiproxy, type ProxyPath, type Toxiproxy } from '../test/helpers/netns/toxiproxy.js';
 import { BENCH_CATALOG, connectClient, spawnPart, stackEnv, startTemporal } from './stack.js';
 
 export interface NetStack {
   network: Network;
   toxiproxy: Toxiproxy;
   client: Client;
-  hosts: { host: NetHost; nodeId: string }[];
+  hosts: { host: NetHost; nodeId: string; path: ProxyPath }[];
   nodeIds: string[];
   routerUrl: string;
   llmgw(args: string[]): Promise<number | null>;
   stop(): Promise<void>;
 }
 
-export async function startNetStack(options: { hosts: number; lostGraceSeconds: number }): Promise<NetStack> {
+export async function startNetStack(options: { hosts: number }): Promise<NetStack> {
   const network = createNetwork(options.hosts);
   const children: ChildProcess[] = [];
   const temporal = await startTemporal('dev');
   const env = stackEnv(temporal);
   const toxiproxy = await startToxiproxy(network.gateway, temporal.address);
   await spawnPart(children, ['worker', '--catalog', BENCH_CATALOG], env, /serving task queue llmgw/);
-  const hosts = network.hosts.map((host, i) => ({ host, nodeId: `net-${i}` }));
+  const hosts: NetStack['hosts'] = [];
+  for (const [i, host] of network.hosts.entries()) hosts.push({ host, nodeId: `net-${i}`, path: await toxiproxy.addPath(`agent-${i}`) });
   await Promise.all(
-    hosts.map(({ host, nodeId }, i) => {
+    hosts.map(({ host, nodeId, path }, i) => {
       const range = `${41000 + i * 100}-${41000 + i * 100 + 99}`;
       const stateDir = mkdtempSync(join(tmpdir(), `llmgw-${nodeId}-`));
       const args = ['agent', '--node-id', nodeId, '--gpus', 'builtin:h100x8', '--state-dir', stateDir, '--port-range', range];
-      const flags = [
-        '--advertise-addr',
-        host.address,
-        '--lost-grace-seconds',
-        String(options.lostGraceSeconds),
-        '--presence-heartbeat-seconds',
-        '5',
-      ];
       return spawnPart(
         children,
-        [...args, ...flags],
-        { ...env, TEMPORAL_ADDRESS: toxiproxy.listen },
+        [...args, '--advertise-addr', host.address],
+        { ...env, TEMPORAL_ADDRESS: path.listen },
         /registered with node\//,
         network.inHost(host, []),
       );

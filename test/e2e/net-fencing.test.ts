@@ -1,17 +1,22 @@
-// Fencing across a real partition: a host of four drops off the network (its link down) under
-// load while its agent and engine keep running. Its replica is Ready elsewhere within 45 s, the
-// only failed requests are those that were on their way to that host when it was cut, and when
-// the link comes back its stale engine is stopped within 30 s, never routed to, and no GPU is
-// held twice. The rule this checks is written in docs/gpu-hosts.md ("A host cut off").
+// Fencing across a real partition, with the default timings (no --lost-grace-seconds): a host of
+// four drops off the network (its link down) under load while its agent and engine keep
+// running. Its replica is Ready elsewhere within 45 s, the only failed requests are those that
+// were on their way to that host when it was cut, and when the link comes back its stale engine
+// is stopped within 30 s, never routed to, and no GPU is held twice. Then every host is cut
+// from Temporal at once (the control plane's own switch, not four hosts): for longer than
+// silence + grace, and yet none is declared Lost, nothing moves, nothing is fenced, and no
+// request fails. The rule this checks is written in docs/operating.md ("A host cut off from
+// the network").
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
-import { deploymentStatusQuery } from '../../workflows/definitions.js';
+import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
+import { DEFAULT_LOST_GRACE_SECONDS } from '../../common/node-types.js';
 import { enginesOf, eventually, INVENTORIES, runLlmgw, sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { startLoad, summarise } from '../helpers/load.js';
 import { networkUnavailable } from '../helpers/netns/network.js';
-import { cutHost, restoreHost } from '../helpers/netns/faults.js';
+import { cutFromControlPlane, cutHost, healCuts, restoreHost } from '../helpers/netns/faults.js';
 import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 import { gpusHeldTwice } from '../helpers/netns/gpu-holders.js';
 
@@ -27,7 +32,7 @@ const status = (): Promise<DeploymentView> => fleet.client.client.workflow.getHa
 
 describe.skipIf(unavailable !== undefined)('a host cut off from the network', () => {
   beforeAll(async () => {
-    fleet = await startNetFleet({ label: 'netfence', hosts: 4, inventory: join(INVENTORIES, 'netx2.yaml'), lostGraceSeconds: 20 });
+    fleet = await startNetFleet({ label: 'netfence', hosts: 4, inventory: join(INVENTORIES, 'netx2.yaml') });
     const deployed = await runLlmgw(['deploy', 'net', '--name', name, '--replicas', '3', '--profile', 'one-gpu']);
     expect(deployed.code, deployed.output).toBe(0);
   }, 240_000);
@@ -91,8 +96,10 @@ describe.skipIf(unavailable !== undefined)('a host cut off from the network', ()
     const fencedAfterMs = Date.now() - restoredAt;
     await sleep(3_000);
     const samples = await load.stop();
+    // Hosts nobody cut: with 10 s of silence before NotReady, a healthy agent must not look silent.
+    const calledSilent = await Promise.all(fleet.agents.filter((a) => a !== victim).map((a) => fleet.silentSignals(a.nodeId)));
     console.log(
-      `net-fencing: ${phases.join(', ')}; Ready elsewhere ${movedAfterMs} ms after the cut, stale engine stopped ${fencedAfterMs} ms after the return; ${summarise(samples)}`,
+      `net-fencing: ${phases.join(', ')}; Ready elsewhere ${movedAfterMs} ms after the cut, stale engine stopped ${fencedAfterMs} ms after the return; hosts not cut called silent: ${calledSilent.join(', ')}; ${summarise(samples)}`,
     );
 
     expect(movedAfterMs).toBeLessThan(45_000);
@@ -114,5 +121,50 @@ describe.skipIf(unavailable !== undefined)('a host cut off from the network', ()
     );
     expect(victimServed).toEqual([]);
     expect(samples.filter((s) => s.ok && s.start > cutAt + 3_500).length).toBeGreaterThan(20);
+  });
+
+  it('declares no host Lost while every host is cut from Temporal at once, and serves throughout', async () => {
+    const ready = async (): Promise<DeploymentView> =>
+      eventually(
+        'three replicas Ready',
+        async () => {
+          const view = await status();
+          return view.replicas.filter((r) => r.phase === 'Ready').length === 3 ? view : undefined;
+        },
+        90_000,
+      );
+    const before = await ready();
+    const load = startLoad({ routerUrl: fleet.routerUrl, model: name, plainClients: 4, streamClients: 2, streamTokens: 20 });
+    await sleep(1_000);
+    const cutAt = Date.now();
+    for (const agent of fleet.agents) cutFromControlPlane(fleet.network, agent.host);
+    try {
+      // Silence (10 s) and the grace (20 s) both run out, with room to spare.
+      await sleep(10_000 + DEFAULT_LOST_GRACE_SECONDS * 1000 + 15_000);
+      const views = await Promise.all(
+        fleet.nodeIds.map((id) => fleet.client.client.workflow.getHandle(`node/${id}`).query(describeNodeQuery)),
+      );
+      const nodes = (await runLlmgw(['nodes'])).output;
+      console.log(`net-fencing: every host cut from Temporal for ${Date.now() - cutAt} ms:\n${nodes}`);
+      expect(nodes).toMatch(/silent at once/);
+      expect(views.map((v) => v.phase)).toEqual(fleet.nodeIds.map(() => 'NotReady'));
+      for (const view of views) expect(view.reason).toMatch(/4 of 4 nodes are silent at once/);
+      // The replicas stay where they are, Unknown and still routed.
+      const during = await status();
+      expect(during.replicas.map((r) => [r.replicaId, r.phase])).toEqual(before.replicas.map((r) => [r.replicaId, 'Unknown']));
+    } finally {
+      for (const agent of fleet.agents) healCuts(fleet.network, agent.host);
+    }
+    const after = await ready();
+    // Nothing moved and nothing was fenced: the same engines serve.
+    expect(after.replicas.flatMap((r) => r.shards.map((s) => `${s.shardId}@${s.pid}`)).sort()).toEqual(
+      before.replicas.flatMap((r) => r.shards.map((s) => `${s.shardId}@${s.pid}`)).sort(),
+    );
+    const samples = await load.stop();
+    expect(
+      samples.filter((s) => !s.ok),
+      summarise(samples),
+    ).toEqual([]);
+    expect(samples.length).toBeGreaterThan(50);
   });
 });

@@ -2,7 +2,10 @@
 // 198.18.x address, an agent inside each, Temporal, the control worker and the router outside.
 // Engines listen on their host's address and nowhere else, the router reaches them across the
 // bridge, and partial cuts made with nftables (agent ↔ Temporal, router ↔ one host) cost the
-// traffic nothing that a real operator would not expect to lose. Needs root; skips without.
+// traffic nothing that a real operator would not expect to lose. What the control plane
+// concluded about a host cut from Temporal is read where an operator reads it: `llmgw nodes`,
+// and the Temporal Web UI rendered in a headless Chromium (the node's and the replica's current
+// details). Needs root; skips without. Without Chromium only the Web UI check skips.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
@@ -13,9 +16,14 @@ import { servedWithoutFailure, startLoad, summarise } from '../helpers/load.js';
 import { networkUnavailable, listeners } from '../helpers/netns/network.js';
 import { cutFromControlPlane, cutFromRouter, healCuts } from '../helpers/netns/faults.js';
 import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
+import { chromiumPath, renderedText, workflowPageUrl } from '../helpers/netns/web-ui.js';
 
 const unavailable = networkUnavailable();
 if (unavailable) console.warn(`net-hosts: skipped: ${unavailable}`);
+const chromium = chromiumPath();
+if (!unavailable && !chromium) console.warn('net-hosts: the Web UI check is skipped: no chromium here (apt-get install -y chromium)');
+/** What the Web UI showed during the cut: the node's page and its replica's. */
+let webUi: { node: string; replica: string } | undefined;
 
 const name = uniqueId('net');
 let fleet: NetFleet;
@@ -33,7 +41,14 @@ const ready = async (): Promise<DeploymentView> =>
 
 describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => {
   beforeAll(async () => {
-    fleet = await startNetFleet({ label: 'nethosts', hosts: 4, inventory: join(INVENTORIES, 'netx2.yaml'), lostGraceSeconds: 60 });
+    // A grace longer than the agent ↔ Temporal cut below, which must not turn into a Lost host.
+    fleet = await startNetFleet({
+      label: 'nethosts',
+      hosts: 4,
+      inventory: join(INVENTORIES, 'netx2.yaml'),
+      lostGraceSeconds: 60,
+      webUi: chromium !== undefined,
+    });
   }, 180_000);
 
   afterAll(async () => {
@@ -88,11 +103,26 @@ describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => 
         2_000,
       );
       expect(nodes).toMatch(/heartbeat|unreachable|presence/);
-      await eventually(
+      const unknown = await eventually(
         'its replica Unknown',
-        async () => ((await status()).replicas.some((r) => r.nodes.includes(victim.nodeId) && r.phase === 'Unknown') ? true : undefined),
+        async () => (await status()).replicas.find((r) => r.nodes.includes(victim.nodeId) && r.phase === 'Unknown'),
         30_000,
       );
+      if (chromium && fleet.webUiUrl) {
+        // The node's page shows its phase and why (its current details), the replica's its phase.
+        const page = async (workflowId: string, shows: RegExp): Promise<string> => {
+          const { runId } = await fleet.client.client.workflow.getHandle(workflowId).describe();
+          return renderedText(workflowPageUrl(fleet.webUiUrl!, workflowId, runId), (text) => shows.test(text), 60_000);
+        };
+        const literal = (text: string): string => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+        webUi = {
+          node: await page(`node/${victim.nodeId}`, new RegExp(`${literal(victim.nodeId)} — NotReady: the agent has sent no heartbeat`)),
+          replica: await page(
+            unknown.replicaId,
+            new RegExp(`${literal(unknown.replicaId)} — Unknown since[\\s\\S]*agent on ${literal(victim.nodeId)} unreachable`),
+          ),
+        };
+      }
       await sleep(2_000);
     } finally {
       healCuts(fleet.network, victim.host);
@@ -114,6 +144,16 @@ describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => 
     ).toEqual([]);
     expect(samples.filter((s) => new URL(s.endpoint).hostname === victim.host.address).length).toBeGreaterThan(0);
     await ready();
+  });
+
+  it.skipIf(unavailable !== undefined || !chromium)('showed the cut-off node NotReady, and why, in the Temporal Web UI', () => {
+    expect(webUi, 'the Web UI was read during the cut').toBeDefined();
+    const line = (text: string, pattern: RegExp): string => text.split('\n').find((l) => pattern.test(l)) ?? '';
+    console.log(
+      `net-hosts: the Web UI showed, on the node's page: "${line(webUi!.node, /NotReady/)}"; on its replica's: "${line(webUi!.replica, /Unknown since/)}" / "${line(webUi!.replica, /unreachable/)}"`,
+    );
+    expect(webUi!.node).toMatch(/NotReady: the agent has sent no heartbeat for \d+ s \(its process or host is down, or it lost Temporal\)/);
+    expect(webUi!.replica).toMatch(/Unknown since/);
   });
 
   it('routes around a host the router cannot reach while its agent still reaches Temporal', async () => {

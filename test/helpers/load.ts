@@ -1,7 +1,6 @@
 // Steady load through a router for end-to-end tests: clients sending plain and streamed chat
 // requests, each outcome recorded (which engine served it, whether a stream ended cleanly).
 import { request } from 'undici';
-import { expect } from 'vitest';
 
 export interface Sample {
   start: number;
@@ -100,6 +99,8 @@ export function summarise(samples: Sample[]): string {
 
 /** Runs `options` load for `ms` and returns its samples, having checked that none failed. */
 export async function servedWithoutFailure(options: LoadOptions, ms: number): Promise<Sample[]> {
+  // Imported here: bench:faults loads this file outside vitest, which refuses a require().
+  const { expect } = await import('vitest');
   const load = startLoad(options);
   await new Promise((resolve) => setTimeout(resolve, ms));
   const samples = await load.stop();

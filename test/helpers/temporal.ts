@@ -17,7 +17,10 @@ let ownServer: DevServer | undefined;
  * the CLI, clients). For files that kill control workers or count what one worker did: on the
  * shared server, other files' workers poll the same task queue and run their workflows too.
  */
-export async function useOwnTemporal(label: string): Promise<{ stop(): Promise<void> }> {
+export async function useOwnTemporal(
+  label: string,
+  options: { webUi?: boolean } = {},
+): Promise<{ stop(): Promise<void>; webUiUrl?: string }> {
   // The dev server picks its internal services' ports itself: with test files starting servers
   // in parallel, another process can take one between its pick and its bind. Such a start is
   // tried again on other ports (three tries); any other failure is thrown at once.
@@ -27,7 +30,8 @@ export async function useOwnTemporal(label: string): Promise<{ stop(): Promise<v
       ownServer = await startDevServer({
         temporalBin: inject('temporalBin'),
         port,
-        headless: true,
+        // The Web UI on a free port, for a test that looks at what it shows.
+        ...(options.webUi ? { uiPort: await findFreePort() } : { headless: true }),
         dbFile: join(mkdtempSync(join(tmpdir(), `llmgw-${label}-`)), 'dev.db'),
         logFile: `.llmgw/test/temporal-${label}-${port}.log`,
       });
@@ -37,7 +41,7 @@ export async function useOwnTemporal(label: string): Promise<{ stop(): Promise<v
     }
   }
   const server = ownServer;
-  return { stop: () => server.stop() };
+  return { stop: () => server.stop(), ...(server.uiUrl ? { webUiUrl: server.uiUrl } : {}) };
 }
 
 export function temporalAddress(): string {

@@ -70,11 +70,13 @@ export async function awaitHealthy(ctx: ReplicaContext, why: string): Promise<Ou
   if (!leader) return { kind: 'replace', reason: 'no rank 0 among its shards', nodeId: state.shards[0]?.nodeId ?? '', agentGone: false };
   void ctx.setPhase('Loading', why);
   const scope = new CancellationScope();
+  // Heartbeats as startShard's do: a task handed to a poller whose connection then died (a
+  // lossy link to Temporal) is found lost in one heartbeat timeout and tried again, not 30 s.
   const healthy = scope.run(() =>
     agent(leader.nodeId, {
       summary: `waitHealthy rank 0 on ${leader.nodeId}`,
       startToCloseSeconds: profile.startupTimeoutSeconds + 60,
-      heartbeatSeconds: 30,
+      heartbeatSeconds: 10,
     }).waitHealthy(create(WaitHealthySchema, { shardId: leader.shardId, timeoutSeconds: profile.startupTimeoutSeconds })),
   );
   const workerExited = (): boolean => events.some((e) => e.kind === 'shard' && isExitOf(e.status, state.shards) && e.status.rank !== 0);
@@ -89,7 +91,7 @@ export async function awaitHealthy(ctx: ReplicaContext, why: string): Promise<Ou
         agent(shard.nodeId, {
           summary: `waitHealthy rank ${shard.rank} on ${shard.nodeId}`,
           startToCloseSeconds: 120,
-          heartbeatSeconds: 30,
+          heartbeatSeconds: 10,
         }).waitHealthy(create(WaitHealthySchema, { shardId: shard.shardId, timeoutSeconds: 60 })),
       );
       shard.state = 'Ready';

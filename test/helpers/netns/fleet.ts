@@ -1,22 +1,25 @@
 // A whole llmgw stack on namespaced hosts: a Temporal dev server of the test file's own, a
 // control worker and a router outside, and one agent per host inside its namespace, advertising
 // the host's address (so its engines bind it). The agents reach Temporal through a Toxiproxy on
-// the bridge's address: the dev server's services find each other on loopback only (started
-// with `--ip` elsewhere they dial 127.0.0.1 and fail), and the proxy is where latency and lost
-// connections are added. For the e2e files and bench/faults.ts; stop() ends every process and
+// the bridge's address, each host by a path of its own: the dev server's services find each
+// other on loopback only (started with `--ip` elsewhere they dial 127.0.0.1 and fail), and the
+// proxy is where latency and lost connections are added. For the e2e files and bench/faults.ts; stop() ends every process and
 // removes every namespace.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { findFreePort } from '../../../common/ports.js';
+import { BACKSTOP_PRESENCE_SECONDS } from '../../../agent/presence.js';
 import { killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from '../processes.js';
 import { temporalAddress, testClient, uniqueId, useOwnTemporal } from '../temporal.js';
 import { createNetwork, type NetHost, type Network } from './network.js';
-import { startToxiproxy, type Toxiproxy } from './toxiproxy.js';
+import { startToxiproxy, type ProxyPath, type Toxiproxy } from './toxiproxy.js';
 
 export interface NetAgent {
   host: NetHost;
+  /** Its path to Temporal through the Toxiproxy. */
+  path: ProxyPath;
   nodeId: string;
   stateDir: string;
   range: string;
@@ -30,11 +33,19 @@ export interface NetFleet {
   routerUrl: string;
   openai: OpenAI;
   client: Awaited<ReturnType<typeof testClient>>;
-  /** The agents' path to Temporal. */
+  /** The agents' paths to Temporal (one per host: NetAgent.path). */
   toxiproxy: Toxiproxy;
+  /** The Temporal Web UI of this fleet's dev server, when started with `webUi`. */
+  webUiUrl?: string;
   /** Starts a host's agent again (same node id, state dir and port range). */
   restartAgent(agent: NetAgent): Promise<void>;
   agentOf(nodeId: string): NetAgent;
+  /**
+   * The node workflow's history, read for what it was told: how often the control worker said
+   * the agent was silent (`agentSilent`), and the reasons its phase showed. For checking that a
+   * host nobody cut was never called silent.
+   */
+  silentSignals(nodeId: string): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -43,7 +54,16 @@ export interface NetFleetOptions {
   hosts: number;
   /** An inventory file (test/fixtures/inventories). */
   inventory: string;
+  /** `--lost-grace-seconds`; the agent's default when not given. */
   lostGraceSeconds?: number;
+  /**
+   * `--presence-heartbeat-seconds`; the agent's default here when not given (a slow backstop:
+   * the control worker's liveness sweep detects a silent agent), not the 5 s that other e2e
+   * agents run with, so that these tests see the detection a real fleet has.
+   */
+  presenceHeartbeatSeconds?: number;
+  /** Serve the dev server's Web UI (for tests that look at it). */
+  webUi?: boolean;
   /** Extra `llmgw agent` flags. */
   agentFlags?: string[];
 }
@@ -58,7 +78,7 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
     for (const step of stops.reverse()) await step().catch(() => undefined);
   };
   try {
-    const temporal = await useOwnTemporal(options.label);
+    const temporal = await useOwnTemporal(options.label, { webUi: options.webUi });
     stops.push(() => temporal.stop());
     const client = await testClient();
     stops.push(() => client.close());
@@ -76,12 +96,13 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
           stateDir: agent.stateDir,
           range: agent.range,
           wrap: network.inHost(agent.host, []),
-          env: { TEMPORAL_ADDRESS: toxiproxy.listen },
+          env: { TEMPORAL_ADDRESS: agent.path.listen },
           extra: [
             '--advertise-addr',
             agent.host.address,
-            '--lost-grace-seconds',
-            String(options.lostGraceSeconds ?? 15),
+            ...(options.lostGraceSeconds === undefined ? [] : ['--lost-grace-seconds', String(options.lostGraceSeconds)]),
+            '--presence-heartbeat-seconds',
+            String(options.presenceHeartbeatSeconds ?? BACKSTOP_PRESENCE_SECONDS),
             ...(options.agentFlags ?? []),
           ],
         })
@@ -91,6 +112,7 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
         const from = 30000 + ((process.pid * 7 + i * 100) % 30000);
         const agent = {
           host,
+          path: await toxiproxy.addPath(`agent-${host.name}`),
           nodeId: uniqueId(`${options.label}-${host.name}`),
           stateDir: mkdtempSync(join(tmpdir(), `llmgw-${options.label}-${host.name}-`)),
           range: `${from}-${from + 99}`,
@@ -107,9 +129,14 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
       openai: new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 }),
       client,
       toxiproxy,
+      ...(temporal.webUiUrl ? { webUiUrl: temporal.webUiUrl } : {}),
       async restartAgent(agent) {
         await agent.proc.stop(5_000);
         agent.proc = await startAgent(agent);
+      },
+      async silentSignals(nodeId) {
+        const history = await client.client.workflow.getHandle(`node/${nodeId}`).fetchHistory();
+        return (history.events ?? []).filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'agentSilent').length;
       },
       agentOf(nodeId) {
         const agent = agents.find((a) => a.nodeId === nodeId);
