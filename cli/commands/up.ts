@@ -164,8 +164,6 @@ export async function upCommand(opts: UpOptions): Promise<void> {
         // Both agents of `llmgw up` share this host: they share claims, under llmgw's state dir.
         '--port-claims-dir',
         join(stateDir, 'port-claims'),
-        '--lost-grace-seconds',
-        '60',
       ]);
     }
     // Loopback only: the demo router has no API keys.

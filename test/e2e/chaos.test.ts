@@ -8,7 +8,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import type { Client } from '@temporalio/client';
-import { findFreePort } from '../../common/ports.js';
 import { describeNodeQuery } from '../../workflows/definitions.js';
 import { signalGroup } from '../../agent/supervisor/proc.js';
 import type { DeploymentView } from '../../common/replica-types.js';
@@ -21,10 +20,10 @@ import {
   type LlmgwProcess,
   runLlmgw,
   sleep,
-  spawnLlmgw,
   uniqueId,
   usePrivateFleet,
 } from '../helpers/fleet.js';
+import { spawnTestRouter } from '../helpers/router-process.js';
 import { deploymentsReady } from '../helpers/readiness.js';
 
 type Kind = 'agent' | 'worker' | 'engine' | 'server';
@@ -129,10 +128,8 @@ beforeAll(async () => {
   env = fleet.env;
   await Promise.all([startWorker(0), startWorker(1)]);
   for (const nodeId of nodeIds) await startAgent(nodeId);
-  const routerPort = await findFreePort();
-  const routerProc = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1'], env);
-  await routerProc.waitForOutput(/listening/, 30_000);
-  router = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 });
+  const routerProc = await spawnTestRouter([], env);
+  router = new OpenAI({ baseURL: `${routerProc.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 });
   for (const d of deployments) {
     const deployed = await runLlmgw(
       ['deploy', 'life', '--name', d.name, '--profile', d.profile, '--replicas', String(d.replicas), '--wait', '--timeout', '90'],

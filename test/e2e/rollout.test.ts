@@ -7,22 +7,12 @@ import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import type { DeploymentView } from '../../common/replica-types.js';
-import { findFreePort } from '../../common/ports.js';
 import { readCmdline } from '../../agent/supervisor/proc.js';
 import { deploymentStatusQuery, rolloutUpdate, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
 import { recordHistory } from '../helpers/histories.js';
 import { startLoad, summarise, type Load } from '../helpers/load.js';
-import {
-  enginesOf,
-  eventually,
-  INVENTORIES,
-  runLlmgw,
-  sleep,
-  spawnLlmgw,
-  temporalAddress,
-  uniqueId,
-  useIsolatedFleet,
-} from '../helpers/fleet.js';
+import { enginesOf, eventually, INVENTORIES, runLlmgw, sleep, temporalAddress, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
+import { spawnTestRouter } from '../helpers/router-process.js';
 
 const ROLL = join(INVENTORIES, 'rollx8.yaml');
 const fleet = useIsolatedFleet({ gpuClass: 'ROLL', ownTemporal: 'rollout' });
@@ -96,11 +86,8 @@ function watchEngines(): { stop(): { most: number; doubleHeld: string[] } } {
 
 beforeAll(async () => {
   client = fleet.client;
-  const port = await findFreePort();
   // --debug-headers: the load helper tells replicas apart by x-llmgw-endpoint.
-  const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--debug-headers']);
-  await router.waitForOutput(/listening|router/, 30_000);
-  routerUrl = `http://127.0.0.1:${port}`;
+  routerUrl = (await spawnTestRouter(['--debug-headers'])).url;
 });
 
 afterEach(async () => {

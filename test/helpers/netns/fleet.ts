@@ -9,9 +9,9 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { findFreePort } from '../../../common/ports.js';
 import { BACKSTOP_PRESENCE_SECONDS } from '../../../agent/presence.js';
-import { killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from '../processes.js';
+import { killEnginesOf, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../processes.js';
+import { spawnTestRouter } from '../router-process.js';
 import { temporalAddress, testClient, uniqueId, useOwnTemporal } from '../temporal.js';
 import { createNetwork, type NetHost, type Network } from './network.js';
 import { startToxiproxy, type ProxyPath, type Toxiproxy } from './toxiproxy.js';
@@ -85,9 +85,7 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
     const toxiproxy = await startToxiproxy(network.gateway, temporalAddress());
     stops.push(() => toxiproxy.stop());
     await spawnControlWorker();
-    const routerPort = await findFreePort();
-    const router = spawnLlmgw(['router', '--port', String(routerPort), '--host', '127.0.0.1', '--debug-headers']);
-    await router.waitForOutput(/listening/, 30_000);
+    const router = await spawnTestRouter(['--debug-headers']);
 
     const startAgent = async (agent: Omit<NetAgent, 'proc'>): Promise<LlmgwProcess> =>
       (
@@ -125,8 +123,8 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
       network,
       agents,
       nodeIds: agents.map((a) => a.nodeId),
-      routerUrl: `http://127.0.0.1:${routerPort}`,
-      openai: new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 }),
+      routerUrl: router.url,
+      openai: new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 }),
       client,
       toxiproxy,
       ...(temporal.webUiUrl ? { webUiUrl: temporal.webUiUrl } : {}),
