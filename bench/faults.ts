@@ -4,55 +4,21 @@
 // from it, every agent cut from Temporal at once (the control plane's own switch), and a deploy
 // of 8 replicas clean and with 200 ms latency each way and 5 % of connections reset or dropped
 // between the agents and Temporal (new ones as they open; open ones in 1 s windows), measured
-// in the same run, alternating, three times each. Prints one table: time to detect, time to
+// in the same run, alternating, three times each, with engines that start at once and with
+// engines that load for 20 s (bench/faults-deploy.ts). Prints one table: time to detect, time to
 // recover, requests failed, stale engines stopped by fencing, GPUs held twice. Figures, not asserts.
 import Table from 'cli-table3';
-import type { Client } from '@temporalio/client';
-import { deploymentStatusQuery, describeNodeQuery } from '../workflows/definitions.js';
 import type { DeploymentView } from '../common/replica-types.js';
 import { DEFAULT_LOST_GRACE_SECONDS } from '../common/node-types.js';
 import { listPids, readEnviron } from '../agent/supervisor/proc.js';
 import { networkUnavailable } from '../test/helpers/netns/network.js';
 import { cutFromControlPlane, cutFromRouter, cutHost, healCuts, restoreHost } from '../test/helpers/netns/faults.js';
 import { gpusHeldTwice } from '../test/helpers/netns/gpu-holders.js';
-import { LOSSY_CONNECTIONS, SLOW_LOSSY_LINK, startConnectionFaults, type ConnectionFaultTally } from '../test/helpers/netns/toxiproxy.js';
 import { startLoad, type Sample } from '../test/helpers/load.js';
 import { startNetStack, type NetStack } from './net-stack.js';
+import { DEPLOYMENT, nodePhase, readyCount, secs, sleep, status, until, type Row } from './faults-common.js';
+import { deployRows } from './faults-deploy.js';
 
-const DEPLOYMENT = 'faults';
-/** Clean and faulty deploys each run this often, alternating. */
-const DEPLOY_ROUNDS = 3;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const secs = (ms: number | undefined): string => (ms === undefined ? '—' : `${(ms / 1000).toFixed(1)} s`);
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-
-interface Row {
-  fault: string;
-  detectMs?: number;
-  recoverMs?: number;
-  recovered: string;
-  failed: string;
-  fenced: string;
-  twice: number;
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, onTick?: () => void): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    onTick?.();
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    await sleep(250);
-  }
-  throw new Error(`bench:faults: no ${what} within ${timeoutMs / 1000} s`);
-}
-
-const status = (client: Client, name = DEPLOYMENT): Promise<DeploymentView> =>
-  client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
-const readyCount = async (client: Client, name = DEPLOYMENT): Promise<number> =>
-  (await status(client, name)).replicas.filter((r) => r.phase === 'Ready').length;
-const nodePhase = async (client: Client, nodeId: string): Promise<string> =>
-  (await client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery)).phase;
 const enginesOn = (nodeId: string): string[] =>
   listPids()
     .map((pid) => readEnviron(pid))
@@ -256,80 +222,6 @@ async function routerCut(stack: NetStack): Promise<Row> {
   };
 }
 
-async function deployTime(stack: NetStack, label: string): Promise<{ ms: number; failed: number; replicas: number }> {
-  const name = `lat-${label}-${Date.now().toString(36)}`;
-  const started = Date.now();
-  if ((await stack.llmgw(['deploy', 'bench', '--name', name, '--replicas', '8', '--profile', 'instant'])) !== 0)
-    throw new Error(`deploy ${name} failed`);
-  const failed = new Set<string>();
-  const ms = await until(
-    '8 replicas Ready',
-    async () => {
-      const view = await status(stack.client, name);
-      for (const r of view.replicas) if (r.phase === 'Failed') failed.add(r.replicaId);
-      return view.replicas.filter((r) => r.phase === 'Ready').length === 8 ? Date.now() - started : undefined;
-    },
-    300_000,
-  );
-  const replicas = (await status(stack.client, name)).replicas.length;
-  await stack.llmgw(['undeploy', name]);
-  return { ms, failed: failed.size, replicas };
-}
-
-async function latency(stack: NetStack): Promise<Row[]> {
-  // One deploy first, unmeasured: the first engines of a run start slower than the rest.
-  await deployTime(stack, 'warm');
-  const clean: number[] = [];
-  const slow: number[] = [];
-  let failedClean = 0;
-  let failedSlow = 0;
-  let replaced = 0;
-  const tally: ConnectionFaultTally = { windows: 0, resets: 0, drops: 0 };
-  for (let round = 0; round < DEPLOY_ROUNDS; round++) {
-    const c = await deployTime(stack, `clean${round}`);
-    clean.push(c.ms);
-    failedClean += c.failed;
-    await stack.toxiproxy.addToxics(SLOW_LOSSY_LINK);
-    const faults = startConnectionFaults(
-      stack.hosts.map((h) => h.path),
-      LOSSY_CONNECTIONS,
-    );
-    try {
-      const s = await deployTime(stack, `slow${round}`);
-      slow.push(s.ms);
-      failedSlow += s.failed;
-      replaced += s.replicas - 8;
-    } finally {
-      const t = await faults.stop();
-      tally.windows += t.windows;
-      tally.resets += t.resets;
-      tally.drops += t.drops;
-      await stack.toxiproxy.clearToxics();
-    }
-  }
-  const each = (values: number[]): string => values.map((v) => (v / 1000).toFixed(1)).join(', ');
-  return [
-    {
-      fault: `deploy 8 replicas, clean (median of ${DEPLOY_ROUNDS}: ${each(clean)} s)`,
-      recoverMs: median(clean),
-      recovered: 'all Ready',
-      failed: `${failedClean} replicas Failed`,
-      fenced: '—',
-      twice: 0,
-    },
-    {
-      fault:
-        `deploy 8, 200 ms each way, 5 % of new conns reset, open conns killed in 5 % of 1 s windows ` +
-        `(${tally.resets} closed, ${tally.drops} dropped 3 s, in ${tally.windows} windows × ${stack.hosts.length} hosts; ${each(slow)} s)`,
-      recoverMs: median(slow),
-      recovered: `all Ready (${(median(slow) / median(clean)).toFixed(2)}× clean)`,
-      failed: `${failedSlow} replicas Failed, ${replaced} replaced`,
-      fenced: '—',
-      twice: 0,
-    },
-  ];
-}
-
 async function main(): Promise<void> {
   const unavailable = networkUnavailable();
   if (unavailable) {
@@ -348,7 +240,8 @@ async function main(): Promise<void> {
     await until('4 replicas Ready', async () => ((await readyCount(stack.client)) === 4 ? true : undefined), 120_000);
     rows.push(await everyAgentCut(stack));
     await stack.llmgw(['undeploy', DEPLOYMENT]);
-    rows.push(...(await latency(stack)));
+    rows.push(...(await deployRows(stack, 'instant', 'engines start at once')));
+    rows.push(...(await deployRows(stack, 'loads-20s', 'engines load for 20 s')));
   } finally {
     await stack.stop();
   }

@@ -20,7 +20,10 @@ export interface FetchWeightsResult {
   /** true when another replica's fetch of the same revision was already under way here. */
   joined: boolean;
   fetched: { path: string; why: string }[];
+  /** The activity's time, listing and linking included. */
   seconds: number;
+  /** The downloads' time alone: bytesFetched / transferSeconds is the fetch's throughput (0 when nothing was downloaded here). */
+  transferSeconds: number;
 }
 
 export function createWeightsActivities(cache: HostWeightsCache, log: (line: string) => void) {
@@ -40,6 +43,7 @@ export function createWeightsActivities(cache: HostWeightsCache, log: (line: str
         joined: result.joined,
         fetched: result.fetched,
         seconds,
+        transferSeconds: result.joined ? 0 : result.transferSeconds,
       };
     },
   };

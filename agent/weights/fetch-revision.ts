@@ -33,6 +33,8 @@ export interface FetchRevisionResult {
   bytesTotal: number;
   /** Bytes downloaded by this call (0: the revision was complete in the cache). */
   bytesFetched: number;
+  /** Seconds from the first download's request to the last file in place (FetchProgress.transferSeconds). */
+  transferSeconds: number;
   /** Files downloaded by this call, with the reason (missing, corrupt). */
   fetched: { path: string; why: 'missing' | 'corrupt' | 'resumed' }[];
 }
@@ -111,6 +113,7 @@ async function fetchListed(
     snapshotPath: dir,
     bytesTotal: manifest.bytesTotal,
     bytesFetched: progress.bytesFetched(),
+    transferSeconds: progress.transferSeconds(),
     fetched: todo.map((t) => ({ path: t.file.path, why: t.why })),
   };
 }

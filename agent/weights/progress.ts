@@ -28,6 +28,9 @@ export class FetchProgress {
   private filesDone = 0;
   private readonly current = new Set<string>();
   private samples: { at: number; bytes: number }[] = [];
+  /** When the first download began and the last one ended: the transfer, without listing or linking. */
+  private firstStartedAt?: number;
+  private lastFinishedAt?: number;
 
   constructor(
     readonly repo: string,
@@ -55,12 +58,25 @@ export class FetchProgress {
   }
 
   fileStarted(path: string): void {
+    this.firstStartedAt ??= this.now();
     this.current.add(path);
   }
 
   fileFinished(path: string): void {
+    this.lastFinishedAt = this.now();
     this.current.delete(path);
     this.filesDone++;
+  }
+
+  /**
+   * Seconds from the first file's request to the last file verified and in place: the fetch's
+   * throughput is bytesFetched over this (what curl given the same files does), where the
+   * activity's time also holds listing the revision and linking its snapshot. 0 when nothing
+   * was downloaded.
+   */
+  transferSeconds(): number {
+    if (this.firstStartedAt === undefined || this.lastFinishedAt === undefined) return 0;
+    return (this.lastFinishedAt - this.firstStartedAt) / 1000;
   }
 
   /**

@@ -82,6 +82,7 @@ export async function fetchS3Revision(request: FetchS3Request): Promise<FetchRev
     snapshotPath: dir,
     bytesTotal: manifest.bytesTotal,
     bytesFetched: progress.bytesFetched(),
+    transferSeconds: progress.transferSeconds(),
     fetched: todo.map((t) => ({ path: t.file.path, why: t.why })),
   };
 }
