@@ -32,7 +32,7 @@ import { startStandInHub } from '../test/helpers/stand-in-hub.js';
 import { startStack, stopEverythingStarted } from './stack.js';
 
 const MB = 1_000_000;
-const ROUNDS = Math.max(1, Number(process.env.LLMGW_BENCH_ROUNDS ?? 3));
+const ROUNDS = Math.max(1, Number(process.env.LLMGW_BENCH_ROUNDS ?? 5));
 const CONCURRENCY = 4;
 const repoOf = (round: number): string => `llmgw-bench/weights-500m-${round}`;
 const FILES = [
