@@ -9,7 +9,7 @@
 // the network").
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
-import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
+import { describeNodeQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { DEFAULT_LOST_GRACE_SECONDS } from '../../common/node-types.js';
 import { enginesOf, eventually, INVENTORIES, runLlmgw, sleep } from '../helpers/processes.js';
@@ -17,7 +17,7 @@ import { uniqueId } from '../helpers/temporal.js';
 import { startLoad, summarise } from '../helpers/load.js';
 import { networkUnavailable } from '../helpers/netns/network.js';
 import { cutFromControlPlane, cutHost, healCuts, restoreHost } from '../helpers/netns/faults.js';
-import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
+import { deploymentView, replicasReady, startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 import { gpusHeldTwice } from '../helpers/netns/gpu-holders.js';
 
 const unavailable = networkUnavailable();
@@ -28,7 +28,7 @@ let fleet: NetFleet;
 /** The client gives up on a request after this long (a partition answers nothing). */
 const CLIENT_TIMEOUT_MS = 10_000;
 
-const status = (): Promise<DeploymentView> => fleet.client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+const status = (): Promise<DeploymentView> => deploymentView(fleet, name);
 
 describe.skipIf(unavailable !== undefined)('a host cut off from the network', () => {
   beforeAll(async () => {
@@ -42,14 +42,7 @@ describe.skipIf(unavailable !== undefined)('a host cut off from the network', ()
   }, 60_000);
 
   it('re-places its replica within 45 s, fails only what was on its way there, and fences its stale engine within 30 s of its return', async () => {
-    const before = await eventually(
-      'three replicas Ready',
-      async () => {
-        const view = await status();
-        return view.replicas.filter((r) => r.phase === 'Ready').length === 3 ? view : undefined;
-      },
-      90_000,
-    );
+    const before = await replicasReady(fleet, name, 3);
     const moved = before.replicas[0]!;
     const victim = fleet.agentOf(moved.nodes[0]!);
     const staleShard = moved.shards[0]!;
@@ -124,15 +117,7 @@ describe.skipIf(unavailable !== undefined)('a host cut off from the network', ()
   });
 
   it('declares no host Lost while every host is cut from Temporal at once, and serves throughout', async () => {
-    const ready = async (): Promise<DeploymentView> =>
-      eventually(
-        'three replicas Ready',
-        async () => {
-          const view = await status();
-          return view.replicas.filter((r) => r.phase === 'Ready').length === 3 ? view : undefined;
-        },
-        90_000,
-      );
+    const ready = (): Promise<DeploymentView> => replicasReady(fleet, name, 3);
     const before = await ready();
     const load = startLoad({ routerUrl: fleet.routerUrl, model: name, plainClients: 4, streamClients: 2, streamTokens: 20 });
     await sleep(1_000);

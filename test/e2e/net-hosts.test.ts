@@ -8,14 +8,13 @@
 // details). Needs root; skips without. Without Chromium only the Web UI check skips.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
-import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { eventually, INVENTORIES, runLlmgw, sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { servedWithoutFailure, startLoad, summarise } from '../helpers/load.js';
 import { networkUnavailable, listeners } from '../helpers/netns/network.js';
 import { cutFromControlPlane, cutFromRouter, healCuts } from '../helpers/netns/faults.js';
-import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
+import { deploymentView, replicasReady, startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 import { chromiumPath, renderedText, workflowPageUrl } from '../helpers/netns/web-ui.js';
 
 const unavailable = networkUnavailable();
@@ -28,16 +27,8 @@ let webUi: { node: string; replica: string } | undefined;
 const name = uniqueId('net');
 let fleet: NetFleet;
 
-const status = (): Promise<DeploymentView> => fleet.client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
-const ready = async (): Promise<DeploymentView> =>
-  eventually(
-    'four replicas Ready',
-    async () => {
-      const view = await status();
-      return view.replicas.filter((r) => r.phase === 'Ready').length === 4 ? view : undefined;
-    },
-    90_000,
-  );
+const status = (): Promise<DeploymentView> => deploymentView(fleet, name);
+const ready = (): Promise<DeploymentView> => replicasReady(fleet, name, 4);
 
 describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => {
   beforeAll(async () => {

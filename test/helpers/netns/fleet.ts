@@ -10,7 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { BACKSTOP_PRESENCE_SECONDS } from '../../../agent/presence.js';
-import { killEnginesOf, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../processes.js';
+import { deploymentStatusQuery } from '../../../workflows/definitions.js';
+import type { DeploymentView } from '../../../common/replica-types.js';
+import { eventually, killEnginesOf, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../processes.js';
 import { spawnTestRouter } from '../router-process.js';
 import { temporalAddress, testClient, uniqueId, useOwnTemporal } from '../temporal.js';
 import { createNetwork, type NetHost, type Network } from './network.js';
@@ -147,4 +149,21 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
     await stop();
     throw error;
   }
+}
+
+/** The deployment's view now. */
+export function deploymentView(fleet: NetFleet, name: string): Promise<DeploymentView> {
+  return fleet.client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+}
+
+/** The deployment's view once `count` of its replicas are Ready (within 90 s). */
+export function replicasReady(fleet: NetFleet, name: string, count: number): Promise<DeploymentView> {
+  return eventually(
+    `${count} replicas of ${name} Ready`,
+    async () => {
+      const view = await deploymentView(fleet, name);
+      return view.replicas.filter((r) => r.phase === 'Ready').length === count ? view : undefined;
+    },
+    90_000,
+  );
 }
