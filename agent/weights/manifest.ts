@@ -17,6 +17,8 @@ const ManifestSchema = z.object({
       sha256: z.string().optional(),
       // S3 multipart objects: the size of every part but the last, which their ETag is computed over.
       partSize: z.number().optional(),
+      // S3 objects of a revision found again among a versioned bucket's versions: fetched by this id.
+      versionId: z.string().optional(),
     }),
   ),
   verified: z.record(z.string(), z.object({ size: z.number(), mtimeMs: z.number() })),

@@ -10,7 +10,8 @@ import { GetObjectCommand, HeadObjectCommand, type S3Client } from '@aws-sdk/cli
 import { ApplicationFailure } from '@temporalio/activity';
 import { FailureType } from '../../common/failures.js';
 import { formatModelSource, type S3Source } from '../../common/model-source.js';
-import { explainS3Error, listS3Objects, s3Digest, s3FolderPrefix } from '../../common/s3-store.js';
+import { explainS3Error, listS3Objects, s3Digest, s3FolderPrefix, type S3Object } from '../../common/s3-store.js';
+import { findPinnedVersions } from '../../common/s3-versions.js';
 import { blobPath, cachedRevisionOf, incompletePath, snapshotDir } from './cache-layout.js';
 import { WeightsError } from './errors.js';
 import type { FetchRevisionResult } from './fetch-revision.js';
@@ -90,13 +91,19 @@ export async function fetchS3Revision(request: FetchS3Request): Promise<FetchRev
 /** The prefix's objects, refused unless they are exactly those pinned; multipart part sizes asked once. */
 async function listPinned(request: FetchS3Request, repo: string): Promise<ManifestFile[]> {
   const { source, client, signal } = request;
-  const objects = await listS3Objects(client, source.bucket, source.prefix, signal);
+  let objects: (S3Object & { versionId?: string })[] = await listS3Objects(client, source.bucket, source.prefix, signal);
   const now = s3Digest(objects);
   if (now !== source.digest) {
-    throw ApplicationFailure.nonRetryable(
-      `${repo} changed since the revision was pinned: it held ${source.digest!.slice(0, 19)}…, it holds ${objects.length ? `${now.slice(0, 19)}…` : 'no objects'} now; put the pinned objects back, or roll the deployment out (llmgw rollout NAME) to pin what is there now`,
-      FailureType.WeightsUnavailable,
-    );
+    // Overwritten or deleted since the pin: a versioned bucket still holds the pinned objects.
+    const versions = await findPinnedVersions(client, source.bucket, source.prefix, source.digest!, signal).catch(() => undefined);
+    if (!versions) {
+      throw ApplicationFailure.nonRetryable(
+        `${repo} changed since the revision was pinned: it held ${source.digest!.slice(0, 19)}…, it holds ${objects.length ? `${now.slice(0, 19)}…` : 'no objects'} now, and no version of the bucket holds the pinned objects (or it keeps no versions); put the pinned objects back, or roll the deployment out (llmgw rollout NAME) to pin what is there now`,
+        FailureType.WeightsUnavailable,
+      );
+    }
+    request.log(`weights ${repo}: changed since the pin; fetching the pinned objects by version id`);
+    objects = versions;
   }
   const files: ManifestFile[] = [];
   for (const object of objects) {
@@ -106,12 +113,17 @@ async function listPinned(request: FetchS3Request, repo: string): Promise<Manife
         FailureType.WeightsUnavailable,
       );
     }
-    const file: ManifestFile = { path: object.path, size: object.size, etag: object.etag };
+    const file: ManifestFile = {
+      path: object.path,
+      size: object.size,
+      etag: object.etag,
+      ...(object.versionId ? { versionId: object.versionId } : {}),
+    };
     if (multipartCount(object.etag) !== undefined) {
       const head = await client.send(
         // No If-Match here: a part's HEAD answers the part's own ETag (moto, and some stores),
         // and the GetObject that follows is the one that must match.
-        new HeadObjectCommand({ Bucket: source.bucket, Key: object.key, PartNumber: 1 }),
+        new HeadObjectCommand({ Bucket: source.bucket, Key: object.key, PartNumber: 1, VersionId: object.versionId }),
         { abortSignal: signal },
       );
       file.partSize = head.ContentLength;
@@ -181,6 +193,7 @@ async function download(request: FetchS3Request, manifest: Manifest, file: Manif
       new GetObjectCommand({
         Bucket: source.bucket,
         Key: s3FolderPrefix(source.prefix) + file.path,
+        VersionId: file.versionId,
         // A replaced object is refused by the store, never fetched as different bytes.
         IfMatch: `"${file.etag}"`,
         ...(offset > 0 ? { Range: `bytes=${offset}-` } : {}),

@@ -205,6 +205,42 @@ describe.skipIf(skip)('s3:// sources', () => {
     client.destroy();
   }, 120_000);
 
+  it("fetches a revision overwritten since the pin from a versioned bucket's versions", async () => {
+    const env = moto.env(moto.admin);
+    const original = await moto.python<Record<string, string>>(`
+import hashlib
+s3.create_bucket(Bucket='wversioned')
+s3.put_bucket_versioning(Bucket='wversioned', VersioningConfiguration={'Status': 'Enabled'})
+files = {'config.json': b'{"v": 1}', 'model.safetensors': bytes(range(256)) * 8192}
+for path, body in files.items():
+    s3.put_object(Bucket='wversioned', Key='m/' + path, Body=body)
+print(json.dumps({path: hashlib.sha256(body).hexdigest() for path, body in files.items()}))`);
+    const pinned = modelSourceOf(await pinS3Source(modelSourceOf('s3://wversioned/m') as S3Source, env)) as S3Source;
+    // Versions are dated to the second: the changes come in a later one than the pin.
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    await moto.python(`
+s3.put_object(Bucket='wversioned', Key='m/config.json', Body=b'{"v": 2}')
+s3.delete_object(Bucket='wversioned', Key='m/model.safetensors')
+s3.put_object(Bucket='wversioned', Key='m/added.txt', Body=b'after the pin')
+print('{}')`);
+    const client = s3ClientFromEnv(env);
+    const logged: string[] = [];
+    const result = await fetchS3Revision({
+      weightsDir: mkdtempSync(join(tmpdir(), 'llmgw-s3-versioned-')),
+      source: pinned,
+      client,
+      who: 'the agent on gpu-7',
+      progress: new FetchProgress('s3://wversioned/m', pinned.digest!),
+      signal: new AbortController().signal,
+      reserve: () => Promise.resolve(),
+      log: (line) => logged.push(line),
+    });
+    client.destroy();
+    // The pinned bytes, by version id: not the overwritten config, not the added file.
+    expect(sha256Tree(result.snapshotPath)).toEqual(original);
+    expect(logged.join('\n')).toMatch(/changed since the pin; fetching the pinned objects by version id/);
+  }, 60_000);
+
   it('refuses bad sources naming what to do, and starts nothing', async () => {
     const cases: [string, RegExp][] = [
       [
