@@ -31,10 +31,10 @@ export interface AgentActivityDeps {
 }
 
 /**
- * Runs `work` heartbeating every second. Reconciliation gives these calls a short heartbeat
- * timeout: a task the server handed to a poller whose connection died as a partition healed
- * is then found lost in seconds, not at the end of a long start-to-close timeout, and the
- * host's stale engines are stopped promptly (docs/operating.md, "A host cut off").
+ * Runs `work` heartbeating every second. Their callers give these calls a short heartbeat
+ * timeout: an agent that dies mid-call, or a task the server handed to a poller whose
+ * connection then died (a partition healing), is found lost in seconds, not at the end of a
+ * long start-to-close timeout (docs/operating.md, "A host cut off").
  */
 async function beating<T>(details: Record<string, unknown>, work: () => Promise<T>): Promise<T> {
   const context = Context.current();
@@ -55,22 +55,11 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
       // A GPU found lost is refused, not retried: the replica is placed elsewhere.
       const refusal = deps.gpuHealth?.refusal(spec.gpuIndices);
       if (refusal) throw ApplicationFailure.nonRetryable(refusal, FailureType.PlacementRefused);
-      const context = Context.current();
-      const heartbeat = setInterval(() => context.heartbeat({ starting: spec.shardId }), 1_000);
-      try {
-        return await deps.supervisor.start(spec);
-      } finally {
-        clearInterval(heartbeat);
-      }
+      return beating({ starting: spec.shardId }, () => deps.supervisor.start(spec));
     },
 
     async stopShard(request: StopShard): Promise<StopShardResult> {
-      const heartbeat = setInterval(() => Context.current().heartbeat({ stopping: request.shardId }), 1_000);
-      try {
-        return await deps.supervisor.stop(request);
-      } finally {
-        clearInterval(heartbeat);
-      }
+      return beating({ stopping: request.shardId }, () => deps.supervisor.stop(request));
     },
 
     async waitHealthy(request: WaitHealthy): Promise<ShardStatus> {

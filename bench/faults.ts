@@ -137,6 +137,9 @@ async function controlPlaneCut(stack: NetStack): Promise<Row> {
   };
 }
 
+const everyNodeIs = async (stack: NetStack, phase: string): Promise<boolean> =>
+  (await Promise.all(stack.nodeIds.map((id) => nodePhase(stack.client, id)))).every((p) => p === phase);
+
 /** Every agent cut from Temporal for longer than silence + grace: nothing may be declared Lost. */
 async function everyAgentCut(stack: NetStack): Promise<Row> {
   const before = await status(stack.client);
@@ -150,10 +153,7 @@ async function everyAgentCut(stack: NetStack): Promise<Row> {
     for (const h of stack.hosts) cutFromControlPlane(stack.network, h.host);
     const detect = await until(
       'every node NotReady',
-      async () => {
-        const phases = await Promise.all(stack.nodeIds.map((id) => nodePhase(stack.client, id)));
-        return phases.every((p) => p === 'NotReady') ? Date.now() - cutAt : undefined;
-      },
+      async () => ((await everyNodeIs(stack, 'NotReady')) ? Date.now() - cutAt : undefined),
       60_000,
       check,
     );
@@ -169,10 +169,7 @@ async function everyAgentCut(stack: NetStack): Promise<Row> {
     for (const h of stack.hosts) healCuts(stack.network, h.host);
     const recover = await until(
       'every node Ready',
-      async () => {
-        const phases = await Promise.all(stack.nodeIds.map((id) => nodePhase(stack.client, id)));
-        return phases.every((p) => p === 'Ready') ? Date.now() - healAt : undefined;
-      },
+      async () => ((await everyNodeIs(stack, 'Ready')) ? Date.now() - healAt : undefined),
       90_000,
       check,
     );
