@@ -51,6 +51,13 @@ function filesUnder(dir: string): string[] {
     .map((entry) => join(entry.parentPath, entry.name));
 }
 
+/**
+ * The agent's flags. A 60 s lost grace (the default is 20 s): one test kills the agent and
+ * starts it again, an agent restart, which on a loaded machine can outlast 10 s of silence
+ * plus 20 s and turn the node Lost, moving replicas this test does not mean to move.
+ */
+const agentFlags = (): string[] => ['--pass-env', 'HF_TOKEN', '--env-file', envFile, '--lost-grace-seconds', '60'];
+
 beforeAll(async () => {
   client = fleet.client;
   worker = fleet.workers[0]!;
@@ -58,7 +65,7 @@ beforeAll(async () => {
   writeFileSync(envFile, `WANDB_KEY=${wandb}\n`, { mode: 0o600 });
   agent = await fleet.agent(nodeId, {
     inventory: join(INVENTORIES, 'securex8.yaml'),
-    extra: ['--pass-env', 'HF_TOKEN', '--env-file', envFile],
+    extra: agentFlags(),
     env: { HF_TOKEN: secret },
   });
 });
@@ -208,7 +215,7 @@ describe('a host that keeps its secrets and runs only what the catalog allows', 
       agent = await startSimAgent(nodeId, {
         inventory: join(INVENTORIES, 'securex8.yaml'),
         stateDir,
-        extra: ['--pass-env', 'HF_TOKEN', '--env-file', envFile],
+        extra: agentFlags(),
         env: { HF_TOKEN: secret },
       });
       restartedAt = Date.now();
