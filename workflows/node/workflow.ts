@@ -142,6 +142,11 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   // The control worker watches the agent's worker heartbeats (workers/liveness.ts).
   setHandler(agentSilentSignal, ({ seconds }) => {
     if (state.phase !== 'Ready') return;
+    // The sweep saw no heartbeat for `seconds`, but the agent registered since then (a restart
+    // whose worker has not beaten yet): it is not silent, and a NotReady now would skip the
+    // wake-ups of GPUs freed meanwhile.
+    const registeredAgo = state.lastRegisteredAt ? Date.now() - Date.parse(state.lastRegisteredAt) : Infinity;
+    if (registeredAgo < seconds * 1000) return;
     ctx.markNotReady?.(`the agent has sent no heartbeat for ${seconds} s (its process or host is down, or it lost Temporal)`);
     state.silent = true;
   });
@@ -158,6 +163,8 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     state.notReadySince = undefined;
     ctx.publish();
     ctx.tellReplicas?.();
+    // GPUs released while it was NotReady woke nobody (a NotReady node offers no room).
+    ctx.wakeWanted = true;
   });
   setHandler(
     reserveUpdate,

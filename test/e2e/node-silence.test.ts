@@ -1,0 +1,84 @@
+// A node told that its agent is silent, end to end on a real dev server with a real agent: a
+// silence older than the agent's last registration is not believed (a restarted agent whose
+// worker has not beaten yet), and GPUs freed while the node was NotReady wake the replicas
+// waiting for them once it is heard again, not at their 10-minute re-check. The agent itself
+// registers again within 10 s of seeing its node NotReady, which also wakes them; so what
+// the node did is read from its history, where that registration cannot hide a missed wake.
+import { join } from 'node:path';
+import type { Client } from '@temporalio/client';
+import type { temporal } from '@temporalio/proto';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { agentHeardSignal, agentSilentSignal, deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
+import type { DeploymentView } from '../../common/replica-types.js';
+import { enginesOf, eventually, INVENTORIES, runLlmgw, sleep, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
+
+const nodeId = uniqueId('silence');
+const fleet = useIsolatedFleet();
+let client: Client;
+
+beforeAll(async () => {
+  client = fleet.client;
+  await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'silencex2.yaml') });
+});
+
+const node = () => client.workflow.getHandle(`node/${nodeId}`);
+const phaseOf = async (): Promise<string> => (await node().query(describeNodeQuery)).phase;
+const status = (name: string): Promise<DeploymentView> => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+
+/** The node's history from the signal `name` last received on: what it did in answer. */
+async function since(name: string): Promise<temporal.api.history.v1.IHistoryEvent[]> {
+  const events = (await node().fetchHistory()).events ?? [];
+  const at = events.map((e) => e.workflowExecutionSignaledEventAttributes?.signalName).lastIndexOf(name);
+  expect(at, `the node never got ${name}`).toBeGreaterThanOrEqual(0);
+  return events.slice(at);
+}
+const signalled = (e: temporal.api.history.v1.IHistoryEvent): string | undefined =>
+  e.workflowExecutionSignaledEventAttributes?.signalName ?? undefined;
+const published = (e: temporal.api.history.v1.IHistoryEvent): string =>
+  Buffer.from(e.upsertWorkflowSearchAttributesEventAttributes?.searchAttributes?.indexedFields?.LlmgwState?.data ?? []).toString();
+
+describe('a node told its agent is silent', () => {
+  it('believes no silence older than the registration, and wakes waiters for GPUs freed while it was NotReady when heard again', async () => {
+    // The agent registered moments ago: a sweep's "no heartbeat for 60 s" predates that.
+    await node().signal(agentSilentSignal, { seconds: 60 });
+    await sleep(1_000);
+    expect(await phaseOf()).toBe('Ready');
+    // Nor was it NotReady for a moment (which the agent's own re-registration would mend).
+    expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).toEqual([]);
+
+    const full = uniqueId('silence-full');
+    const waiting = uniqueId('silence-waiting');
+    const deployed = await runLlmgw(['deploy', 'silence', '--name', full, '--replicas', '2', '--wait', '--timeout', '90']);
+    expect(deployed.code, deployed.output).toBe(0);
+    await runLlmgw(['deploy', 'silence', '--name', waiting, '--replicas', '1']);
+    await eventually(
+      'the third replica Unschedulable',
+      async () => ((await status(waiting)).replicas[0]?.phase === 'Unschedulable' ? true : undefined),
+      60_000,
+    );
+
+    // Silent for a second, since after the registration: believed.
+    await node().signal(agentSilentSignal, { seconds: 1 });
+    await eventually('the node NotReady', async () => ((await phaseOf()) === 'NotReady' ? true : undefined), 10_000);
+    expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).not.toEqual([]);
+    // A GPU is freed while it is NotReady (the agent itself is alive and stops the engine):
+    // a NotReady node offers no room, so that release wakes nobody.
+    await runLlmgw(['scale', full, '1']);
+    await eventually('a GPU freed', async () => ((await node().query(describeNodeQuery)).freeGpus.length === 1 ? true : undefined), 60_000);
+    expect(enginesOf([nodeId]).filter((engine) => engine.env.LLMGW_REPLICA_ID?.startsWith(`replica/${full}/`))).toHaveLength(1);
+    expect((await status(waiting)).replicas[0]?.phase).toBe('Unschedulable');
+
+    // Heard again: the node wakes the waiter for the GPU freed meanwhile.
+    const heardAt = Date.now();
+    await node().signal(agentHeardSignal, {});
+    await eventually('the waiter Ready', async () => ((await status(waiting)).phase === 'Ready' ? true : undefined), 60_000);
+    // The wake-up came from the node being heard, before any registration of the agent's.
+    const answer = await since('agentHeard');
+    const woke = answer.findIndex((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'wakeWaiters');
+    const registered = answer.findIndex((e) => signalled(e) === 'register');
+    expect(woke, 'no wakeWaiters after agentHeard').toBeGreaterThan(0);
+    if (registered > 0) expect(woke).toBeLessThan(registered);
+    console.log(`heard again → the waiter Ready in ${Date.now() - heardAt} ms (its own re-check is 10 minutes away)`);
+    await Promise.all([runLlmgw(['undeploy', full]), runLlmgw(['undeploy', waiting])]);
+  }, 240_000);
+});
