@@ -1,21 +1,17 @@
 // Looks at a page of the Temporal Web UI as an operator would: a headless Chromium renders it
 // (the UI is a single-page app: what it shows comes from its own API calls after the page
-// loads), driven over the DevTools protocol, and the text it shows is read back. For the
-// network tests' check that what the control plane concluded about a node is visible there.
+// loads), driven by puppeteer-core, and the text it shows is read back. For the network
+// tests' check that what the control plane concluded about a node is visible there.
 // Chromium is Debian's `chromium` package (`apt-get install -y chromium`), or LLMGW_CHROMIUM.
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { WebSocket } from 'undici';
+import { execFileSync } from 'node:child_process';
+import puppeteer, { type Frame } from 'puppeteer-core';
 
-/** The Chromium to use, or undefined when there is none here. */
+/** The path of the Chromium to use, or undefined when there is none here. */
 export function chromiumPath(): string | undefined {
   const candidates = [process.env.LLMGW_CHROMIUM, 'chromium', 'chromium-browser', 'google-chrome'].filter(Boolean) as string[];
   for (const candidate of candidates) {
     try {
-      execFileSync('sh', ['-c', `command -v "${candidate}"`], { stdio: 'pipe' });
-      return candidate;
+      return execFileSync('sh', ['-c', `command -v "${candidate}"`], { encoding: 'utf8', stdio: 'pipe' }).trim();
     } catch {
       // Not this one.
     }
@@ -31,97 +27,38 @@ export function workflowPageUrl(webUiUrl: string, workflowId: string, runId: str
   return `${webUiUrl}/namespaces/${namespace}/workflows/${encodeURIComponent(workflowId)}/${runId}/${tab}`;
 }
 
-/**
- * The text a page shows, with its frames': the Web UI renders Markdown (a workflow's current
- * details) in a frame of its own origin (/render).
- */
-const PAGE_TEXT = `[document.body ? document.body.innerText : '',
-  ...[...document.querySelectorAll('iframe')].map((f) => { try { return f.contentDocument?.body?.innerText ?? ''; } catch { return ''; } })
-].join(String.fromCharCode(10))`;
+/** The text a frame shows: the Web UI renders Markdown (a workflow's current details) in a frame of its own origin (/render). */
+const frameText = async (frame: Frame): Promise<string> =>
+  String(await frame.evaluate("document.body ? document.body.innerText : ''").catch(() => ''));
 
 /**
- * Renders `url` in a headless Chromium and returns the text the page shows once `until` holds
- * for it (the page keeps loading what it shows; it is read every half second), or throws with
- * the last text seen after `timeoutMs` (default 60 s).
+ * Renders `url` in a headless Chromium and returns the text the page shows, its frames'
+ * included, once `until` holds for it (the page keeps loading what it shows; it is read every
+ * half second), or throws with the last text seen after `timeoutMs` (default 60 s).
  */
 export async function renderedText(url: string, until: (text: string) => boolean, timeoutMs = 60_000): Promise<string> {
-  const chromium = chromiumPath();
-  if (!chromium) throw new Error('no chromium here (apt-get install -y chromium, or set LLMGW_CHROMIUM)');
-  const profile = mkdtempSync(join(tmpdir(), 'llmgw-chromium-'));
-  const child = spawn(
-    chromium,
-    [
-      '--headless=new',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-dev-shm-usage',
-      '--no-first-run',
-      '--remote-debugging-address=127.0.0.1',
-      '--remote-debugging-port=0',
-      `--user-data-dir=${profile}`,
-      '--window-size=1600,2400',
-      'about:blank',
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
-  );
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  let socket: WebSocket | undefined;
+  const executablePath = chromiumPath();
+  if (!executablePath) throw new Error('no chromium here (apt-get install -y chromium, or set LLMGW_CHROMIUM)');
+  const browser = await puppeteer.launch({
+    executablePath,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+    defaultViewport: { width: 1600, height: 2400 },
+    timeout: 30_000,
+  });
   try {
-    const browserWs = await new Promise<string>((resolve, reject) => {
-      let err = '';
-      const timer = setTimeout(() => reject(new Error(`chromium did not start its DevTools endpoint: ${err.slice(-500)}`)), 30_000);
-      child.stderr!.on('data', (chunk: Buffer) => {
-        err += chunk.toString();
-        const match = /DevTools listening on (ws:\/\/\S+)/.exec(err);
-        if (match) {
-          clearTimeout(timer);
-          resolve(match[1]!);
-        }
-      });
-      child.once('exit', (code) => reject(new Error(`chromium exited (${code}): ${err.slice(-500)}`)));
-    });
-    const port = new URL(browserWs).port;
-    const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { type: string; webSocketDebuggerUrl: string }[];
-    const page = targets.find((t) => t.type === 'page');
-    if (!page) throw new Error('chromium has no page to drive');
-    socket = new WebSocket(page.webSocketDebuggerUrl);
-    const ws = socket;
-    await new Promise<void>((resolve, reject) => {
-      ws.addEventListener('open', () => resolve(), { once: true });
-      ws.addEventListener('error', () => reject(new Error('cannot reach chromium over DevTools')), { once: true });
-    });
-    let nextId = 0;
-    const waiting = new Map<number, (result: unknown) => void>();
-    ws.addEventListener('message', (event) => {
-      const message = JSON.parse(String(event.data)) as { id?: number; result?: unknown };
-      if (message.id !== undefined) waiting.get(message.id)?.(message.result);
-    });
-    const send = (method: string, params: Record<string, unknown> = {}): Promise<unknown> =>
-      new Promise((resolve) => {
-        const id = ++nextId;
-        waiting.set(id, resolve);
-        ws.send(JSON.stringify({ id, method, params }));
-      });
-    await send('Page.navigate', { url });
+    const page = await browser.newPage();
+    await page.goto(url, { timeout: timeoutMs });
     const deadline = Date.now() + timeoutMs;
     let text = '';
     for (;;) {
-      const result = (await send('Runtime.evaluate', { expression: PAGE_TEXT, returnByValue: true })) as
-        { result?: { value?: string } } | undefined;
-      text = result?.result?.value ?? '';
+      text = (await Promise.all(page.frames().map(frameText))).join('\n');
       if (until(text)) return text;
       if (Date.now() > deadline)
         throw new Error(`the page never showed what was expected within ${timeoutMs / 1000} s; it showed:\n${text}`);
       await new Promise((r) => setTimeout(r, 500));
     }
   } finally {
-    socket?.close();
-    try {
-      process.kill(-child.pid!, 'SIGKILL');
-    } catch {
-      // Already gone.
-    }
-    await exited;
-    rmSync(profile, { recursive: true, force: true });
+    await browser.close();
   }
 }
