@@ -1,9 +1,11 @@
 // A node told that its agent is silent, end to end on a real dev server with a real agent: a
-// silence older than the agent's last registration is not believed (a restarted agent whose
-// worker has not beaten yet), and GPUs freed while the node was NotReady wake the replicas
-// waiting for them once it is heard again, not at their 10-minute re-check. The agent itself
-// registers again within 10 s of seeing its node NotReady, which also wakes them; so what
-// the node did is read from its history, where that registration cannot hide a missed wake.
+// registration counts as a sign of life, so a silence reported for longer than the agent has
+// been registered (a restarted agent whose worker has not beaten yet) is believed only once the
+// agent has been silent that long since it registered; and GPUs freed while the node was
+// NotReady wake the replicas waiting for them once it is heard again, not at their 10-minute
+// re-check. The agent itself registers again within 10 s of seeing its node NotReady, which
+// also wakes them; so what the node did is read from its history, where that registration
+// cannot hide a missed wake.
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
@@ -38,14 +40,7 @@ const published = (e: temporal.api.history.v1.IHistoryEvent): string =>
   Buffer.from(e.upsertWorkflowSearchAttributesEventAttributes?.searchAttributes?.indexedFields?.LlmgwState?.data ?? []).toString();
 
 describe('a node told its agent is silent', () => {
-  it('believes no silence older than the registration, and wakes waiters for GPUs freed while it was NotReady when heard again', async () => {
-    // The agent registered moments ago: a sweep's "no heartbeat for 60 s" predates that.
-    await node().signal(agentSilentSignal, { seconds: 60 });
-    await sleep(1_000);
-    expect(await phaseOf()).toBe('Ready');
-    // Nor was it NotReady for a moment (which the agent's own re-registration would mend).
-    expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).toEqual([]);
-
+  it('believes a silence only once the agent has been silent that long since it registered, and wakes waiters for GPUs freed while it was NotReady when heard again', async () => {
     const full = uniqueId('silence-full');
     const waiting = uniqueId('silence-waiting');
     const deployed = await runLlmgw(['deploy', 'silence', '--name', full, '--replicas', '2', '--wait', '--timeout', '90']);
@@ -57,12 +52,22 @@ describe('a node told its agent is silent', () => {
       60_000,
     );
 
-    // Silent for a second, since after the registration: believed. The agent sees its node
-    // NotReady (it looks every 10 s) and registers again; then it leaves the node alone for 30 s
-    // (agent/presence.ts), which is when this test frees a GPU behind a NotReady node.
-    await node().signal(agentSilentSignal, { seconds: 1 });
-    await eventually('the node NotReady', async () => ((await phaseOf()) === 'NotReady' ? true : undefined), 10_000);
+    // A sweep's "no heartbeat for N s", N reaching 4 s before the agent's registration: not
+    // believed now (nor NotReady for a moment, which the agent's re-registration would mend)...
+    const { lastRegisteredAt } = await node().query(describeNodeQuery);
+    const seconds = Math.ceil((Date.now() - Date.parse(lastRegisteredAt!)) / 1000) + 4;
+    await node().signal(agentSilentSignal, { seconds });
+    await sleep(1_000);
+    expect(await phaseOf()).toBe('Ready');
+    expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).toEqual([]);
+    // ...but once the agent has been silent N s since it registered, with nothing heard (this
+    // test's agent beats, but only the sweep could say so, and it did not report this silence).
+    await eventually('the node NotReady', async () => ((await phaseOf()) === 'NotReady' ? true : undefined), 30_000);
     expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).not.toEqual([]);
+
+    // The agent sees its node NotReady (it looks every 10 s) and registers again; then it leaves
+    // the node alone for 30 s (agent/presence.ts), which is when this test frees a GPU behind a
+    // NotReady node. Silent for a second, since after the registration: believed at once.
     await eventually('the agent registered again by itself', async () => ((await phaseOf()) === 'Ready' ? true : undefined), 30_000);
     const reregisteredAt = Date.now();
     await sleep(1_100);

@@ -35,6 +35,12 @@ export interface NodeContext {
   publish(): void;
   tellReplicas?: () => void;
   markNotReady?: (reason: string) => void;
+  /**
+   * A silence the liveness sweep reported although the agent registered more recently (its
+   * seconds): it counts from the registration (watchClaimedSilence). Not carried across a
+   * continue-as-new; the presence activity remains the backstop.
+   */
+  silenceClaimed?: number;
 }
 
 const control = (summary: string): ControlActivities => controlActivities(summary);
@@ -67,8 +73,44 @@ export function addNodeActions(ctx: NodeContext): void {
   };
 }
 
+/** The liveness sweep's report believed: NotReady, and Ready again when the sweep hears the agent. */
+export function markSilent(ctx: NodeContext, seconds: number): void {
+  ctx.markNotReady?.(`the agent has sent no heartbeat for ${seconds} s (its process or host is down, or it lost Temporal)`);
+  ctx.state.silent = true;
+}
+
 export function startWatchers(ctx: NodeContext): Promise<unknown> {
-  return Promise.all([watchPresence(ctx), watchLost(ctx), runReconciles(ctx), wakeWaiters(ctx), watchReports(ctx)]);
+  return Promise.all([
+    watchPresence(ctx),
+    watchLost(ctx),
+    runReconciles(ctx),
+    wakeWaiters(ctx),
+    watchReports(ctx),
+    watchClaimedSilence(ctx),
+  ]);
+}
+
+/**
+ * A registration is a sign of life the sweep cannot see: a silence reported for longer than the
+ * agent has been registered (a restart whose new worker has not beaten yet) is believed only
+ * once the agent has been silent that long since it registered, and dropped if it is heard
+ * first. Costs a timer only when such a report comes.
+ */
+async function watchClaimedSilence(ctx: NodeContext): Promise<void> {
+  for (;;) {
+    await condition(() => ctx.silenceClaimed !== undefined);
+    const seconds = ctx.silenceClaimed!;
+    const registerSeq = ctx.registerSeq;
+    const due = Date.parse(ctx.state.lastRegisteredAt ?? new Date().toISOString()) + seconds * 1000;
+    const settled = await condition(
+      () => ctx.silenceClaimed === undefined || ctx.registerSeq !== registerSeq || ctx.state.phase !== 'Ready',
+      Math.max(1, due - Date.now()),
+    );
+    // Registered again: the same silence counts from the new registration.
+    if (settled && ctx.silenceClaimed !== undefined && ctx.registerSeq !== registerSeq && ctx.state.phase === 'Ready') continue;
+    ctx.silenceClaimed = undefined;
+    if (!settled) markSilent(ctx, seconds);
+  }
 }
 
 async function watchPresence(ctx: NodeContext): Promise<void> {

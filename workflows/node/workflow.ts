@@ -40,7 +40,7 @@ import {
   viewOf,
   type NodeState,
 } from './state.js';
-import { addNodeActions, startWatchers, type NodeContext } from './watchers.js';
+import { addNodeActions, markSilent, startWatchers, type NodeContext } from './watchers.js';
 
 export interface NodeWorkflowInput {
   nodeId: string;
@@ -143,14 +143,14 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   setHandler(agentSilentSignal, ({ seconds }) => {
     if (state.phase !== 'Ready') return;
     // The sweep saw no heartbeat for `seconds`, but the agent registered since then (a restart
-    // whose worker has not beaten yet): it is not silent, and a NotReady now would skip the
-    // wake-ups of GPUs freed meanwhile.
+    // whose worker has not beaten yet): the silence counts from the registration instead
+    // (watchClaimedSilence). A NotReady now would skip the wake-ups of GPUs freed meanwhile.
     const registeredAgo = state.lastRegisteredAt ? Date.now() - Date.parse(state.lastRegisteredAt) : Infinity;
-    if (registeredAgo < seconds * 1000) return;
-    ctx.markNotReady?.(`the agent has sent no heartbeat for ${seconds} s (its process or host is down, or it lost Temporal)`);
-    state.silent = true;
+    if (registeredAgo < seconds * 1000) ctx.silenceClaimed = seconds;
+    else markSilent(ctx, seconds);
   });
   setHandler(agentHeardSignal, () => {
+    ctx.silenceClaimed = undefined;
     if (!state.silent) return;
     state.silent = false;
     // Heard after it was declared Lost (a host back from a partition): its replicas run
