@@ -28,7 +28,19 @@ describe('router posture', () => {
     expect(refused.output).not.toMatch(/listening on/);
 
     const open = spawnLlmgw(
-      ['router', '--host', '0.0.0.0', '--port', String(port), '--static-routes', 'demo=http://127.0.0.1:9', '--allow-unauthenticated'],
+      // No admin listener: its default, the port after --port, is nobody's to promise free here.
+      [
+        'router',
+        '--host',
+        '0.0.0.0',
+        '--port',
+        String(port),
+        '--admin-addr',
+        'off',
+        '--static-routes',
+        'demo=http://127.0.0.1:9',
+        '--allow-unauthenticated',
+      ],
       { LLMGW_API_KEYS: '' },
     );
     await open.waitForOutput(/listening on/, 30_000);

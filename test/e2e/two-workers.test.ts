@@ -4,8 +4,8 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
-import { findFreePort } from '../../common/ports.js';
-import { eventually, INVENTORIES, runLlmgw, sleep, spawnControlWorker, spawnLlmgw, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
+import { eventually, INVENTORIES, runLlmgw, sleep, spawnControlWorker, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
+import { spawnTestRouter } from '../helpers/router-process.js';
 import { startLoad, summarise } from '../helpers/load.js';
 import { deploymentsReady, readyReplicas } from '../helpers/readiness.js';
 
@@ -21,11 +21,8 @@ const workers = fleet.workers;
 beforeAll(async () => {
   client = fleet.client;
   for (const nodeId of nodeIds) await fleet.agent(nodeId, { inventory: TWO });
-  const port = await findFreePort();
   // --debug-headers: the load helper tells replicas apart by x-llmgw-endpoint.
-  const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--debug-headers']);
-  await router.waitForOutput(/listening/, 30_000);
-  routerUrl = `http://127.0.0.1:${port}`;
+  routerUrl = (await spawnTestRouter(['--debug-headers'])).url;
   for (const d of [steady, scaled]) {
     const deployed = await runLlmgw(['deploy', 'two', '--name', d.name, '--replicas', String(d.replicas), '--wait', '--timeout', '90']);
     expect(deployed.code, deployed.output).toBe(0);
