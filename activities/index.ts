@@ -5,11 +5,14 @@ import { createCatalogSource, type CatalogSource } from '../catalog/watch.js';
 import type { LineLog } from '../common/logger.js';
 import { createCatalogActivities } from './catalog.js';
 import { createCapacityActivities } from './capacity.js';
+import { createCarriedStateActivities } from './carried-state.js';
 import { createDeploymentActivities } from './deployments.js';
+import { createDeploymentSigningActivities } from './deployment-signing.js';
 import { createFleetSilenceActivities } from './fleet-silence.js';
 import type { FleetLiveness } from '../workers/liveness.js';
 import { createPlacementActivities, type PlacementMetric } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
+import { createRegistrationCheckActivities } from './registration-check.js';
 import { createRoutesActivities } from './routes.js';
 import { createRouteSigningActivities } from './route-signing.js';
 import { createWeightsNodeActivities } from './weights-nodes.js';
@@ -24,6 +27,8 @@ export interface ControlActivityDeps {
   log: LineLog;
   /** Counts placements (the control worker's metrics); nothing when absent. */
   placementMetric?: PlacementMetric;
+  /** Place on nodes no enrolled agent key vouches for (`--trust-unenrolled-agents`: an upgrade from 0.2.0, dev). */
+  trustUnenrolledAgents?: boolean;
   /** The latest liveness sweep of this worker (workers/liveness.ts), for fleetSilence. */
   liveness?: () => FleetLiveness | undefined;
 }
@@ -38,14 +43,19 @@ export function createControlActivities(deps: ControlActivityDeps) {
       log: deps.log,
       ...(deps.placementMetric ? { metric: deps.placementMetric } : {}),
       ...(deps.catalogKeyFile ? { catalogKeyFile: deps.catalogKeyFile } : {}),
+      // Without a catalog key no enrollment can be checked: such a worker places as before.
+      trustUnenrolled: deps.trustUnenrolledAgents === true || deps.catalogKeyFile === undefined,
     }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
     ...createWeightsNodeActivities(deps.client),
     ...createFleetSilenceActivities(deps.liveness),
+    ...createCarriedStateActivities(deps.client, deps.catalogKeyFile),
     ...createReconcileActivities(catalog, deps.client),
+    ...createRegistrationCheckActivities(deps.catalogKeyFile),
     ...routes,
     ...signing,
+    ...createDeploymentSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn')),
     // The routes workflow's seed: the memos' routes, signed only where the replicas bear them out.
     listReplicaRoutes: async () => signing.signRoutes(await routes.listReplicaRoutes()),
   };

@@ -1,39 +1,124 @@
 // The control worker signs what placement reserved: one ticket per shard, over the replica's
-// workflow, node, shard, rank, GPUs, ports, the leader's registered address and the revision
-// (common/placement-ticket.ts). Control side; agents start nothing without a matching ticket.
+// workflow and run chain, node, shard, rank, GPUs, ports, the leader's registered address, the
+// revision and the time (common/placement-ticket.ts), and renews them before each start. Control
+// side; agents start nothing without a matching ticket. What a ticket names is resolved here,
+// never taken from the request: the replica and its chain from Temporal, the deployment from
+// the replica's id, the served name from that deployment's own workflow.
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { FailureType } from '../common/failures.js';
-import { signPlacementTicket } from '../common/placement-ticket.js';
+import { deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId, WorkflowType } from '../common/names.js';
+import { signPlacementTicket, verifyPlacementTicket } from '../common/placement-ticket.js';
+import type { ShardPlacement } from '../common/replica-types.js';
+import { deploymentStatusQuery, describeNodeQuery } from '../workflows/definitions.js';
 import type { PlaceRequest, PlaceResult } from './placement.js';
 
-/** The caller's workflow, when run as an activity. */
-function caller(): { workflowId: string; runId: string } | undefined {
+/** The calling replica: its workflow, run and run chain as Temporal has them (undefined outside an activity). */
+interface Caller {
+  workflowId: string;
+  runId: string;
+  chain: string;
+  taskQueue: string;
+}
+
+async function callerOf(client: Client): Promise<Caller | undefined> {
+  let info;
   try {
-    return Context.current().info.workflowExecution;
+    info = Context.current().info;
   } catch {
     return undefined;
   }
+  const execution = info.workflowExecution;
+  if (!execution) return undefined;
+  const description = await client.workflow.getHandle(execution.workflowId, execution.runId).describe();
+  const chain = description.raw.workflowExecutionInfo?.firstRunId || execution.runId;
+  return { ...execution, chain, taskQueue: info.taskQueue };
+}
+
+function refuse(message: string): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(message, FailureType.PlacementRefused);
 }
 
 /**
- * Signs every shard of a successful placement (unchanged without a key file). The ticket names
- * the workflow that asked, not the request's replica id: a workflow cannot get a ticket for
- * another replica, and the agent accepts it only in a start that workflow sends.
+ * The deployment and served name a replica's tickets name: the deployment is the one in the
+ * replica's own workflow id, the served name that deployment's (a running deployModel on this
+ * worker's queue). A request naming another deployment or another served name signs nothing.
  */
-export function withTickets(result: PlaceResult, request: PlaceRequest, catalogKeyFile: string | undefined): PlaceResult {
-  if (!result.ok || catalogKeyFile === undefined) return result;
-  const run = caller();
+async function resolveNames(
+  client: Client,
+  request: PlaceRequest,
+  caller: Caller | undefined,
+): Promise<{ deployment: string; servedName: string }> {
+  const deployment = parseReplicaWorkflowId(request.replicaId)?.deployment;
+  if (!deployment) throw refuse(`${request.replicaId} is not a replica workflow id: nothing is placed for it`);
+  if (request.deployment !== deployment) {
+    throw refuse(
+      `replica ${request.replicaId} asked to be placed for deployment ${request.deployment}: a replica is placed for its own deployment only`,
+    );
+  }
+  const handle = client.workflow.getHandle(deploymentWorkflowId(deployment));
+  const description = await handle.describe().catch((error: unknown) => {
+    if (error instanceof WorkflowNotFoundError) return undefined;
+    throw error;
+  });
+  const ours = description?.type === WorkflowType.deployModel && (caller === undefined || description.taskQueue === caller.taskQueue);
+  if (!description || description.status.name !== 'RUNNING' || !ours) {
+    throw refuse(
+      `replica ${request.replicaId}'s deployment ${deployment} is not a running deployment of this control plane: nothing is placed for it`,
+    );
+  }
+  const view = await handle.query(deploymentStatusQuery);
+  if (request.servedName !== undefined && request.servedName !== view.servedName) {
+    throw refuse(
+      `replica ${request.replicaId} asked for served name ${JSON.stringify(request.servedName)}, but deployment ${deployment} serves ${JSON.stringify(view.servedName)}: nothing is signed`,
+    );
+  }
+  return { deployment, servedName: view.servedName };
+}
+
+/** What the tickets of one placement name besides the shards: resolved before any GPU is reserved. */
+export interface TicketNames {
+  deployment: string;
+  servedName: string;
+  run: Caller | undefined;
+}
+
+/**
+ * Who asks and for what, resolved before placement reserves anything (undefined without a key
+ * file: nothing is signed). The ticket names the workflow that asked and its run chain, not the
+ * request's replica id: a workflow cannot get a ticket for another replica, and the agent
+ * accepts it only in a start that chain sends.
+ */
+export async function ticketNames(
+  client: Client,
+  request: PlaceRequest,
+  catalogKeyFile: string | undefined,
+): Promise<TicketNames | undefined> {
+  if (catalogKeyFile === undefined) return undefined;
+  const run = await callerOf(client);
   if (run && run.workflowId !== request.replicaId) {
     throw ApplicationFailure.nonRetryable(
       `workflow ${run.workflowId} asked to place replica ${request.replicaId}: a placement is signed only for the replica that asks`,
       FailureType.InvalidInput,
     );
   }
+  return { ...(await resolveNames(client, request, run)), run };
+}
+
+/** Signs every shard of a successful placement (unchanged when `names` is undefined: no key file). */
+export function withTickets(
+  result: PlaceResult,
+  request: PlaceRequest,
+  names: TicketNames | undefined,
+  catalogKeyFile: string | undefined,
+): PlaceResult {
+  if (!result.ok || names === undefined || catalogKeyFile === undefined) return result;
+  const { run } = names;
   const keyring = readCatalogKeys(catalogKeyFile);
   const leader = result.shards.find((s) => s.rank === 0);
   const multiNode = result.shards.length > 1;
+  const issuedAt = Date.now();
   return {
     ok: true,
     shards: result.shards.map((shard) => ({
@@ -42,6 +127,8 @@ export function withTickets(result: PlaceResult, request: PlaceRequest, catalogK
         {
           replicaId: request.replicaId,
           placedByRun: run?.runId ?? '',
+          chain: run?.chain ?? '',
+          issuedAt,
           shardId: shard.shardId,
           nodeId: shard.nodeId,
           rank: shard.rank,
@@ -53,11 +140,66 @@ export function withTickets(result: PlaceResult, request: PlaceRequest, catalogK
           leaderNode: multiNode ? (leader?.nodeId ?? '') : '',
           revision: request.revision ?? '',
           address: shard.managementAddress,
-          deployment: request.deployment,
-          servedName: request.servedName ?? '',
+          deployment: names.deployment,
+          servedName: names.servedName,
+          peers: multiNode ? [...result.shards].sort((a, b) => a.rank - b.rank).map((s) => s.managementAddress) : [],
         },
         keyring,
       ),
     })),
   };
+}
+
+/**
+ * Before a start: the shards' tickets signed again, now and for the calling run's chain. A
+ * ticket of the caller's own chain is renewed as it is. One of another chain is renewed only
+ * while its node still holds the shard's GPUs for this replica: a replica rebuilt around running
+ * engines (adoption, a new chain) keeps them, while a replica id used again after its replica
+ * ended (whose GPUs were given back) gets nothing from the old tickets. Shards without a ticket
+ * (placed before tickets, or without a key) come back unchanged.
+ */
+export async function renewTickets(
+  client: Client,
+  shards: ShardPlacement[],
+  catalogKeyFile: string | undefined,
+): Promise<ShardPlacement[]> {
+  if (catalogKeyFile === undefined || !shards.some((s) => s.ticket)) return shards;
+  const caller = await callerOf(client);
+  const keyring = readCatalogKeys(catalogKeyFile);
+  const out: ShardPlacement[] = [];
+  for (const shard of shards) {
+    if (!shard.ticket) {
+      out.push(shard);
+      continue;
+    }
+    const verdict = verifyPlacementTicket(shard.ticket, keyring.all);
+    if (!verdict.ok) throw refuse(`shard ${shard.shardId}: ${verdict.why}`);
+    const { ticket } = verdict;
+    if (caller && caller.workflowId !== ticket.replicaId) {
+      throw refuse(
+        `workflow ${caller.workflowId} asked to renew replica ${ticket.replicaId}'s ticket: a ticket is renewed only for its replica`,
+      );
+    }
+    if (ticket.shardId !== shard.shardId || ticket.nodeId !== shard.nodeId) {
+      throw refuse(`shard ${shard.shardId} on ${shard.nodeId} carries the ticket of shard ${ticket.shardId} on ${ticket.nodeId}`);
+    }
+    if (caller && caller.chain !== ticket.chain && !(await nodeHolds(client, ticket.nodeId, ticket.shardId, ticket.replicaId))) {
+      throw refuse(
+        `shard ${shard.shardId}'s ticket is run chain ${ticket.chain}'s, not ${caller.chain}'s, and node ${ticket.nodeId} no longer holds its GPUs for ${ticket.replicaId}: it must be placed again`,
+      );
+    }
+    const renewed = {
+      ...ticket,
+      placedByRun: caller?.runId ?? ticket.placedByRun,
+      chain: caller?.chain ?? ticket.chain,
+      issuedAt: Date.now(),
+    };
+    out.push({ ...shard, ticket: signPlacementTicket(renewed, keyring) });
+  }
+  return out;
+}
+
+async function nodeHolds(client: Client, nodeId: string, shardId: string, replicaId: string): Promise<boolean> {
+  const view = await client.workflow.getHandle(nodeWorkflowId(nodeId)).query(describeNodeQuery);
+  return view.allocations.some((a) => a.shardId === shardId && a.replicaId === replicaId);
 }

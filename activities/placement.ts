@@ -17,18 +17,17 @@
 //  6. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
 //     nothing (common/placement/choose-hosts.ts).
 // The node itself checks health, memory, NVLink and NUMA when it picks the GPUs.
-import { queryLiteral } from '../common/safe-name.js';
 import type { Client } from '@temporalio/client';
 import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
-import { HELD_WEIGHTS_MEMO, heldWeightsKey, type ReserveResult } from '../common/node-types.js';
+import type { ReserveResult } from '../common/node-types.js';
 import { heldKeyOfSource } from '../common/held-weights.js';
 import { gangHostFromView, placeGangOnHosts, summariseReasons, type GangHost } from '../common/placement/choose-hosts.js';
 import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
-import { listShared } from './shared-list.js';
 import { placementsInFlight, type PlacementsInFlight } from './placement-inflight.js';
-import { withTickets } from './placement-tickets.js';
+import { rankCandidates, readCapacityIndex, refreshIndexed, refreshTop, REFRESHED, type IndexedNode } from './placement-index.js';
+import { renewTickets, ticketNames, withTickets } from './placement-tickets.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -45,7 +44,10 @@ export interface PlaceRequest {
   preferNodes?: string[];
   /** The revision's signature, which the placement tickets name (absent: unsigned revision). */
   revision?: string;
-  /** The revision's served name, which the tickets name (the agent checks it against the revision). */
+  /**
+   * The served name the replica expects: placement refuses (signs nothing) when it is not its
+   * deployment's; the tickets name the deployment's own (the agent checks it against the revision).
+   */
   servedName?: string;
   /** The revision's pinned model source: nodes that hold it come first among equals. */
   modelSource?: string;
@@ -61,120 +63,35 @@ export type PlaceResult =
       onlyAvoidedFit?: boolean;
     };
 
-export interface IndexedNode {
-  nodeId: string;
-  state: string;
-  free: number;
-  siblings: number;
-  /** Its host's weights cache holds the revision (no fetch before the engine starts). */
-  holds?: boolean;
-}
-
-/** Reserves tried per placement before the index is considered stale. */
-const MAX_RESERVES = 3;
-
 /** Counts each placement by outcome, with its latency (the control worker's metrics). */
 export type PlacementMetric = (outcome: 'placed' | 'unschedulable' | 'error', ms: number) => void;
 
 export function createPlacementActivities(
   client: Client,
-  options: { log?: (line: string) => void; metric?: PlacementMetric; catalogKeyFile?: string } = {},
+  options: { log?: (line: string) => void; metric?: PlacementMetric; catalogKeyFile?: string; trustUnenrolled?: boolean } = {},
 ) {
   const log = options.log ?? (() => undefined);
   const metric = options.metric ?? (() => undefined);
   const inFlight = placementsInFlight(client);
-  const reserveOn = (nodeId: string, request: PlaceRequest, rank: number): Promise<ReserveResult> =>
-    inFlight.reserve(nodeId, request.gpusPerNode, () =>
-      client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
-        args: [
-          {
-            shardId: makeShardId(request.replicaId, rank, request.attempt),
-            replicaId: request.replicaId,
-            count: request.gpusPerNode,
-            gpuClass: request.gpuClass,
-            minFreeMemoryMib: request.minFreeMemoryMib,
-          },
-        ],
-      }),
-    );
-
-  const placement = (
-    nodeId: string,
-    rank: number,
-    request: PlaceRequest,
-    result: Extract<ReserveResult, { ok: true }>,
-  ): ShardPlacement => ({
-    rank,
-    nodeId,
-    shardId: makeShardId(request.replicaId, rank, request.attempt),
-    gpuIndices: result.gpuIndices,
-    hcas: result.hcas,
-    managementAddress: result.managementAddress,
-    httpPort: 0,
-    pid: 0,
-  });
-
-  const place = async (request: PlaceRequest): Promise<PlaceResult> => {
-    const index = await readCapacityIndex(client, request);
-    // A node named by a wake-up has just freed GPUs that the index (shared for a moment, and
-    // lagging the node) may not show yet: ask it what it holds now.
-    await Promise.all(
-      index
-        .filter((n) => request.preferNodes?.includes(n.nodeId))
-        .map(async (n) => {
-          const view = await inFlight.describe(n.nodeId);
-          if (view && view.phase === 'Ready' && !view.cordoned) Object.assign(n, { state: 'Ready', free: view.freeGpus.length });
-        }),
-    );
-    const ready = index.filter((n) => n.state === 'Ready');
-    if (!ready.length) {
-      const others = index.length ? ` (${index.map((n) => `${n.nodeId} ${n.state}`).join(', ')})` : '';
-      return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${others}` };
-    }
-    const fits = (n: IndexedNode): boolean => n.free >= request.gpusPerNode;
-    const candidates = rankCandidates(
-      ready.filter((n) => !request.avoidNodes.includes(n.nodeId) && fits(n)),
-      request,
-    );
-    const needHosts = Math.max(1, request.nodes);
-    if (candidates.length < needHosts) {
-      const avoidedFit = ready.some((n) => request.avoidNodes.includes(n.nodeId) && fits(n));
-      const largest = [...ready].sort((a, b) => b.free - a.free)[0]!;
-      const shortOf =
-        needHosts > 1
-          ? `${candidates.length} of ${needHosts} hosts needed have ${request.gpusPerNode} free ${request.gpuClass} GPUs`
-          : `no Ready ${request.gpuClass} node has room: needs ${request.gpusPerNode} GPUs, ${largest.free} free at most (${largest.nodeId}, of ${ready.length} Ready node${ready.length > 1 ? 's' : ''})`;
-      if (avoidedFit) {
-        return {
-          ok: false,
-          reason: `${shortOf}; only nodes it failed on have room (${request.avoidNodes.join(', ')})`,
-          retryInMs: 10_000,
-          onlyAvoidedFit: true,
-        };
-      }
-      return { ok: false, reason: shortOf };
-    }
-    if (request.nodes > 1) return placeGang(client, request, candidates, reserveOn, placement);
-    const reasons: string[] = [];
-    for (const candidate of await refreshTop(inFlight, request, candidates)) {
-      const result = await reserveOn(candidate.nodeId, request, 0);
-      if (result.ok) return { ok: true, shards: [placement(candidate.nodeId, 0, request, result)] };
-      reasons.push(result.reason);
-    }
-    return { ok: false, reason: summariseReasons(reasons) || 'the capacity index was a moment stale: looking again', retryInMs: 1_000 };
-  };
-
   return {
     async placeReplica(request: PlaceRequest): Promise<PlaceResult> {
       const started = performance.now();
       try {
-        const result = withTickets(await place(request), request, options.catalogKeyFile);
+        // Who asks and for what is settled before any GPU is reserved: a refusal holds nothing.
+        const names = await ticketNames(client, request, options.catalogKeyFile);
+        const placed = await placeOnIndex(client, inFlight, request, options.trustUnenrolled === true);
+        const result = withTickets(placed, request, names, options.catalogKeyFile);
         metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
         return result;
       } catch (error) {
         metric('error', performance.now() - started);
         throw error;
       }
+    },
+
+    /** The shards' tickets signed again for the calling run's chain, just before it starts them. */
+    async renewTickets(request: { shards: ShardPlacement[] }): Promise<ShardPlacement[]> {
+      return renewTickets(client, request.shards, options.catalogKeyFile);
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {
@@ -191,85 +108,112 @@ export function createPlacementActivities(
   };
 }
 
-/** The node workflows of a GPU class as the index shows them, with this deployment's replicas per node. */
-async function readCapacityIndex(client: Client, request: PlaceRequest): Promise<IndexedNode[]> {
-  const siblings = new Map<string, number>();
-  const replicas = `WorkflowType = 'replica' AND ExecutionStatus = 'Running' AND LlmgwDeployment = ${queryLiteral('deployment', request.deployment)}`;
-  for (const replica of await listShared(client, replicas)) {
-    if (replica.workflowId === request.replicaId) continue;
-    const nodes = replica.searchAttributes?.LlmgwNodes;
-    for (const node of Array.isArray(nodes) ? nodes : []) if (typeof node === 'string') siblings.set(node, (siblings.get(node) ?? 0) + 1);
-  }
-  const index: IndexedNode[] = [];
-  const wanted = request.modelSource ? heldKeyOfSource(request.modelSource) : undefined;
-  const nodes = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = ${queryLiteral('gpuClass', request.gpuClass)}`;
-  for (const execution of await listShared(client, nodes)) {
-    const free = execution.searchAttributes?.LlmgwFreeGpus;
-    const state = execution.searchAttributes?.LlmgwState;
-    index.push({
-      nodeId: execution.workflowId.replace(/^node\//, ''),
-      state: Array.isArray(state) && typeof state[0] === 'string' ? state[0] : 'Unknown',
-      free: Array.isArray(free) && typeof free[0] === 'number' ? free[0] : 0,
-      siblings: siblings.get(execution.workflowId.replace(/^node\//, '')) ?? 0,
-      holds: wanted !== undefined && holdsIn(execution.memo?.[HELD_WEIGHTS_MEMO], wanted),
-    });
-  }
-  return index;
-}
-
-/** How many of the best candidates are asked (a query each, no event) for their exact state. */
-const REFRESHED = 6;
-
-/**
- * The index lags a reservation by a moment, and replicas of one deployment are placed at the
- * same moment: the best few candidates are asked what they hold right now (a query, which
- * records nothing), so that a replica placed a moment ago already counts for spreading and
- * packing. Returns the ones to try, best first.
- */
-async function refreshTop(inFlight: PlacementsInFlight, request: PlaceRequest, candidates: IndexedNode[]): Promise<IndexedNode[]> {
-  const top = candidates.slice(0, REFRESHED);
-  const wanted = request.modelSource ? heldKeyOfSource(request.modelSource) : undefined;
-  const fresh = await Promise.all(
-    top.map(async (candidate) => {
-      const view = await inFlight.describe(candidate.nodeId);
-      // GPUs other placements of this worker are reserving there right now are not room.
-      const reserving = inFlight.reserving(candidate.nodeId);
-      if (!view) return { ...candidate, free: candidate.free - reserving };
-      const siblings = new Set(
-        view.allocations
-          .filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId)
-          .map((a) => a.replicaId),
-      ).size;
-      const holds =
-        view.weights && wanted !== undefined ? view.weights.some((w) => heldWeightsKey(w.repo, w.commit) === wanted) : candidate.holds;
-      return { ...candidate, free: view.freeGpus.length - reserving, siblings, holds };
+/** Asks a node's workflow to reserve GPUs for one shard (counted while in flight, so concurrent placements see it). */
+function reserveOn(
+  client: Client,
+  inFlight: PlacementsInFlight,
+  nodeId: string,
+  request: PlaceRequest,
+  rank: number,
+  allowUnenrolled: boolean,
+): Promise<ReserveResult> {
+  return inFlight.reserve(nodeId, request.gpusPerNode, () =>
+    client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(reserveUpdate, {
+      args: [
+        {
+          shardId: makeShardId(request.replicaId, rank, request.attempt),
+          replicaId: request.replicaId,
+          count: request.gpusPerNode,
+          gpuClass: request.gpuClass,
+          minFreeMemoryMib: request.minFreeMemoryMib,
+          ...(allowUnenrolled ? { allowUnenrolled } : {}),
+        },
+      ],
     }),
   );
-  return rankCandidates(
-    fresh.filter((c) => c.free >= request.gpusPerNode),
-    request,
-  ).slice(0, MAX_RESERVES);
 }
 
-/** Whether a node's memo lists the held-weights key. */
-function holdsIn(listed: unknown, key: string): boolean {
-  return Array.isArray(listed) && listed.includes(key);
+function shardPlacement(nodeId: string, rank: number, request: PlaceRequest, result: Extract<ReserveResult, { ok: true }>): ShardPlacement {
+  return {
+    rank,
+    nodeId,
+    shardId: makeShardId(request.replicaId, rank, request.attempt),
+    gpuIndices: result.gpuIndices,
+    hcas: result.hcas,
+    managementAddress: result.managementAddress,
+    httpPort: 0,
+    pid: 0,
+  };
 }
 
-/** Candidates best first: the hinted node, then spread, then near (holds the weights), then pack, then a rotation by sequence number. */
-export function rankCandidates(candidates: IndexedNode[], request: Pick<PlaceRequest, 'replicaId' | 'preferNodes'>): IndexedNode[] {
-  const seq = Number(/\/(\d+)$/.exec(request.replicaId)?.[1] ?? 0);
-  const byId = [...candidates].sort((a, b) => a.nodeId.localeCompare(b.nodeId));
-  const rotation = (c: IndexedNode): number => (byId.indexOf(c) - seq + byId.length * 1000) % byId.length;
-  const preferred = (c: IndexedNode): number => (request.preferNodes?.includes(c.nodeId) ? 0 : 1);
-  return [...candidates].sort(
-    (a, b) =>
-      preferred(a) - preferred(b) ||
-      a.siblings - b.siblings ||
-      Number(!a.holds) - Number(!b.holds) ||
-      a.free - b.free ||
-      rotation(a) - rotation(b),
+/** The policy above: candidates from the index (asking lagging nodes), ranked, then reserved best first. */
+async function placeOnIndex(
+  client: Client,
+  inFlight: PlacementsInFlight,
+  request: PlaceRequest,
+  trustUnenrolled: boolean,
+): Promise<PlaceResult> {
+  const index = await readCapacityIndex(client, request);
+  // A worker that trusts unenrolled agents (an upgrade from 0.2.0, whose agents sign nothing;
+  // one without a catalog key) places on them as on Ready nodes. Otherwise they are skipped here
+  // and refused by the node itself (workflows/node/state.ts, reserve).
+  const trusting = (): void => {
+    if (trustUnenrolled) for (const n of index) if (n.state === 'Unenrolled') n.state = 'Ready';
+  };
+  trusting();
+  // A node named by a wake-up has just freed GPUs that the index (shared for a moment, and
+  // lagging the node) may not show yet: ask it what it holds now.
+  await refreshIndexed(
+    inFlight,
+    index.filter((n) => request.preferNodes?.includes(n.nodeId)),
   );
+  trusting();
+  const usable = (n: IndexedNode): boolean => n.state === 'Ready' && !request.avoidNodes.includes(n.nodeId) && fits(n, request);
+  const needHosts = Math.max(1, request.nodes);
+  // Short of hosts by the index: the index may lag a node that registered or freed GPUs a
+  // moment ago, and nobody will wake a replica that was not yet waiting then. Ask the nodes
+  // themselves (queries, which record nothing) before saying there is no room.
+  if (index.filter(usable).length < needHosts) await refreshIndexed(inFlight, index.filter((n) => !usable(n)).slice(0, REFRESHED));
+  trusting();
+  const ready = index.filter((n) => n.state === 'Ready');
+  if (!ready.length) {
+    const others = index.length ? ` (${index.map((n) => `${n.nodeId} ${n.state}`).join(', ')})` : '';
+    return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${others}` };
+  }
+  const candidates = rankCandidates(index.filter(usable), request);
+  if (candidates.length < needHosts) return shortOfRoom(request, ready, candidates.length, needHosts);
+  const reserve: Reserve = (nodeId, req, rank) => reserveOn(client, inFlight, nodeId, req, rank, trustUnenrolled);
+  if (request.nodes > 1) return placeGang(client, request, candidates, reserve, shardPlacement);
+  const reasons: string[] = [];
+  for (const candidate of await refreshTop(inFlight, request, candidates)) {
+    const result = await reserve(candidate.nodeId, request, 0);
+    if (result.ok) return { ok: true, shards: [shardPlacement(candidate.nodeId, 0, request, result)] };
+    reasons.push(result.reason);
+  }
+  return { ok: false, reason: summariseReasons(reasons) || 'the capacity index was a moment stale: looking again', retryInMs: 1_000 };
+}
+
+function fits(n: IndexedNode, request: PlaceRequest): boolean {
+  return n.free >= request.gpusPerNode;
+}
+
+/** Too few Ready hosts have room: says how short, and looks again soon if only avoided nodes fit. */
+function shortOfRoom(request: PlaceRequest, ready: IndexedNode[], found: number, needHosts: number): PlaceResult {
+  const avoidedFit = ready.some((n) => request.avoidNodes.includes(n.nodeId) && fits(n, request));
+  const largest = [...ready].sort((a, b) => b.free - a.free)[0]!;
+  const shortOf =
+    needHosts > 1
+      ? `${found} of ${needHosts} hosts needed have ${request.gpusPerNode} free ${request.gpuClass} GPUs`
+      : `no Ready ${request.gpuClass} node has room: needs ${request.gpusPerNode} GPUs, ${largest.free} free at most (${largest.nodeId}, of ${ready.length} Ready node${ready.length > 1 ? 's' : ''})`;
+  if (avoidedFit) {
+    return {
+      ok: false,
+      reason: `${shortOf}; only nodes it failed on have room (${request.avoidNodes.join(', ')})`,
+      retryInMs: 10_000,
+      onlyAvoidedFit: true,
+    };
+  }
+  return { ok: false, reason: shortOf };
 }
 
 type Reserve = (nodeId: string, request: PlaceRequest, rank: number) => Promise<ReserveResult>;

@@ -16,7 +16,7 @@ import type { RouteEntry } from '../workflows/routes/definitions.js';
 
 type Verdict = { route: RouteEntry } | { refused: string };
 
-/** Engines never listen below this (the agent refuses such ports: agent/supervisor/start-checks.ts). */
+/** Engines never listen below this (the agent refuses such ports: agent/supervisor/start/start-checks.ts). */
 const FIRST_UNPRIVILEGED_PORT = 1024;
 
 function activityQueue(): string | undefined {
@@ -43,6 +43,9 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
     throw error;
   }
   if (description.status.name !== 'RUNNING') return { route: { ...claimed, phase: 'Stopped' } };
+  // The live run chain: the route signed names it whatever chain the entry claims (an earlier
+  // life of this replica id), and only a ticket issued to it routes (below).
+  const chain = description.raw.workflowExecutionInfo?.firstRunId || description.runId;
   const queue = activityQueue();
   if (description.type !== 'replica' || (queue !== undefined && description.taskQueue !== queue)) {
     return {
@@ -52,6 +55,7 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
   const view = await handle.query(replicaStatusQuery);
   const truth: RouteEntry = {
     ...claimed,
+    chain,
     endpoint: view.endpoint,
     phase: view.phase,
     ...(view.revision ? { revision: view.revision } : {}),
@@ -65,6 +69,14 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
   if (ticket.replicaId !== entry.replicaId || ticket.rank !== 0 || ticket.shardId !== leader?.shardId) {
     return { refused: `${entry.replicaId}'s rank 0 carries the ticket of ${ticket.replicaId} rank ${ticket.rank}` };
   }
+  // A ticket is issued to one chain (placement, or a renewal before each start or adoption): one
+  // carried into another chain, say by a run that continued as new into `replica` with a Ready
+  // state of its own making, routes nothing.
+  if (ticket.chain !== chain) {
+    return {
+      refused: `${entry.replicaId}'s rank 0 ticket was issued to run chain ${ticket.chain || '(none)'}, not to its live chain ${chain}`,
+    };
+  }
   let url: URL;
   try {
     url = new URL(view.endpoint);
@@ -75,6 +87,9 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
     return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is not on its node ${ticket.nodeId} (${ticket.address})` };
   }
   if (Number(url.port) < FIRST_UNPRIVILEGED_PORT) return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is a privileged port` };
+  if (ticket.httpPort !== 0 && Number(url.port) !== ticket.httpPort) {
+    return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is not on its placed port ${ticket.httpPort}` };
+  }
   const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
   return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
 }

@@ -4,8 +4,8 @@
 // stop an engine only once no router sends it anything new). Workflows cannot call an Update,
 // hence an activity. Control plane side.
 import { Context } from '@temporalio/activity';
-import type { Client, WorkflowHandle } from '@temporalio/client';
-import { readReplicaRoutes } from '../router/routes-temporal.js';
+import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { readReplicaRoutes } from '../router/routes/visibility.js';
 import { awaitRoutedUpdate, ROUTES_WORKFLOW_ID, type AwaitRoutedResult, type RouteEntry } from '../workflows/routes/definitions.js';
 
 const HEARTBEAT_MS = 10_000;
@@ -28,7 +28,13 @@ export function createRoutesActivities(client: Client, log: (line: string) => vo
       const ctx = Context.current();
       const heartbeat = setInterval(() => ctx.heartbeat(), HEARTBEAT_MS);
       try {
-        const result = await untilRouted(handle, request.replicaId, request.routed ?? true, (ms) => Context.current().sleep(ms));
+        const result = await untilRouted(
+          handle,
+          request.replicaId,
+          request.routed ?? true,
+          (ms) => Context.current().sleep(ms),
+          (reason) => log(`routes: awaitRouted ${request.replicaId} asked again after: ${reason}`),
+        );
         const doing = request.routed === false ? 'dropped it' : 'route to it';
         return { ...result, summary: result.routers ? `${result.routers} router(s) ${doing}` : 'no router is running' };
       } finally {
@@ -38,21 +44,30 @@ export function createRoutesActivities(client: Client, log: (line: string) => vo
   };
 }
 
-/** awaitRouted until it answers for this run (the CLI's `deploy --wait` asks it too). */
+/**
+ * awaitRouted until it answers for this run (the CLI's `deploy --wait` asks it too). Only a
+ * missing workflow or a request the validator calls malformed ends the wait: any other refusal
+ * is the routes workflow between runs, and the next run answers. Seen on a loaded CI host: the
+ * server failed an accepted call with "Workflow Update failed" when the run it was accepted by
+ * ended under it (continue-as-new, or a workflow task lost to a timeout). The caller bounds the
+ * wait (the activity's timeout, the CLI's deadline).
+ */
 export async function untilRouted(
   handle: WorkflowHandle,
   replicaId: string,
   routed: boolean,
   pause: (ms: number) => Promise<void>,
+  onRetry: (reason: string) => void = () => undefined,
 ): Promise<AwaitRoutedResult> {
-  for (;;) {
+  for (let attempt = 0; ; attempt++) {
     try {
       const result = await handle.executeUpdate(awaitRoutedUpdate, { args: [{ replicaId, routed }] });
       if (result.routed) return result;
     } catch (err) {
-      // Refused while the workflow continues as new: the next run answers.
-      if (!(err instanceof Error) || !/continuing as new/.test(`${err.message} ${String(err.cause)}`)) throw err;
+      if (!(err instanceof Error) || err instanceof WorkflowNotFoundError || /needs a replicaId/.test(`${String(err.cause)}`)) throw err;
+      const reason = err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message;
+      if (!/continuing as new/.test(reason)) onRetry(reason);
     }
-    await pause(200);
+    await pause(Math.min(200 * 2 ** Math.min(attempt, 3), 1_000));
   }
 }

@@ -1,12 +1,14 @@
 // Pinning, on the control worker: a hub source (hf://ORG/NAME, or a bare ORG/NAME) at a branch
 // (or none) becomes the commit the branch points at now, so that every replica of the revision, wherever and whenever it is
 // placed, runs the same bytes. The pinned source is part of the signed profile. The hub is the
-// worker's HF_ENDPOINT; a gated repo needs the worker's HF_TOKEN.
+// worker's HF_ENDPOINT; a gated repo needs the worker's HF_TOKEN. A file:// source holding GGUF
+// files is pinned to their digest (common/file-digest.ts), read where the worker mounts it.
 import { ApplicationFailure } from '@temporalio/client';
 import { HUB_URL, modelInfo } from '@huggingface/hub';
 import { FailureType } from '../common/failures.js';
 import { formatModelSource, isPinned, modelSourceOf } from '../common/model-source.js';
 import { pinS3Source } from './s3-pin.js';
+import { ggufDigest } from '../common/file-digest.js';
 
 interface HubErrorShape {
   statusCode?: number;
@@ -39,6 +41,7 @@ function sameSourceAsPinned(written: string, keep: KeepPin): boolean {
 export async function pinModelSource(text: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
   const source = modelSourceOf(text);
   if (source.kind === 's3' && !isPinned(source)) return pinS3Source(source, env);
+  if (source.kind === 'file' && !isPinned(source)) return pinFileSource(source.path, text);
   if (source.kind !== 'hf' || isPinned(source)) return text;
   const hubUrl = env.HF_ENDPOINT?.replace(/\/+$/, '');
   try {
@@ -77,4 +80,20 @@ export async function pinModelSource(text: string, env: NodeJS.ProcessEnv = proc
     }
     throw error;
   }
+}
+
+/**
+ * A file:// source with its GGUF digest; as written (used in place, unpinned, as before 0.3.0)
+ * when it holds no GGUF or the control worker does not mount the path.
+ */
+async function pinFileSource(path: string, text: string): Promise<string> {
+  let digest: string | undefined;
+  try {
+    digest = await ggufDigest(path);
+  } catch (error) {
+    // A folder whose GGUF links lead out of it is refused (common/listing-paths.ts), not used unpinned.
+    if (error instanceof ApplicationFailure) throw error;
+    return text;
+  }
+  return digest ? formatModelSource({ kind: 'file', path, digest }) : text;
 }

@@ -34,7 +34,7 @@ export interface AgentActivityDeps {
  * Runs `work` heartbeating every second. Their callers give these calls a short heartbeat
  * timeout: an agent that dies mid-call, or a task the server handed to a poller whose
  * connection then died (a partition healing), is found lost in seconds, not at the end of a
- * long start-to-close timeout (docs/operating.md, "A host cut off").
+ * long start-to-close timeout (docs/failures.md, "A host cut off").
  */
 async function beating<T>(details: Record<string, unknown>, work: () => Promise<T>): Promise<T> {
   const context = Context.current();

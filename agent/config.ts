@@ -16,6 +16,19 @@ const PortRange = z
   })
   .refine((range) => range.from >= 1024 && range.to <= 65535 && range.from <= range.to, 'ports must be within 1024-65535 and FROM ≤ TO');
 
+// Uids below 1000 belong to the system's own accounts; a range of them would hand an engine
+// their files. Above 2^31 - 2 some tools read a uid as negative (and 2^32 - 1 means "none").
+const UidRange = z
+  .string()
+  .regex(/^\d+-\d+$/, 'expected START-END, e.g. 61000-61999')
+  .transform((text) => {
+    const [from, to] = text.split('-').map(Number) as [number, number];
+    return { from, to };
+  })
+  .refine((range) => range.from >= 1000 && range.to >= 1000, 'both ends must be at least 1000 (lower uids are system accounts)')
+  .refine((range) => range.to <= 2 ** 31 - 2, 'uids must be below 2147483647')
+  .refine((range) => range.from <= range.to, 'START must not be above END');
+
 const Labels = z.string().transform((text, ctx) => {
   const labels: Record<string, string> = {};
   for (const pair of text.split(',').filter(Boolean)) {
@@ -83,7 +96,7 @@ export const AgentFlags = z
     labels: Labels.default({}),
     managedGpus: GpuList.optional(),
     portRange: PortRange.default({ from: DEFAULT_PORTS.enginesFrom, to: DEFAULT_PORTS.enginesFrom + 999 }),
-    /** Unset: 300 s where the server keeps worker heartbeats (they detect a dead agent), else 10 s (agent/presence.ts). */
+    /** Unset: 300 s where the server keeps worker heartbeats (they detect a dead agent), else 10 s (agent/host/presence.ts). */
     presenceHeartbeatSeconds: z.coerce.number().int().min(1).max(600).optional(),
     lostGraceSeconds: z.coerce.number().int().min(1).default(DEFAULT_LOST_GRACE_SECONDS),
     maxTemperatureC: z.coerce.number().default(85),
@@ -107,6 +120,12 @@ export const AgentFlags = z
     foreignGpuProcesses: z.enum(['report', 'kill'], { error: 'use report or kill' }).default('report'),
     /** The control worker's public key file (LLMGW_CATALOG_PUBLIC_KEY_FILE): only what it signed starts. */
     catalogKey: z.string().min(1, '--catalog-key must name a file').optional(),
+    /**
+     * The catalog private key file, to enroll this agent's own key at start (LLMGW_AGENT_ENROLL_KEY_FILE):
+     * for `llmgw up` and tests, where one host holds it anyway. A real host is enrolled by the
+     * operator (`llmgw nodes enroll`) and never holds the catalog private key.
+     */
+    enrollWithCatalogKey: z.string().min(1, '--enroll-with-catalog-key must name a file').optional(),
     /** Start revisions nobody signed: anyone who can start a workflow can then run anything here. */
     insecureUnsigned: z.boolean().default(false),
     /** Variables of the agent's environment every engine gets (HF_HOME, LD_LIBRARY_PATH, NCCL tuning, a token). */
@@ -121,6 +140,8 @@ export const AgentFlags = z
     envFile: z.string().min(1, '--env-file must name a file').optional(),
     /** The user engines run as (default llmgw-engine, else nobody; `root` for the agent's own). */
     engineUser: z.string().min(1, '--engine-user must name a user').optional(),
+    /** One uid per shard from this range (root only): engines cannot read each other's environment or HOME. */
+    engineUidRange: UidRange.optional(),
     /** The API key engines require (first line of this file); routers are given the same file. */
     engineKeyFile: z.string().min(1, '--engine-key-file must name a file').optional(),
     /** The host's weights cache, in the Hugging Face cache layout (default <state dir>/weights). */
@@ -165,7 +186,8 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
   const fromEnv = flags.insecureUnsigned
     ? undefined
     : process.env.LLMGW_CATALOG_PUBLIC_KEY_FILE || process.env.LLMGW_CATALOG_KEY_FILE || undefined;
-  const parsed = AgentFlags.safeParse({ catalogKey: fromEnv, ...flags });
+  const enrollFromEnv = process.env.LLMGW_AGENT_ENROLL_KEY_FILE || undefined;
+  const parsed = AgentFlags.safeParse({ catalogKey: fromEnv, enrollWithCatalogKey: enrollFromEnv, ...flags });
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => `--${kebab(String(issue.path[0] ?? ''))}: ${issue.message}`);
     throw new Error(`bad agent settings:\n  ${problems.join('\n  ')}`);
@@ -176,6 +198,7 @@ export function parseAgentFlags(flags: Record<string, unknown>): AgentConfig {
     stateDir: resolve(value.stateDir ?? `.llmgw/agents/${value.nodeId}`),
     weightsDir: resolve(value.weightsDir ?? join(value.stateDir ?? `.llmgw/agents/${value.nodeId}`, 'weights')),
     catalogKey: value.catalogKey === undefined ? undefined : resolve(value.catalogKey),
+    enrollWithCatalogKey: value.enrollWithCatalogKey === undefined ? undefined : resolve(value.enrollWithCatalogKey),
     envFile: value.envFile === undefined ? undefined : resolve(value.envFile),
     engineKeyFile: value.engineKeyFile === undefined ? undefined : resolve(value.engineKeyFile),
     portClaimsDir: value.portClaimsDir === undefined ? undefined : resolve(value.portClaimsDir),

@@ -1,6 +1,6 @@
 // Draining a shard, agent side: read the engine's own in-flight request count from its
 // /metrics (vLLM's vllm:num_requests_running and _waiting, SGLang's sglang:num_running_reqs
-// and _queue_reqs) locally, a few times a second, and tell the replica only the transition to
+// and _queue_reqs, llama.cpp's llamacpp:requests_processing and _deferred) locally, a few times a second, and tell the replica only the transition to
 // idle. Nothing reaches Temporal while requests finish. Used by the drainShard activity.
 import { create } from '@bufbuild/protobuf';
 import {
@@ -14,7 +14,14 @@ import {
 
 const POLL_MS = 200;
 const FETCH_TIMEOUT_MS = 2_000;
-const IN_FLIGHT_METRICS = ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'sglang:num_running_reqs', 'sglang:num_queue_reqs'];
+const IN_FLIGHT_METRICS = [
+  'vllm:num_requests_running',
+  'vllm:num_requests_waiting',
+  'sglang:num_running_reqs',
+  'sglang:num_queue_reqs',
+  'llamacpp:requests_processing',
+  'llamacpp:requests_deferred',
+];
 
 /** Requests running or waiting, summed over every label set of the known gauges; undefined if none is exported. */
 export function inFlightFromMetrics(text: string): number | undefined {

@@ -1,9 +1,9 @@
 // Who engines run as, and the key they require: the agent keeps root for what needs it (GPUs,
 // ports, other users' processes) and starts engines — third-party model code — as an unprivileged
 // user (--engine-user), with an API key read from a host file (--engine-key-file), never through
-// Temporal. Agent side.
+// Temporal; with --engine-uid-range, each shard as a uid of its own (supervisor/start/engine-uid.ts).
+// Agent side.
 import { readFileSync } from 'node:fs';
-import { Engine } from '../proto/gen/llmgw/v1/shard_pb.js';
 
 export interface EngineUser {
   name: string;
@@ -61,6 +61,45 @@ export function resolveEngineUser(flag: string | undefined, log: (line: string, 
   return undefined;
 }
 
+export interface UidRange {
+  from: number;
+  to: number;
+}
+
+/**
+ * The uids shards run as (--engine-uid-range), one each: undefined when the agent cannot switch
+ * users (one warning) or runs engines as itself. Throws when the range cannot isolate: no engine
+ * user to take the group from, or a uid of the range that already belongs to an account (an
+ * engine given it would own that account's files).
+ */
+export function resolveEngineUids(
+  range: UidRange | undefined,
+  user: EngineUser | undefined,
+  log: (line: string, level?: 'warn') => void,
+  passwd = '/etc/passwd',
+): UidRange | undefined {
+  if (range === undefined) return undefined;
+  const flag = `--engine-uid-range ${range.from}-${range.to}`;
+  if ((process.getuid?.() ?? 0) !== 0) {
+    log(`${flag}: this agent is not root, so it cannot give engines uids of their own; the flag is ignored`, 'warn');
+    return undefined;
+  }
+  if (!user) throw new Error(`${flag}: engines would run as root here; give --engine-user, whose group the engines keep`);
+  let text = '';
+  try {
+    text = readFileSync(passwd, 'utf8');
+  } catch {
+    // No passwd file: no account to collide with.
+  }
+  for (const line of text.split('\n')) {
+    const [name, , uid] = line.split(':');
+    const n = Number(uid);
+    if (name && uid !== undefined && uid !== '' && n >= range.from && n <= range.to)
+      throw new Error(`${flag}: uid ${n} is the account ${name}'s; give a range no account uses`);
+  }
+  return range;
+}
+
 /** The engine key from its file (first non-blank line), read at every spawn so a rotation needs no restart. */
 export function readEngineKey(file: string): string {
   const key = readFileSync(file, 'utf8')
@@ -69,13 +108,4 @@ export function readEngineKey(file: string): string {
     .find((line) => line !== '' && !line.startsWith('#'));
   if (!key) throw new Error(`the engine key file ${file} holds no key`);
   return key;
-}
-
-/**
- * How an engine is given its key: vLLM and the fake engine read VLLM_API_KEY (the environment is
- * readable only by the engine's user and root, unlike the command line); SGLang takes --api-key.
- */
-export function engineKeyArgs(engine: Engine | undefined, key: string): { env: Record<string, string>; args: string[] } {
-  if (engine === Engine.SGLANG) return { env: {}, args: ['--api-key', key] };
-  return { env: { VLLM_API_KEY: key }, args: [] };
 }

@@ -58,43 +58,14 @@ export function startGpuHealth(options: GpuHealthOptions): GpuHealth {
     writeFileSync(`${file}.tmp`, JSON.stringify(held, null, 2));
     renameSync(`${file}.tmp`, file);
   };
-  let xidOffset = options.xidLog && existsSync(options.xidLog) ? fstatSizeOf(options.xidLog) : 0;
+  const readNewKernelLines = kernelLogTail(options.xidLog);
   let running = false;
-
-  const readNewKernelLines = (): string => {
-    if (!options.xidLog || !existsSync(options.xidLog)) return '';
-    const fd = openSync(options.xidLog, 'r');
-    try {
-      const size = fstatSync(fd).size;
-      if (size < xidOffset) xidOffset = 0; // rotated
-      const buffer = Buffer.alloc(size - xidOffset);
-      readSync(fd, buffer, 0, buffer.length, xidOffset);
-      xidOffset = size;
-      return buffer.toString('utf8');
-    } finally {
-      closeSync(fd);
-    }
-  };
 
   const look = async (): Promise<void> => {
     if (running) return;
     running = true;
     try {
-      let rows;
-      if (options.command) {
-        try {
-          const { stdout } = await execFileAsync(
-            options.command,
-            [`--query-gpu=${QUERY_GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
-            {
-              timeout: 15_000,
-            },
-          );
-          rows = parseQueryGpu(stdout);
-        } catch (error) {
-          options.log(`GPU watch: ${options.command} did not answer: ${error instanceof Error ? error.message : String(error)}`, 'warn');
-        }
-      }
+      const rows = await queryGpus(options);
       const found = judgeGpuFaults(options.watched, rows, parseXidLines(readNewKernelLines()));
       const fresh = found
         .filter((fault) => !held.some((h) => h.index === fault.index))
@@ -127,24 +98,57 @@ export function startGpuHealth(options: GpuHealthOptions): GpuHealth {
       options.log(`GPU ${index} returned to placement by an operator`);
       return true;
     },
-    withFaults(register) {
-      if (!held.length) return register;
-      const copy = clone(RegisterSchema, register);
-      copy.gpus = copy.gpus.map((gpu) => {
-        const fault = held.find((h) => h.index === gpu.index);
-        if (!fault) return gpu;
-        const marked = clone(GPUSchema, gpu);
-        const health = marked.health ?? create(GpuHealthSchema, {});
-        health.problems.push(
-          `held out since ${fault.since}: ${fault.reason} (llmgw nodes clear-gpu ${options.nodeId} ${gpu.index} returns it)`,
-        );
-        marked.health = health;
-        return marked;
-      });
-      return copy;
-    },
+    withFaults: (register) => withHeldOut(register, held, options.nodeId),
     stop: () => clearInterval(timer),
   };
+}
+
+/** nvidia-smi's rows for the watched fields; undefined when there is no command or it did not answer. */
+async function queryGpus(options: GpuHealthOptions): Promise<ReturnType<typeof parseQueryGpu> | undefined> {
+  if (!options.command) return undefined;
+  try {
+    const args = [`--query-gpu=${QUERY_GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits'];
+    const { stdout } = await execFileAsync(options.command, args, { timeout: 15_000 });
+    return parseQueryGpu(stdout);
+  } catch (error) {
+    options.log(`GPU watch: ${options.command} did not answer: ${error instanceof Error ? error.message : String(error)}`, 'warn');
+    return undefined;
+  }
+}
+
+/** Reads what the kernel log gained since the last call (from its end at start; from 0 after a rotation). */
+function kernelLogTail(path: string | undefined): () => string {
+  let offset = path && existsSync(path) ? fstatSizeOf(path) : 0;
+  return () => {
+    if (!path || !existsSync(path)) return '';
+    const fd = openSync(path, 'r');
+    try {
+      const size = fstatSync(fd).size;
+      if (size < offset) offset = 0; // rotated
+      const buffer = Buffer.alloc(size - offset);
+      readSync(fd, buffer, 0, buffer.length, offset);
+      offset = size;
+      return buffer.toString('utf8');
+    } finally {
+      closeSync(fd);
+    }
+  };
+}
+
+/** The report with each held-out GPU's fault as its problem. */
+function withHeldOut(register: Register, held: HeldOutGpu[], nodeId: string): Register {
+  if (!held.length) return register;
+  const copy = clone(RegisterSchema, register);
+  copy.gpus = copy.gpus.map((gpu) => {
+    const fault = held.find((h) => h.index === gpu.index);
+    if (!fault) return gpu;
+    const marked = clone(GPUSchema, gpu);
+    const health = marked.health ?? create(GpuHealthSchema, {});
+    health.problems.push(`held out since ${fault.since}: ${fault.reason} (llmgw nodes clear-gpu ${nodeId} ${gpu.index} returns it)`);
+    marked.health = health;
+    return marked;
+  });
+  return copy;
 }
 
 function fstatSizeOf(path: string): number {

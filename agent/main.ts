@@ -1,5 +1,5 @@
 // `llmgw agent`: the only llmgw process that touches a GPU host. One agent host
-// (agent-host.ts) over real child processes: it discovers the host, takes over (or kills)
+// (host/start.ts) over real child processes: it discovers the host, takes over (or kills)
 // what a previous agent left running, serves the node-local activities on `agent/<nodeId>`,
 // registers with node/<nodeId>, and keeps engines running across its own restarts and
 // across Temporal outages. This file is the process around it: Runtime, connection, signals.
@@ -15,7 +15,7 @@ import {
   temporalConfig,
 } from '../temporal/connection.js';
 import { parseAgentFlags, type AgentConfig } from './config.js';
-import { startAgentHost, type AgentHostDeps, type TemporalLink } from './agent-host.js';
+import { startAgentHost, type AgentHostDeps, type TemporalLink } from './host/start.js';
 import { createAgentMetrics } from './metrics.js';
 
 export async function runAgent(flags: Record<string, unknown>): Promise<void> {

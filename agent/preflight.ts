@@ -4,7 +4,7 @@
 import { keyFileWarnings, legacyKeys, readVerifyingKeys } from '../common/catalog-key.js';
 import type { LineLog } from '../common/logger.js';
 import type { AgentConfig } from './config.js';
-import { envFileWarnings, readEnvFile } from './host-env.js';
+import { envFileWarnings, readEnvFile } from './engines/host-variables.js';
 import type { RevisionPolicy } from './revision-check.js';
 import { checkStateDirWritable } from './supervisor/spec-store.js';
 

@@ -10,7 +10,7 @@ import { FailureType } from '../common/failures.js';
 import type { StartShard } from '../proto/gen/llmgw/v1/shard_pb.js';
 import { parseRayStatusNodeCount, rayStatusArgs } from './engines/ray.js';
 import type { ProcessSpec } from './engines/types.js';
-import { DEFAULT_STARTUP_TIMEOUT_S } from './supervisor/wait-healthy.js';
+import { DEFAULT_STARTUP_TIMEOUT_S } from './supervisor/watch/wait-healthy.js';
 
 export interface RayWaitOptions {
   /** How to invoke Ray here; default ['ray'] (the same as the engine context's rayCommand). */

@@ -13,9 +13,10 @@ import { Agent, request } from 'undici';
 import { fakeEngineOptions } from '../fake-engine/options.js';
 import { startFakeEngine } from '../fake-engine/server.js';
 import { Prng } from '../fake-engine/text.js';
-import type { AdapterSpec } from '../router/adapter-router.js';
-import { StaticRouteSource } from '../router/routes.js';
-import { startRouter } from '../router/server.js';
+import type { AdapterSpec } from '../router/adapters/catalog.js';
+import { StaticRouteSource } from '../router/routes/table.js';
+import { startRouter } from '../router/http/server.js';
+import { numberFlag } from './cli.js';
 import { percentile } from './workloads.js';
 
 const REPLICAS = 4;
@@ -141,15 +142,8 @@ async function run(mode: Mode, specs: AdapterSpec[], seconds: number): Promise<R
   }
 }
 
-function flag(name: string, fallback: number): number {
-  const at = process.argv.indexOf(name);
-  const value = at > 0 ? Number(process.argv[at + 1]) : fallback;
-  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} takes a positive number`);
-  return value;
-}
-
 async function main(): Promise<void> {
-  const seconds = flag('--seconds', 20);
+  const seconds = numberFlag('--seconds', 20);
   const dir = mkdtempSync(join(os.tmpdir(), 'llmgw-bench-adapters-'));
   try {
     const specs: AdapterSpec[] = Array.from({ length: ADAPTERS }, (_, i) => {

@@ -1,17 +1,22 @@
-// `npm run bench:affinity` (node dist/bench/affinity.js [--seconds S] [--only chats|hot|uniform]):
-// what cache-aware routing does to time to first token. Four fake-engine replicas that model a
-// prefix cache (an LRU of KV blocks), serial prefill and a limit of 4 requests at once
-// (bench/workloads.ts) behind the router with each policy in turn, least-loaded (power of two
-// choices) and cache-aware, under the same seeded Poisson arrivals, for three workloads:
-// multi-turn chats over six long system prompts, one hot system prompt shared by every request
-// at twice one engine's capacity, and prompts that share nothing. Prints p50/p90 time to first
-// token, the engines' prefix-cache hit rate and the spread of requests over replicas. Figures,
-// not asserts. Engines (one process), router and load generator run as separate processes.
-import { fork, type ChildProcess } from 'node:child_process';
+// `npm run bench:affinity` (node dist/bench/affinity.js [--engine fake|llamacpp] [--seconds S]
+// [--only chats|hot|uniform]): what cache-aware routing does to time to first token. Replicas
+// behind the router with each policy in turn, least-loaded (power of two choices) and
+// cache-aware, under the same seeded Poisson arrivals. With `--engine fake` (the default) four
+// fake-engine replicas that model a prefix cache (an LRU of KV blocks), serial prefill and a
+// limit of 4 requests at once (bench/workloads.ts), for three workloads: multi-turn chats over
+// six long system prompts, one hot system prompt shared by every request at twice one engine's
+// capacity, and prompts that share nothing. With `--engine llamacpp` (bench/affinity-llamacpp.ts;
+// [--replicas N] [--parallel N] [--cache-ram MIB] [--rate R]) real llama-server replicas on this
+// CPU serve the chats. Prints p50/p90 time to first token, the engines' prefix-cache hit rate and
+// the spread of requests over replicas. Figures, not asserts. Engines, router and load generator
+// run as separate processes.
+import type { ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import type { PolicyName as Policy } from '../router/policies/index.js';
-import { StaticRouteSource } from '../router/routes.js';
-import { startRouter } from '../router/server.js';
+import { StaticRouteSource } from '../router/routes/table.js';
+import { startRouter } from '../router/http/server.js';
+import { forkRole, numberFlag, runMainOrRole } from './cli.js';
+import { runLlamacpp, type RouterProcess } from './affinity-llamacpp.js';
 import {
   busiestOverMean,
   drive,
@@ -31,14 +36,7 @@ const GOALS = { chatsBetter: 3, hotWorse: 1.2, uniformWorse: 1.1 };
 
 type Ready = { ports: number[] };
 
-function spawnRole(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
-  const child = fork(__filename, ['--role', ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const ready = new Promise<Ready>((resolve, reject) => {
-    child.once('message', (m: Ready) => resolve(m));
-    child.once('exit', (code) => reject(new Error(`${args[0] ?? '?'} exited with ${code}`)));
-  });
-  return { child, ready };
-}
+const spawnRole = (args: string[]) => forkRole<Ready>(__filename, args);
 
 function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null) return Promise.resolve();
@@ -48,16 +46,39 @@ function stop(child: ChildProcess): Promise<void> {
   });
 }
 
-function flag(name: string, fallback: number): number {
+function option(name: string, fallback: string): string {
   const at = process.argv.indexOf(name);
-  const value = at > 0 ? Number(process.argv[at + 1]) : fallback;
-  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} takes a positive number`);
-  return value;
+  return at > 0 ? (process.argv[at + 1] ?? fallback) : fallback;
+}
+
+/** The router in its own process, with its admin listener (affinity counters) and x-llmgw-endpoint on. */
+async function routerProcess(policy: Policy, ports: number[]): Promise<RouterProcess> {
+  const router = spawnRole(['router', policy, '--observe', ...ports.map(String)]);
+  const { ports: at } = await router.ready;
+  return { url: `http://127.0.0.1:${at[0]}`, admin: `http://127.0.0.1:${at[1]}`, stop: () => stop(router.child) };
 }
 
 async function main(): Promise<void> {
-  const seconds = flag('--seconds', 15);
+  const engine = option('--engine', 'fake');
+  if (engine !== 'fake' && engine !== 'llamacpp') throw new Error(`--engine takes fake or llamacpp, not ${engine}`);
   console.log(`affinity benchmark: ${os.cpus().length} CPUs, node ${process.version}, load ${os.loadavg()[0]?.toFixed(1)}`);
+  if (engine === 'llamacpp') {
+    // One thread a replica: two replicas fill a 2-core machine; rate and length were measured
+    // there (docs/routing-policies.md). --cache-ram 0: by default llama-server keeps 8 GiB of prompt
+    // states in host memory, room for every prompt this bench sends a 270M model, so each
+    // replica would hold everything after one miss of each and placement would hardly matter;
+    // with its slots alone the cache is smaller than the working set, as a GPU's KV cache is.
+    const settings = {
+      replicas: numberFlag('--replicas', 2, 1),
+      parallel: numberFlag('--parallel', 2, 1),
+      cacheRamMiB: numberFlag('--cache-ram', 0, -1),
+      seconds: numberFlag('--seconds', 75),
+      rate: numberFlag('--rate', 0.5),
+    };
+    await runLlamacpp(settings, POLICIES, routerProcess);
+    return;
+  }
+  const seconds = numberFlag('--seconds', 15);
   console.log(
     `${REPLICAS} fake-engine replicas: ${ENGINE.maxConcurrency} requests at once, prefill ${ENGINE.prefillTokensPerSecond} tokens/s each (in turn), prefix cache ${ENGINE.prefixCacheBlocks} blocks of ` +
       `${ENGINE.blockSize} tokens, decode ${ENGINE.tokensPerSecond} tokens/s, ${MAX_TOKENS} tokens per answer; ${seconds} s of Poisson arrivals per run`,
@@ -118,29 +139,29 @@ async function runEngines(): Promise<void> {
   process.send?.({ ports: engines.map((e) => e.port) } satisfies Ready);
 }
 
-async function runRouter(policy: Policy, ports: number[]): Promise<void> {
+async function runRouter(policy: Policy, ports: number[], observe: boolean): Promise<void> {
   const router = await startRouter({
     source: new StaticRouteSource(ports.map((port) => ({ servedName: 'demo', endpoint: `http://127.0.0.1:${port}` }))),
     port: 0,
     policy,
+    // The llama.cpp run counts requests per replica from x-llmgw-endpoint and reads the affinity counters.
+    ...(observe ? { debugHeaders: true, admin: { host: '127.0.0.1', port: 0 } } : {}),
     log: (line) => process.stderr.write(`${line}\n`),
   });
-  process.send?.({ ports: [router.port] } satisfies Ready);
+  process.send?.({ ports: [router.port, ...(router.adminPort === undefined ? [] : [router.adminPort])] } satisfies Ready);
 }
 
-const roleAt = process.argv.indexOf('--role');
-if (roleAt < 0) {
-  main().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(`bench:affinity failed: ${(err as Error).stack ?? String(err)}`);
-      process.exit(1);
-    },
-  );
-} else {
-  process.on('disconnect', () => process.exit(0));
-  process.on('SIGTERM', () => process.exit(0));
-  const [role, ...rest] = process.argv.slice(roleAt + 1);
+runMainOrRole('bench:affinity', main, (role, rest) => {
   if (role === 'engines') void runEngines();
-  else void runRouter(rest[0] as Policy, rest.slice(1).map(Number));
-}
+  else {
+    const observe = rest.includes('--observe');
+    void runRouter(
+      rest[0] as Policy,
+      rest
+        .slice(1)
+        .filter((a) => a !== '--observe')
+        .map(Number),
+      observe,
+    );
+  }
+});

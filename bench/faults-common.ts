@@ -30,6 +30,17 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
   throw new Error(`bench:faults: no ${what} within ${timeoutMs / 1000} s`);
 }
 
+/** Milliseconds from `since` until `holds` answers true, polled as `until` polls. */
+export function msUntil(
+  what: string,
+  since: number,
+  holds: () => Promise<boolean>,
+  timeoutMs: number,
+  onTick?: () => void,
+): Promise<number> {
+  return until(what, async () => ((await holds()) ? Date.now() - since : undefined), timeoutMs, onTick);
+}
+
 export const status = (client: Client, name = DEPLOYMENT): Promise<DeploymentView> =>
   client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
 export const readyCount = async (client: Client, name = DEPLOYMENT): Promise<number> =>

@@ -10,13 +10,13 @@
 import Table from 'cli-table3';
 import type { DeploymentView } from '../common/replica-types.js';
 import { DEFAULT_LOST_GRACE_SECONDS } from '../common/node-types.js';
-import { listPids, readEnviron } from '../agent/supervisor/proc.js';
+import { listPids, readEnviron } from '../agent/supervisor/processes/proc.js';
 import { networkUnavailable } from '../test/helpers/netns/network.js';
 import { cutFromControlPlane, cutFromRouter, cutHost, healCuts, restoreHost } from '../test/helpers/netns/faults.js';
 import { gpusHeldTwice } from '../test/helpers/netns/gpu-holders.js';
 import { startLoad, type Sample } from '../test/helpers/load.js';
 import { startNetStack, type NetStack } from './net-stack.js';
-import { DEPLOYMENT, nodePhase, readyCount, secs, sleep, status, until, type Row } from './faults-common.js';
+import { DEPLOYMENT, msUntil, nodePhase, readyCount, secs, sleep, status, until, type Row } from './faults-common.js';
 import { deployRows } from './faults-deploy.js';
 
 const enginesOn = (nodeId: string): string[] =>
@@ -59,20 +59,16 @@ async function hostCut(stack: NetStack): Promise<Row> {
   const { result, samples, twice } = await withLoad(stack, async (check) => {
     const cutAt = Date.now();
     cutHost(victim.host);
-    const detect = await until(
-      'Unknown',
-      async () => ((await status(stack.client)).replicas.some((r) => r.phase === 'Unknown') ? Date.now() - cutAt : undefined),
-      60_000,
-      check,
-    );
-    const recover = await until(
+    const unknown = async () => (await status(stack.client)).replicas.some((r) => r.phase === 'Unknown');
+    const detect = await msUntil('Unknown', cutAt, unknown, 60_000, check);
+    const recover = await msUntil(
       'Ready elsewhere',
+      cutAt,
       async () => {
         const view = await status(stack.client);
-        const done = moved.every((id) =>
+        return moved.every((id) =>
           view.replicas.some((r) => r.replicaId === id && r.phase === 'Ready' && !r.nodes.includes(victim.nodeId)),
         );
-        return done ? Date.now() - cutAt : undefined;
       },
       120_000,
       check,
@@ -109,21 +105,12 @@ async function controlPlaneCut(stack: NetStack): Promise<Row> {
   const { result, samples, twice } = await withLoad(stack, async (check) => {
     const cutAt = Date.now();
     cutFromControlPlane(stack.network, host.host);
-    const detect = await until(
-      'NotReady',
-      async () => ((await nodePhase(stack.client, host.nodeId)) === 'NotReady' ? Date.now() - cutAt : undefined),
-      60_000,
-      check,
-    );
+    const phaseIs = (phase: string) => async () => (await nodePhase(stack.client, host.nodeId)) === phase;
+    const detect = await msUntil('NotReady', cutAt, phaseIs('NotReady'), 60_000, check);
     await sleep(5_000);
     const healAt = Date.now();
     healCuts(stack.network, host.host);
-    const recover = await until(
-      'Ready again',
-      async () => ((await nodePhase(stack.client, host.nodeId)) === 'Ready' ? Date.now() - healAt : undefined),
-      60_000,
-      check,
-    );
+    const recover = await msUntil('Ready again', healAt, phaseIs('Ready'), 60_000, check);
     return { detect, recover };
   });
   return {
@@ -151,12 +138,7 @@ async function everyAgentCut(stack: NetStack): Promise<Row> {
   const { result, samples, twice } = await withLoad(stack, async (check) => {
     const cutAt = Date.now();
     for (const h of stack.hosts) cutFromControlPlane(stack.network, h.host);
-    const detect = await until(
-      'every node NotReady',
-      async () => ((await everyNodeIs(stack, 'NotReady')) ? Date.now() - cutAt : undefined),
-      60_000,
-      check,
-    );
+    const detect = await msUntil('every node NotReady', cutAt, () => everyNodeIs(stack, 'NotReady'), 60_000, check);
     let lost = 0;
     while (Date.now() < cutAt + 10_000 + DEFAULT_LOST_GRACE_SECONDS * 1000 + 15_000) {
       check();
@@ -167,12 +149,7 @@ async function everyAgentCut(stack: NetStack): Promise<Row> {
     const cutFor = Date.now() - cutAt;
     const healAt = Date.now();
     for (const h of stack.hosts) healCuts(stack.network, h.host);
-    const recover = await until(
-      'every node Ready',
-      async () => ((await everyNodeIs(stack, 'Ready')) ? Date.now() - healAt : undefined),
-      90_000,
-      check,
-    );
+    const recover = await msUntil('every node Ready', healAt, () => everyNodeIs(stack, 'Ready'), 90_000, check);
     const after = await until(
       'every replica Ready',
       async () => {

@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import type { NodeView } from '../common/node-types.js';
-import { newTable } from '../cli/commands/table.js';
+import { newTable } from '../cli/actions/table.js';
 import { gpusHeldTwice } from '../sim/double-held.js';
 import {
   actionsBetween,

@@ -14,7 +14,7 @@ import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { ADMIN_TOKEN_FILE, readTokenFile } from '../agent/admin/auth.js';
 import { connectAdmin } from '../agent/admin/client.js';
-import { killMarkedEngines } from '../agent/supervisor/markers.js';
+import { killMarkedEngines } from '../agent/supervisor/processes/markers.js';
 import { logPath } from '../agent/supervisor/spec-store.js';
 import { createSupervisor } from '../agent/supervisor/supervisor.js';
 import { findFreePort } from '../common/ports.js';

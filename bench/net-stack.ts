@@ -8,11 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { findFreePort } from '../common/ports.js';
-import { signalGroup } from '../agent/supervisor/proc.js';
-import { killMarkedEngines } from '../agent/supervisor/markers.js';
 import { createNetwork, type NetHost, type Network } from '../test/helpers/netns/network.js';
 import { startToxiproxy, type ProxyPath, type Toxiproxy } from '../test/helpers/netns/toxiproxy.js';
-import { BENCH_CATALOG, connectClient, spawnPart, stackEnv, startTemporal } from './stack.js';
+import { BENCH_CATALOG, connectClient, spawnPart, stackEnv, startTemporal, stopParts } from './stack.js';
 
 export interface NetStack {
   network: Network;
@@ -75,10 +73,7 @@ export async function startNetStack(options: { hosts: number }): Promise<NetStac
     },
     async stop() {
       await connection.close();
-      for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGTERM');
-      await new Promise((r) => setTimeout(r, 3_000));
-      killMarkedEngines(nodeIds);
-      for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGKILL');
+      await stopParts(children, nodeIds);
       await toxiproxy.stop();
       await temporal.stop();
       network.destroy();

@@ -4,12 +4,13 @@
 // changed) once without fetching ahead (--no-prefetch) and once with, in the same run. Prints,
 // side by side, the longest stretch with fewer routable replicas than desired, the fetch time,
 // and how much fetch time fell inside the stretches below desired. Figures, not asserts.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { deploymentStatusQuery, rolloutUpdate } from '../workflows/definitions.js';
 import { startStandInHub } from '../test/helpers/stand-in-hub.js';
+import { oneModelCatalog, writeCatalogFile } from '../test/helpers/catalog-file.js';
 import { startStack } from './stack.js';
 
 const MB = 1_000_000;
@@ -22,18 +23,9 @@ const BANDWIDTH = 50 * MB;
 type Interval = [number, number];
 
 function catalogFile(): string {
-  const file = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-rollw-')), 'catalog.yaml');
-  writeFileSync(
-    file,
-    `defaults: { drainGraceSeconds: 1 }
-models:
-  - name: rollweights
-    source: hf://${REPO}
-    profiles:
-      - { name: w8, engine: fake, gpuClass: H100, tensorParallel: 8, gpusPerNode: 8, args: ["--load-time", "1"], startupTimeoutSeconds: 120 }
-`,
-  );
-  return file;
+  const profile =
+    '{ name: w8, engine: fake, gpuClass: H100, tensorParallel: 8, gpusPerNode: 8, args: ["--load-time", "1"], startupTimeoutSeconds: 120 }';
+  return writeCatalogFile('llmgw-bench-rollw-', oneModelCatalog('rollweights', `hf://${REPO}`, profile));
 }
 
 /** Every fetchWeights activity of a workflow, scheduled to completed, in server time (ms). */

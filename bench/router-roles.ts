@@ -6,8 +6,8 @@ import { Pool } from 'undici';
 import { fakeEngineOptions } from '../fake-engine/options.js';
 import { startFakeEngine } from '../fake-engine/server.js';
 import { announceListening, clusterMetricsSource, isRouterWorker, startRouterCluster } from '../router/cluster.js';
-import { StaticRouteSource } from '../router/routes.js';
-import { startRouter } from '../router/server.js';
+import { StaticRouteSource } from '../router/routes/table.js';
+import { startRouter } from '../router/http/server.js';
 
 export type Role = 'engine' | 'router' | 'load';
 

@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { findFreePort } from '../common/ports.js';
+import { numberFlag } from './cli.js';
 import { cpuSeconds, onPath, runWrk, startNginx, writeWrkScript, type Nginx } from './router-peers.js';
 import { runRole, type ChildMessage, type LoadJob, type LoadResult, type Role } from './router-roles.js';
 
@@ -86,17 +87,10 @@ const fixed = (v: number, digits: number) => (Number.isFinite(v) ? v.toFixed(dig
 const us = (cpu: number, requests: number) => (Number.isFinite(cpu) && requests > 0 ? `${((cpu / requests) * 1e6).toFixed(0)} µs` : 'n/a');
 const mark = (ok: boolean) => (ok ? 'ok  ' : 'MISS');
 
-function flag(name: string, fallback: number): number {
-  const at = process.argv.indexOf(name);
-  const value = at > 0 ? Number(process.argv[at + 1]) : fallback;
-  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} takes a positive number`);
-  return value;
-}
-
 async function main(): Promise<void> {
-  const seconds = flag('--seconds', 4);
-  const rounds = Math.floor(flag('--rounds', 3));
-  const routerWorkers = Math.floor(flag('--router-workers', 1));
+  const seconds = numberFlag('--seconds', 4);
+  const rounds = Math.floor(numberFlag('--rounds', 3));
+  const routerWorkers = Math.floor(numberFlag('--router-workers', 1));
   const children: ChildProcess[] = [];
   let nginx: Nginx | undefined;
   const scratch = mkdtempSync(join(os.tmpdir(), 'llmgw-bench-router-'));

@@ -5,15 +5,16 @@
 // chats, one hot prefix at twice one engine's capacity, prompts that share nothing, a burst.
 // Then each router's CPU per request and added p50 in front of an instant engine under wrk.
 // Figures, not asserts. Engines, routers and the load generator are separate processes.
-import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { findFreePort, isPortFree } from '../common/ports.js';
 import { fakeEngineOptions } from '../fake-engine/options.js';
 import { startFakeEngine } from '../fake-engine/server.js';
-import { StaticRouteSource } from '../router/routes.js';
-import { startRouter } from '../router/server.js';
+import { StaticRouteSource } from '../router/routes/table.js';
+import { startRouter } from '../router/http/server.js';
+import { forkRole, numberFlag, runMainOrRole } from './cli.js';
 import { cpuSeconds, onPath, runWrk, writeWrkScript } from './router-peers.js';
 import { busiestOverMean, drive, percentile, startEngines, WORKLOADS, type RunResult, type Workload } from './workloads.js';
 
@@ -34,14 +35,7 @@ interface Ready {
   pids: number[];
 }
 
-function spawnRole(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
-  const child = fork(__filename, ['--role', ...args], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const ready = new Promise<Ready>((resolve, reject) => {
-    child.once('message', (m: Ready) => resolve(m));
-    child.once('exit', (code) => reject(new Error(`${args[0] ?? '?'} exited with ${code}`)));
-  });
-  return { child, ready };
-}
+const spawnRole = (args: string[]) => forkRole<Ready>(__filename, args);
 
 function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
@@ -103,17 +97,10 @@ async function startOne(
   return { url, pids: [child.pid as number], child };
 }
 
-function flag(name: string, fallback: number): number {
-  const at = process.argv.indexOf(name);
-  const value = at > 0 ? Number(process.argv[at + 1]) : fallback;
-  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} takes a positive number`);
-  return value;
-}
-
 const f1 = (v: number) => (Number.isFinite(v) ? v.toFixed(1) : 'n/a');
 
 async function main(): Promise<void> {
-  const seconds = flag('--seconds', 8);
+  const seconds = numberFlag('--seconds', 8);
   const onlyAt = process.argv.indexOf('--only');
   const workloads: Workload[] = onlyAt > 0 ? [process.argv[onlyAt + 1] as Workload] : ['chats', 'hot', 'uniform', 'burst'];
   const { bin, why } = vllmRouter();
@@ -239,18 +226,4 @@ async function runRoleMain(role: string, rest: string[]): Promise<void> {
   }
 }
 
-const roleAt = process.argv.indexOf('--role');
-if (roleAt < 0) {
-  main().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(`bench:routers failed: ${(err as Error).stack ?? String(err)}`);
-      process.exit(1);
-    },
-  );
-} else {
-  process.on('disconnect', () => process.exit(0));
-  process.on('SIGTERM', () => process.exit(0));
-  const [role = '', ...rest] = process.argv.slice(roleAt + 1);
-  void runRoleMain(role, rest);
-}
+runMainOrRole('bench:routers', main, (role, rest) => void runRoleMain(role, rest));

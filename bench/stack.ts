@@ -11,8 +11,8 @@ import { startDevServer } from '../temporal/dev-server.js';
 import { startPostgresTemporal } from '../temporal/postgres/server.js';
 import { findFreePort } from '../common/ports.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
-import { signalGroup } from '../agent/supervisor/proc.js';
-import { killMarkedEngines } from '../agent/supervisor/markers.js';
+import { signalGroup } from '../agent/supervisor/processes/proc.js';
+import { killMarkedEngines } from '../agent/supervisor/processes/markers.js';
 import { ensureCatalogKeyFile, publicKeyFileOf } from '../common/catalog-key.js';
 import { controlRequest } from '../sim/control.js';
 
@@ -97,6 +97,8 @@ export function stackEnv(temporal: BenchTemporal): Record<string, string> {
     TEMPORAL_NAMESPACE: temporal.namespace,
     LLMGW_CATALOG_KEY_FILE: keyFile,
     LLMGW_CATALOG_PUBLIC_KEY_FILE: publicKeyFileOf(keyFile),
+    // The stack's agents enroll their own keys, as `llmgw up`'s do.
+    LLMGW_AGENT_ENROLL_KEY_FILE: keyFile,
     LLMGW_METRICS_ADDR: 'off',
   };
 }
@@ -149,6 +151,17 @@ export function spawnPart(
     child.stderr?.on('data', onData);
     child.once('exit', (code) => reject(new Error(`llmgw ${args[0]} exited (${code}): ${text.slice(-500)}`)));
   });
+}
+
+/**
+ * Stops the processes a stack spawned: each group asked to stop, 3 s to do so, then the engines
+ * its agents left behind and whatever still runs killed.
+ */
+export async function stopParts(children: ChildProcess[], nodeIds: string[]): Promise<void> {
+  for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGTERM');
+  await new Promise((r) => setTimeout(r, 3_000));
+  killMarkedEngines(nodeIds);
+  for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGKILL');
 }
 
 export function connectClient(temporal: BenchTemporal): Promise<{ client: Client; connection: Connection }> {
@@ -235,10 +248,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     },
     async stop() {
       await connection.close();
-      for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGTERM');
-      await new Promise((r) => setTimeout(r, 3_000));
-      killMarkedEngines(nodeIds);
-      for (const child of children) if (child.pid) signalGroup(child.pid, 'SIGKILL');
+      await stopParts(children, nodeIds);
       await temporal.stop();
     },
   };

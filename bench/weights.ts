@@ -22,13 +22,14 @@
 // coreutils' sha256sum has none and is 3-4 times slower here), for what verifying costs a
 // client that does it afterwards.
 import { execFile, fork, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { deploymentStatusQuery } from '../workflows/definitions.js';
 import type { FetchWeightsResult } from '../agent/weights/activity.js';
 import { startStandInHub } from '../test/helpers/stand-in-hub.js';
+import { writeCatalogFile } from '../test/helpers/catalog-file.js';
 import { startStack, stopEverythingStarted } from './stack.js';
 
 const MB = 1_000_000;
@@ -51,7 +52,6 @@ const LINK_BYTES_PER_SECOND = 250 * MB;
 type HubMessage = { url: string } | { bytesServed: number };
 
 function catalogFile(): string {
-  const file = join(mkdtempSync(join(tmpdir(), 'llmgw-bench-weights-')), 'catalog.yaml');
   const models = Array.from(
     { length: 2 * ROUNDS },
     (_, round) => `  - name: weights-${round}
@@ -60,8 +60,7 @@ function catalogFile(): string {
       - { name: p, engine: fake, gpuClass: H100, gpusPerNode: 1, startupTimeoutSeconds: 300 }
 `,
   );
-  writeFileSync(file, `models:\n${models.join('')}`);
-  return file;
+  return writeCatalogFile('llmgw-bench-weights-', `models:\n${models.join('')}`);
 }
 
 /** The stand-in hub in a process of its own, with one 500 MB repository per round. */

@@ -109,9 +109,15 @@ export interface RunResult {
   hitRate: number;
 }
 
-const CONTENT = Buffer.from('"delta":{"content":');
+// With the opening quote: llama.cpp's first chunk may carry `"content":null`, which is no token yet.
+const CONTENT = Buffer.from('"delta":{"content":"');
 
-async function oneRequest(url: string, body: string, dispatcher: Agent): Promise<number | undefined> {
+/** One streamed chat through the router: its status, time to the first content chunk (if any) and to the end, and who served it. */
+export async function streamChat(
+  url: string,
+  body: string,
+  dispatcher: Agent,
+): Promise<{ status: number; ttft: number | undefined; total: number; endpoint: string }> {
   const t0 = performance.now();
   const res = await request(`${url}/v1/chat/completions`, {
     method: 'POST',
@@ -122,7 +128,12 @@ async function oneRequest(url: string, body: string, dispatcher: Agent): Promise
   let ttft: number | undefined;
   for await (const chunk of res.body as AsyncIterable<Buffer>)
     if (ttft === undefined && chunk.indexOf(CONTENT) >= 0) ttft = performance.now() - t0;
-  return res.statusCode === 200 ? ttft : undefined;
+  return { status: res.statusCode, ttft, total: performance.now() - t0, endpoint: String(res.headers['x-llmgw-endpoint'] ?? '?') };
+}
+
+async function oneRequest(url: string, body: string, dispatcher: Agent): Promise<number | undefined> {
+  const r = await streamChat(url, body, dispatcher);
+  return r.status === 200 ? r.ttft : undefined;
 }
 
 export interface EngineCounters {

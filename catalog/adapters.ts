@@ -2,6 +2,7 @@
 // (adapters an engine holds at once, their highest rank), the checks `catalog validate` runs,
 // and the engine flags a profile that allows adapters adds. Pure; control plane and router.
 import { z } from 'zod';
+import { LORA_SOURCES_ENV } from '../common/names.js';
 import type { Catalog } from './schema.js';
 
 /** A fine-tune of the model: clients send `name` as `model`; `source` is the path the engine loads. */
@@ -87,24 +88,33 @@ export function checkAdapterNames(catalog: Catalog, ctx: z.RefinementCtx): void 
 /**
  * The engine flags and variables of a profile that allows adapters: vLLM's runtime LoRA API
  * (--enable-lora, --max-loras, --max-lora-rank and VLLM_ALLOW_RUNTIME_LORA_UPDATING) or
- * SGLang's (--enable-lora, --max-loras-per-batch, --max-lora-rank). Adapters themselves are
- * loaded at run time, so adding one changes neither the argv nor the revision.
+ * SGLang's (--enable-lora, --max-loras-per-batch, --max-lora-rank), and LLMGW_LORA_SOURCES: the
+ * sources the model lists, the only ones its engines load. That list is in the env, so the
+ * revision's signature covers it and an engine started from a signed revision refuses a load of
+ * any other directory, whoever asks; the price is that adding an adapter is a new revision
+ * (docs/adapters.md).
  */
 export function adapterEngineArgs(
-  engine: 'vllm' | 'sglang' | 'fake',
+  engine: 'vllm' | 'sglang' | 'fake' | 'llamacpp',
   adapters: ProfileAdapters | undefined,
+  listed: readonly CatalogAdapter[] = [],
 ): { args: string[]; env: Record<string, string> } {
   if (adapters === undefined) return { args: [], env: {} };
   const rank = ['--max-lora-rank', String(adapters.maxRank)];
+  // Sorted and unique, so that reordering the catalog's list is not a new revision.
+  const sources = { [LORA_SOURCES_ENV]: JSON.stringify([...new Set(listed.map((a) => a.source))].sort()) };
   switch (engine) {
     case 'vllm':
     case 'fake':
       return {
         args: ['--enable-lora', '--max-loras', String(adapters.maxLoaded), ...rank],
-        env: { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' },
+        env: { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True', ...sources },
       };
     case 'sglang':
-      return { args: ['--enable-lora', '--max-loras-per-batch', String(adapters.maxLoaded), ...rank], env: {} };
+      return { args: ['--enable-lora', '--max-loras-per-batch', String(adapters.maxLoaded), ...rank], env: sources };
+    case 'llamacpp':
+      // The catalog refuses adapters on a llamacpp profile (schema.ts): llama-server takes them only at start.
+      throw new Error('engine llamacpp has no run-time LoRA adapters');
   }
 }
 

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import type { z } from 'zod';
 import { Catalog, describeValue } from './schema.js';
+import { modelsDir } from '../common/engine-cache.js';
 
 export interface CatalogError {
   /** Where in the catalog, like `models[1].profiles[0].tensorParallel`; empty for the file as a whole. */
@@ -43,9 +44,25 @@ export function parseCatalog(text: string, fileName = 'catalog'): CatalogResult 
     return { ok: false, errors: [{ path: '', message: `${fileName} is empty: expected a mapping with a "models" list` }] };
   }
 
+  expandModelsDir(data);
   const parsed = Catalog.safeParse(data, { error: genericMessage });
   if (parsed.success) return { ok: true, catalog: parsed.data };
   return { ok: false, errors: parsed.error.issues.flatMap((issue) => toCatalogErrors(issue, doc, lineCounter)) };
+}
+
+/**
+ * `${LLMGW_MODELS}` in a model's source is the machine's models folder (LLMGW_MODELS, else the
+ * engine cache's, common/engine-cache.ts), where models that come in packages are assembled: so
+ * the example catalog names the real demo model without naming a home folder. Read where the
+ * catalog is read, so every revision carries (and signs) the path itself.
+ */
+function expandModelsDir(data: unknown): void {
+  const models = (data as { models?: unknown }).models;
+  if (!Array.isArray(models)) return;
+  for (const model of models as Array<Record<string, unknown>>) {
+    if (model && typeof model.source === 'string' && model.source.includes('${LLMGW_MODELS}'))
+      model.source = model.source.replaceAll('${LLMGW_MODELS}', modelsDir());
+  }
 }
 
 /** Reads and parses a catalog file; an unreadable file is an error naming the path, not an exception. */

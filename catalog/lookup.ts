@@ -95,7 +95,7 @@ export function chooseProfile(catalog: Catalog, model: string, request: ProfileR
  */
 export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): ProfileSnapshot {
   // Adapter flags before the profile's own args, so that the catalog can still override them.
-  const lora = adapterEngineArgs(profile.engine, profile.adapters);
+  const lora = adapterEngineArgs(profile.engine, profile.adapters, model.adapters);
   return {
     model: model.name,
     modelSource: model.source,

@@ -7,7 +7,7 @@ import { AutoscaleSchema } from '../common/autoscale.js';
 import { CatalogAdapter, ProfileAdapters, checkAdapterNames, checkModelAdapters } from './adapters.js';
 import { parseModelSource } from '../common/model-source.js';
 
-export const ENGINES = ['vllm', 'sglang', 'fake'] as const;
+export const ENGINES = ['vllm', 'sglang', 'fake', 'llamacpp'] as const;
 export type EngineName = (typeof ENGINES)[number];
 
 export const LAUNCHERS = ['native', 'ray'] as const;
@@ -150,6 +150,21 @@ export const CatalogProfile = strictObject('a profile', {
         code: 'custom',
         path: ['launcher'],
         message: `launcher ray is not supported for engine ${profile.engine} (only ${RAY_ENGINES.join(', ')}); ${profile.engine} spreads over nodes with launcher native`,
+      });
+    }
+    if (profile.engine === 'llamacpp' && profile.nodes > 1) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['nodes'],
+        message: `engine llamacpp runs on one node (llama-server splits a model over the GPUs of its host only); nodes ${profile.nodes} is not supported`,
+      });
+    }
+    if (profile.engine === 'llamacpp' && profile.adapters !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['adapters'],
+        message:
+          'engine llamacpp loads LoRA adapters only at start (--lora), not at run time: remove adapters, or give the adapter as an arg',
       });
     }
     if (profile.engine === 'vllm' && profile.nodes > 1 && profile.launcher === 'native') {

@@ -51,7 +51,8 @@ function ed25519Key(raw: Buffer, isPrivate: boolean): CatalogKey {
   return { kind: 'ed25519', id: keyId(raw), publicKey };
 }
 
-function parseLine(line: string, where: string): CatalogKey {
+/** One key line (`ed25519-private:`, `ed25519-public:` or a legacy secret); `where` names it in errors. */
+export function parseKeyLine(line: string, where: string): CatalogKey {
   const ed = line.startsWith(PRIVATE_PREFIX) ? PRIVATE_PREFIX : line.startsWith(PUBLIC_PREFIX) ? PUBLIC_PREFIX : undefined;
   if (ed !== undefined) {
     try {
@@ -84,7 +85,7 @@ export function readCatalogKeys(file: string): CatalogKeyring {
   text.split('\n').forEach((raw, index) => {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) return;
-    keys.push(parseLine(line, `line ${index + 1} of ${file}`));
+    keys.push(parseKeyLine(line, `line ${index + 1} of ${file}`));
   });
   if (keys.length === 0) throw new Error(`the catalog key file ${file} holds no key (one key a line; the first that can sign signs)`);
   return { file, signing: keys.find(canSign), all: keys };
@@ -136,7 +137,7 @@ export function newKeyPairLines(): { privateLine: string; publicLine: string } {
   const { privateKey } = generateKeyPairSync('ed25519');
   const seed = privateKey.export({ format: 'der', type: 'pkcs8' }).subarray(PKCS8_ED25519.length);
   const line = `${PRIVATE_PREFIX}${seed.toString('base64url')}`;
-  return { privateLine: line, publicLine: publicLine(parseLine(line, 'a new key')) };
+  return { privateLine: line, publicLine: publicLine(parseKeyLine(line, 'a new key')) };
 }
 
 /** The file agents and routers get next to the control worker's private key file. */

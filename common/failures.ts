@@ -31,13 +31,18 @@ export const FailureType = {
   HostEnvMissing: 'HostEnvMissing',
   /**
    * The agent refused a start's placement: GPUs it does not manage or another live shard
-   * holds, or a port outside its range (agent/supervisor/start-checks.ts).
+   * holds, or a port outside its range (agent/supervisor/start/start-checks.ts).
    */
   PlacementRefused: 'PlacementRefused',
   /** The weights' source refused them (no or a refused token, an unknown revision): no retry helps. */
   WeightsUnavailable: 'WeightsUnavailable',
   /** This host cannot hold the weights (disk full, or over its --weights-budget with nothing evictable). */
   WeightsNoSpace: 'WeightsNoSpace',
+  /**
+   * A continued run's carried state did not verify (workflows/carried.ts): the run ends without
+   * acting on it, and reconciliation rebuilds the replica from what the agents report.
+   */
+  CarriedStateRefused: 'CarriedStateRefused',
 } as const;
 
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];

@@ -20,10 +20,15 @@ export interface S3Source {
   digest?: string;
 }
 
-/** A directory on a filesystem every host mounts: verified and used in place, never copied. */
+/** A directory (or one file) on a filesystem every host mounts: used in place, never copied. */
 export interface FileSource {
   kind: 'file';
   path: string;
+  /**
+   * The pinned digest of its GGUF files (`@sha256:…`, common/file-digest.ts), set at deploy when
+   * it holds any; each agent checks it before an engine reads them.
+   */
+  digest?: string;
 }
 
 /**
@@ -90,10 +95,12 @@ export function parseModelSource(text: string): SourceParse {
       return { ok: true, source: { kind: 's3', bucket, prefix, ...(digest ? { digest } : {}) } };
     }
     case 'file': {
-      if (!rest.startsWith('/') || rest.split('/').includes('..')) {
+      const pinned = /@(sha256:[0-9a-f]{64})$/.exec(rest);
+      const path = pinned ? rest.slice(0, pinned.index) : rest;
+      if (!path.startsWith('/') || path.split('/').includes('..')) {
         return { ok: false, message: `source ${JSON.stringify(text)}: expected file:///ABSOLUTE/PATH (three slashes, no "..")` };
       }
-      return { ok: true, source: { kind: 'file', path: rest.replace(/\/+$/, '') || '/' } };
+      return { ok: true, source: { kind: 'file', path: path.replace(/\/+$/, '') || '/', ...(pinned ? { digest: pinned[1] } : {}) } };
     }
     case 'engine': {
       if (rest.trim() === '')
@@ -116,7 +123,7 @@ export function formatModelSource(source: ModelSource): string {
     case 's3':
       return `s3://${source.bucket}/${source.prefix}${source.digest ? `@${source.digest}` : ''}`;
     case 'file':
-      return `file://${source.path}`;
+      return `file://${source.path}${source.digest ? `@${source.digest}` : ''}`;
     case 'engine':
       return `engine://${source.name}`;
     default: {
@@ -180,6 +187,7 @@ export function isPinned(source: ModelSource): boolean {
     case 's3':
       return source.digest !== undefined;
     case 'file':
+      return source.digest !== undefined;
     case 'engine':
       return false;
     default: {

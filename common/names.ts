@@ -26,7 +26,7 @@ export function nodeWorkflowId(nodeId: string): string {
   return `node/${nodeId}`;
 }
 
-/** The Schedule that reconciles one node every few minutes (reconcile/<nodeId>). */
+/** The Schedule that reconciles one node, hourly by default (reconcile/<nodeId>; agent --reconcile-every-seconds). */
 export function reconcileScheduleId(nodeId: string): string {
   return `reconcile/${nodeId}`;
 }
@@ -56,6 +56,13 @@ export const ENGINE_MARKER_ENV = {
   shardId: 'LLMGW_SHARD_ID',
   replicaId: 'LLMGW_REPLICA_ID',
 } as const;
+
+/**
+ * The adapter sources an engine may load at run time, as a JSON array: set in the signed
+ * revision's env by the catalog (catalog/adapters.ts), honoured by the engine's loader
+ * (fake-engine/lora.ts). docs/adapters.md says why it lives in the revision.
+ */
+export const LORA_SOURCES_ENV = 'LLMGW_LORA_SOURCES';
 
 export const DEFAULT_PORTS = {
   temporal: 7233,

@@ -7,7 +7,7 @@ export type NodePhase = 'Registering' | 'Ready' | 'NotReady' | 'Lost';
 /**
  * NotReady for this long → Lost (`--lost-grace-seconds`). With the liveness sweep's 10 s of
  * silence before NotReady, a host that drops off the network has its replicas re-placed
- * about 30 s after its last heartbeat; why 20 s: docs/operating.md ("A host cut off").
+ * about 30 s after its last heartbeat; why 20 s: docs/failures.md ("A host cut off").
  */
 export const DEFAULT_LOST_GRACE_SECONDS = 20;
 
@@ -97,6 +97,11 @@ export interface ReserveRequest {
    * GPUs after a rejection. Ignored now; waiting replicas are woken through visibility.
    */
   wakeWorkflowId?: string;
+  /**
+   * Placement of a control worker that trusts unenrolled agents (`--trust-unenrolled-agents`, or
+   * one without a catalog key): a node no enrolled key vouches for may still take the shard.
+   */
+  allowUnenrolled?: boolean;
 }
 
 export type ReserveResult =
@@ -152,6 +157,45 @@ export interface NodeView {
   registrations: number;
   /** The weights its host's cache holds, as last reported; absent until the agent reports them. */
   weights?: HeldWeights[];
+  /** The agent public key the operator enrolled (`ed25519-public:…`); absent: unenrolled. */
+  agentKey?: string;
+  /** The inventory came from a registration signed by the enrolled key: placement may use the node. */
+  enrolled?: boolean;
+  /** The key the latest registration that was not verified was signed with (what to enroll). */
+  offeredKey?: string;
+}
+
+/**
+ * What a node shows as its state (LlmgwState, placement's index): Cordoned over its phase, and a
+ * Ready node that no enrolled agent key vouches for as Unenrolled, which placement skips.
+ */
+export function shownNodeState(view: Pick<NodeView, 'phase' | 'cordoned' | 'enrolled'>): string {
+  if (view.cordoned) return 'Cordoned';
+  return view.phase === 'Ready' && !view.enrolled ? 'Unenrolled' : view.phase;
+}
+
+/**
+ * The operator's word that node `nodeId`'s agent holds `publicKey`: signed with the catalog key
+ * (`llmgw nodes enroll`), so nobody who can only write to the namespace can enroll a key.
+ */
+export interface AgentEnrollment {
+  nodeId: string;
+  publicKey: string;
+  /** RFC 3339; a later enrollment replaces an earlier one, never the reverse. */
+  enrolledAt: string;
+  signature: string;
+}
+
+/**
+ * What an agent sends beside its registration: its public key, when it signed, and its
+ * signature over the node id, that time and the whole report (address included). An agent
+ * given the catalog key to enroll itself (`llmgw up`, tests) adds the enrollment.
+ */
+export interface RegisterProof {
+  publicKey: string;
+  signedAt: string;
+  signature: string;
+  enrollment?: AgentEnrollment;
 }
 
 /** What the node workflow tells a replica about the host under it. */

@@ -1,7 +1,9 @@
 // Placement tickets: the control worker's signature over where one shard runs — the replica's
-// workflow, the node, shard and rank, the GPUs, the ports, the leader's registered address and
-// the revision — made when placement reserved the GPUs (activities/placement.ts), checked by the
-// agent before it writes a spec or spawns anything (agent/placement-ticket.ts). Process side.
+// workflow and run chain, the node, shard and rank, the GPUs, the ports, the leader's registered
+// address, the revision and when it was issued — made when placement reserved the GPUs
+// (activities/placement.ts) and renewed before each start (activities/placement-tickets.ts),
+// checked by the agent before it writes a spec or spawns anything (agent/placement-ticket.ts).
+// Process side.
 import type { StartShard } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { CatalogKey, CatalogKeyring } from './catalog-key.js';
 import { signStatement, verifyStatement, type SignatureVerdict } from './signature.js';
@@ -11,8 +13,16 @@ const DOMAIN = 'llmgw placement v1';
 export interface PlacementTicket {
   /** The replica workflow the shard belongs to: the only workflow whose startShard may carry it. */
   replicaId: string;
-  /** The run that placed it (for the record: a restart after continue-as-new is another run). */
+  /** The run that asked for it (for the record: a restart after continue-as-new is another run). */
   placedByRun: string;
+  /**
+   * The replica workflow's run chain (its first run's id): it survives continue-as-new, but a
+   * workflow started again under a closed replica's id is another chain, so an old ticket
+   * replayed by it is refused.
+   */
+  chain: string;
+  /** When it was signed (ms since the epoch): a new engine starts only on a fresh ticket. */
+  issuedAt: number;
   shardId: string;
   nodeId: string;
   rank: number;
@@ -31,11 +41,18 @@ export interface PlacementTicket {
   deployment: string;
   /** The model name the revision serves (the agent checks it against the signed profile). */
   servedName: string;
+  /**
+   * Every rank's registered management address, in rank order ([] for a single-node replica):
+   * the only hosts rank 0's agent lets reach its rendezvous port (agent/host/rendezvous-firewall.ts).
+   */
+  peers: string[];
 }
 
 const FIELDS: (keyof PlacementTicket)[] = [
   'replicaId',
   'placedByRun',
+  'chain',
+  'issuedAt',
   'shardId',
   'nodeId',
   'rank',
@@ -49,6 +66,7 @@ const FIELDS: (keyof PlacementTicket)[] = [
   'address',
   'deployment',
   'servedName',
+  'peers',
 ];
 
 /** The signed bytes: every field, in one fixed order. */
@@ -96,6 +114,15 @@ function verdictWhy(verdict: Exclude<SignatureVerdict, { ok: true }>): string {
   }
 }
 
+/**
+ * What a ticket says, without checking its signature: only for a ticket this agent verified
+ * before it started the shard (the spec in its own state dir), e.g. to learn its peers.
+ */
+export function readPlacementTicket(text: string): PlacementTicket | undefined {
+  const dot = text.indexOf('.');
+  return dot > 0 ? parse(text.slice(0, dot)) : undefined;
+}
+
 export function verifyPlacementTicket(text: string, keys: CatalogKey[]): TicketVerdict {
   if (text === '') return { ok: false, why: 'it carries no placement ticket (only placements the control worker made start here)' };
   const dot = text.indexOf('.');
@@ -106,20 +133,49 @@ export function verifyPlacementTicket(text: string, keys: CatalogKey[]): TicketV
   return { ok: true, ticket, legacy: verdict.legacy };
 }
 
+/** A ticket older than this starts no new engine (a running one is adopted on its recorded ticket). */
+export const NEW_START_TICKET_MAX_AGE_MS = 5 * 60_000;
+
+/** What the agent knows besides the start itself; each fact left out is not checked (unit tests). */
+export interface StartFacts {
+  /** The workflow that sent the start and its run chain (from Temporal, not from the start). */
+  caller?: { workflowId: string; chain: string };
+  /** The agent's own advertised address: a ticket for any other is not for this host. */
+  ownAddress?: string;
+  /** Whether no spec of this shard is recorded here (a new engine), and the time now. */
+  newStart?: boolean;
+  now?: number;
+}
+
 /**
- * Every way `spec` differs from what its ticket allows ([] when it may start), `caller` being
- * the workflow that sent it where known: a ticket copied out of a history into a start from
- * another workflow, another node, other GPUs or another leader does not hold.
+ * Every way `spec` differs from what its ticket allows ([] when it may start), given what the
+ * agent knows: a ticket copied out of a history into a start from another workflow or another
+ * run chain (an old replica's ticket replayed under its reused id), for another host, another
+ * node, other GPUs or another leader, or too old to start a new engine, does not hold.
  */
-export function ticketMismatches(ticket: PlacementTicket, spec: StartShard, caller: string | undefined): string[] {
+export function ticketMismatches(ticket: PlacementTicket, spec: StartShard, facts: StartFacts): string[] {
   const problems: string[] = [];
   const differs = (what: string, given: unknown, signed: unknown): void => {
     if (JSON.stringify(given) !== JSON.stringify(signed)) {
       problems.push(`its ${what} ${JSON.stringify(given)} is not the placed ${JSON.stringify(signed)}`);
     }
   };
-  if (caller !== undefined && caller !== ticket.replicaId) {
-    problems.push(`it was sent by workflow ${caller}, but its ticket is replica ${ticket.replicaId}'s`);
+  const { caller } = facts;
+  if (caller !== undefined && caller.workflowId !== ticket.replicaId) {
+    problems.push(`it was sent by workflow ${caller.workflowId}, but its ticket is replica ${ticket.replicaId}'s`);
+  } else if (caller !== undefined && caller.chain !== ticket.chain) {
+    problems.push(
+      `it was sent by run chain ${caller.chain} of ${caller.workflowId}, but its ticket is chain ${ticket.chain || '(none)'}'s: a replica id used again does not inherit its old tickets`,
+    );
+  }
+  if (facts.ownAddress !== undefined && ticket.address !== facts.ownAddress) {
+    problems.push(`its ticket places it at address ${JSON.stringify(ticket.address)}, but this agent's address is ${facts.ownAddress}`);
+  }
+  if (facts.newStart && facts.now !== undefined && facts.now - ticket.issuedAt > NEW_START_TICKET_MAX_AGE_MS) {
+    const minutes = Math.round((facts.now - ticket.issuedAt) / 60_000);
+    problems.push(
+      `its ticket was issued ${minutes} min ago: a new engine starts only on a ticket of the last ${NEW_START_TICKET_MAX_AGE_MS / 60_000} min`,
+    );
   }
   differs('replica', spec.replicaId, ticket.replicaId);
   differs('notified workflow', spec.notifyWorkflowId, ticket.replicaId);

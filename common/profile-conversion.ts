@@ -11,25 +11,19 @@ import {
 } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { EnvValue, ProfileSnapshot, ShardPlacement } from './replica-types.js';
 
-function engineToWire(engine: ProfileSnapshot['engine']): Engine {
-  switch (engine) {
-    case 'vllm':
-      return Engine.VLLM;
-    case 'sglang':
-      return Engine.SGLANG;
-    case 'fake':
-      return Engine.FAKE;
-  }
-}
+/** Each engine's wire value; engineFromWire reads the same table backwards. */
+const ENGINE_TO_WIRE: Record<ProfileSnapshot['engine'], Engine> = {
+  vllm: Engine.VLLM,
+  sglang: Engine.SGLANG,
+  fake: Engine.FAKE,
+  llamacpp: Engine.LLAMACPP,
+};
 
-function launcherToWire(launcher: ProfileSnapshot['launcher']): Launcher {
-  switch (launcher) {
-    case 'native':
-      return Launcher.NATIVE;
-    case 'ray':
-      return Launcher.RAY;
-  }
-}
+const ENGINE_FROM_WIRE: Partial<Record<number, ProfileSnapshot['engine']>> = Object.fromEntries(
+  Object.entries(ENGINE_TO_WIRE).map(([engine, wire]) => [wire, engine as ProfileSnapshot['engine']]),
+);
+
+const LAUNCHER_TO_WIRE: Record<ProfileSnapshot['launcher'], Launcher> = { native: Launcher.NATIVE, ray: Launcher.RAY };
 
 /** The wire keeps literal values and host references apart: a reference is only a name. */
 function splitEnv(env: Record<string, EnvValue>): { literal: Record<string, string>; fromHost: Record<string, string> } {
@@ -46,7 +40,7 @@ export function engineProfileFromSnapshot(snapshot: ProfileSnapshot): EngineProf
   const env = splitEnv(snapshot.env);
   return create(EngineProfileSchema, {
     name: snapshot.profile,
-    engine: engineToWire(snapshot.engine),
+    engine: ENGINE_TO_WIRE[snapshot.engine],
     modelSource: snapshot.modelSource,
     servedName: snapshot.servedName,
     gpuClass: snapshot.gpuClass,
@@ -59,21 +53,15 @@ export function engineProfileFromSnapshot(snapshot: ProfileSnapshot): EngineProf
     envFromHost: env.fromHost,
     startupTimeoutSeconds: snapshot.startupTimeoutSeconds,
     minGpuMemoryMib: snapshot.minGpuMemoryMib,
-    launcher: launcherToWire(snapshot.launcher),
+    launcher: LAUNCHER_TO_WIRE[snapshot.launcher],
     model: snapshot.model,
     signature: snapshot.signature ?? '',
   });
 }
 
+// Engines from before the field (UNSPECIFIED) were vLLM.
 function engineFromWire(engine: Engine): ProfileSnapshot['engine'] {
-  switch (engine) {
-    case Engine.SGLANG:
-      return 'sglang';
-    case Engine.FAKE:
-      return 'fake';
-    default:
-      return 'vllm';
-  }
+  return ENGINE_FROM_WIRE[engine] ?? 'vllm';
 }
 
 /**

@@ -21,7 +21,7 @@ export type WorkflowPresence = 'running' | 'closed' | 'missing';
 
 /**
  * How `llmgw upgrade` begins the reason of a run it ends so that reconciliation rebuilds it
- * (cli/commands/upgrade-pre-release.ts): such a replica counts as missing, not closed, and its
+ * (cli/actions/upgrade-pre-release.ts): such a replica counts as missing, not closed, and its
  * engines are adopted rather than stopped.
  */
 export const ENDED_TO_BE_ADOPTED = 'llmgw upgrade: ended to move to a new build';

@@ -25,6 +25,28 @@ const PATTERNS: readonly [RegExp, string][] = [
   ],
 ];
 
+/** An option whose name says it holds a credential: `--api-key`, `--hf-token`, `-password`, `--aws_secret`. */
+const SECRET_OPTION = /^--?[A-Za-z0-9_-]*(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|credential)[A-Za-z0-9_-]*$/i;
+
+/**
+ * A process's command line as it may leave the host (another process's, which may hold its
+ * owner's secrets): the value of every credential-like option masked, in both the
+ * `--api-key VALUE` and the `--api-key=VALUE` forms, then the patterns above.
+ */
+export function redactArgv(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const word = argv[i]!;
+    const eq = word.indexOf('=');
+    if (eq > 0 && SECRET_OPTION.test(word.slice(0, eq))) out.push(`${word.slice(0, eq)}=***`);
+    else if (SECRET_OPTION.test(word) && i + 1 < argv.length) {
+      out.push(word, '***');
+      i++;
+    } else out.push(redactSecrets(word));
+  }
+  return out;
+}
+
 /** Longest summary a failure carries: a hint, not the log. */
 export const SUMMARY_MAX_CHARS = 200;
 

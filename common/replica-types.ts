@@ -40,7 +40,7 @@ export interface ProfileSnapshot {
   modelSource: string;
   servedName: string;
   profile: string;
-  engine: 'vllm' | 'sglang' | 'fake';
+  engine: 'vllm' | 'sglang' | 'fake' | 'llamacpp';
   launcher: 'native' | 'ray';
   gpuClass: string;
   tensorParallel: number;
@@ -94,8 +94,10 @@ export interface ReplicaInput {
   labels?: Record<string, string>;
   /** Adopt shards that are already running (reconciliation) instead of placing new ones. */
   adopt?: ShardPlacement[];
-  /** State handed over by continue-as-new (honoured only in a run continued from ours). */
+  /** State handed over by continue-as-new (honoured only when its seal verifies: workflows/carried.ts). */
   carried?: unknown;
+  /** The control worker's MAC over the rest of a continued run's input (workflows/carried.ts). */
+  seal?: string;
   /** Set by the hand-over to a new llmgw build: the run parks until `llmgw upgrade` moves it. */
   upgrading?: boolean;
   /** Tests: hand over after this many history events instead of the default bound. */
@@ -153,8 +155,10 @@ export interface DeployModelInput {
   rollout?: 'auto' | 'manual';
   maxSurge?: number;
   maxUnavailable?: number;
-  /** State handed over by continue-as-new (honoured only in a run continued from ours). */
+  /** State handed over by continue-as-new (honoured only when its seal verifies: workflows/carried.ts). */
   carried?: unknown;
+  /** The control worker's MAC over the rest of a continued run's input (workflows/carried.ts). */
+  seal?: string;
   /** Set by the hand-over to a new llmgw build (workflows/upgrade.ts). */
   upgrading?: boolean;
   /** Tests: hand over after this many history events instead of the default bound. */
@@ -182,6 +186,10 @@ export interface AutoscaleView {
   metric: string;
   target: number;
   idleToZeroSeconds?: number;
+  /** The rest of the policy (absent from a deployment of a release before 0.3.0: the defaults). */
+  upAfterSeconds?: number;
+  downAfterSeconds?: number;
+  tolerance?: number;
   lastDecision?: AutoscaleDecision & { at: string; from: number };
 }
 

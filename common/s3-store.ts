@@ -3,6 +3,7 @@
 // refusals that say what to set. Endpoint and credentials stay in the process that reads them.
 import { createHash } from 'node:crypto';
 import { paginateListObjectsV2, S3Client } from '@aws-sdk/client-s3';
+import { checkListing } from './listing-paths.js';
 
 /** One object of a source: its path under the prefix (the file's name in the snapshot), key, size and ETag. */
 export interface S3Object {
@@ -63,13 +64,16 @@ export async function listS3Objects(client: S3Client, bucket: string, prefix: st
     for (const entry of page.Contents ?? []) {
       if (entry.Key === undefined || entry.Key.endsWith('/')) continue;
       const path = entry.Key.slice(folder.length);
-      if (path.split('/').some((part) => part === '' || part === '.' || part === '..')) {
-        throw new Error(`s3://${bucket}/${entry.Key} cannot be a file of a snapshot (empty, "." or ".." in its path)`);
-      }
       objects.push({ path, key: entry.Key, size: entry.Size ?? 0, etag: (entry.ETag ?? '').replace(/"/g, '') });
     }
   }
+  checkListing(`s3://${bucket}/${folder}`, objects, s3ListingFix(bucket));
   return objects.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/** What an operator does about an object whose key cannot be a file of a revision. */
+export function s3ListingFix(bucket: string): string {
+  return `Rename or delete that object in s3://${bucket} (and its old versions, in a versioned bucket), then deploy again`;
 }
 
 /**

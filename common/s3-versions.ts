@@ -4,7 +4,8 @@
 // first; each object is then fetched by its version id. Agent side (the fetch); pure but for the
 // listing.
 import { ListObjectVersionsCommand, type S3Client } from '@aws-sdk/client-s3';
-import { s3Digest, s3FolderPrefix, type S3Object } from './s3-store.js';
+import { checkListing } from './listing-paths.js';
+import { s3Digest, s3FolderPrefix, s3ListingFix, type S3Object } from './s3-store.js';
 
 /** An object of a pinned revision, at the version that held it. */
 export interface S3ObjectVersion extends S3Object {
@@ -35,7 +36,12 @@ export async function findPinnedVersions(
   const moments = [...new Set(changes.map((c) => c.at))].sort((a, b) => b - a);
   for (const moment of moments) {
     const objects = standingAt(changes, moment);
-    if (objects.length > 0 && s3Digest(objects) === digest) return objects;
+    if (objects.length > 0 && s3Digest(objects) === digest) {
+      // The same check as the current listing's (listS3Objects): an old version's key is as
+      // much the store owner's choice as a current one's.
+      checkListing(`s3://${bucket}/${s3FolderPrefix(prefix)} (versions)`, objects, s3ListingFix(bucket));
+      return objects;
+    }
   }
   return undefined;
 }

@@ -4,45 +4,28 @@ import { ShardState } from '../proto/gen/llmgw/v1/shard_pb.js';
 
 export type ShardPhase = 'Pending' | 'Starting' | 'Loading' | 'Ready' | 'Draining' | 'Stopped' | 'Failed';
 
+/** Each phase's wire state: both directions come from this one table. */
+const PHASE_TO_WIRE: Record<ShardPhase, ShardState> = {
+  Pending: ShardState.PENDING,
+  Starting: ShardState.STARTING,
+  Loading: ShardState.LOADING,
+  Ready: ShardState.READY,
+  Draining: ShardState.DRAINING,
+  Stopped: ShardState.STOPPED,
+  Failed: ShardState.FAILED,
+};
+
+const PHASE_FROM_WIRE: Partial<Record<number, ShardPhase>> = Object.fromEntries(
+  Object.entries(PHASE_TO_WIRE).map(([phase, state]) => [state, phase as ShardPhase]),
+);
+
 // An unrecognised state is treated as Failed rather than guessed at: a newer agent
 // reporting something this control plane does not understand must not be mistaken
 // for a healthy shard.
 export function shardPhaseFromWire(state: ShardState | number): ShardPhase {
-  switch (state) {
-    case ShardState.PENDING:
-      return 'Pending';
-    case ShardState.STARTING:
-      return 'Starting';
-    case ShardState.LOADING:
-      return 'Loading';
-    case ShardState.READY:
-      return 'Ready';
-    case ShardState.DRAINING:
-      return 'Draining';
-    case ShardState.STOPPED:
-      return 'Stopped';
-    case ShardState.FAILED:
-    case ShardState.UNSPECIFIED:
-    default:
-      return 'Failed';
-  }
+  return PHASE_FROM_WIRE[state] ?? 'Failed';
 }
 
 export function shardPhaseToWire(phase: ShardPhase): ShardState {
-  switch (phase) {
-    case 'Pending':
-      return ShardState.PENDING;
-    case 'Starting':
-      return ShardState.STARTING;
-    case 'Loading':
-      return ShardState.LOADING;
-    case 'Ready':
-      return ShardState.READY;
-    case 'Draining':
-      return ShardState.DRAINING;
-    case 'Stopped':
-      return ShardState.STOPPED;
-    case 'Failed':
-      return ShardState.FAILED;
-  }
+  return PHASE_TO_WIRE[phase];
 }

@@ -3,12 +3,16 @@
 // adapters listed in /v1/models with their `parent`, requests naming an adapter served only
 // while it is loaded, and vLLM's `vllm:lora_requests_info` gauge. Engine side.
 //
+// Like a LoRA resolver started with a fixed list, it loads only the sources LLMGW_LORA_SOURCES
+// names (the signed revision's list, catalog/adapters.ts), whoever asks: the engine key lets a
+// caller in, it does not make any directory on the host an adapter.
+//
 // One deliberate difference: vLLM registers any number of adapters and swaps them through its
 // CPU cache (--max-cpu-loras) at a cost per batch; the fake engine makes --max-loras a hard
 // limit on what is loaded and refuses a load beyond it, so a router that overcommits an
 // engine's slots is caught by every test instead of passing slowly.
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { describeIssues, sendError } from './requests.js';
@@ -20,9 +24,26 @@ export interface LoraSettings {
   maxLoraRank: number;
   /** The fake engine's own --lora-load-time: how long a load takes, seconds. */
   loadTimeS: number;
+  /** LLMGW_LORA_SOURCES: the only adapter directories a load may name; undefined: any (vLLM's own behaviour). */
+  allowedSources?: readonly string[];
 }
 
 export const DEFAULT_LORA: LoraSettings = { maxLoras: 1, maxLoraRank: 16, loadTimeS: 0 };
+
+/**
+ * LLMGW_LORA_SOURCES: a JSON array of adapter directories; undefined for anything else, which
+ * the engine takes as a reason not to start rather than to load anything.
+ */
+export function loraSources(text: string): string[] | undefined {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const parsed = z.array(z.string().min(1)).safeParse(raw);
+  return parsed.success ? parsed.data : undefined;
+}
 
 const LoadRequest = z.looseObject({ lora_name: z.string().min(1), lora_path: z.string().min(1) });
 const UnloadRequest = z.looseObject({ lora_name: z.string().min(1) });
@@ -90,7 +111,7 @@ export class LoraAdapters {
         `Loading lora ${name} failed: all ${this.settings.maxLoras} LoRA slots are taken (${held}); unload one first.`,
       );
     }
-    const refusal = checkAdapterPath(path, this.settings.maxLoraRank);
+    const refusal = unlisted(path, this.settings.allowedSources) ?? checkAdapterPath(path, this.settings.maxLoraRank);
     if (refusal !== undefined) return sendError(res, 'BadRequestError', `Loading lora ${name} failed: ${refusal}`);
     this.loading.add(name);
     const done = () => {
@@ -124,6 +145,17 @@ export class LoraAdapters {
     withBody((body) => (path === '/v1/load_lora_adapter' ? this.load(res, body) : this.unload(res, body)));
     return true;
   }
+}
+
+/**
+ * A path the engine's list does not hold, compared resolved so that `listed/../other` is not
+ * the listed directory. The refusal names the path the caller sent, never the list.
+ */
+function unlisted(path: string, allowed: readonly string[] | undefined): string | undefined {
+  if (allowed === undefined) return undefined;
+  const wanted = resolve(path);
+  if (allowed.some((source) => resolve(source) === wanted)) return undefined;
+  return `${path} is not an adapter source this deployment's catalog lists`;
 }
 
 /**

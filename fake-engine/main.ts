@@ -1,6 +1,8 @@
 // `llmgw fake-engine …`: the fake engine as a process. Parses a vLLM-style argv, starts the
 // server, applies the fault injections that need a process (crash, fail to start, lose the
 // leader) and shuts down cleanly on SIGTERM. Engine side; the agent spawns it.
+import { LORA_SOURCES_ENV } from '../common/names.js';
+import { loraSources } from './lora.js';
 import { FakeEngineArgsError, parseFakeEngineArgs, type FakeEngineOptions } from './options.js';
 import { startFakeEngine, type FakeEngine } from './server.js';
 import { DEFAULT_WEIGHTS_LOAD_RATE, weightsBytes } from './weights.js';
@@ -51,6 +53,12 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
     opts = parseFakeEngineArgs(argv);
     // Like vLLM, the key may come from the environment, where other local users cannot read it.
     if (opts.apiKey === undefined && proc.env.VLLM_API_KEY) opts.apiKey = proc.env.VLLM_API_KEY;
+    const sources = proc.env[LORA_SOURCES_ENV];
+    if (opts.lora !== undefined && sources !== undefined) {
+      const allowedSources = loraSources(sources);
+      if (allowedSources === undefined) throw new FakeEngineArgsError(`${LORA_SOURCES_ENV} must be a JSON array of adapter paths`);
+      opts.lora = { ...opts.lora, allowedSources };
+    }
   } catch (err) {
     if (!(err instanceof FakeEngineArgsError)) throw err;
     proc.stderr(`fake-engine: ${err.message}`);
@@ -65,31 +73,25 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
   }
 
   if (opts.weights !== undefined) {
-    try {
-      const found = weightsBytes(opts.weights);
-      const seconds = found.bytes / (opts.weightsLoadRate ?? DEFAULT_WEIGHTS_LOAD_RATE);
-      proc.stdout(`fake-engine: loading ${found.files} weight files (${found.bytes} bytes) from ${opts.weights}: ${seconds.toFixed(2)} s`);
-      opts = { ...opts, loadTimeS: opts.loadTimeS + seconds };
-    } catch (err) {
-      proc.stderr(`fake-engine: cannot load the weights: ${(err as Error).message}`);
-      return proc.exit(FakeEngineExit.cannotStart);
-    }
+    const loadTimeS = weightsLoadTime(opts.weights, opts.weightsLoadRate, proc);
+    if (loadTimeS === undefined) return proc.exit(FakeEngineExit.cannotStart);
+    opts = { ...opts, loadTimeS: opts.loadTimeS + loadTimeS };
   }
 
   // A fault (crash, lost leader) ends a real process at once; with a recording process a
   // later signal must still close the engine, so the two are tracked apart.
-  let faulted = false;
-  let shuttingDown = false;
+  const ending: Ending = { faulted: false, shuttingDown: false };
+  const fault = (message: string, code: FakeEngineExitCode): void => {
+    if (ending.faulted || ending.shuttingDown) return;
+    ending.faulted = true;
+    proc.stderr(`fake-engine: ${message}`);
+    proc.exit(code);
+  };
   let engine: FakeEngine;
   try {
     engine = await startFakeEngine(opts, {
       log: proc.stdout,
-      onLeaderLost: (reason) => {
-        if (faulted || shuttingDown) return;
-        faulted = true;
-        proc.stderr(`fake-engine: exiting, ${reason}`);
-        proc.exit(FakeEngineExit.leaderLost);
-      },
+      onLeaderLost: (reason) => fault(`exiting, ${reason}`, FakeEngineExit.leaderLost),
     });
   } catch (err) {
     proc.stderr(`fake-engine: cannot start: ${(err as Error).message}`);
@@ -97,33 +99,49 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
   }
   proc.onEngine?.(engine);
 
-  let crashTimer: NodeJS.Timeout | undefined;
-  if (opts.crashAfterS !== undefined) {
-    const after = opts.crashAfterS;
-    crashTimer = setTimeout(() => {
-      if (faulted || shuttingDown) return;
-      faulted = true;
-      proc.stderr(`fake-engine: crashing after ${after}s (--crash-after)`);
-      proc.exit(FakeEngineExit.crashed);
-    }, after * 1000);
-  }
-
+  const after = opts.crashAfterS;
+  const crashTimer =
+    after === undefined
+      ? undefined
+      : setTimeout(() => fault(`crashing after ${after}s (--crash-after)`, FakeEngineExit.crashed), after * 1000);
   const shutdown = (signal: string) => () => {
-    if (shuttingDown) return;
-    shuttingDown = true;
+    if (ending.shuttingDown) return;
+    ending.shuttingDown = true;
     if (crashTimer) clearTimeout(crashTimer);
-    proc.stdout(`fake-engine: ${signal}, finishing in-flight requests`);
-    void engine.close(SHUTDOWN_GRACE_MS).then(
-      () => {
-        proc.stdout('fake-engine: stopped');
-        proc.exit(FakeEngineExit.ok);
-      },
-      (err: unknown) => {
-        proc.stderr(`fake-engine: error while stopping: ${(err as Error).message}`);
-        proc.exit(FakeEngineExit.ok);
-      },
-    );
+    stopGracefully(engine, signal, proc);
   };
   proc.onSignal('SIGTERM', shutdown('SIGTERM'));
   proc.onSignal('SIGINT', shutdown('SIGINT'));
+}
+
+interface Ending {
+  faulted: boolean;
+  shuttingDown: boolean;
+}
+
+/** Seconds that reading the weights under `dir` takes at `rate`, or undefined (said on stderr) when they cannot be read. */
+function weightsLoadTime(dir: string, rate: number | undefined, proc: FakeEngineProcess): number | undefined {
+  try {
+    const found = weightsBytes(dir);
+    const seconds = found.bytes / (rate ?? DEFAULT_WEIGHTS_LOAD_RATE);
+    proc.stdout(`fake-engine: loading ${found.files} weight files (${found.bytes} bytes) from ${dir}: ${seconds.toFixed(2)} s`);
+    return seconds;
+  } catch (err) {
+    proc.stderr(`fake-engine: cannot load the weights: ${(err as Error).message}`);
+    return undefined;
+  }
+}
+
+function stopGracefully(engine: FakeEngine, signal: string, proc: FakeEngineProcess): void {
+  proc.stdout(`fake-engine: ${signal}, finishing in-flight requests`);
+  void engine.close(SHUTDOWN_GRACE_MS).then(
+    () => {
+      proc.stdout('fake-engine: stopped');
+      proc.exit(FakeEngineExit.ok);
+    },
+    (err: unknown) => {
+      proc.stderr(`fake-engine: error while stopping: ${(err as Error).message}`);
+      proc.exit(FakeEngineExit.ok);
+    },
+  );
 }

@@ -29,27 +29,13 @@ export class EngineMetrics {
     const l = this.label;
     const usage = this.running / this.maxConcurrency;
     return (
-      '# HELP vllm:num_requests_running Number of requests currently running.\n' +
-      '# TYPE vllm:num_requests_running gauge\n' +
-      `vllm:num_requests_running${l} ${this.running}\n` +
-      '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n' +
-      '# TYPE vllm:num_requests_waiting gauge\n' +
-      `vllm:num_requests_waiting${l} ${this.waiting}\n` +
-      '# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n' +
-      '# TYPE vllm:kv_cache_usage_perc gauge\n' +
-      `vllm:kv_cache_usage_perc${l} ${usage}\n` +
-      '# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n' +
-      '# TYPE vllm:gpu_cache_usage_perc gauge\n' +
-      `vllm:gpu_cache_usage_perc${l} ${usage}\n` +
-      '# HELP vllm:request_success_total Count of successfully processed requests.\n' +
-      '# TYPE vllm:request_success_total counter\n' +
-      `vllm:request_success_total${l} ${this.requestSuccess}\n` +
-      '# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n' +
-      '# TYPE vllm:prompt_tokens_total counter\n' +
-      `vllm:prompt_tokens_total${l} ${this.promptTokens}\n` +
-      '# HELP vllm:generation_tokens_total Number of generation tokens processed.\n' +
-      '# TYPE vllm:generation_tokens_total counter\n' +
-      `vllm:generation_tokens_total${l} ${this.generationTokens}\n` +
+      metric('gauge', 'vllm:num_requests_running', 'Number of requests currently running.', l, this.running) +
+      metric('gauge', 'vllm:num_requests_waiting', 'Number of requests waiting to be processed.', l, this.waiting) +
+      metric('gauge', 'vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', l, usage) +
+      metric('gauge', 'vllm:gpu_cache_usage_perc', 'GPU KV-cache usage. 1 means 100 percent usage.', l, usage) +
+      metric('counter', 'vllm:request_success_total', 'Count of successfully processed requests.', l, this.requestSuccess) +
+      metric('counter', 'vllm:prompt_tokens_total', 'Number of prefill tokens processed.', l, this.promptTokens) +
+      metric('counter', 'vllm:generation_tokens_total', 'Number of generation tokens processed.', l, this.generationTokens) +
       histogram(
         'vllm:request_prefill_time_seconds',
         'Histogram of time spent in PREFILL phase for request.',
@@ -66,14 +52,21 @@ export class EngineMetrics {
       ) +
       (this.cache === undefined
         ? ''
-        : '# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n' +
-          '# TYPE vllm:prefix_cache_queries_total counter\n' +
-          `vllm:prefix_cache_queries_total${l} ${this.cache.queries}\n` +
-          '# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n' +
-          '# TYPE vllm:prefix_cache_hits_total counter\n' +
-          `vllm:prefix_cache_hits_total${l} ${this.cache.hits}\n`)
+        : metric(
+            'counter',
+            'vllm:prefix_cache_queries_total',
+            'Prefix cache queries, in terms of number of queried tokens.',
+            l,
+            this.cache.queries,
+          ) +
+          metric('counter', 'vllm:prefix_cache_hits_total', 'Prefix cache hits, in terms of number of cached tokens.', l, this.cache.hits))
     );
   }
+}
+
+/** One gauge or counter with its HELP and TYPE lines, as Prometheus' text format writes it. */
+function metric(type: 'gauge' | 'counter', name: string, help: string, labels: string, value: number): string {
+  return `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n${name}${labels} ${value}\n`;
 }
 
 /** A histogram with only its +Inf bucket: what a reader of means (sum / count) needs, under vLLM's name. */

@@ -108,6 +108,9 @@ type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
 
 const BOOLEAN_FLAGS = { '--hang': 'hang', '--fail-start': 'failStart', '--enable-lora': 'enableLora' } as const;
 
+/** Every flag the fake engine reads; fake-engine/usage.ts describes each one. */
+export type FakeEngineFlag = keyof typeof VALUE_FLAGS | keyof typeof BOOLEAN_FLAGS | '--served-model-name';
+
 const seconds = (flag: string) => z.coerce.number({ error: `${flag} must be a number of seconds` }).min(0, `${flag} must be >= 0`);
 const count = (flag: string, min: number) =>
   z.coerce
@@ -215,6 +218,15 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
   }
   if (positionals[0] !== undefined && raw.model === undefined) raw.model = positionals[0];
 
+  return optionsFrom(raw, served, { hang, failStart, enableLora });
+}
+
+/** The flags' values checked (ranges, rank against node count, leader, KV-events) and defaulted. */
+function optionsFrom(
+  raw: Partial<Record<ValueKey, string>>,
+  served: string[],
+  { hang, failStart, enableLora }: { hang: boolean; failStart: boolean; enableLora: boolean },
+): FakeEngineOptions {
   const parsed = RawOptions.safeParse(raw);
   if (!parsed.success) {
     throw new FakeEngineArgsError(parsed.error.issues.map((issue) => issue.message).join('; '));

@@ -1,47 +1,9 @@
 // The fake engine's model of prefix caching and prefill, so that routing for cache locality can
 // be measured without GPUs: prompts are cut into blocks of `blockSize` words, each block named by
-// a hash chained over every block before it (as vLLM names KV blocks), kept in an LRU of limited
-// capacity; a request's prefill covers only the words after its cached leading blocks, at a
-// fixed rate, one request after another. Engine side; no timers of its own.
-import { HASH_START } from './text.js';
-
-/** Chained hashes of a prompt's full blocks, fed piece by piece (a role, a message's text). */
-export class BlockHasher {
-  readonly blocks: number[] = [];
-  private chain = HASH_START;
-  private block = HASH_START;
-  private wordsInBlock = 0;
-
-  constructor(private readonly blockSize: number) {}
-
-  /** Adds the words of one piece; a piece's end ends its last word. */
-  feed(text: string): void {
-    let inWord = false;
-    for (let i = 0; i < text.length; i++) {
-      const c = text.charCodeAt(i);
-      if (c === 32 || (c >= 9 && c <= 13)) {
-        if (inWord) this.endWord();
-        inWord = false;
-      } else {
-        this.block = Math.imul(this.block ^ c, 0x01000193);
-        inWord = true;
-      }
-    }
-    if (inWord) this.endWord();
-    // A piece boundary is part of the text: ["ab","c"] and ["a","bc"] differ.
-    this.block = Math.imul(this.block ^ 0x1e, 0x01000193);
-  }
-
-  private endWord(): void {
-    this.block = Math.imul(this.block ^ 0x20, 0x01000193);
-    if (++this.wordsInBlock < this.blockSize) return;
-    this.chain = Math.imul(this.chain ^ (this.block >>> 0), 0x01000193) >>> 0;
-    this.chain = Math.imul(this.chain ^ (this.chain >>> 15), 0x2c1b3c6d) >>> 0;
-    this.blocks.push(this.chain);
-    this.block = HASH_START;
-    this.wordsInBlock = 0;
-  }
-}
+// a hash chained over every block before it (as vLLM names KV blocks; the naming is the router's,
+// router/kv/hashing.ts, so the two cannot drift apart), kept in an LRU of limited capacity; a
+// request's prefill covers only the words after its cached leading blocks, at a fixed rate, one
+// request after another. Engine side; no timers of its own.
 
 export interface PrefillPlan {
   /** Prompt tokens found in the cache. */
@@ -52,25 +14,11 @@ export interface PrefillPlan {
   computeMs: number;
 }
 
-/** Hears what the cache stores and evicts, as vLLM's KV-cache events say it (kv-events.ts). */
+/** Hears what the cache stores and evicts, as vLLM's KV-cache events say it (fake-engine/kv-events.ts). */
 export interface CacheListener {
   /** New blocks, in prompt order; `parent` is the block before the first (null at a prompt's start). */
   stored(hashes: number[], parent: number | null): void;
   removed(hashes: number[]): void;
-}
-
-/** The block hashes of a chat's messages as the fake engine names them: each role, then its text. */
-export function chatBlocks(messages: ReadonlyArray<{ role: string; content?: unknown }>, blockSize: number): number[] {
-  const hasher = new BlockHasher(blockSize);
-  for (const message of messages) {
-    hasher.feed(message.role);
-    const content = message.content;
-    if (typeof content === 'string') hasher.feed(content);
-    else if (Array.isArray(content)) {
-      for (const part of content as Array<{ text?: unknown }>) if (typeof part?.text === 'string') hasher.feed(part.text);
-    }
-  }
-  return hasher.blocks;
 }
 
 /** One engine's prefix cache and prefill queue. */

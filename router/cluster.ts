@@ -1,15 +1,15 @@
 // Several router processes behind one port (node:cluster), for throughput past one core: the
 // router does about twice an engine's HTTP work per request, so a single event loop saturates
 // before a fast engine does. Each worker is a whole router (its own table, balancer counts,
-// ejections); the primary forks, restarts, reads the routes for all (cluster-routes.ts) and
+// ejections); the primary forks, restarts, reads the routes for all (routes/cluster.ts) and
 // aggregates /metrics. The workers share the admin listener as they share the public one: its
 // /metrics, on whichever worker takes the connection, answers for all. Router side.
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry, type Registry } from 'prom-client';
-import type { Autoscaler } from './autoscaler.js';
-import { broadcastRoutes, type RouteBroadcaster } from './cluster-routes.js';
-import { isHoldMessage, isLoadMessage, REPORT_STALE_MS, type LoadReport } from './load-report.js';
-import type { RouteSource } from './routes.js';
+import type { Autoscaler } from './autoscale/autoscaler.js';
+import { broadcastRoutes, type RouteBroadcaster } from './routes/cluster.js';
+import { isHoldMessage, isLoadMessage, REPORT_STALE_MS, type LoadReport } from './autoscale/load-report.js';
+import type { RouteSource } from './routes/table.js';
 
 const METRICS_REQUEST = 'llmgw-router:metrics?';
 const METRICS_RESPONSE = 'llmgw-router:metrics';

@@ -1,8 +1,9 @@
 // The router's Prometheus metrics (prom-client, one registry per router so that several routers
 // in one process do not collide): requests by model and status, latency and time to first
 // token, in-flight per replica, upstream errors, retries and ejections. Router side.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { AffinityResult } from './policies/affinity-table.js';
+import { type Counter, type Gauge, type Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Series } from './series.js';
+import type { AffinityResult } from './policies/policy.js';
 
 /** What the in-flight gauge reads at scrape time, so the hot path only bumps a number. */
 export interface InflightView {
@@ -26,70 +27,53 @@ export class RouterMetrics {
   readonly routeSourceUp: Gauge;
   private readonly keyRequests: Counter<'key'>;
   private readonly keyLimited: Counter<'key' | 'limit'>;
+  private readonly keyOutOfScope: Counter<'key'>;
   private readonly keyTokens: Counter<'key' | 'kind'>;
   private readonly busy: Counter;
 
   constructor(endpoints: () => Iterable<InflightView>, options: { processMetrics?: boolean } = {}) {
-    const registers = [this.registry];
-    this.requests = new Counter({
-      name: 'llmgw_router_requests_total',
-      help: 'Requests answered, by model and HTTP status (a stream cut by its engine counts as 502).',
-      labelNames: ['model', 'status'],
-      registers,
-    });
-    this.latency = new Histogram({
-      name: 'llmgw_router_request_duration_seconds',
-      help: 'Time from the whole request having reached the router to the last byte of its answer.',
-      labelNames: ['model'],
-      buckets: LATENCY_BUCKETS,
-      registers,
-    });
-    this.ttft = new Histogram({
-      name: 'llmgw_router_time_to_first_token_seconds',
-      help: "Streaming requests: time from the whole request having reached the router to the engine's first body bytes.",
-      labelNames: ['model'],
-      buckets: TTFT_BUCKETS,
-      registers,
-    });
-    this.upstreamErrors = new Counter({
-      name: 'llmgw_router_upstream_errors_total',
-      help: 'Failures talking to an engine, by endpoint and reason.',
-      labelNames: ['endpoint', 'reason'],
-      registers,
-    });
-    this.retries = new Counter({
-      name: 'llmgw_router_retries_total',
-      help: 'Requests sent again to another replica before their first byte, by the reason of the failure.',
-      labelNames: ['reason'],
-      registers,
-    });
-    this.ejections = new Counter({
-      name: 'llmgw_router_ejections_total',
-      help: 'Times an endpoint was taken out of rotation for failing.',
-      labelNames: ['endpoint'],
-      registers,
-    });
-    this.affinityPicks = new Counter({
-      name: 'llmgw_router_affinity_total',
-      help: "Cache-aware placements by model: on the key's home replica, diverted from an overloaded home to the least-loaded one, or a new key.",
-      labelNames: ['model', 'result'],
-      registers,
-    });
-    new Gauge({
-      name: 'llmgw_router_inflight_requests',
-      help: 'Requests this router has in flight, by replica endpoint.',
-      labelNames: ['endpoint'],
-      registers,
+    const series = new Series(this.registry);
+    this.requests = series.counter(
+      'llmgw_router_requests_total',
+      'Requests answered, by model and HTTP status (a stream cut by its engine counts as 502).',
+      ['model', 'status'],
+    );
+    this.latency = series.histogram(
+      'llmgw_router_request_duration_seconds',
+      'Time from the whole request having reached the router to the last byte of its answer.',
+      ['model'],
+      LATENCY_BUCKETS,
+    );
+    this.ttft = series.histogram(
+      'llmgw_router_time_to_first_token_seconds',
+      "Streaming requests: time from the whole request having reached the router to the engine's first body bytes.",
+      ['model'],
+      TTFT_BUCKETS,
+    );
+    this.upstreamErrors = series.counter('llmgw_router_upstream_errors_total', 'Failures talking to an engine, by endpoint and reason.', [
+      'endpoint',
+      'reason',
+    ]);
+    this.retries = series.counter(
+      'llmgw_router_retries_total',
+      'Requests sent again to another replica before their first byte, by the reason of the failure.',
+      ['reason'],
+    );
+    this.ejections = series.counter('llmgw_router_ejections_total', 'Times an endpoint was taken out of rotation for failing.', [
+      'endpoint',
+    ]);
+    this.affinityPicks = series.counter(
+      'llmgw_router_affinity_total',
+      "Cache-aware placements by model: on the key's home replica, diverted from an overloaded home to the least-loaded one, or a new key.",
+      ['model', 'result'],
+    );
+    series.gauge('llmgw_router_inflight_requests', 'Requests this router has in flight, by replica endpoint.', ['endpoint'], {
       collect() {
         this.reset();
         for (const e of endpoints()) this.set({ endpoint: e.url }, e.inflight);
       },
     });
-    new Gauge({
-      name: 'llmgw_router_endpoint_ejected',
-      help: '1 while an endpoint is out of rotation for failing.',
-      labelNames: ['endpoint'],
-      registers,
+    series.gauge('llmgw_router_endpoint_ejected', '1 while an endpoint is out of rotation for failing.', ['endpoint'], {
       // With several router processes: out of rotation in any of them.
       aggregator: 'max',
       collect() {
@@ -97,36 +81,35 @@ export class RouterMetrics {
         for (const e of endpoints()) this.set({ endpoint: e.url }, e.ejected ? 1 : 0);
       },
     });
-    this.routeSourceUp = new Gauge({
-      name: 'llmgw_router_route_source_up',
-      help: '1 while the route source (Temporal) answers; 0 while the router serves its last table.',
-      registers,
-      aggregator: 'min',
-    });
+    this.routeSourceUp = series.gauge(
+      'llmgw_router_route_source_up',
+      '1 while the route source (Temporal) answers; 0 while the router serves its last table.',
+      [],
+      { aggregator: 'min' },
+    );
     // Per API key, labelled by a prefix of the key's digest (never the key).
-    this.keyRequests = new Counter({
-      name: 'llmgw_router_key_requests_total',
-      help: 'Inference requests admitted, by API key (sha256 prefix).',
-      labelNames: ['key'],
-      registers,
-    });
-    this.keyLimited = new Counter({
-      name: 'llmgw_router_key_rate_limited_total',
-      help: 'Inference requests refused with 429, by API key (sha256 prefix) and the limit that refused them (rps, concurrent).',
-      labelNames: ['key', 'limit'],
-      registers,
-    });
-    this.keyTokens = new Counter({
-      name: 'llmgw_router_key_tokens_total',
-      help: "Tokens the engines reported in answers' usage, by API key (sha256 prefix) and kind (prompt, completion).",
-      labelNames: ['key', 'kind'],
-      registers,
-    });
-    this.busy = new Counter({
-      name: 'llmgw_router_held_bytes_refused_total',
-      help: 'Requests refused with 503 because their body would pass the budget for request bodies in memory (--held-bytes).',
-      registers,
-    });
+    this.keyRequests = series.counter('llmgw_router_key_requests_total', 'Inference requests admitted, by API key (sha256 prefix).', [
+      'key',
+    ]);
+    this.keyLimited = series.counter(
+      'llmgw_router_key_rate_limited_total',
+      'Inference requests refused with 429, by API key (sha256 prefix) and the limit that refused them (rps, concurrent).',
+      ['key', 'limit'],
+    );
+    this.keyOutOfScope = series.counter(
+      'llmgw_router_key_out_of_scope_total',
+      'Requests refused with 404 because they named a model or adapter outside their API key’s scope, by API key (sha256 prefix).',
+      ['key'],
+    );
+    this.keyTokens = series.counter(
+      'llmgw_router_key_tokens_total',
+      "Tokens the engines reported in answers' usage, by API key (sha256 prefix) and kind (prompt, completion).",
+      ['key', 'kind'],
+    );
+    this.busy = series.counter(
+      'llmgw_router_held_bytes_refused_total',
+      'Requests refused with 503 because their body would pass the budget for request bodies in memory (--held-bytes).',
+    );
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llmgw_router_' });
   }
 
@@ -144,6 +127,7 @@ export class RouterMetrics {
     return {
       requests: this.keyRequests.labels(label),
       limited: (limit) => limited[limit].inc(),
+      outOfScope: this.keyOutOfScope.labels(label),
       promptTokens: this.keyTokens.labels(label, 'prompt'),
       completionTokens: this.keyTokens.labels(label, 'completion'),
     };
@@ -151,10 +135,8 @@ export class RouterMetrics {
 
   /** llmgw_router_held_bytes: what `read` says the request bodies in memory weigh, at scrape time. */
   watchHeldBytes(read: () => number): void {
-    new Gauge({
-      name: 'llmgw_router_held_bytes',
-      help: 'Bytes of request bodies this router holds in memory (being read, waiting for a replica, in flight to an engine).',
-      registers: [this.registry],
+    const help = 'Bytes of request bodies this router holds in memory (being read, waiting for a replica, in flight to an engine).';
+    new Series(this.registry).gauge('llmgw_router_held_bytes', help, [], {
       collect() {
         this.set(read());
       },
@@ -184,6 +166,7 @@ type CounterChild = ReturnType<Counter<'model' | 'status'>['labels']>;
 export interface KeyMetrics {
   requests: { inc(value?: number): void };
   limited(limit: 'rps' | 'concurrent'): void;
+  outOfScope: { inc(value?: number): void };
   promptTokens: { inc(value?: number): void };
   completionTokens: { inc(value?: number): void };
 }
@@ -233,11 +216,10 @@ export class ModelMetrics {
  * Temporal can be read off /metrics. Returns what to call per request.
  */
 export function temporalCallCounter(registry: Registry): (method: string) => void {
-  const counter = new Counter({
-    name: 'llmgw_router_temporal_requests_total',
-    help: 'Calls this router made to Temporal (its route source), by gRPC method.',
-    labelNames: ['method'],
-    registers: [registry],
-  });
+  const counter = new Series(registry).counter(
+    'llmgw_router_temporal_requests_total',
+    'Calls this router made to Temporal (its route source), by gRPC method.',
+    ['method'],
+  );
   return (method) => counter.inc({ method });
 }

@@ -2,12 +2,14 @@
 // the process around it (main.ts, a test, a bench) plugs in. Router side.
 import type { Registry } from 'prom-client';
 import type { ImbalanceGuard } from './policies/affinity-table.js';
-import type { ApiKeys } from './auth.js';
-import type { AffinitySettings } from './affinity-settings.js';
-import type { AdapterCatalog, AdapterRouterOptions } from './adapter-router.js';
-import type { PolicyName } from './policies/index.js';
-import type { RouteSnapshot, RouteSource } from './routes.js';
-import type { QueueSettings } from './waiting-room.js';
+import type { ApiKeys } from './http/auth.js';
+import type { AdminListen } from './http/admin-addr.js';
+import type { AffinitySettings } from './policies/affinity-settings.js';
+import type { AdapterCatalog } from './adapters/catalog.js';
+import type { AdapterRouterOptions } from './adapters/placement.js';
+import type { PolicyName } from './policies/policy.js';
+import type { RouteSnapshot, RouteSource } from './routes/table.js';
+import type { QueueSettings } from './engines/waiting-room.js';
 
 export interface RouterOptions {
   source: RouteSource;
@@ -24,7 +26,7 @@ export interface RouterOptions {
   guard?: ImbalanceGuard;
   /** One policy for every model, whatever `affinity` says (bench:affinity compares them). */
   policy?: PolicyName;
-  /** Where engines publish KV-cache events: `off` (default), `PORT` or `+OFFSET` from the HTTP port (kv-events.ts). */
+  /** Where engines publish KV-cache events: `off` (default), `PORT` or `+OFFSET` from the HTTP port (kv/events.ts). */
   kvEvents?: string | ((url: string) => string | undefined);
   bodyLimitBytes?: number;
   /** Request bodies this process holds in memory at once (being read, waiting, in flight); default 256 MiB. */
@@ -33,13 +35,15 @@ export interface RouterOptions {
   debugHeaders?: boolean;
   /** The API key engines require (--engine-key-file): sent as `Authorization: Bearer` to every engine. */
   engineKey?: string;
-  /** Where /metrics and the detailed /health are served; undefined: nowhere. Port 0 asks the OS. */
-  admin?: { host: string; port: number };
+  /** Routes are installed unsigned (--insecure-routes): both /health answers say so. */
+  insecureRoutes?: boolean;
+  /** Where /metrics and the detailed /health are served (a socket, or TCP: port 0 asks the OS); undefined: nowhere. */
+  admin?: AdminListen;
   /** How often to read the route source. */
   routesIntervalMs?: number;
   scrapeIntervalMs?: number;
   connectTimeoutMs?: number;
-  /** Silence from an engine (no header or body bytes) after which its request fails; see upstream.ts. */
+  /** Silence from an engine (no header or body bytes) after which its request fails; see engines/upstream.ts. */
   upstreamIdleTimeoutMs?: number;
   /** Tries per request, the first included. */
   maxAttempts?: number;

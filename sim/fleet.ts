@@ -1,5 +1,5 @@
 // `llmgw sim-fleet --hosts N`: N simulated GPU hosts in one Node process. Each is the
-// production agent (agent/agent-host.ts: its own node id, state dir, `agent/<id>` worker,
+// production agent (agent/host/start.ts: its own node id, state dir, `agent/<id>` worker,
 // presence, adoption and reconciliation) over virtual engines that live in the engine host
 // (sim/engines/). Simulated-fleet side. What is shared: one Temporal Runtime and one Client
 // (registrations, transitions); what is not: each host's worker connection, which runs
@@ -9,11 +9,11 @@ import { NativeConnection } from '@temporalio/worker';
 import { createLogger, lineLog } from '../common/logger.js';
 import { ENGINE_MARKER_ENV } from '../common/names.js';
 import { installRuntime, llmgwDataConverter, metricsAddressOf, temporalConfig } from '../temporal/connection.js';
-import { startAgentHost, type AgentHost } from '../agent/agent-host.js';
+import { startAgentHost, type AgentHost } from '../agent/host/start.js';
 import { createAgentMetrics } from '../agent/metrics.js';
-import { PORT_MARKER_ENV } from '../agent/supervisor/markers.js';
+import { PORT_MARKER_ENV } from '../agent/supervisor/processes/markers.js';
 import { openCable, type Cable } from './cable.js';
-import { serveControl } from './control.js';
+import { serveControl, type ControlHandler } from './control.js';
 import { openEngineHost, type EngineHostClient } from './engines/client.js';
 import { hostConfig, parseSimFleetFlags } from './flags.js';
 
@@ -82,7 +82,36 @@ export async function runSimFleet(flags: Record<string, unknown>): Promise<void>
     void release(host, say);
   };
 
-  const control = await serveControl(settings.controlSocket, async (command, args) => {
+  const control = await serveControl(settings.controlSocket, controlHandler(hosts, engines, byId, start, kill));
+
+  const began = Date.now();
+  await inBatches(hosts, settings.startConcurrency, (host) =>
+    start(host).catch((error: unknown) =>
+      say(`${host.nodeId} did not start: ${error instanceof Error ? error.message : String(error)}`, 'error'),
+    ),
+  );
+  const up = hosts.filter((h) => h.state === 'up').length;
+  say(
+    `sim-fleet: ${up} of ${hosts.length} hosts up in ${((Date.now() - began) / 1000).toFixed(1)} s (control socket ${settings.controlSocket}, engine host pid ${engines.enginesPid})`,
+  );
+
+  await untilStopped(hosts, engines, kill, say);
+  control.close();
+  // Bounded: a host whose worker cannot confirm its shutdown does not hold the fleet.
+  await Promise.race([Promise.allSettled(hosts.map((h) => release(h, say))), new Promise((r) => setTimeout(r, 20_000))]);
+  engines.close();
+  process.exit();
+}
+
+/** What `llmgw sim-ctl` can ask of the fleet (control.ts lists the commands). */
+function controlHandler(
+  hosts: SimHost[],
+  engines: EngineHostClient,
+  byId: (nodeId: string) => SimHost,
+  start: (host: SimHost) => Promise<void>,
+  kill: (host: SimHost, withEngines: boolean) => Promise<void>,
+): ControlHandler {
+  return async (command, args) => {
     const named = args.map(byId);
     switch (command) {
       case 'kill':
@@ -104,20 +133,17 @@ export async function runSimFleet(flags: Record<string, unknown>): Promise<void>
       default:
         throw new Error(`unknown command ${command}`);
     }
-  });
+  };
+}
 
-  const began = Date.now();
-  await inBatches(hosts, settings.startConcurrency, (host) =>
-    start(host).catch((error: unknown) =>
-      say(`${host.nodeId} did not start: ${error instanceof Error ? error.message : String(error)}`, 'error'),
-    ),
-  );
-  const up = hosts.filter((h) => h.state === 'up').length;
-  say(
-    `sim-fleet: ${up} of ${hosts.length} hosts up in ${((Date.now() - began) / 1000).toFixed(1)} s (control socket ${settings.controlSocket}, engine host pid ${engines.enginesPid})`,
-  );
-
-  await new Promise<void>((resolve) => {
+/** Resolves on SIGINT or SIGTERM (the agents are stopped), or when the engine host is lost (they are killed). */
+function untilStopped(
+  hosts: SimHost[],
+  engines: EngineHostClient,
+  kill: (host: SimHost, withEngines: boolean) => Promise<void>,
+  say: (line: string, level?: 'error') => void,
+): Promise<void> {
+  return new Promise<void>((resolve) => {
     const stop = (why: string): void => {
       say(`${why}: stopping every agent (their engines keep running in the engine host, pid ${engines.enginesPid})`);
       for (const host of hosts) if (host.state === 'up') host.agent?.stop(why);
@@ -132,14 +158,8 @@ export async function runSimFleet(flags: Record<string, unknown>): Promise<void>
       resolve();
     });
   });
-  control.close();
-  // Bounded: a host whose worker cannot confirm its shutdown does not hold the fleet.
-  await Promise.race([Promise.allSettled(hosts.map((h) => release(h, say))), new Promise((r) => setTimeout(r, 20_000))]);
-  engines.close();
-  process.exit();
 }
 
-/** After a stop or a death: the host's worker ends, then its connection and cable are let go (once). */
 /** After a stop or a death: the host's worker ends, then its connection and cable are let go (once per life). */
 function release(host: SimHost, say: (line: string, level?: 'warn') => void): Promise<void> {
   // What this life of the host holds: a later start gives the host new ones.

@@ -47,7 +47,23 @@ export function defaultStateDir(): string {
   return resolve(process.env.LLMGW_STATE_DIR ?? '.llmgw');
 }
 
+/**
+ * Starts one; when a port it chose for itself (HTTP, metrics) was taken by another process
+ * between the choice and the bind, chooses again, twice at most (seen with many servers starting
+ * side by side on a busy machine).
+ */
 export async function startDevServer(options: DevServerOptions = {}): Promise<DevServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startDevServerOnce(options);
+    } catch (error) {
+      const lost = error instanceof Error && /address already in use/.test(error.message);
+      if (!lost || attempt >= 3) throw error;
+    }
+  }
+}
+
+async function startDevServerOnce(options: DevServerOptions): Promise<DevServer> {
   const temporalBin = options.temporalBin ?? (await ensureTemporalCli());
   const ip = options.ip ?? '127.0.0.1';
   const port = options.port ?? DEFAULT_PORTS.temporal;
@@ -80,19 +96,7 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
     uiUrl = `http://${ip === '0.0.0.0' ? '127.0.0.1' : ip}:${uiPort}`;
   }
   if (dbFile) args.push('--db-filename', dbFile);
-  // Search attributes are written by workflows at every state change; the dev server's
-  // default visibility is fine, but make new attributes usable at once.
-  args.push('--dynamic-config-value', 'system.forceSearchAttributesCacheRefreshOnRead=true');
-  // Worker heartbeats and ListWorkers: how the control worker sees a dead agent within seconds
-  // without billing an activity heartbeat (workers/liveness.ts).
-  args.push(
-    '--dynamic-config-value',
-    'frontend.WorkerHeartbeatsEnabled=true',
-    '--dynamic-config-value',
-    'frontend.ListWorkersEnabled=true',
-  );
-  for (const [key, value] of Object.entries(options.dynamicConfig ?? {}))
-    args.push('--dynamic-config-value', `${key}=${JSON.stringify(value)}`);
+  args.push(...dynamicConfigFlags(options.dynamicConfig ?? {}));
 
   const logFd = openSync(logFile, 'a');
   let child: ChildProcess;
@@ -108,18 +112,7 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   void exited.then(() => (hasExited = true));
 
   const address = `${ip === '0.0.0.0' ? '127.0.0.1' : ip}:${port}`;
-  const deadline = Date.now() + (options.readyTimeoutMs ?? 60_000);
-  for (;;) {
-    if (hasExited) throw new Error(`temporal server start-dev exited before it answered; its log (${logFile}) ends:\n${tail(logFile, 20)}`);
-    if (await frontendAnswers(address)) break;
-    if (Date.now() > deadline) {
-      killGroup(pid, 'SIGKILL');
-      throw new Error(
-        `temporal server start-dev did not answer on ${address} within ${options.readyTimeoutMs ?? 60_000} ms; log: ${logFile}`,
-      );
-    }
-    await sleep(200);
-  }
+  await waitForFrontend(address, pid, () => hasExited, logFile, options.readyTimeoutMs ?? 60_000);
 
   return {
     address,
@@ -137,6 +130,37 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
       clearTimeout(timer);
     },
   };
+}
+
+function dynamicConfigFlags(extra: Record<string, string | number | boolean>): string[] {
+  return [
+    // Search attributes are written by workflows at every state change; the dev server's
+    // default visibility is fine, but make new attributes usable at once.
+    '--dynamic-config-value',
+    'system.forceSearchAttributesCacheRefreshOnRead=true',
+    // Worker heartbeats and ListWorkers: how the control worker sees a dead agent within seconds
+    // without billing an activity heartbeat (workers/liveness.ts).
+    '--dynamic-config-value',
+    'frontend.WorkerHeartbeatsEnabled=true',
+    '--dynamic-config-value',
+    'frontend.ListWorkersEnabled=true',
+    ...Object.entries(extra).flatMap(([key, value]) => ['--dynamic-config-value', `${key}=${JSON.stringify(value)}`]),
+  ];
+}
+
+/** Polls until the frontend answers; kills the server's group if it has not within `timeoutMs`. */
+async function waitForFrontend(address: string, pid: number, hasExited: () => boolean, logFile: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (hasExited())
+      throw new Error(`temporal server start-dev exited before it answered; its log (${logFile}) ends:\n${tail(logFile, 20)}`);
+    if (await frontendAnswers(address)) return;
+    if (Date.now() > deadline) {
+      killGroup(pid, 'SIGKILL');
+      throw new Error(`temporal server start-dev did not answer on ${address} within ${timeoutMs} ms; log: ${logFile}`);
+    }
+    await sleep(200);
+  }
 }
 
 export async function frontendAnswers(address: string): Promise<boolean> {

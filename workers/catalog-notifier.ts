@@ -8,6 +8,7 @@
 import type { Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { profileSnapshot } from '../catalog/lookup.js';
+import { everyWithoutOverlap } from '../common/every.js';
 import { revisionOf } from '../common/revision.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
 import { catalogChangedSignal } from '../workflows/definitions.js';
@@ -62,10 +63,7 @@ export async function notifyDeployments(client: Client, revisions: Map<string, s
 /** Starts watching; returns a function that stops it. */
 export function watchCatalogForDeployments(client: Client, catalog: CatalogSource, log: (line: string) => void): () => void {
   let last = '';
-  let running = false;
-  const check = async (): Promise<void> => {
-    if (running) return;
-    running = true;
+  return everyWithoutOverlap(CHECK_EVERY_MS, async () => {
     try {
       const revisions = catalogSnapshots(catalog);
       const key = JSON.stringify([...revisions.entries()]);
@@ -75,12 +73,6 @@ export function watchCatalogForDeployments(client: Client, catalog: CatalogSourc
       if (told) log(`catalog: told ${told} deployment(s) about a new revision of their profile`);
     } catch (error) {
       log(`catalog: could not check deployments against it: ${String(error)}`);
-    } finally {
-      running = false;
     }
-  };
-  void check();
-  const timer = setInterval(() => void check(), CHECK_EVERY_MS);
-  timer.unref();
-  return () => clearInterval(timer);
+  });
 }

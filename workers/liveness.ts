@@ -11,7 +11,7 @@
 // Each sweep also leaves a view of the whole fleet (how many agents are heard, how many are
 // silent) for the node workflows' Lost decision (fleetSilence, activities/fleet-silence.ts):
 // when most of the fleet goes silent at once, the cut is more likely on the control plane's
-// side than on every host, and nothing is declared Lost (docs/operating.md).
+// side than on every host, and nothing is declared Lost (docs/failures.md).
 import type { Client } from '@temporalio/client';
 import { agentTaskQueue, nodeWorkflowId } from '../common/names.js';
 import { agentHeardSignal, agentSilentSignal } from '../workflows/definitions.js';
@@ -26,7 +26,7 @@ export interface LivenessOptions {
   onView?: (view: FleetLiveness) => void;
 }
 
-/** Defaults: a host that stops is NotReady within about 12 s of its last heartbeat (docs/operating.md). */
+/** Defaults: a host that stops is NotReady within about 12 s of its last heartbeat (docs/failures.md). */
 export const LIVENESS_EVERY_MS = 2_000;
 export const SILENT_AFTER_MS = 10_000;
 
@@ -120,11 +120,13 @@ export function watchAgentLiveness(client: Client, log: (line: string) => void, 
         const heard = ages.heard(queue, now, silentAfterMs);
         // A cordoned node counts as heard when heard, and not as silent: an operator who cordons
         // hosts known to be gone lets them turn Lost even while most of the fleet is silent.
-        if (age !== undefined && (state === 'Ready' || state === 'Cordoned' || state === 'NotReady')) {
+        // An Unenrolled node is Ready but gets nothing placed: its liveness counts as a Ready one's.
+        const ready = state === 'Ready' || state === 'Unenrolled';
+        if (age !== undefined && (ready || state === 'Cordoned' || state === 'NotReady')) {
           if (heard) view.heard.push(nodeId);
           else if (age > silentAfterMs && state !== 'Cordoned' && !beats.get(queue)?.stopping) view.silent.push(nodeId);
         }
-        if (state === 'Ready' || state === 'Cordoned') {
+        if (ready || state === 'Cordoned') {
           const since = firstSeen.get(nodeId) ?? now;
           firstSeen.set(nodeId, since);
           // An agent that never heartbeat (an older agent, a server that just started) gets longer.

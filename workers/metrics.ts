@@ -3,6 +3,7 @@
 // few seconds), and reconciliation's actions (counted by workflow-interceptors.ts). Worker side.
 import type { Client } from '@temporalio/client';
 import type { MetricMeter } from '@temporalio/common';
+import { everyWithoutOverlap } from '../common/every.js';
 import { instruments, WORKER_METRICS } from '../common/metrics.js';
 import type { DeploymentPhase } from '../common/replica-types.js';
 
@@ -44,10 +45,7 @@ export function createControlMetrics(meter: MetricMeter): ControlMetrics {
  */
 export function watchDeployments(client: Client, meter: MetricMeter, everyMs = 15_000): () => void {
   const gauge = instruments(meter, { deployments: WORKER_METRICS.deployments }).deployments;
-  let running = false;
-  const tick = async (): Promise<void> => {
-    if (running) return;
-    running = true;
+  return everyWithoutOverlap(everyMs, async () => {
     try {
       for (const phase of PHASES) {
         const { count } = await client.workflow.count(
@@ -57,12 +55,6 @@ export function watchDeployments(client: Client, meter: MetricMeter, everyMs = 1
       }
     } catch {
       // Visibility unreachable: keep the last figures; the SDK's request metrics say why.
-    } finally {
-      running = false;
     }
-  };
-  void tick();
-  const timer = setInterval(() => void tick(), everyMs);
-  timer.unref();
-  return () => clearInterval(timer);
+  });
 }

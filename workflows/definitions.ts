@@ -4,6 +4,7 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type {
+  AgentEnrollment,
   AgentSettings,
   ClaimRequest,
   ClaimResult,
@@ -12,17 +13,23 @@ import type {
   NodeView,
   ReleaseRequest,
   ReserveRequest,
+  RegisterProof,
   ReserveResult,
 } from '../common/node-types.js';
 
 // node/<nodeId>
-/** The agent's report, and (since Worker Versioning) its current settings as plain JSON. */
-export const registerSignal = defineSignal<[Register, AgentSettings?]>('register');
+/**
+ * The agent's report, its current settings as plain JSON, and (since agent keys) its signature
+ * over the report: the node acts on it only once the control worker verified it.
+ */
+export const registerSignal = defineSignal<[Register, AgentSettings?, RegisterProof?]>('register');
+/** The operator enrolls the agent's public key (`llmgw nodes enroll`), signed with the catalog key. */
+export const enrollUpdate = defineUpdate<NodeView, [AgentEnrollment]>('enroll');
 /** The control worker saw no worker heartbeat from the agent for `seconds` (workers/liveness.ts). */
 export const agentSilentSignal = defineSignal<[{ seconds: number }]>('agentSilent');
 /** The agent's worker heartbeats came back after an agentSilent. */
 export const agentHeardSignal = defineSignal<[Record<string, never>]>('agentHeard');
-/** The shards the agent runs, sent when that set changes (agent/shard-report.ts). */
+/** The shards the agent runs, sent when that set changes (agent/host/running-shards-report.ts). */
 export const runningShardsSignal = defineSignal<[{ shardIds: string[]; at: string }]>('runningShards');
 /** The agent is shutting down on purpose: NotReady now rather than after a heartbeat timeout. */
 /** The agent's weights cache changed (a fetch completed, an eviction, a shard started or stopped using one). */

@@ -1,6 +1,6 @@
 // How a Pinned long-running workflow (deployModel, replica, node, routes) moves to a new llmgw build:
 // only at continue-as-new, never in the middle of a run. Workflow side; `llmgw upgrade`
-// (cli/commands/upgrade.ts) is the other half.
+// (cli/actions/upgrade.ts) is the other half.
 //
 // 1. `llmgw upgrade` makes the new build Current and sends `prepareUpgrade` to each run that is
 //    pinned to an older build. The run finishes what it is doing and continues-as-new with

@@ -18,15 +18,19 @@ function busId(bus: string | undefined): string {
   return `00000000:${bus ?? '00'}:00.0`;
 }
 
+/** One card per bus id, numbered in bus order; `more` adds what differs by position (NUMA, links). */
+function cards(
+  buses: string[],
+  card: Pick<Gpu, 'name' | 'memoryTotalMib' | 'computeCapability'>,
+  more: (index: number) => Omit<Gpu, 'index' | 'name' | 'memoryTotalMib' | 'computeCapability' | 'pciBusId'>,
+): Gpu[] {
+  return buses.map((bus, index) => ({ index, ...card, pciBusId: busId(bus), ...more(index) }));
+}
+
 /** 8× H100 SXM, every pair joined by 18 NVLinks; one 400 Gb/s HCA beside each GPU, two Ethernet ports. */
 function h100x8(): SimulatedInventory {
-  const gpus: Gpu[] = H100_BUS.map((bus, index) => ({
-    index,
-    name: 'NVIDIA H100 80GB HBM3',
-    memoryTotalMib: 81559,
-    computeCapability: '9.0',
+  const gpus = cards(H100_BUS, { name: 'NVIDIA H100 80GB HBM3', memoryTotalMib: 81559, computeCapability: '9.0' }, (index) => ({
     numaNode: index < 4 ? 0 : 1,
-    pciBusId: busId(bus),
     nvlinkPeers: allToAll(8, index, 18),
     nearHcas: [`mlx5_${index}`],
   }));
@@ -46,13 +50,8 @@ function h100x8(): SimulatedInventory {
 
 /** 8× A100 PCIe, NVLink bridges joining 0–1, 2–3, 4–5, 6–7; no InfiniBand. */
 function a100x8(): SimulatedInventory {
-  const gpus: Gpu[] = A100_BUS.map((bus, index) => ({
-    index,
-    name: 'NVIDIA A100 80GB PCIe',
-    memoryTotalMib: 81920,
-    computeCapability: '8.0',
+  const gpus = cards(A100_BUS, { name: 'NVIDIA A100 80GB PCIe', memoryTotalMib: 81920, computeCapability: '8.0' }, (index) => ({
     numaNode: index < 4 ? 0 : 1,
-    pciBusId: busId(bus),
     // The bridge partner of an even GPU is the next one, of an odd GPU the one before.
     nvlinkPeers: [{ index: index ^ 1, links: 12 }],
   }));
@@ -61,14 +60,7 @@ function a100x8(): SimulatedInventory {
 
 /** 4× L40S on one NUMA node; no NVLink, no InfiniBand. */
 function l40sx4(): SimulatedInventory {
-  const gpus: Gpu[] = L40S_BUS.map((bus, index) => ({
-    index,
-    name: 'NVIDIA L40S',
-    memoryTotalMib: 46068,
-    computeCapability: '8.9',
-    numaNode: 0,
-    pciBusId: busId(bus),
-  }));
+  const gpus = cards(L40S_BUS, { name: 'NVIDIA L40S', memoryTotalMib: 46068, computeCapability: '8.9' }, () => ({ numaNode: 0 }));
   return { gpuClass: 'L40S', cudaVersion: '12.4', driverVersion: '550.90.07', gpus };
 }
 

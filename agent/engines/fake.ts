@@ -3,7 +3,8 @@
 import { engineModelArg, localModelPath } from '../weights/cache-layout.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderAddress, leaderHttpPort, type ShardPlan } from './plan.js';
-import { rayLeaderLaunch, rayWorkerLaunch } from './ray.js';
+import { rayLaunch } from './ray.js';
+import { servingFlags } from './vllm.js';
 import type { EngineContext, EngineLaunch } from './types.js';
 
 // The fake engine answers 503 here until its simulated load is done, as vLLM's does not
@@ -21,13 +22,7 @@ function fakeArgv(plan: ShardPlan, ctx: EngineContext, port: number | undefined)
     profile.servedName,
     // The fake engine loads (and checks) the weights a real engine would be given.
     ...(weights !== undefined ? ['--weights', weights] : []),
-    '--host',
-    ctx.advertiseAddress,
-    ...(port !== undefined ? ['--port', String(port)] : []),
-    '--tensor-parallel-size',
-    String(plan.tensorParallel),
-    '--pipeline-parallel-size',
-    String(plan.pipelineParallel),
+    ...servingFlags(plan, ctx, port),
   ];
 }
 
@@ -62,14 +57,7 @@ export function fakeLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch {
     case 'ray':
       // The fake engine stands in for `vllm serve` on a real Ray cluster, so tests exercise
       // the head/worker start order and the wait for every node; it ignores the backend flag.
-      if (plan.rank > 0) return rayWorkerLaunch(plan, ctx, env, HEALTH_PATH);
-      return rayLeaderLaunch(
-        plan,
-        ctx,
-        env,
-        [...fakeArgv(plan, ctx, leaderHttpPort(plan)), '--distributed-executor-backend', 'ray', ...extra],
-        HEALTH_PATH,
-      );
+      return rayLaunch(plan, ctx, env, () => fakeArgv(plan, ctx, leaderHttpPort(plan)), extra, HEALTH_PATH);
     default: {
       const unknown: never = plan.launcher;
       throw invalidSpec(plan.spec, `unknown launcher ${String(unknown)}`);

@@ -2,6 +2,7 @@
 // profile names. Agent side; pure: spawning, waiting and supervising happen elsewhere.
 import { Engine, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { fakeLaunch } from './fake.js';
+import { llamacppLaunch } from './llamacpp.js';
 import { invalidSpec, planShard, requireProfile } from './plan.js';
 import { sglangLaunch } from './sglang.js';
 import type { EngineContext, EngineLaunch } from './types.js';
@@ -11,7 +12,7 @@ export type { EngineContext, EngineLaunch, ProcessRole, ProcessSpec } from './ty
 export { engineEnv } from './env.js';
 export { parseRayStatusNodeCount, rayStatusArgs } from './ray.js';
 
-const VALID_ENGINES = 'vllm, sglang, fake';
+const VALID_ENGINES = 'vllm, sglang, fake, llamacpp';
 
 /**
  * Throws a non-retryable ApplicationFailure of type InvalidSpec for a spec that can never
@@ -27,6 +28,8 @@ export function buildEngineLaunch(spec: StartShard, ctx: EngineContext): EngineL
       return sglangLaunch(planShard(spec, profile, ctx), ctx);
     case Engine.FAKE:
       return fakeLaunch(planShard(spec, profile, ctx), ctx);
+    case Engine.LLAMACPP:
+      return llamacppLaunch(planShard(spec, profile, ctx), ctx);
     case Engine.UNSPECIFIED:
       throw invalidSpec(spec, `profile ${profile.name} names no engine; valid engines: ${VALID_ENGINES}`);
     default: {

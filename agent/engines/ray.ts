@@ -16,62 +16,40 @@ function workerPortArgs(ctx: EngineContext): string[] {
     : [];
 }
 
+/** `ray start` on this host, joined by `join` (`--head --port P`, or `--address` of the head); blocks. */
+function rayStart(ctx: EngineContext, env: Record<string, string>, role: ProcessSpec['role'], join: string[]): ProcessSpec {
+  const argv = [...rayCommand(ctx), 'start', ...join, '--node-ip-address', ctx.advertiseAddress, ...workerPortArgs(ctx), '--block'];
+  return { role, argv, env: { ...env }, blocking: true };
+}
+
 /**
- * Rank 0: the Ray head, then the engine, which waits until all `nnodes` nodes have joined.
- * `engineArgv` is the engine's full command, already carrying `--distributed-executor-backend ray`.
+ * A vLLM-style engine (vLLM, or the fake engine in its place) on a Ray cluster. Rank 0: the
+ * Ray head, then `engineArgv` with Ray as its executor and `extra` (the profile's args) last;
+ * the engine waits until all `nnodes` nodes have joined. Ranks > 0: only a Ray worker joined
+ * to rank 0's head; the engine there drives their GPUs.
  */
-export function rayLeaderLaunch(
+export function rayLaunch(
   plan: ShardPlan,
   ctx: EngineContext,
   env: Record<string, string>,
-  engineArgv: string[],
+  /** Asked for on rank 0 only: only rank 0 has an HTTP port to put in it. */
+  engineArgv: () => string[],
+  extra: string[],
   healthPath: string,
 ): EngineLaunch {
-  const head: ProcessSpec = {
-    role: 'ray-head',
-    argv: [
-      ...rayCommand(ctx),
-      'start',
-      '--head',
-      '--port',
-      String(plan.spec.leaderPort),
-      '--node-ip-address',
-      ctx.advertiseAddress,
-      ...workerPortArgs(ctx),
-      '--block',
-    ],
-    env: { ...env },
-    blocking: true,
-  };
+  if (plan.rank > 0) {
+    return { processes: [rayStart(ctx, env, 'ray-worker', ['--address', leaderAddress(plan)])], servesHttp: false, healthPath };
+  }
+  const head = rayStart(ctx, env, 'ray-head', ['--head', '--port', String(plan.spec.leaderPort)]);
   const engine: ProcessSpec = {
     role: 'engine',
-    argv: engineArgv,
+    argv: [...engineArgv(), '--distributed-executor-backend', 'ray', ...extra],
     env: { ...env },
     waitForRayNodes: plan.nnodes,
     rayAddress: leaderAddress(plan),
     blocking: true,
   };
   return { processes: [head, engine], servesHttp: true, healthPath };
-}
-
-/** Ranks > 0: only a Ray worker joined to rank 0's head; the engine there drives its GPUs. */
-export function rayWorkerLaunch(plan: ShardPlan, ctx: EngineContext, env: Record<string, string>, healthPath: string): EngineLaunch {
-  const worker: ProcessSpec = {
-    role: 'ray-worker',
-    argv: [
-      ...rayCommand(ctx),
-      'start',
-      '--address',
-      leaderAddress(plan),
-      '--node-ip-address',
-      ctx.advertiseAddress,
-      ...workerPortArgs(ctx),
-      '--block',
-    ],
-    env: { ...env },
-    blocking: true,
-  };
-  return { processes: [worker], servesHttp: false, healthPath };
 }
 
 /** Arguments after the ray command to ask the cluster at `address` (host:port) for its nodes. */

@@ -70,4 +70,11 @@ export interface EngineContext {
   managementInterface?: string;
   /** The host's weights cache: fetched sources run from their snapshot there (agent/weights). */
   weightsDir?: string;
+  /** llama.cpp's server (llamacpp-binary.ts); absent when this host has none, and a llamacpp shard is refused saying how to install it. */
+  llamaServerCommand?: string[];
+  /** Whether that llama-server was built with a GPU backend, so layers are offloaded (--n-gpu-layers). */
+  llamaServerGpu?: boolean;
+  /** The host's CPU cores and GPUs, to give a CPU-bound engine its share of the cores. */
+  hostCpus?: number;
+  hostGpus?: number;
 }

@@ -3,7 +3,7 @@
 import { engineModelArg } from '../weights/cache-layout.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderHttpPort, type ShardPlan } from './plan.js';
-import { rayLeaderLaunch, rayWorkerLaunch } from './ray.js';
+import { rayLaunch } from './ray.js';
 import type { EngineContext, EngineLaunch } from './types.js';
 
 // vLLM's OpenAI server answers 200 here once the engine is up, and stops answering if the
@@ -19,10 +19,16 @@ function serveArgv(plan: ShardPlan, ctx: EngineContext): string[] {
     engineModelArg(profile.modelSource, ctx.weightsDir),
     '--served-model-name',
     profile.servedName,
+    ...servingFlags(plan, ctx, leaderHttpPort(plan)),
+  ];
+}
+
+/** Where a vLLM-style server listens and how it splits the model; the fake engine takes the same. */
+export function servingFlags(plan: ShardPlan, ctx: EngineContext, port: number | undefined): string[] {
+  return [
     '--host',
     ctx.advertiseAddress,
-    '--port',
-    String(leaderHttpPort(plan)),
+    ...(port !== undefined ? ['--port', String(port)] : []),
     '--tensor-parallel-size',
     String(plan.tensorParallel),
     '--pipeline-parallel-size',
@@ -50,8 +56,7 @@ export function vllmLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch {
       // agent does not launch; starting rank 0 alone would wait forever for its peers.
       throw invalidSpec(plan.spec, `profile ${plan.profile.name} runs vLLM on ${plan.nnodes} nodes, which needs the Ray launcher`);
     case 'ray':
-      if (plan.rank > 0) return rayWorkerLaunch(plan, ctx, env, HEALTH_PATH);
-      return rayLeaderLaunch(plan, ctx, env, [...serveArgv(plan, ctx), '--distributed-executor-backend', 'ray', ...extra], HEALTH_PATH);
+      return rayLaunch(plan, ctx, env, () => serveArgv(plan, ctx), extra, HEALTH_PATH);
     default: {
       const unknown: never = plan.launcher;
       throw invalidSpec(plan.spec, `unknown launcher ${String(unknown)}`);

@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import type { LineLevel } from '../../common/logger.js';
 import { ShardState, type RunningShard, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import type { Launcher } from './launcher.js';
+import type { Launcher } from './processes/launcher.js';
 import { KeyedLock } from './lock.js';
 import type { ResolvedOptions, SupervisorEvent } from './options.js';
 import { runningShard, shardStatus, type Shard } from './shard.js';

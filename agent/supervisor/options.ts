@@ -2,8 +2,8 @@
 import type { LineLog } from '../../common/logger.js';
 import type { ShardStatus, StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { EngineContext, ProcessSpec } from '../engines/index.js';
-import type { Launcher } from './launcher.js';
-import type { PortRange } from './ports.js';
+import type { Launcher } from './processes/launcher.js';
+import type { PortRange } from './start/ports.js';
 
 export type ForeignGpuProcessMode = 'report' | 'kill';
 
@@ -19,7 +19,7 @@ export interface SupervisorOptions {
   /** The agent's own engine port range, inclusive. */
   portRange: PortRange;
   /**
-   * Where port claims are kept (port-claims.ts): default `<stateDir>/port-claims`. Agents that
+   * Where port claims are kept (start/ports.ts): default `<stateDir>/port-claims`. Agents that
    * share a host and port ranges share one directory of their own user (`llmgw up` does).
    */
   portClaimsDir?: string;
@@ -55,6 +55,11 @@ export interface SupervisorOptions {
   envFile?: string;
   /** The unprivileged user engines run as (agent/engine-identity.ts); absent: the agent's own. */
   engineUser?: import('../engine-identity.js').EngineUser;
+  /**
+   * With engineUser: each shard runs as a uid of its own from this range (its group stays the
+   * engine user's), recorded with its spec (supervisor/start/engine-uid.ts). Absent: all as engineUser.
+   */
+  engineUids?: import('../engine-identity.js').UidRange;
   /** The file engines' API key is read from at every spawn (--engine-key-file); absent: engines take no key. */
   engineKeyFile?: string;
   /** Called only on transitions (Ready, unhealthy, back to Ready, exited), never on every poll. */
@@ -70,9 +75,17 @@ export interface SupervisorOptions {
   foreignGpuProcesses?: ForeignGpuProcessMode;
   /**
    * Throws (a non-retryable failure saying why) for a StartShard this host must not run: the
-   * agent checks the catalog signature here (agent/revision-check.ts). Absent: no check.
+   * agent checks the catalog signature and the placement ticket here (agent/revision-check.ts);
+   * `newStart`: no spec of this shard is recorded here. Absent: no check.
    */
-  checkRevision?: (spec: StartShard) => void;
+  checkRevision?: (spec: StartShard, start: { newStart: boolean }) => Promise<void>;
+  /** Throws when a pinned file:// source's bytes are not the pinned ones (agent/weights/file-pin.ts). */
+  checkPinnedFiles?: (spec: StartShard) => Promise<void>;
+  /**
+   * Opens rank 0's rendezvous ports to the placement's peers only (agent/host/rendezvous-firewall.ts):
+   * given every opening the host needs, whenever they change. Absent: no rules (unit tests).
+   */
+  rendezvousFirewall?: { apply(openings: import('./start/rendezvous.js').RendezvousOpening[]): Promise<void> };
   /** Counts what happens (the agent's metrics); called synchronously, must not throw. */
   count?: (event: SupervisorEvent) => void;
   /**

@@ -11,10 +11,10 @@ import {
 } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { hostPort } from '../engines/plan.js';
 import type { ProcessRole } from '../engines/types.js';
-import type { ProcessExit } from './launcher.js';
+import type { ProcessExit } from './processes/launcher.js';
 import type { ShardRecord } from './spec-store.js';
 
-export type { ProcessExit } from './launcher.js';
+export type { ProcessExit } from './processes/launcher.js';
 
 export interface ShardProcess {
   role: ProcessRole;

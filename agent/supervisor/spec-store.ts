@@ -22,6 +22,7 @@ import { z } from 'zod';
 import { FailureType } from '../../common/failures.js';
 import { StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { ProcessRole } from '../engines/types.js';
+import { removeEngineConfig } from './start/engine-key.js';
 
 const ProcessRoleSchema = z.enum(['engine', 'ray-head', 'ray-worker']);
 // Fails to compile when a role is added to the engines' ProcessRole but not here.
@@ -60,6 +61,7 @@ const ShardRecordFile = z.object({
   processes: z.array(RecordedProcess),
   startedAt: z.string(),
   adoptedAt: z.string().optional(),
+  uid: z.number().int().min(1000).optional(),
 });
 
 export interface ShardRecord {
@@ -72,6 +74,11 @@ export interface ShardRecord {
   processes: RecordedProcess[];
   startedAt: string;
   adoptedAt?: string;
+  /**
+   * The uid this shard's processes run as (--engine-uid-range): kept for the shard's life, by
+   * later agents too, and given to no other shard while this record exists.
+   */
+  uid?: number;
 }
 
 export interface UnreadableRecord {
@@ -122,6 +129,7 @@ export function writeRecordAtomic(stateDir: string, record: ShardRecord): void {
     startedAt: record.startedAt,
   };
   if (record.adoptedAt !== undefined) body.adoptedAt = record.adoptedAt;
+  if (record.uid !== undefined) body.uid = record.uid;
   // 0600: a spec names no secret's value, but it is the agent's business alone.
   const fd = openSync(tmp, 'w', 0o600);
   try {
@@ -156,6 +164,7 @@ export function parseRecord(text: string, expectedShardId: string): ShardRecord 
     startedAt: file.startedAt,
   };
   if (file.adoptedAt !== undefined) record.adoptedAt = file.adoptedAt;
+  if (file.uid !== undefined) record.uid = file.uid;
   return record;
 }
 
@@ -185,6 +194,8 @@ export function readAllRecords(stateDir: string): { records: ShardRecord[]; unre
 }
 
 export function removeRecord(stateDir: string, shardId: string): void {
+  // The engine's config file (its key, for SGLang) goes with the record that explains it.
+  removeEngineConfig(stateDir, shardId);
   rmSync(recordPath(stateDir, shardId), { force: true });
   fsyncDir(shardsDir(stateDir));
 }

@@ -4,31 +4,34 @@
 // written before it was spawned, so a `kill -9` of the agent leaves them serving and the
 // next agent takes them over instead of starting new ones.
 //
-// This class is the front door; the work is done in one room per concern:
-//   recovery.ts      adoption of what a previous agent left running (once, at start)
-//   start.ts         starting a shard (start-ray.ts: the part that waits for a Ray cluster)
-//   port-choice.ts   which ports a start gets
-//   watch.ts         exits, health probes and the transitions they cause
-//   stop.ts          stopping a shard
-//   unidentified.ts  processes no spec describes
-//   log-upkeep.ts    engine log size, and retention of stopped shards' files
-//   launcher.ts      the process boundary (spawn, pids, exits, signals, the process table)
+// This class is the front door; the work is done in one room per concern, beside the state
+// every room shares (core.ts, shard.ts, options.ts, lock.ts, and spec-store.ts: the state dir):
+//   recovery/   adoption of what a previous agent left running (once, at start), and the
+//               processes no spec describes (unidentified.ts, strangers.ts)
+//   start/      starting a shard: the checks, the ports it gets (claims included), the part
+//               that waits for a Ray cluster, whether a repeated start is the same spec, and
+//               the rendezvous ports the firewall opens to the placement's peers only
+//   watch/      exits, health probes and the transitions they cause; waiting for Ready
+//   stop/       stopping a shard, and ending process groups
+//   logs/       engine log files, their size and the retention of stopped shards' files
+//   processes/  the process boundary (spawn, pids, exits, signals, /proc, engine markers)
 import type { ForeignProcess, KillProcessesResult } from '../../proto/gen/llmgw/v1/register_pb.js';
 import type { RunningShard, ShardStatus, StartShard, StopShard, StopShardResult } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { EXITED_WHILE_DOWN } from './adopt.js';
-import { SupervisorCore } from './core.js';
-import { childProcessLauncher } from './launcher.js';
-import { enforceLogLimits, every, sweepOldFiles } from './log-upkeep.js';
+import { EXITED_WHILE_DOWN } from './recovery/adopt.js';
+import { errorText, SupervisorCore } from './core.js';
+import { childProcessLauncher } from './processes/launcher.js';
+import { enforceLogLimits, every, sweepOldFiles } from './logs/log-upkeep.js';
 import { resolveOptions, type SupervisorOptions } from './options.js';
-import { validatePortRange } from './ports.js';
-import { recover, type RecoveryReport } from './recovery.js';
+import { validatePortRange } from './start/ports.js';
+import { recover, type RecoveryReport } from './recovery/recovery.js';
 import { logPath } from './spec-store.js';
-import { start } from './start.js';
-import { stop } from './stop.js';
-import type { GpuProcess } from './strangers.js';
-import { foreignNow, killOnRequest, survey, type SurveyReport } from './unidentified.js';
-import { waitUntilReady, type WaitHealthyOptions } from './wait-healthy.js';
-import { clearTimer } from './watch.js';
+import { followShardChanges, syncRendezvous } from './start/rendezvous.js';
+import { start } from './start/start.js';
+import { stop } from './stop/stop.js';
+import type { GpuProcess } from './recovery/strangers.js';
+import { foreignNow, killOnRequest, survey, type SurveyReport } from './recovery/unidentified.js';
+import { waitUntilReady, type WaitHealthyOptions } from './watch/wait-healthy.js';
+import { clearTimer } from './watch/watch.js';
 
 export class Supervisor {
   private readonly core: SupervisorCore;
@@ -42,6 +45,7 @@ export class Supervisor {
       every(logCheckIntervalMs, () => enforceLogLimits(this.core)),
       every(retentionCheckIntervalMs, () => sweepOldFiles(this.core)),
     ];
+    followShardChanges(this.core);
   }
 
   get nodeId(): string {
@@ -55,6 +59,8 @@ export class Supervisor {
    */
   async recover(gpuProcesses: GpuProcess[] = []): Promise<RecoveryReport> {
     const report = await recover(this.core, gpuProcesses);
+    // The rules of adopted shards, and none of what a previous agent left for shards now gone.
+    await syncRendezvous(this.core).catch((err: unknown) => this.core.log(`rendezvous firewall: ${errorText(err)}`, 'error'));
     // Only now are the shards known whose files must stay.
     await sweepOldFiles(this.core);
     return report;

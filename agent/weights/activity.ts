@@ -3,6 +3,7 @@
 // current files) as the activity's details, which `temporal workflow describe` and the Web UI
 // show. Agent side.
 import { Context } from '@temporalio/activity';
+import type { ProfileSnapshot } from '../../common/replica-types.js';
 import type { HostWeightsCache } from './host-cache.js';
 
 export interface FetchWeightsInput {
@@ -10,6 +11,11 @@ export interface FetchWeightsInput {
   modelSource: string;
   /** Who asked, for the log. */
   replicaId: string;
+  /**
+   * The signed revision that names `modelSource` (its ProfileSnapshot, signature included): an
+   * agent with a catalog key fetches nothing else (fetch-check.ts).
+   */
+  profile?: ProfileSnapshot;
 }
 
 export interface FetchWeightsResult {

@@ -23,9 +23,13 @@ export function repoDir(weightsDir: string, repo: string): string {
   return join(weightsDir, repoFolderName(repo));
 }
 
+export function blobsDir(weightsDir: string, repo: string): string {
+  return join(repoDir(weightsDir, repo), 'blobs');
+}
+
 /** Blobs are named by the hub's ETag: the LFS sha256, or the git blob id of a small file. */
 export function blobPath(weightsDir: string, repo: string, etag: string): string {
-  return join(repoDir(weightsDir, repo), 'blobs', etag);
+  return join(blobsDir(weightsDir, repo), etag);
 }
 
 /** Where a blob is written while it arrives (the HF client's own name for it, so it resumes ours). */

@@ -7,6 +7,8 @@ import type { AgentConfig } from '../config.js';
 import { createWeightsActivities } from './activity.js';
 import { HostWeightsCache } from './host-cache.js';
 import { createRemoveWeightsActivity } from './remove.js';
+import { createFetchCheck } from './fetch-check.js';
+import type { RevisionPolicy } from '../revision-check.js';
 
 export function createHostWeights(
   config: Pick<AgentConfig, 'weightsDir' | 'weightsBudget'> & { nodeId?: string },
@@ -14,6 +16,8 @@ export function createHostWeights(
   log: LineLog,
   /** Told when what the cache holds may have changed (the host's report, weights-report.ts). */
   changed: () => void = () => undefined,
+  /** Which revisions this agent fetches for: the one its starts obey (fetch-check.ts). */
+  revisionPolicy: RevisionPolicy = { kind: 'no-key' },
 ): {
   cache: HostWeightsCache;
   activities: ReturnType<typeof createWeightsActivities> & ReturnType<typeof createRemoveWeightsActivity>;
@@ -29,10 +33,13 @@ export function createHostWeights(
     ...(config.nodeId ? { who: `the agent on ${config.nodeId}` } : {}),
   });
   const fetching = createWeightsActivities(cache, (line) => log(line));
+  const checkFetch = createFetchCheck(revisionPolicy, config.nodeId);
   return {
     cache,
     activities: {
       async fetchWeights(input) {
+        // Before the cache is touched: an unsigned fetch writes nothing here.
+        checkFetch(input);
         try {
           return await fetching.fetchWeights(input);
         } finally {

@@ -2,6 +2,7 @@
 // (@huggingface/hub), and where a file's bytes are (fetched by download.ts with a range request,
 // so a cut download resumes). The endpoint is the host's HF_ENDPOINT and the token its HF_TOKEN.
 import { HUB_URL, listFiles } from '@huggingface/hub';
+import { checkListing } from '../../common/listing-paths.js';
 
 export interface RemoteFile {
   path: string;
@@ -33,6 +34,11 @@ export async function listCommitFiles(endpoint: HubEndpoint, repo: string, commi
     else if (entry.oid) files.push({ path: entry.path, size: entry.size, etag: entry.oid });
     else throw new Error(`the hub lists ${repo}@${commit}/${entry.path} without a digest; it cannot be verified`);
   }
+  checkListing(
+    `${repo}@${commit}`,
+    files,
+    `The repository's owner must rename or remove that file; pin another commit meanwhile (llmgw rollout NAME)`,
+  );
   return files;
 }
 

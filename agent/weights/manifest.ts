@@ -4,6 +4,7 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
+import { blobNameProblem, listingPathProblem } from '../../common/listing-paths.js';
 import { manifestPath, manifestsDir } from './cache-layout.js';
 
 const ManifestSchema = z.object({
@@ -35,7 +36,11 @@ export function readManifest(weightsDir: string, repo: string, commit: string): 
 function parse(path: string): Manifest | undefined {
   try {
     const parsed = ManifestSchema.safeParse(JSON.parse(readFileSync(path, 'utf8')));
-    return parsed.success ? parsed.data : undefined;
+    if (!parsed.success) return undefined;
+    // A record whose names leave the cache (written before listings were checked, or by hand)
+    // is no record: eviction and removal delete by these names, and a fetch lists afresh.
+    const bad = parsed.data.files.some((f) => listingPathProblem(f.path) !== undefined || blobNameProblem(f.etag) !== undefined);
+    return bad ? undefined : parsed.data;
   } catch {
     return undefined;
   }

@@ -1,91 +1,44 @@
 // Makes one pinned S3 revision complete in the host cache, as fetch-revision.ts does for the
-// hub: lists the prefix once and fetches only if it still has the pinned digest (the listing is
-// kept in the manifest, so a cached revision needs no store at all), downloads each missing or
-// corrupt object by key with If-Match its recorded ETag into `<blob>.incomplete` (resuming with
-// a Range request), checks it against its ETag, renames it into place and links the snapshot.
+// hub (revision-fetch.ts does what every store shares): lists the prefix once and fetches only
+// if it still has the pinned digest, downloads each missing or corrupt object by key with
+// If-Match its recorded ETag (resuming with a Range request) and checks it against its ETag.
 // Credentials are the agent's own (its AWS_* environment). Agent side.
 import { createReadStream, promises as fs } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
 import { GetObjectCommand, HeadObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import { ApplicationFailure } from '@temporalio/activity';
 import { FailureType } from '../../common/failures.js';
 import { formatModelSource, type S3Source } from '../../common/model-source.js';
 import { explainS3Error, listS3Objects, s3Digest, s3FolderPrefix, type S3Object } from '../../common/s3-store.js';
 import { findPinnedVersions } from '../../common/s3-versions.js';
-import { blobPath, cachedRevisionOf, incompletePath, snapshotDir } from './cache-layout.js';
+import { cachedRevisionOf } from './cache-layout.js';
 import { WeightsError } from './errors.js';
-import type { FetchRevisionResult } from './fetch-revision.js';
-import { readManifest, writeManifest, type Manifest } from './manifest.js';
-import type { FetchProgress } from './progress.js';
+import { readManifest, type Manifest } from './manifest.js';
+import { fetchFromStore, partialOf, putInPlace, type FetchCommon, type FetchRevisionResult, type ManifestFile } from './revision-fetch.js';
 import { isVerifiableEtag, multipartCount, S3EtagHash } from './s3-etag.js';
 
-export interface FetchS3Request {
-  weightsDir: string;
+export interface FetchS3Request extends FetchCommon {
   /** Pinned: `s3://BUCKET/PREFIX@sha256:…`. */
   source: S3Source;
   client: S3Client;
   /** Whose environment an error tells to fix: "the agent on NODE". */
   who: string;
-  progress: FetchProgress;
-  signal: AbortSignal;
-  reserve(bytes: number): Promise<void>;
-  log(line: string): void;
-  concurrency?: number;
 }
 
-type ManifestFile = Manifest['files'][number];
-
 export async function fetchS3Revision(request: FetchS3Request): Promise<FetchRevisionResult> {
-  const { weightsDir, source, progress } = request;
-  const { repo, commit } = cachedRevisionOf(source)!;
-  let manifest = readManifest(weightsDir, repo, commit);
-  if (!manifest) {
-    const files = await listPinned(request, repo).catch((error: unknown) => {
-      throw failureOf(error, request, repo);
-    });
-    manifest = { repo, commit, files, verified: {}, lastUsedAt: Date.now(), bytesTotal: files.reduce((sum, f) => sum + f.size, 0) };
-    writeManifest(weightsDir, manifest);
-  }
-  manifest.lastUsedAt = Date.now();
-  progress.begin(manifest.bytesTotal, manifest.files.length);
-
-  const todo: { file: ManifestFile; why: 'missing' | 'corrupt' | 'resumed' }[] = [];
-  for (const file of manifest.files) {
-    const state = await checkBlob(weightsDir, manifest, file);
-    // Two paths with one ETag (the same bytes) share a blob: fetched once.
-    if (state === 'ok' || todo.some((t) => t.file.etag === file.etag)) progress.fileDone(file.size);
-    else todo.push({ file, why: state });
-    if (state === 'corrupt') request.log(`weights ${repo}@${commit.slice(0, 12)}: ${file.path} does not match its ETag; fetching it again`);
-  }
-  writeManifest(weightsDir, manifest);
-
-  const remaining = todo.reduce((sum, t) => sum + t.file.size, 0);
-  if (remaining > 0) await request.reserve(remaining);
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < todo.length) {
-      const item = todo[next++]!;
-      request.signal.throwIfAborted();
-      const resumed = await download(request, manifest, item.file).catch((error: unknown) => {
-        throw WeightsError.fromDisk(error, weightsDir) ?? failureOf(error, request, `${repo}/${item.file.path}`);
-      });
-      if (resumed && item.why === 'missing') item.why = 'resumed';
-      writeManifest(weightsDir, manifest);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(request.concurrency ?? 4, todo.length) }, worker));
-
-  const dir = snapshotDir(weightsDir, repo, commit);
-  for (const file of manifest.files) await linkIntoSnapshot(weightsDir, repo, dir, file);
-  manifest.lastUsedAt = Date.now();
-  writeManifest(weightsDir, manifest);
-  return {
-    snapshotPath: dir,
-    bytesTotal: manifest.bytesTotal,
-    bytesFetched: progress.bytesFetched(),
-    transferSeconds: progress.transferSeconds(),
-    fetched: todo.map((t) => ({ path: t.file.path, why: t.why })),
-  };
+  const revision = cachedRevisionOf(request.source)!;
+  const manifest = readManifest(request.weightsDir, revision.repo, revision.commit);
+  return fetchFromStore(request, revision, manifest, {
+    digestName: 'ETag',
+    list: () =>
+      listPinned(request, revision.repo).catch((error: unknown) => {
+        throw failureOf(error, request, revision.repo);
+      }),
+    digestOf: etagOfFile,
+    download: (listed, file, signal) =>
+      download(request, listed, file, signal).catch((error: unknown) => {
+        throw WeightsError.fromDisk(error, request.weightsDir) ?? failureOf(error, request, `${revision.repo}/${file.path}`);
+      }),
+  });
 }
 
 /** The prefix's objects, refused unless they are exactly those pinned; multipart part sizes asked once. */
@@ -95,7 +48,12 @@ async function listPinned(request: FetchS3Request, repo: string): Promise<Manife
   const now = s3Digest(objects);
   if (now !== source.digest) {
     // Overwritten or deleted since the pin: a versioned bucket still holds the pinned objects.
-    const versions = await findPinnedVersions(client, source.bucket, source.prefix, source.digest!, signal).catch(() => undefined);
+    // A store that keeps no versions (or refuses to list them) has none to offer; a listing
+    // refused by its check (listing-paths.ts) is said as it is.
+    const versions = await findPinnedVersions(client, source.bucket, source.prefix, source.digest!, signal).catch((error: unknown) => {
+      if (error instanceof ApplicationFailure) throw error;
+      return undefined;
+    });
     if (!versions) {
       throw ApplicationFailure.nonRetryable(
         `${repo} changed since the revision was pinned: it held ${source.digest!.slice(0, 19)}…, it holds ${objects.length ? `${now.slice(0, 19)}…` : 'no objects'} now, and no version of the bucket holds the pinned objects (or it keeps no versions); put the pinned objects back, or roll the deployment out (llmgw rollout NAME) to pin what is there now`,
@@ -154,32 +112,10 @@ async function etagOfFile(path: string, file: ManifestFile): Promise<string> {
   return hash.digest();
 }
 
-/** Trusted without a read when size and mtime are those recorded at verification; otherwise hashed again. */
-async function checkBlob(weightsDir: string, manifest: Manifest, file: ManifestFile): Promise<'ok' | 'missing' | 'corrupt'> {
-  const path = blobPath(weightsDir, manifest.repo, file.etag);
-  const stat = await fs.stat(path).catch(() => undefined);
-  if (!stat) return 'missing';
-  const record = manifest.verified[file.etag];
-  if (record && record.size === stat.size && record.mtimeMs === stat.mtimeMs) return 'ok';
-  if (stat.size === file.size && (await etagOfFile(path, file)) === file.etag) {
-    manifest.verified[file.etag] = { size: stat.size, mtimeMs: stat.mtimeMs };
-    return 'ok';
-  }
-  delete manifest.verified[file.etag];
-  await fs.rm(path, { force: true });
-  return 'corrupt';
-}
-
 /** One object into `<blob>.incomplete`, resuming what is there; says whether it resumed. */
-async function download(request: FetchS3Request, manifest: Manifest, file: ManifestFile): Promise<boolean> {
-  const { weightsDir, source, progress, signal } = request;
-  const partial = incompletePath(weightsDir, manifest.repo, file.etag);
-  await fs.mkdir(dirname(partial), { recursive: true });
-  let offset = (await fs.stat(partial).catch(() => undefined))?.size ?? 0;
-  if (offset > file.size) {
-    await fs.rm(partial, { force: true });
-    offset = 0;
-  }
+async function download(request: FetchS3Request, manifest: Manifest, file: ManifestFile, signal: AbortSignal): Promise<boolean> {
+  const { weightsDir, source, progress } = request;
+  const { partial, offset } = await partialOf(weightsDir, manifest.repo, file);
   // The bytes kept from an earlier try feed the hash first: the whole file is verified.
   let hash = new S3EtagHash(file.partSize);
   if (offset > 0) {
@@ -228,32 +164,9 @@ async function download(request: FetchS3Request, manifest: Manifest, file: Manif
       await out.close();
     }
   }
-  const size = (await fs.stat(partial)).size;
-  const etag = hash.digest();
-  if (size !== file.size || etag !== file.etag) {
-    await fs.rm(partial, { force: true });
-    throw new Error(
-      `${manifest.repo}/${file.path}: downloaded ${size} bytes with ETag ${etag}, expected ${file.size} bytes with ${file.etag}; fetching it again`,
-    );
-  }
-  const final = blobPath(weightsDir, manifest.repo, file.etag);
-  await fs.rename(partial, final);
-  const stat = await fs.stat(final);
-  manifest.verified[file.etag] = { size: stat.size, mtimeMs: stat.mtimeMs };
-  progress.fileFinished(file.path);
+  const got = { size: (await fs.stat(partial)).size, digest: hash.digest() };
+  await putInPlace(request, manifest, file, partial, got, `${manifest.repo}/${file.path}`, 'ETag');
   return offset > 0;
 }
 
 const WRITE_BATCH_BYTES = 4 * 1024 * 1024;
-
-/** snapshots/<digest>/<path> → ../../blobs/<etag>, made aside, then renamed. */
-async function linkIntoSnapshot(weightsDir: string, repo: string, dir: string, file: ManifestFile): Promise<void> {
-  const link = join(dir, file.path);
-  await fs.mkdir(dirname(link), { recursive: true });
-  const target = relative(dirname(link), blobPath(weightsDir, repo, file.etag));
-  if ((await fs.readlink(link).catch(() => undefined)) === target) return;
-  const aside = `${link}.llmgw-${process.pid}`;
-  await fs.rm(aside, { force: true });
-  await fs.symlink(target, aside);
-  await fs.rename(aside, link);
-}

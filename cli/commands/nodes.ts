@@ -1,143 +1,64 @@
-// `llmgw nodes`: every node workflow, read through its describe query; and what an
-// operator does to one host: cordon, uncordon, remove.
-import { newTable } from './table.js';
-import { ScheduleNotFoundError, WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { withClient } from './client.js';
-import { clearGpuUpdate, cordonUpdate, describeNodeQuery, uncordonUpdate } from '../../workflows/definitions.js';
-import { nodeWorkflowId, reconcileScheduleId } from '../../common/names.js';
-import type { NodeView } from '../../common/node-types.js';
+// `llmgw nodes` and its cordon, uncordon, clear-gpu, enroll and remove: the GPU hosts as the control
+// plane sees them. Flags here; the work in cli/actions/nodes.ts.
+import type { Command } from 'commander';
+import { jsonOption } from './options.js';
 
-/**
- * Every running node's view. A node whose query fails (its workflow pinned to a build no worker
- * serves, a worker too busy to answer in time) is told to `unanswered` and left out, so that one
- * such node does not hide every other host from the operator.
- */
-export async function listNodes(unanswered?: (workflowId: string, error: string) => void): Promise<NodeView[]> {
-  return withClient(async (client) => {
-    const views: NodeView[] = [];
-    for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` })) {
-      try {
-        views.push(await client.workflow.getHandle(execution.workflowId).query(describeNodeQuery));
-      } catch (error) {
-        if (!unanswered) throw error;
-        unanswered(execution.workflowId, error instanceof Error ? error.message : String(error));
-      }
-    }
-    return views.sort((a, b) => a.nodeId.localeCompare(b.nodeId));
-  });
-}
-
-export async function nodesCommand(opts: { json?: boolean }): Promise<void> {
-  const views = await listNodes((workflowId, error) =>
-    console.error(`${workflowId} did not answer its describe query (${error}): is a control worker of its build running?`),
-  );
-  if (opts.json) {
-    console.log(JSON.stringify(views, null, 2));
-    return;
-  }
-  if (!views.length) {
-    console.log('no nodes: start an agent (`llmgw agent --gpus builtin:h100x8 --node-id sim-a`)');
-    return;
-  }
-  const table = newTable({ head: ['node', 'state', 'GPUs free/total', 'class', 'address', 'problems'] });
-  for (const view of views) {
-    const inv = view.inventory;
-    const problems = [
-      // Why a node is not Ready (a silent agent, Lost after its grace) is the first thing an
-      // operator asks during a network incident.
-      ...(view.phase !== 'Ready' && view.reason ? [view.reason] : []),
-      ...(inv?.problems ?? []),
-      ...(inv?.gpus.filter((gpu) => gpu.problems.length).map((gpu) => `GPU ${gpu.index}: ${gpu.problems.join('; ')}`) ?? []),
-      // Live foreign processes show as their GPUs' problems above; say also what the agent killed.
-      ...(inv?.foreignProcesses ?? [])
-        .filter((f) => f.killed)
-        .map((f) => `killed pid ${f.pid} (${f.command}) on GPU ${f.gpuIndices.join(',')}: ${f.note}`),
-    ];
-    table.push([
-      view.nodeId,
-      view.cordoned ? `${view.phase} (cordoned)` : view.phase,
-      `${view.freeGpus.length}/${inv?.gpus.length ?? 0}`,
-      inv?.gpuClass ?? '',
-      inv?.managementAddress ?? '',
-      problems.join('\n') || '—',
-    ]);
-  }
-  console.log(table.toString());
-}
-
-/** The node's view, or an error that says the node is unknown and how to list the known ones. */
-async function nodeView(client: Client, nodeId: string): Promise<NodeView> {
-  try {
-    const handle = client.workflow.getHandle(nodeWorkflowId(nodeId));
-    const { status } = await handle.describe();
-    if (status.name !== 'RUNNING')
-      throw new Error(`node ${nodeId} is not registered (its workflow is ${status.name}): \`llmgw nodes\` lists the registered ones`);
-    return await handle.query(describeNodeQuery);
-  } catch (error) {
-    if (error instanceof WorkflowNotFoundError)
-      throw new Error(`no node ${nodeId}: \`llmgw nodes\` lists the registered ones`, { cause: error });
-    throw error;
-  }
-}
-
-/** `llmgw nodes cordon|uncordon <node>`: no new placements there; what runs keeps running. */
-export async function cordonCommand(nodeId: string, cordon: boolean, opts: { reason?: string }): Promise<void> {
-  const view = await withClient(async (client) => {
-    await nodeView(client, nodeId);
-    const handle = client.workflow.getHandle(nodeWorkflowId(nodeId));
-    return cordon
-      ? handle.executeUpdate(cordonUpdate, { args: [{ reason: opts.reason }] })
-      : handle.executeUpdate(uncordonUpdate, { args: [] });
-  });
-  console.log(
-    cordon
-      ? `cordoned ${nodeId}: nothing new is placed there; its ${view.allocations.length} shard(s) keep running (scale or undeploy to move them)`
-      : `uncordoned ${nodeId}: ${view.freeGpus.length} free GPU(s) can be placed on again`,
-  );
-}
-
-/** `llmgw nodes clear-gpu <node> <gpu>`: the agent forgets the GPU's fault and reports again. */
-export async function clearGpuCommand(nodeId: string, gpu: string): Promise<void> {
-  const gpuIndex = Number(gpu);
-  if (!Number.isInteger(gpuIndex) || gpuIndex < 0) throw new Error(`GPU must be an index (0, 1, …), not ${JSON.stringify(gpu)}`);
-  const result = await withClient(async (client) => {
-    await nodeView(client, nodeId);
-    return client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(clearGpuUpdate, { args: [{ gpuIndex }] });
-  });
-  console.log(result.message);
-}
-
-/**
- * `llmgw nodes remove <node>`: forget a host that is gone for good: its node workflow and its
- * reconcile Schedule, which would otherwise run for ever against an agent that never answers.
- * Refused while the agent still reports (it would only register again), and while the node
- * still holds GPUs for shards, unless --force.
- */
-export async function removeNodeCommand(nodeId: string, opts: { force?: boolean }): Promise<void> {
-  const said = await withClient(async (client) => {
-    const view = await nodeView(client, nodeId);
-    if (view.phase === 'Ready') {
-      throw new Error(
-        `node ${nodeId} is Ready: its agent still reports and would register again. Stop the agent first (cordon it and move its replicas away), then remove it.`,
-      );
-    }
-    if (view.allocations.length && !opts.force) {
-      const replicas = [...new Set(view.allocations.map((a) => a.replicaId))].join(', ');
-      throw new Error(
-        `node ${nodeId} (${view.phase}) still holds GPUs for ${view.allocations.length} shard(s) of ${replicas}: they are released when it turns Lost, or scale them away; --force removes it now`,
-      );
-    }
-    await client.workflow
-      .getHandle(nodeWorkflowId(nodeId))
-      .terminate(`removed by llmgw nodes remove (${view.phase}: ${view.reason || 'no reason given'})`);
-    let schedule = `Schedule ${reconcileScheduleId(nodeId)} deleted`;
-    try {
-      await client.schedule.getHandle(reconcileScheduleId(nodeId)).delete();
-    } catch (error) {
-      if (!(error instanceof ScheduleNotFoundError)) throw error;
-      schedule = `it had no Schedule ${reconcileScheduleId(nodeId)}`;
-    }
-    return `removed ${nodeId} (${view.phase}): workflow ${nodeWorkflowId(nodeId)} terminated, ${schedule}. If its agent starts again it registers anew.`;
-  });
-  console.log(said);
+export function register(program: Command): void {
+  const nodes = program
+    .command('nodes')
+    .description('the GPU hosts: state, GPUs free/total, problems (and cordon, uncordon, remove)')
+    .addOption(jsonOption())
+    .action(async (opts: { json?: boolean }) => {
+      const { nodesCommand } = await import('../actions/nodes.js');
+      await nodesCommand(opts);
+    });
+  nodes
+    .command('cordon')
+    .argument('<node>', 'node id')
+    .description('place nothing new on the node; what runs there keeps running')
+    .option('--reason <text>', 'shown in `llmgw nodes` and the Web UI')
+    .action(async (nodeId: string, opts: { reason?: string }) => {
+      const { cordonCommand } = await import('../actions/nodes.js');
+      await cordonCommand(nodeId, true, opts);
+    });
+  nodes
+    .command('uncordon')
+    .argument('<node>', 'node id')
+    .description('let placements use the node again')
+    .action(async (nodeId: string) => {
+      const { cordonCommand } = await import('../actions/nodes.js');
+      await cordonCommand(nodeId, false, {});
+    });
+  nodes
+    .command('clear-gpu')
+    .argument('<node>', 'node id')
+    .argument('<gpu>', 'GPU index')
+    .description('return a GPU the agent held out for a fault (Xid, ECC, gone) once it is sound again')
+    .action(async (nodeId: string, gpu: string) => {
+      const { clearGpuCommand } = await import('../actions/nodes.js');
+      await clearGpuCommand(nodeId, gpu);
+    });
+  nodes
+    .command('enroll')
+    .argument('<node>', 'node id')
+    .argument('<public-key>', "the agent's public key, as it prints it at start or `llmgw agent keygen` does (ed25519-public:…)")
+    .description("trust the registrations of the node's agent that this key signs, and only those: placement uses the node once one comes")
+    .option(
+      '--catalog-key-file <file>',
+      'the catalog private key file the enrollment is signed with (default LLMGW_CATALOG_KEY_FILE, as the control worker)',
+      process.env.LLMGW_CATALOG_KEY_FILE || undefined,
+    )
+    .action(async (nodeId: string, publicKey: string, opts: { catalogKeyFile?: string }) => {
+      const { enrollCommand } = await import('../actions/nodes-enroll.js');
+      await enrollCommand(nodeId, publicKey, opts);
+    });
+  nodes
+    .command('remove')
+    .argument('<node>', 'node id')
+    .description('forget a host that is gone for good: its node workflow and its reconcile Schedule (its agent must be stopped)')
+    .option('--force', 'remove it even though it still holds GPUs for shards')
+    .action(async (nodeId: string, opts: { force?: boolean }) => {
+      const { removeNodeCommand } = await import('../actions/nodes.js');
+      await removeNodeCommand(nodeId, opts);
+    });
 }

@@ -3,8 +3,8 @@
 // cached. Pure logic over Candidates. Router side.
 //
 // What is cached where comes from one of two sources. Precise: the engine publishes its KV-cache
-// events (kv-events.ts) and the request's own block hashes are looked up in the index built from
-// them (kv-index.ts). Approximate, for an engine that publishes nothing or whose stream is down:
+// events (kv/events.ts) and the request's own block hashes are looked up in the index built from
+// them (kv/block-index.ts). Approximate, for an engine that publishes nothing or whose stream is down:
 // keys (the session: X-Session-ID, else the body's `user`; and the prompt's first kilobyte) have
 // homes, the replicas their requests went to, in the order they became homes.
 //
@@ -16,7 +16,7 @@
 //           engine's mean prefill per request (prefills run one after another)
 //   miss  = prompt tokens not cached there × the engine's prefill time per token, twice (the
 //           prefills behind it wait as long)
-// both learned from the engine's own counters (endpoint.ts). The cheapest wins; ties go to the
+// both learned from the engine's own counters (engines/endpoint.ts). The cheapest wins; ties go to the
 // less loaded, then to the earliest home. So a prefix stays on its home while a slot is free
 // there and spreads to another replica once the queue at home costs more than a prefill there;
 // that replica becomes a home too. A prompt prefix also wants as many homes as its own load
@@ -32,9 +32,8 @@
 // `absGap` beyond the least loaded and `relGap` times as much.
 //
 // Homes are per router process: with --workers N a prefix may have up to N home lists.
-import { pickLeastLoaded } from './least-loaded.js';
-import { eligible, type Candidate } from './policy.js';
-import { DEFAULT_COSTS, type EngineCosts } from '../endpoint.js';
+import { eligible, pickLeastLoaded } from './least-loaded.js';
+import { DEFAULT_COSTS, type AffinityResult, type Candidate, type EngineCosts, type RequestShape } from './policy.js';
 
 export interface ImbalanceGuard {
   /** In-flight requests beyond the least-loaded replica's before a home is skipped (engines without metrics only). */
@@ -44,9 +43,6 @@ export interface ImbalanceGuard {
 }
 
 export const DEFAULT_GUARD: ImbalanceGuard = { absGap: 8, relGap: 1.5 };
-
-/** How a request was placed: where its key was cached, elsewhere for load (a new home), or as a new key. */
-export type AffinityResult = 'home' | 'diverted' | 'new';
 
 /** Keys a router remembers per model; the least recently used are forgotten past this. */
 export const AFFINITY_KEYS = 100_000;
@@ -64,24 +60,6 @@ const RATE_WINDOW_MS = 2000;
 const HOME_BUSY = 0.5;
 /** Costs closer than this (ms) are a tie. */
 const TIE_MS = 0.01;
-
-/** What the precise index knows about one request on the model's replicas (kv-index.ts). */
-export interface CachedBlocks<T> {
-  /** The request's blocks in the engines' naming, and tokens per block. */
-  readonly blocks: readonly number[];
-  readonly blockSize: number;
-  /** Whether this replica's events are live: if not, its homes (approximate) are used. */
-  live(c: T): boolean;
-  /** Leading blocks of the request that this replica holds. */
-  matched(c: T): number;
-}
-
-/** What a pick needs to know about the request beyond its keys. */
-export interface RequestShape<T> {
-  /** The request body's bytes: prompt tokens are guessed from them with the engines' bytes per token. */
-  promptBytes: number;
-  precise?: CachedBlocks<T> | undefined;
-}
 
 const NO_SHAPE: RequestShape<never> = { promptBytes: 0 };
 

@@ -1,12 +1,17 @@
 // Cache-aware routing as a policy: the model's affinity table (affinity-table.ts) picks with the
 // request's keys, its prompt's size and, where an engine publishes its KV-cache events, the
 // request's own blocks; the outcome (home, diverted, new) is counted for the model.
-import type { Endpoint } from '../endpoint.js';
-import { promptBlocks } from '../kv-blocks.js';
-import type { AffinityResult, AffinityTable, CachedBlocks, RequestShape } from './affinity-table.js';
-import type { PickRequest, RoutingPolicy } from './policy.js';
+import type { Endpoint } from '../engines/endpoint.js';
+import { promptBlocks } from '../kv/hashing.js';
+import type { AffinityResult, CachedBlocks, PickRequest, RequestShape, RoutingPolicy } from './policy.js';
 
-export function cacheAware(table: AffinityTable<Endpoint>, counted: (result: AffinityResult) => void): RoutingPolicy<Endpoint> {
+/** What this policy asks of its model's affinity table (affinity-table.ts): a pick, and how it went. */
+export interface AffinityPicker<T> {
+  pick(session: number, prefix: number, candidates: readonly T[], now: number, shape?: RequestShape<T>): T | undefined;
+  readonly result: AffinityResult;
+}
+
+export function cacheAware(table: AffinityPicker<Endpoint>, counted: (result: AffinityResult) => void): RoutingPolicy<Endpoint> {
   return {
     name: 'cache-aware',
     pick(candidates: readonly Endpoint[], request: PickRequest, now: number): Endpoint | undefined {

@@ -1,10 +1,10 @@
 // The routing policies by name: what the router builds for a model's pool. Each policy is one
 // file in this folder behind RoutingPolicy (policy.ts); adding one is a file and a line here.
-import type { Endpoint } from '../endpoint.js';
-import type { AffinityResult, AffinityTable } from './affinity-table.js';
+import type { Endpoint } from '../engines/endpoint.js';
+import type { AffinityTable } from './affinity-table.js';
 import { cacheAware } from './cache-aware.js';
 import { leastLoaded } from './least-loaded.js';
-import type { PolicyName, RoutingPolicy } from './policy.js';
+import type { AffinityResult, PolicyName, RoutingPolicy } from './policy.js';
 import { roundRobin } from './round-robin.js';
 
 export interface PolicyNeeds {

@@ -1,6 +1,6 @@
 // Least outstanding work by the power of two choices: where a request goes when there is no
 // cache to follow, where every retry goes, and the policy with cache-aware routing turned off.
-import { eligible, type Candidate, type PickRequest, type RoutingPolicy } from './policy.js';
+import type { Candidate, PickRequest, RoutingPolicy } from './policy.js';
 
 /**
  * Power of two choices over the candidates not yet tried for this request: two at random, the
@@ -47,4 +47,9 @@ export function leastLoaded<T extends Candidate>(): RoutingPolicy<T> {
     name: 'least-loaded',
     pick: (candidates: readonly T[], _request: PickRequest, now: number) => pickLeastLoaded(candidates, undefined, now),
   };
+}
+
+/** Whether `c` may take this attempt: available (or health ignored) and not tried yet. */
+export function eligible(c: Candidate, tried: readonly Candidate[] | undefined, now: number, ignoreHealth: boolean): boolean {
+  return (ignoreHealth || c.available(now)) && (tried === undefined || !tried.includes(c));
 }

@@ -1,7 +1,7 @@
 // The one interface every routing policy implements (one file each in this folder, as llm-d's
-// scorers are laid out), what a policy may know about a replica, and the policy an operator names.
-// Pure logic over Candidates; the router's Endpoint is one. Router side.
-import type { EngineCosts } from '../endpoint.js';
+// scorers are laid out), what a policy may know about a replica and about a request (its cached
+// blocks), and the policy an operator names. Pure logic over Candidates; the router's Endpoint is
+// one. Router side.
 
 /**
  * How a model's requests are spread: cache-aware (the default), least-loaded (power of two
@@ -37,7 +37,7 @@ export interface Candidate {
   load(): number;
   /** False while ejected for failing. */
   available(now: number): boolean;
-  // What load before locality weighs (affinity.ts); a candidate without them is guarded by in-flight gaps.
+  // What load before locality weighs (affinity-table.ts); a candidate without them is guarded by in-flight gaps.
   /** Requests that would wait ahead of one more sent now. */
   queued?(): number;
   /** Requests sent there without a byte of answer yet (queued or prefilling). */
@@ -50,6 +50,38 @@ export interface Candidate {
   readonly costs?: EngineCosts;
 }
 
-export function eligible(c: Candidate, tried: readonly Candidate[] | undefined, now: number, ignoreHealth: boolean): boolean {
-  return (ignoreHealth || c.available(now)) && (tried === undefined || !tried.includes(c));
+/** What requests cost on an engine, learned from its counters; defaults until it has served some. */
+export interface EngineCosts {
+  /** Request body bytes per prompt token (what the router sent over what the engine counted). */
+  bytesPerToken: number;
+  /** Milliseconds a request holds one of the engine's slots (vLLM's inference time). */
+  serviceMs: number;
+  /** Milliseconds of prefill per prompt token not found in the cache. */
+  prefillMsPerToken: number;
+  /** Milliseconds of prefill per request, on average (mostly hits, when routing works). */
+  prefillMs: number;
+}
+
+/** Before an engine has shown its own: a request of a second, prefill at 20,000 tokens a second. */
+export const DEFAULT_COSTS: EngineCosts = { bytesPerToken: 4, serviceMs: 1000, prefillMsPerToken: 0.05, prefillMs: 0 };
+
+/** How a request was placed: where its key was cached, elsewhere for load (a new home), or as a new key. */
+export type AffinityResult = 'home' | 'diverted' | 'new';
+
+/** What the precise index knows about one request on the model's replicas (kv/block-index.ts). */
+export interface CachedBlocks<T> {
+  /** The request's blocks in the engines' naming, and tokens per block. */
+  readonly blocks: readonly number[];
+  readonly blockSize: number;
+  /** Whether this replica's events are live: if not, its homes (approximate) are used. */
+  live(c: T): boolean;
+  /** Leading blocks of the request that this replica holds. */
+  matched(c: T): number;
+}
+
+/** What a pick needs to know about the request beyond its keys. */
+export interface RequestShape<T> {
+  /** The request body's bytes: prompt tokens are guessed from them with the engines' bytes per token. */
+  promptBytes: number;
+  precise?: CachedBlocks<T> | undefined;
 }

@@ -6,8 +6,8 @@ import { spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
-import type { LaunchedProcess, Launcher, ProcessExit } from '../../agent/supervisor/launcher.js';
-import type { ProcStat } from '../../agent/supervisor/process-table.js';
+import type { LaunchedProcess, Launcher, ProcessExit } from '../../agent/supervisor/processes/launcher.js';
+import type { ProcStat } from '../../common/proc-stat.js';
 import { lineReader, Message, type Request, type VirtualProcess } from './protocol.js';
 
 const LLMGW_BIN = join(__dirname, '../../../bin/llmgw.js');
@@ -71,140 +71,158 @@ async function waitForSocket(path: string, logFile: string): Promise<Socket> {
 }
 
 async function subscribe(conn: Socket, log: (line: string) => void): Promise<EngineHostClient> {
-  const table = new Map<number, VirtualProcess>();
-  const exits = new Map<number, (exit: ProcessExit) => void>();
-  // Exits nobody waited for yet: an engine that fails at once exits before its launch reply.
-  const unclaimed = new Map<number, ProcessExit>();
-  const pending = new Map<number, Pending>();
-  let nextId = 1;
-  let enginesPid = 0;
-  let gone = false;
-  let tableArrived: () => void = () => undefined;
-  const tableReady = new Promise<void>((resolve) => (tableArrived = resolve));
-
-  const exited = (pid: number, exit: ProcessExit): void => {
-    table.delete(pid);
-    const waiter = exits.get(pid);
-    exits.delete(pid);
-    if (waiter) return waiter(exit);
-    unclaimed.set(pid, exit);
-    if (unclaimed.size > 1000) unclaimed.delete(unclaimed.keys().next().value!);
+  const host = new HostMirror(conn, log);
+  await host.ask({ op: 'subscribe' });
+  await host.tableReady;
+  return {
+    get enginesPid() {
+      return host.enginesPid;
+    },
+    launcherFor: (scope) => scopedLauncher(host, scope),
+    processes: () => [...host.table.values()],
+    async killScope(scope) {
+      await host.ask({ op: 'kill-scope', scope });
+    },
+    lost: host.lost,
+    close: () => conn.end(),
   };
-  const onMessage = (message: Message): void => {
+}
+
+/** The connection to the engine host and the mirror of its process table it keeps current. */
+class HostMirror {
+  readonly table = new Map<number, VirtualProcess>();
+  enginesPid = 0;
+  gone = false;
+  readonly tableReady: Promise<void>;
+  /** Resolves when the engine host is gone (every engine with it). */
+  readonly lost: Promise<void>;
+  private readonly exits = new Map<number, (exit: ProcessExit) => void>();
+  // Exits nobody waited for yet: an engine that fails at once exits before its launch reply.
+  private readonly unclaimed = new Map<number, ProcessExit>();
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private tableArrived: () => void = () => undefined;
+
+  constructor(
+    private readonly conn: Socket,
+    log: (line: string) => void,
+  ) {
+    this.tableReady = new Promise<void>((resolve) => (this.tableArrived = resolve));
+    conn.on(
+      'data',
+      lineReader(
+        (value) => {
+          const parsed = Message.safeParse(value);
+          if (parsed.success) this.onMessage(parsed.data);
+          else log(`engine host sent a malformed message: ${parsed.error.message}`);
+        },
+        (line, error) => log(`engine host sent an unreadable line (${error}): ${line}`),
+      ),
+    );
+    this.lost = new Promise<void>((resolve) =>
+      conn.once('close', () => {
+        this.gone = true;
+        // The engine host is gone, and every engine with it.
+        for (const pid of [...this.table.keys()]) this.exited(pid, { code: null, signal: 'SIGKILL' });
+        for (const p of this.pending.values()) p.resolve({ kind: 'reply', id: 0, ok: false, error: 'the engine host is gone' });
+        this.pending.clear();
+        resolve();
+      }),
+    );
+    conn.on('error', () => undefined);
+  }
+
+  ask(body: RequestBody): Promise<Extract<Message, { kind: 'reply' }>> {
+    if (this.gone) return Promise.resolve({ kind: 'reply', id: 0, ok: false, error: 'the engine host is gone' });
+    const id = this.nextId++;
+    return new Promise((resolve) => {
+      this.pending.set(id, { resolve });
+      this.conn.write(`${JSON.stringify({ ...body, id })}\n`);
+    });
+  }
+
+  /** How a just-launched process ends, including an end that came before its launch reply. */
+  exitOf(pid: number): Promise<ProcessExit> {
+    return new Promise<ProcessExit>((resolve) => {
+      const early = this.unclaimed.get(pid);
+      this.unclaimed.delete(pid);
+      if (early) resolve(early);
+      else if (this.table.has(pid)) this.exits.set(pid, resolve);
+      else resolve({ code: null, signal: this.gone ? 'SIGKILL' : null });
+    });
+  }
+
+  private onMessage(message: Message): void {
     switch (message.kind) {
       case 'reply':
-        pending.get(message.id)?.resolve(message);
-        pending.delete(message.id);
+        this.pending.get(message.id)?.resolve(message);
+        this.pending.delete(message.id);
         return;
       case 'table':
-        enginesPid = message.enginesPid;
-        for (const p of message.processes) table.set(p.pid, p);
-        tableArrived();
+        this.enginesPid = message.enginesPid;
+        for (const p of message.processes) this.table.set(p.pid, p);
+        this.tableArrived();
         return;
       case 'spawned':
-        table.set(message.process.pid, message.process);
+        this.table.set(message.process.pid, message.process);
         return;
       case 'exited':
-        exited(message.pid, { code: message.code, signal: message.signal });
+        this.exited(message.pid, { code: message.code, signal: message.signal });
         return;
       default: {
         const unknown: never = message;
         throw new Error(`unknown message ${JSON.stringify(unknown)}`);
       }
     }
+  }
+
+  private exited(pid: number, exit: ProcessExit): void {
+    this.table.delete(pid);
+    const waiter = this.exits.get(pid);
+    this.exits.delete(pid);
+    if (waiter) return waiter(exit);
+    this.unclaimed.set(pid, exit);
+    if (this.unclaimed.size > 1000) this.unclaimed.delete(this.unclaimed.keys().next().value!);
+  }
+}
+
+/** One simulated host's Launcher: it sees, starts and signals only the processes of its scope. */
+function scopedLauncher(host: HostMirror, scope: string): Launcher {
+  const mine = (pid: number): VirtualProcess | undefined => {
+    const p = host.table.get(pid);
+    return p?.scope === scope ? p : undefined;
   };
-  conn.on(
-    'data',
-    lineReader(
-      (value) => {
-        const parsed = Message.safeParse(value);
-        if (parsed.success) onMessage(parsed.data);
-        else log(`engine host sent a malformed message: ${parsed.error.message}`);
-      },
-      (line, error) => log(`engine host sent an unreadable line (${error}): ${line}`),
-    ),
-  );
-  const lost = new Promise<void>((resolve) =>
-    conn.once('close', () => {
-      gone = true;
-      // The engine host is gone, and every engine with it.
-      for (const pid of [...table.keys()]) exited(pid, { code: null, signal: 'SIGKILL' });
-      for (const p of pending.values()) p.resolve({ kind: 'reply', id: 0, ok: false, error: 'the engine host is gone' });
-      pending.clear();
-      resolve();
-    }),
-  );
-  conn.on('error', () => undefined);
-
-  const ask = (body: RequestBody): Promise<Extract<Message, { kind: 'reply' }>> => {
-    if (gone) return Promise.resolve({ kind: 'reply', id: 0, ok: false, error: 'the engine host is gone' });
-    const id = nextId++;
-    return new Promise((resolve) => {
-      pending.set(id, { resolve });
-      conn.write(`${JSON.stringify({ ...body, id })}\n`);
-    });
-  };
-  const tell = (body: RequestBody): void => void ask(body);
-
-  await ask({ op: 'subscribe' });
-  await tableReady;
-
-  const launcherFor = (scope: string): Launcher => {
-    const mine = (pid: number): VirtualProcess | undefined => {
-      const p = table.get(pid);
-      return p?.scope === scope ? p : undefined;
-    };
-    return {
-      async launch(request): Promise<LaunchedProcess> {
-        const reply = await ask({
-          op: 'launch',
-          scope,
-          role: request.role,
-          argv: request.argv,
-          env: request.env,
-          logFile: request.logFile,
-        });
-        if (!reply.ok) throw new Error(`could not start the ${request.role}: ${reply.error}`);
-        const pid = reply.pid!;
-        const exited = new Promise<ProcessExit>((resolve) => {
-          const early = unclaimed.get(pid);
-          unclaimed.delete(pid);
-          if (early) resolve(early);
-          else if (table.has(pid)) exits.set(pid, resolve);
-          else resolve({ code: null, signal: gone ? 'SIGKILL' : null });
-        });
-        return { pid, startTicks: reply.startTicks ?? '', pgid: pid, exited };
-      },
-      listPids: () => [...table.values()].filter((p) => p.scope === scope).map((p) => p.pid),
-      readStat(pid): ProcStat | undefined {
-        const p = mine(pid);
-        // Each leads its own group; its parent is gone (an agent that started it may have died).
-        return p ? { pid, state: 'S', ppid: 1, pgrp: pid, startTicks: p.startTicks } : undefined;
-      },
-      readEnviron: (pid) => (mine(pid) ? { ...mine(pid)!.env } : undefined),
-      readCmdline: (pid) => (mine(pid) ? [...mine(pid)!.argv] : undefined),
-      signalGroup: (pgid, signal) => {
-        if (mine(pgid)) tell({ op: 'signal', pid: pgid, group: true, signal: virtualSignal(signal) });
-      },
-      signalPid: (pid, signal) => {
-        if (mine(pid)) tell({ op: 'signal', pid, group: false, signal: virtualSignal(signal) });
-      },
-      // No virtual process is the agent or one of its ancestors.
-      selfAndAncestors: () => new Set<number>(),
-    };
-  };
-
+  const tell = (body: RequestBody): void => void host.ask(body);
   return {
-    get enginesPid() {
-      return enginesPid;
+    async launch(request): Promise<LaunchedProcess> {
+      const reply = await host.ask({
+        op: 'launch',
+        scope,
+        role: request.role,
+        argv: request.argv,
+        env: request.env,
+        logFile: request.logFile,
+      });
+      if (!reply.ok) throw new Error(`could not start the ${request.role}: ${reply.error}`);
+      const pid = reply.pid!;
+      return { pid, startTicks: reply.startTicks ?? '', pgid: pid, exited: host.exitOf(pid) };
     },
-    launcherFor,
-    processes: () => [...table.values()],
-    async killScope(scope) {
-      await ask({ op: 'kill-scope', scope });
+    listPids: () => [...host.table.values()].filter((p) => p.scope === scope).map((p) => p.pid),
+    readStat(pid): ProcStat | undefined {
+      const p = mine(pid);
+      // Each leads its own group; its parent is gone (an agent that started it may have died).
+      return p ? { pid, state: 'S', ppid: 1, pgrp: pid, startTicks: p.startTicks } : undefined;
     },
-    lost,
-    close: () => conn.end(),
+    readEnviron: (pid) => (mine(pid) ? { ...mine(pid)!.env } : undefined),
+    readCmdline: (pid) => (mine(pid) ? [...mine(pid)!.argv] : undefined),
+    signalGroup: (pgid, signal) => {
+      if (mine(pgid)) tell({ op: 'signal', pid: pgid, group: true, signal: virtualSignal(signal) });
+    },
+    signalPid: (pid, signal) => {
+      if (mine(pid)) tell({ op: 'signal', pid, group: false, signal: virtualSignal(signal) });
+    },
+    // No virtual process is the agent or one of its ancestors.
+    selfAndAncestors: () => new Set<number>(),
   };
 }
 

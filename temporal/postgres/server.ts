@@ -102,6 +102,79 @@ function stateFor(
   };
 }
 
+/** The frontend port this start may take; refuses when this state dir's server still runs, or the port is taken. */
+async function frontendPort(
+  stateDir: string,
+  previous: PostgresTemporalState | undefined,
+  ip: string,
+  wanted: number | undefined,
+): Promise<number> {
+  const running = previous && liveServerPid(previous, serverRoot(stateDir));
+  if (running) {
+    const flag = stateDir === resolve(defaultStateDir()) ? '' : ` --state-dir ${stateDir}`;
+    throw new Error(
+      `a Temporal server on PostgreSQL from ${stateDir} already runs (pid ${running}, ${previous.address}): use it with TEMPORAL_ADDRESS=${previous.address}, or stop it with \`llmgw temporal stop-postgres${flag}\`.`,
+    );
+  }
+  const port = wanted === 0 ? await findFreePort(ip) : (wanted ?? DEFAULT_PORTS.temporal);
+  if (!(await isPortFree(port, ip)))
+    throw new Error(
+      `port ${port} on ${ip} is taken: is a Temporal server already running? Use it with TEMPORAL_ADDRESS=${ip}:${port}, or choose another --port.`,
+    );
+  return port;
+}
+
+/** The schemas in place, and the databases this start created recorded, so that a purge can remove them. */
+async function ensureDatabases(
+  stateDir: string,
+  state: PostgresTemporalState,
+  sqlTool: string,
+  target: PostgresTarget,
+  log: Log,
+): Promise<void> {
+  const created = await ensureSchemas(sqlTool, target, log);
+  if (state.postgres.kind === 'url') state.postgres.createdDatabases = [...new Set([...state.postgres.createdDatabases, ...created])];
+  writeState(stateDir, state);
+}
+
+/** PostgresTemporal.stop: the server, then llmgw's PostgreSQL if this start started it; `purge` then deletes what llmgw created. */
+function stopper(
+  stopServer: () => Promise<void>,
+  stopOwnPostgres: () => Promise<void>,
+  purge: () => Promise<void>,
+): PostgresTemporal['stop'] {
+  // Idempotent: Ctrl-C and the server's own exit may both ask for it.
+  let stopped: Promise<void> | undefined;
+  return async (options = {}) => {
+    stopped ??= (async () => {
+      await stopServer();
+      await stopOwnPostgres();
+    })();
+    await stopped;
+    if (options.purge) await purge();
+  };
+}
+
+/** The server in its own process group, logging to `logFile`, so that it outlives the command that started it. */
+function spawnServer(binary: string, root: string, env: string, logFile: string): { pid: number; exited: Promise<number | null> } {
+  const logFd = openSync(logFile, 'a');
+  try {
+    const child = spawn(binary, ['--root', root, '--config', 'config', '--env', env, '--allow-no-auth', 'start'], {
+      stdio: ['ignore', logFd, logFd],
+      detached: true,
+      env: withoutTemporalEnv(),
+    });
+    const exited = new Promise<number | null>((resolveExit) => {
+      child.once('exit', (code) => resolveExit(code));
+      child.once('error', () => resolveExit(null));
+    });
+    if (child.pid === undefined) throw new Error(`could not start ${binary}`);
+    return { pid: child.pid, exited };
+  } finally {
+    closeSync(logFd);
+  }
+}
+
 export async function startPostgresTemporal(options: PostgresTemporalOptions = {}): Promise<PostgresTemporal> {
   const log = options.log ?? ((line: string) => console.error(line));
   const stateDir = resolve(options.stateDir ?? defaultStateDir());
@@ -110,18 +183,7 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
   if (ip === '0.0.0.0') throw new Error('give --ip the address other hosts reach this one at: Temporal announces it to its own services');
   const namespace = options.namespace ?? 'default';
   const previous = readState(stateDir);
-  const running = previous && liveServerPid(previous, root);
-  if (running) {
-    const flag = stateDir === resolve(defaultStateDir()) ? '' : ` --state-dir ${stateDir}`;
-    throw new Error(
-      `a Temporal server on PostgreSQL from ${stateDir} already runs (pid ${running}, ${previous.address}): use it with TEMPORAL_ADDRESS=${previous.address}, or stop it with \`llmgw temporal stop-postgres${flag}\`.`,
-    );
-  }
-  const port = options.port === 0 ? await findFreePort(ip) : (options.port ?? DEFAULT_PORTS.temporal);
-  if (!(await isPortFree(port, ip)))
-    throw new Error(
-      `port ${port} on ${ip} is taken: is a Temporal server already running? Use it with TEMPORAL_ADDRESS=${ip}:${port}, or choose another --port.`,
-    );
+  const port = await frontendPort(stateDir, previous, ip, options.port);
   mkdirSync(stateDir, { recursive: true });
 
   const binaries = await ensureTemporalServer(log);
@@ -134,15 +196,12 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
 
   const logFile = join(root, 'server.log');
   let state: PostgresTemporalState;
-  let pid: number | undefined;
+  let pid: number;
   let exited: Promise<number | null>;
   let metricsUrl: string;
   try {
     state = stateFor(previous, target, rawUrl, { address: `${ip}:${port}`, namespace, numHistoryShards: options.numHistoryShards });
-    const created = await ensureSchemas(binaries.sqlTool, target, log);
-    if (state.postgres.kind === 'url') state.postgres.createdDatabases = [...new Set([...state.postgres.createdDatabases, ...created])];
-    writeState(stateDir, state);
-
+    await ensureDatabases(stateDir, state, binaries.sqlTool, target, log);
     const ports = await chooseServerPorts(ip, port);
     metricsUrl = `http://${ip}:${ports.metrics}/metrics`;
     const { env } = writeServerConfig({
@@ -153,22 +212,7 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
       numHistoryShards: state.numHistoryShards,
       dynamicConfig: options.dynamicConfig,
     });
-    const logFd = openSync(logFile, 'a');
-    try {
-      const child = spawn(binaries.server, ['--root', root, '--config', 'config', '--env', env, '--allow-no-auth', 'start'], {
-        stdio: ['ignore', logFd, logFd],
-        detached: true,
-        env: withoutTemporalEnv(),
-      });
-      exited = new Promise<number | null>((resolveExit) => {
-        child.once('exit', (code) => resolveExit(code));
-        child.once('error', () => resolveExit(null));
-      });
-      pid = child.pid;
-    } finally {
-      closeSync(logFd);
-    }
-    if (pid === undefined) throw new Error(`could not start ${binaries.server}`);
+    ({ pid, exited } = spawnServer(binaries.server, root, env, logFile));
   } catch (error) {
     await stopOwnPostgres();
     throw error;
@@ -178,17 +222,11 @@ export async function startPostgresTemporal(options: PostgresTemporalOptions = {
   writeState(stateDir, state);
   let hasExited = false;
   void exited.then(() => (hasExited = true));
-
-  // Idempotent: Ctrl-C and the server's own exit may both ask for it.
-  let stopped: Promise<void> | undefined;
-  const stop = async ({ purge = false }: { purge?: boolean } = {}): Promise<void> => {
-    stopped ??= (async () => {
-      if (!hasExited) await killServer(serverPid, exited);
-      await stopOwnPostgres();
-    })();
-    await stopped;
-    if (purge) await purgeWhatWasCreated(stateDir, state, binaries.sqlTool, rawUrl);
-  };
+  const stop = stopper(
+    () => (hasExited ? Promise.resolve() : killServer(serverPid, exited)),
+    stopOwnPostgres,
+    () => purgeWhatWasCreated(stateDir, state, binaries.sqlTool, rawUrl),
+  );
 
   try {
     await waitUntilReady({

@@ -1,11 +1,14 @@
 // LoRA adapters end to end: real fake engines with vLLM's runtime LoRA API behind a real router,
 // driven with the official openai client. Loads on demand, slots never overfilled, hot adapters
-// spread, catalog edits followed, engine restarts followed within a second.
+// spread, catalog edits followed, engine restarts followed within a second, and engines that
+// require a key (--engine-key-file) serve adapters too.
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { AdapterSpec } from '../../router/adapter-router.js';
+import type { AdapterSpec } from '../../router/adapters/catalog.js';
 import { engine, engines, router, routerMetric, url, useRouterHarness } from '../helpers/router-harness.js';
 import { fakeEngineOptions } from '../../fake-engine/options.js';
 import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
@@ -29,8 +32,9 @@ const lora = { maxLoras: 3, maxLoraRank: 16, loadTimeS: 0.2 };
 const ask = (openai: import('openai').OpenAI, model: string) =>
   openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
 
-async function loadedOn(e: FakeEngine): Promise<string[]> {
-  const body = (await (await fetch(`${url(e)}/v1/models`)).json()) as { data: Array<{ id: string; parent: string | null }> };
+async function loadedOn(e: FakeEngine, key?: string): Promise<string[]> {
+  const headers: Record<string, string> = key === undefined ? {} : { authorization: `Bearer ${key}` };
+  const body = (await (await fetch(`${url(e)}/v1/models`, { headers })).json()) as { data: Array<{ id: string; parent: string | null }> };
   return body.data.filter((m) => m.parent !== null).map((m) => m.id);
 }
 
@@ -133,6 +137,40 @@ describe('LoRA adapters through the router', () => {
     expect(refused).toMatchObject({ status: 404 });
     expect((refused as { message: string }).message).toMatch(/demo: cat-1, cat-2/);
     source.close();
+  });
+
+  it('serves adapters from an engine that requires a key, the key on every call the router makes there', async () => {
+    const KEY = 'engine-key-for-adapters';
+    const specs = adapters(2, 'ek');
+    const a = await engine({ lora, apiKey: KEY });
+    // In front of the engine: every call the router makes, and whether it carried the key.
+    const calls: string[] = [];
+    const proxy = createServer((req, res) => {
+      calls.push(`${req.method ?? ''} ${req.url ?? ''} ${req.headers.authorization === `Bearer ${KEY}` ? 'key' : 'NO KEY'}`);
+      const upstream = request({ host: '127.0.0.1', port: a.port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      });
+      req.pipe(upstream);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = proxy.address() as AddressInfo;
+      const { openai } = await router([{ servedName: 'demo', endpoint: `http://127.0.0.1:${port}` }], {
+        engineKey: KEY,
+        adapters: () => new Map([['demo', specs]]),
+      });
+      expect((await ask(openai, 'ek-0')).model).toBe('ek-0');
+      expect((await ask(openai, 'ek-1')).model).toBe('ek-1');
+      expect((await loadedOn(a, KEY)).sort()).toEqual(['ek-0', 'ek-1']);
+      await new Promise((r) => setTimeout(r, 300));
+      const paths = new Set(calls.map((c) => c.split(' ')[1]));
+      for (const path of ['/v1/load_lora_adapter', '/v1/models', '/metrics', '/v1/chat/completions']) expect(paths).toContain(path);
+      expect(calls.filter((c) => c.endsWith('NO KEY'))).toEqual([]);
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
   });
 
   it('answers a failed load 502 with the engine reason', async () => {

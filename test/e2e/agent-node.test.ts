@@ -21,7 +21,7 @@ import { recordHistory } from '../helpers/histories.js';
 import type { NodeView, ReserveResult } from '../../common/node-types.js';
 import { findFreePort } from '../../common/ports.js';
 import { connectAdmin } from '../../agent/admin/client.js';
-import { readEnviron } from '../../agent/supervisor/proc.js';
+import { readEnviron } from '../../agent/supervisor/processes/proc.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { useCallWorker } from '../helpers/call-worker.js';
 import { enginesOf, eventually, sleep, spawnLlmgw, type LlmgwProcess } from '../helpers/processes.js';
@@ -251,7 +251,7 @@ describe('agent and node workflow', () => {
     const range = await portRange();
     const a = uniqueId('twin-a');
     const b = uniqueId('twin-b');
-    // Agents sharing a host and a range share a claims directory of their own (docs/security.md).
+    // Agents sharing a host and a range share a claims directory of their own (docs/host-safety.md).
     const claims = ['--port-claims-dir', join(mkdtempSync(join(tmpdir(), 'llmgw-claims-')), 'port-claims')];
     const agentA = await startAgent(a, { range, extra: claims });
     const agentB = await startAgent(b, { range, extra: claims });

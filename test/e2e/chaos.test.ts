@@ -9,7 +9,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import type { Client } from '@temporalio/client';
 import { describeNodeQuery } from '../../workflows/definitions.js';
-import { signalGroup } from '../../agent/supervisor/proc.js';
+import { signalGroup } from '../../agent/supervisor/processes/proc.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
 import {

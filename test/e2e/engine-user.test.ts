@@ -1,7 +1,8 @@
 // Engines without root, and with a key (issue 26, point 4): a real agent, started as this test's
 // (root) user, starts a fake engine as an unprivileged user (/proc/PID/status shows a non-zero
 // uid), and with --engine-key-file the engine refuses a request without the key while a router
-// given the same file is served.
+// given the same file is served. With --engine-uid-range (issue 37) a second agent runs its
+// engines as one uid each from the range (supervisor-engine-uids.test.ts shows what that stops).
 import { join } from 'node:path';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,14 +18,15 @@ import { fakeShardSpec } from '../helpers/shards.js';
 import { router, useRouterHarness } from '../helpers/router-harness.js';
 
 const nodeId = uniqueId('engine-user');
+const ownUidNode = uniqueId('engine-uids');
 const KEY = `engine-key-${uniqueId('k')}`;
-const calls = useCallWorker('engine-user-calls', [nodeId]);
+const calls = useCallWorker('engine-user-calls', [nodeId, ownUidNode]);
 const runningAsRoot = process.getuid?.() === 0;
 
 useRouterHarness();
 
-function call<T>(activity: string, arg: unknown, workflowId: string): Promise<T> {
-  return calls.call<T>(nodeId, activity, arg, workflowId);
+function call<T>(activity: string, arg: unknown, workflowId: string, node = nodeId): Promise<T> {
+  return calls.call<T>(node, activity, arg, workflowId);
 }
 
 /** The real, effective, saved and filesystem uids of a process. */
@@ -89,4 +91,30 @@ describe('engines without root', () => {
     });
     expect(refused.status).toBe(401);
   });
+
+  it.skipIf(!runningAsRoot)(
+    "with --engine-uid-range, runs each engine as its own uid from the range, in the engine user's group",
+    async () => {
+      const user = lookupUser('llmgw-engine') ?? lookupUser('nobody');
+      const from = 61000 + Math.floor(Math.random() * 900) * 10;
+      const { proc: agent } = await startTcpAgent(ownUidNode, {
+        gpus: 'builtin:h100x8',
+        env: {},
+        range: randomPortRange(20),
+        extra: ['--reconcile', 'dry-run', '--engine-uid-range', `${from}-${from + 9}`],
+      });
+      expect(agent.output()).toContain(`engines run as a uid of their own each, from ${from}-${from + 9}, in ${user!.name}'s group`);
+      const pids: number[] = [];
+      for (const gpu of [0, 1]) {
+        const spec = fakeShardSpec({ nodeId: ownUidNode, deployment: `engine-uids-${gpu}`, gpus: [gpu], args: ['--load-time', '0'] });
+        pids.push((await call<RunningShard>('startShard', spec, spec.replicaId, ownUidNode)).status!.pid);
+      }
+      const [a, b] = pids.map((pid) => uids(pid));
+      expect(a).toEqual([a![0], a![0], a![0], a![0]]);
+      expect(b).toEqual([b![0], b![0], b![0], b![0]]);
+      expect(a![0]).not.toBe(b![0]);
+      for (const ids of [a!, b!]) expect(ids[0]! >= from && ids[0]! <= from + 9).toBe(true);
+      expect(readFileSync(`/proc/${pids[0]}/status`, 'utf8')).toMatch(new RegExp(`^Gid:\\s+${user!.gid}\\s`, 'm'));
+    },
+  );
 });

@@ -5,7 +5,7 @@
 // dies, and is re-placed as a whole when a rank's host is lost.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
-import { readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
+import { readEnviron, signalGroup } from '../../agent/supervisor/processes/proc.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { cordonUpdate, deploymentStatusQuery, uncordonUpdate } from '../../workflows/definitions.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';

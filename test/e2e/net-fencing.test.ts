@@ -5,7 +5,7 @@
 // is stopped within 30 s, never routed to, and no GPU is held twice. Then every host is cut
 // from Temporal at once (the control plane's own switch, not four hosts): for longer than
 // silence + grace, and yet none is declared Lost, nothing moves, nothing is fenced, and no
-// request fails. The rule this checks is written in docs/operating.md ("A host cut off from
+// request fails. The rule this checks is written in docs/failures.md ("A host cut off from
 // the network").
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
@@ -16,12 +16,12 @@ import { enginesOf, eventually, INVENTORIES, runLlmgw, sleep } from '../helpers/
 import { uniqueId } from '../helpers/temporal.js';
 import { startLoad, summarise } from '../helpers/load.js';
 import { networkUnavailable } from '../helpers/netns/network.js';
+import { skipReason } from '../helpers/skips.js';
 import { cutFromControlPlane, cutHost, healCuts, restoreHost } from '../helpers/netns/faults.js';
 import { deploymentView, replicasReady, startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 import { gpusHeldTwice } from '../helpers/netns/gpu-holders.js';
 
-const unavailable = networkUnavailable();
-if (unavailable) console.warn(`net-fencing: skipped: ${unavailable}`);
+const unavailable = skipReason(networkUnavailable());
 
 const name = uniqueId('fence');
 let fleet: NetFleet;

@@ -13,11 +13,11 @@ import type { DeploymentView } from '../../common/replica-types.js';
 import { eventually, INVENTORIES, runLlmgw } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { networkUnavailable } from '../helpers/netns/network.js';
+import { skipReason } from '../helpers/skips.js';
 import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 import { LOSSY_CONNECTIONS, SLOW_LOSSY_LINK, startConnectionFaults, type ConnectionFaultTally } from '../helpers/netns/toxiproxy.js';
 
-const unavailable = networkUnavailable();
-if (unavailable) console.warn(`net-latency: skipped: ${unavailable}`);
+const unavailable = skipReason(networkUnavailable());
 
 let fleet: NetFleet;
 const REPLICAS = 8;

@@ -1,21 +1,25 @@
 // A real two-node Ray replica across two namespaced hosts: rank 0's agent starts the Ray head
 // on its host's 198.18 address, rank 1's raylet joins it across the bridge from the other
-// namespace, and the replica serves through the router outside. Needs root and Ray
-// (.llmgw/ray-venv or LLMGW_RAY_COMMAND, as test/e2e/ray.test.ts); skips without either.
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+// namespace, and the replica serves through the router outside. A third namespace on the same
+// bridge, with no agent, cannot reach the head's port: rank 0's agent opens it to the
+// placement's peers only (nftables), keeps the rules across its restart and removes them at
+// undeploy. Needs root (skips without) and Ray, which the test setup installs
+// (test/setup/tools.ts; or LLMGW_RAY_COMMAND).
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
-import { enginesOf, INVENTORIES, runLlmgw } from '../helpers/processes.js';
+import { enginesOf, eventually, INVENTORIES, runLlmgw } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { servedWithoutFailure } from '../helpers/load.js';
-import { listeners, networkUnavailable } from '../helpers/netns/network.js';
+import { canConnect, listeners, networkUnavailable } from '../helpers/netns/network.js';
+import { tableName } from '../../agent/host/rendezvous-firewall.js';
 import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
+import { skipReason } from '../helpers/skips.js';
+import { rayCommand } from '../setup/tools.js';
 
-const ray = [process.env.LLMGW_RAY_COMMAND, resolve(__dirname, '../../.llmgw/ray-venv/bin/ray')].find((c) => c && existsSync(c));
-const unavailable = networkUnavailable() ?? (ray ? undefined : 'no ray program (.llmgw/ray-venv/bin/ray or LLMGW_RAY_COMMAND)');
-if (unavailable) console.warn(`net-ray: skipped: ${unavailable}`);
+const ray = rayCommand();
+const unavailable = skipReason(networkUnavailable());
 
 const name = uniqueId('netray');
 let fleet: NetFleet;
@@ -25,10 +29,11 @@ describe.skipIf(unavailable !== undefined)('a Ray replica across two namespaced 
     fleet = await startNetFleet({
       label: 'netray',
       hosts: 2,
+      bystanders: 1,
       inventory: join(INVENTORIES, 'netray.yaml'),
       // The venv's interpreter may live under /root (pyenv on CI), which the unprivileged engine
       // user cannot reach: Ray runs as the agent's user here.
-      agentFlags: ['--ray-command', ray!, '--engine-user', 'root'],
+      agentFlags: ['--ray-command', ray, '--engine-user', 'root'],
     });
   }, 180_000);
 
@@ -55,13 +60,45 @@ describe.skipIf(unavailable !== undefined)('a Ray replica across two namespaced 
     expect(enginesOf([leader.nodeId]).length).toBeGreaterThan(0);
     expect(enginesOf([worker.nodeId]).length).toBeGreaterThan(0);
     expect(listeners(fleet.network, worker.host).some((l) => l.address === worker.host.address)).toBe(true);
-    expect(leader.proc.output()).toMatch(new RegExp(`all 2 Ray nodes joined at ${leader.host.address.replace(/\./g, '\\.')}:`));
+    const joined = new RegExp(`all 2 Ray nodes joined at ${leader.host.address.replace(/\./g, '\\.')}:(\\d+)`).exec(leader.proc.output());
+    expect(joined, leader.proc.output()).not.toBeNull();
+    const headPort = Number(joined![1]);
 
-    const samples = await servedWithoutFailure(
-      { routerUrl: fleet.routerUrl, model: name, plainClients: 2, streamClients: 1, streamTokens: 10 },
-      3_000,
+    const serve = async (): Promise<number> => {
+      const samples = await servedWithoutFailure(
+        { routerUrl: fleet.routerUrl, model: name, plainClients: 2, streamClients: 1, streamTokens: 10 },
+        3_000,
+      );
+      expect(samples.length).toBeGreaterThan(5);
+      expect(new Set(samples.map((s) => new URL(s.endpoint).hostname))).toEqual(new Set([leader.host.address]));
+      return Number(new URL(samples[0]!.endpoint).port);
+    };
+    const httpPort = await serve();
+
+    // The head's port: open to the other rank's host, closed to a stranger on the same bridge,
+    // who still reaches the engine's HTTP port on the same address (the network works).
+    const bystander = fleet.network.hosts[2]!;
+    const guarded = (): void => {
+      expect(listeners(fleet.network, leader.host).some((l) => l.port === headPort)).toBe(true);
+      expect(canConnect(fleet.network, worker.host, leader.host.address, headPort)).toBe(true);
+      expect(canConnect(fleet.network, bystander, leader.host.address, httpPort)).toBe(true);
+      expect(canConnect(fleet.network, bystander, leader.host.address, headPort)).toBe(false);
+    };
+    guarded();
+    // A restarted agent adopts the replica and keeps its rules; the replica still serves.
+    await fleet.restartAgent(leader);
+    await eventually('the restarted agent to adopt the Ray head', () => /recovered: 1 adopted/.test(leader.proc.output()), 60_000);
+    guarded();
+    await serve();
+
+    // Undeployed: the leader's host carries no llmgw rules any more.
+    const undeployed = await runLlmgw(['undeploy', name], {}, 120_000);
+    expect(undeployed.code, undeployed.output).toBe(0);
+    const table = tableName(leader.nodeId);
+    await eventually(
+      'the rendezvous rules removed',
+      () => !fleet.network.exec(leader.host, ['nft', 'list', 'tables']).includes(table),
+      30_000,
     );
-    expect(samples.length).toBeGreaterThan(5);
-    expect(new Set(samples.map((s) => new URL(s.endpoint).hostname))).toEqual(new Set([leader.host.address]));
-  }, 400_000);
+  }, 500_000);
 });

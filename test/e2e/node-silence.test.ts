@@ -66,7 +66,7 @@ describe('a node told its agent is silent', () => {
     expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).not.toEqual([]);
 
     // The agent sees its node NotReady (it looks every 10 s) and registers again; then it leaves
-    // the node alone for 30 s (agent/presence.ts), which is when this test frees a GPU behind a
+    // the node alone for 30 s (agent/host/presence.ts), which is when this test frees a GPU behind a
     // NotReady node. Silent for a second, since after the registration: believed at once.
     await eventually('the agent registered again by itself', async () => ((await phaseOf()) === 'Ready' ? true : undefined), 30_000);
     const reregisteredAt = Date.now();

@@ -1,52 +1,36 @@
 // A real two-node Ray cluster, on two agents of this machine: a 2-rank replica whose profile
 // uses the Ray launcher, with the fake engine standing in for `vllm serve`. Rank 0's agent
 // starts the Ray head on the port it chose, rank 1's joins it, and the engine starts only
-// once `ray status` shows both nodes; stopping the replica stops Ray on both. Needs Ray:
-// CI installs it into .llmgw/ray-venv (see .ci/run); elsewhere the test says how and skips.
+// once `ray status` shows both nodes; stopping the replica stops Ray on both. Needs Ray, which
+// the test setup installs (test/setup/tools.ts; or LLMGW_RAY_COMMAND).
 import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { parseRayStatusNodeCount } from '../../agent/engines/ray.js';
 import { enginesOf, eventually, INVENTORIES, runLlmgw, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
+import { rayCommand } from '../setup/tools.js';
 
-function findRay(): string | undefined {
-  const candidates = [process.env.LLMGW_RAY_COMMAND, resolve(__dirname, '../../.llmgw/ray-venv/bin/ray')].filter((c): c is string =>
-    Boolean(c),
-  );
-  for (const candidate of candidates) if (existsSync(candidate)) return candidate;
-  try {
-    return execFileSync('sh', ['-c', 'command -v ray'], { encoding: 'utf8' }).trim() || undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-const ray = findRay();
-if (!ray && process.env.CI === 'true') throw new Error('CI installs Ray for this test (.ci/run), but no ray program was found');
-if (!ray)
-  console.warn(
-    'ray test skipped: no ray program (python3 -m venv .llmgw/ray-venv && .llmgw/ray-venv/bin/pip install ray, or LLMGW_RAY_COMMAND=/path/to/ray)',
-  );
+const ray = rayCommand();
+if (!existsSync(ray)) throw new Error(`${ray} is missing: npm test installs Ray in its global setup (test/setup/install-tools.ts)`);
 
 const nodeIds = [uniqueId('ray-a'), uniqueId('ray-b')];
 const name = uniqueId('raygang');
-const fleet = useIsolatedFleet({ enabled: Boolean(ray) });
+const fleet = useIsolatedFleet();
 
 const status = (): Promise<DeploymentView> => fleet.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
 
 function rayStatus(address: string): string {
   try {
-    return execFileSync(ray!, ['status', '--address', address], { encoding: 'utf8', timeout: 60_000 });
+    return execFileSync(ray, ['status', '--address', address], { encoding: 'utf8', timeout: 60_000 });
   } catch (error) {
     return String((error as { stdout?: string }).stdout ?? error);
   }
 }
 
 beforeAll(async () => {
-  if (!ray) return;
   // The venv's interpreter may live under /root (pyenv on CI), which the unprivileged engine user
   // cannot reach: Ray runs as the agent's user here.
   for (const nodeId of nodeIds)
@@ -54,11 +38,10 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  if (!ray) return;
   await runLlmgw(['undeploy', name]).catch(() => undefined);
 });
 
-describe.skipIf(!ray)('Ray launcher', () => {
+describe('Ray launcher', () => {
   it('forms a real two-node Ray cluster before rank 0’s engine starts, serves, and stops Ray on both hosts with the replica', async () => {
     const deployed = await runLlmgw(['deploy', 'raygang', '--name', name, '--replicas', '1', '--wait', '--timeout', '240'], {}, 300_000);
     expect(deployed.code, deployed.output).toBe(0);

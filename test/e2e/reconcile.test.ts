@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { findFreePort } from '../../common/ports.js';
 import { CONTROL_TASK_QUEUE } from '../../common/names.js';
 import { connectAdmin } from '../../agent/admin/client.js';
-import { signalGroup } from '../../agent/supervisor/proc.js';
+import { signalGroup } from '../../agent/supervisor/processes/proc.js';
 import type { ReconcileResult } from '../../common/reconcile-types.js';
 import { enginesOf, eventually, runLlmgw, sleep, spawnLlmgw } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';

@@ -17,9 +17,10 @@ import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { findFreePort } from '../../common/ports.js';
 import { newKeyPairLines } from '../../common/catalog-key.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
-import { deploymentStatusQuery } from '../../workflows/definitions.js';
+import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
 import { ROUTES_WORKFLOW_ID } from '../../workflows/routes/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
+import type { NodeView } from '../../common/node-types.js';
 import {
   E2E_CATALOG,
   endFleet,
@@ -62,7 +63,7 @@ async function startFleet(): Promise<Fleet> {
 
 /**
  * The keys of a fleet that moves from the shared HMAC key of releases up to 0.2.0 to Ed25519
- * (docs/security.md, the migration window), control workers first: the old build's worker and
+ * (docs/keys.md, the migration window), control workers first: the old build's worker and
  * agents hold the HMAC key; this build's worker holds it first (so it still signs with it, which
  * old agents verify) and the Ed25519 private key; this build's agents verify either.
  */
@@ -82,11 +83,16 @@ function keyFiles(): { old: string; worker: string; agents: string } {
   };
 }
 
-/** The key environment of a part: the old build's, or this build's worker or agent. */
+/**
+ * The key environment of a part: the old build's, or this build's worker or agent. Agents of
+ * 0.2.0 sign no registration, so this build's worker trusts unenrolled agents while they run
+ * (docs/gpu-hosts.md, "Enrolling a host"); this build's agents enroll themselves with its key.
+ */
 function keysFor(f: Fleet, part: 'old' | 'worker' | 'agent'): Record<string, string> {
   if (part === 'old') return { LLMGW_CATALOG_KEY_FILE: f.keys.old, LLMGW_CATALOG_PUBLIC_KEY_FILE: '' };
-  if (part === 'worker') return { LLMGW_CATALOG_KEY_FILE: f.keys.worker, LLMGW_CATALOG_PUBLIC_KEY_FILE: '' };
-  return { LLMGW_CATALOG_KEY_FILE: '', LLMGW_CATALOG_PUBLIC_KEY_FILE: f.keys.agents };
+  if (part === 'worker')
+    return { LLMGW_CATALOG_KEY_FILE: f.keys.worker, LLMGW_CATALOG_PUBLIC_KEY_FILE: '', LLMGW_TRUST_UNENROLLED_AGENTS: '1' };
+  return { LLMGW_CATALOG_KEY_FILE: '', LLMGW_CATALOG_PUBLIC_KEY_FILE: f.keys.agents, LLMGW_AGENT_ENROLL_KEY_FILE: f.keys.worker };
 }
 
 afterEach(async () => {
@@ -99,8 +105,8 @@ afterEach(async () => {
   });
 });
 
-async function startWorker(f: Fleet, bin?: string): Promise<{ buildId: string; proc: LlmgwProcess }> {
-  const proc = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], { ...f.env, ...keysFor(f, bin ? 'old' : 'worker') }, { bin });
+async function startWorker(f: Fleet, bin?: string, env: Record<string, string> = {}): Promise<{ buildId: string; proc: LlmgwProcess }> {
+  const proc = spawnLlmgw(['worker', '--catalog', E2E_CATALOG], { ...f.env, ...keysFor(f, bin ? 'old' : 'worker'), ...env }, { bin });
   const line = await proc.waitForOutput(/serving task queue llmgw as llmgw:\S+/, 120_000);
   return { buildId: line.replace(/.*llmgw:/, ''), proc };
 }
@@ -116,6 +122,10 @@ async function startAgents(f: Fleet, bin?: string, stateDirs?: string[]) {
       }),
     ),
   );
+}
+
+function nodeOf(f: Fleet, nodeId: string): Promise<NodeView> {
+  return f.client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
 }
 
 function status(f: Fleet, name: string): Promise<DeploymentView> {
@@ -190,7 +200,7 @@ describe('upgrading a running fleet to this build', () => {
     expect((await runLlmgw(['deploy', 'upg', '--name', name, '--replicas', '2', '--wait', '--timeout', '90'], f.env)).code).toBe(0);
 
     // This build starts beside the release's, not Current: the release's runs keep working on it.
-    const { buildId: newBuild } = await startWorker(f);
+    const { buildId: newBuild, proc: newWorker } = await startWorker(f);
     expect(newBuild).not.toBe(oldBuild);
     await exercise(f, name);
     await expectAllOn(f, name, oldBuild);
@@ -219,6 +229,12 @@ describe('upgrading a running fleet to this build', () => {
     }
     await ready(f, name, 2);
     expect(pids(f)).toEqual(serving);
+    // Each new agent signed its registration with its own key, which the node now holds.
+    for (const nodeId of f.nodeIds)
+      await eventually(`${nodeId} enrolled`, async () => ((await nodeOf(f, nodeId)).enrolled ? true : undefined), 30_000);
+    // Every agent enrolled: the worker goes back to placing only on nodes whose registrations verify.
+    await newWorker.stop();
+    expect((await startWorker(f, undefined, { LLMGW_TRUST_UNENROLLED_AGENTS: '' })).buildId).toBe(newBuild);
     await exercise(f, name);
   }, 900_000);
 

@@ -16,7 +16,12 @@ const status = (name: string): Promise<DeploymentView> => fleet.temporal.status(
 
 beforeAll(async () => {
   env = fleet.env;
-  for (const nodeId of nodeIds) await fleet.agent(nodeId, { gpus: join(INVENTORIES, 'lifex8.yaml') });
+  // No control worker runs yet (each test starts its own), and a node acts on a registration
+  // only once a control worker has checked its signature: wait for the agents to serve.
+  for (const nodeId of nodeIds) {
+    const agent = await fleet.agent(nodeId, { gpus: join(INVENTORIES, 'lifex8.yaml'), wait: false });
+    await agent.proc.waitForOutput(/serving agent\//, 60_000);
+  }
 });
 
 describe('control plane restarts', () => {

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import type { DeploymentView } from '../../common/replica-types.js';
-import { readCmdline } from '../../agent/supervisor/proc.js';
+import { readCmdline } from '../../agent/supervisor/processes/proc.js';
 import { deploymentStatusQuery, rolloutUpdate, scaleUpdate, undeployUpdate } from '../../workflows/definitions.js';
 import { recordHistory } from '../helpers/histories.js';
 import { startLoad, summarise, type Load } from '../helpers/load.js';

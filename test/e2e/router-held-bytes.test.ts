@@ -22,8 +22,8 @@ const BOUND = 192 * MIB;
 
 // A router with default budgets before one autoscaled deployment at zero; prints its ports.
 const ROUTER = `
-const { startRouter } = require(${JSON.stringify(join(DIST, 'router/server.js'))});
-const { StaticRouteSource } = require(${JSON.stringify(join(DIST, 'router/routes.js'))});
+const { startRouter } = require(${JSON.stringify(join(DIST, 'router/http/server.js'))});
+const { StaticRouteSource } = require(${JSON.stringify(join(DIST, 'router/routes/table.js'))});
 const { autoscalePolicy } = require(${JSON.stringify(join(DIST, 'common/autoscale.js'))});
 const source = new StaticRouteSource([]);
 source.setDeployments([{ name: 'cold', servedName: 'cold', model: 'cold', phase: 'Idle', desired: 0,

@@ -4,7 +4,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, describe, expect, it } from 'vitest';
 import { findFreePort } from '../../common/ports.js';
-import { LazyRoutesClient } from '../../router/lazy-client.js';
+import { LazyRoutesClient } from '../../router/routes/temporal-client.js';
 import { watchRoutesUpdate } from '../../workflows/routes/definitions.js';
 import { base, start, useFakeEngineHarness } from '../helpers/fake-engine-harness.js';
 import { startFakeTemporal, type FakeTemporal } from '../helpers/fake-temporal.js';
@@ -66,12 +66,16 @@ describe('router shutdown', () => {
     const fake = await startFakeTemporal(routeTable(base(engine)));
     temporals.push(fake);
     const port = await findFreePort();
-    const router = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--admin-addr', 'off', '--shutdown-grace', '20'], {
-      TEMPORAL_ADDRESS: fake.address,
-      // The stand-in Temporal serves its table unsigned: this router is one without keys.
-      LLMGW_CATALOG_PUBLIC_KEY_FILE: '',
-      LLMGW_CATALOG_KEY_FILE: '',
-    });
+    // The stand-in Temporal serves its table unsigned: this router is one without keys, which
+    // starts only when told --insecure-routes.
+    const router = spawnLlmgw(
+      ['router', '--port', String(port), '--host', '127.0.0.1', '--admin-addr', 'off', '--shutdown-grace', '20', '--insecure-routes'],
+      {
+        TEMPORAL_ADDRESS: fake.address,
+        LLMGW_CATALOG_PUBLIC_KEY_FILE: '',
+        LLMGW_CATALOG_KEY_FILE: '',
+      },
+    );
     const url = `http://127.0.0.1:${port}/v1/chat/completions`;
     const ask = (stream: boolean, maxTokens: number) =>
       fetch(url, {

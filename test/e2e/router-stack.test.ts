@@ -7,6 +7,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { findFreePort } from '../../common/ports.js';
 import type { DeploymentView } from '../../common/replica-types.js';
+import { startLoad as startRouterLoad } from '../helpers/load.js';
 import { eventually, INVENTORIES, runLlmgw, sleep, spawnLlmgw, uniqueId, usePrivateFleet } from '../helpers/fleet.js';
 
 let routerUrl: string;
@@ -19,57 +20,11 @@ const nodeIds = [uniqueId('route-a'), uniqueId('route-b')];
 const fleet = usePrivateFleet(nodeIds, 'router', 'router-stack');
 const name = uniqueId('route');
 
-interface Sample {
-  start: number;
-  end: number;
-  ok: boolean;
-  endpoint: string;
-  error: string;
-}
-
 const status = (): Promise<DeploymentView> => fleet.temporal.status(name);
 
 /** Steady load: `concurrency` clients alternating plain and streamed chat requests. */
-function startLoad(concurrency = 4): { stop(): Promise<Sample[]> } {
-  const samples: Sample[] = [];
-  let running = true;
-  const one = async (stream: boolean): Promise<void> => {
-    const start = Date.now();
-    try {
-      const response = await request(`${routerUrl}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'route',
-          stream,
-          max_tokens: stream ? 8 : 4,
-          messages: [{ role: 'user', content: `hello ${start}` }],
-        }),
-      });
-      const text = await response.body.text();
-      const ok = response.statusCode === 200 && (!stream || (text.includes('data: [DONE]') && !text.includes('"error"')));
-      samples.push({
-        start,
-        end: Date.now(),
-        ok,
-        endpoint: String(response.headers['x-llmgw-endpoint'] ?? ''),
-        error: ok ? '' : `${response.statusCode} ${text.slice(0, 200)}`,
-      });
-    } catch (error) {
-      samples.push({ start, end: Date.now(), ok: false, endpoint: '', error: String(error) });
-    }
-  };
-  const loops = Array.from({ length: concurrency }, async (_, i) => {
-    for (let n = 0; running; n++) await one((n + i) % 2 === 0);
-  });
-  return {
-    async stop() {
-      running = false;
-      await Promise.all(loops);
-      return samples;
-    },
-  };
-}
+const startLoad = (concurrency = 4) =>
+  startRouterLoad({ routerUrl, model: 'route', plainClients: 0, mixedClients: concurrency, timeoutMs: 300_000 });
 
 beforeAll(async () => {
   env = fleet.env;

@@ -8,8 +8,8 @@ import type { Client, WorkflowHandle } from '@temporalio/client';
 import { fakeEngineOptions } from '../../fake-engine/options.js';
 import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
 import { replicaWorkflowId } from '../../common/names.js';
-import { TemporalRouteSource } from '../../router/routes-temporal.js';
-import { startRouter, type Router } from '../../router/server.js';
+import { TemporalRouteSource } from '../../router/routes/visibility.js';
+import { startRouter, type Router } from '../../router/http/server.js';
 import { testClient, uniqueId, withWorker } from '../helpers/temporal.js';
 import { setFakeReplicaPhaseSignal, type FakeReplicaInput } from '../workflows/fake-replica.js';
 

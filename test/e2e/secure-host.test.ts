@@ -45,6 +45,13 @@ function historyText(history: unknown): string {
   );
 }
 
+/** The innermost cause's message: a workflow's failure wraps the activity's, which wraps why. */
+function innermost(error: unknown): string {
+  let e = error as Error;
+  while (e.cause instanceof Error) e = e.cause;
+  return e.message;
+}
+
 function filesUnder(dir: string): string[] {
   return readdirSync(dir, { recursive: true, withFileTypes: true })
     .filter((entry) => entry.isFile())
@@ -116,29 +123,43 @@ describe('a host that keeps its secrets and runs only what the catalog allows', 
     const model = catalog.catalog.models.find((m) => m.name === 'secure')!;
     // What an attacker can copy from any history: a revision the control worker signed.
     const signed = signSnapshot(profileSnapshot(model, model.profiles[0]!), readCatalogKeys(testCatalogKeyFile()));
-    const forged = uniqueId('forged');
-    const input: ReplicaInput = {
-      deployment: forged,
-      seq: 1,
-      profile: { ...signed, env: { ...signed.env, LD_PRELOAD: '/tmp/not-in-the-catalog.so' } },
-      deploymentWorkflowId: `deployment/${forged}`,
-    };
-    const handle = await client.workflow.start('replica', { workflowId: `replica/${forged}/1`, taskQueue: 'llmgw', args: [input] });
-    try {
-      const view = await eventually(
-        'the start refused',
-        async () => {
-          const status: ReplicaView = await handle.query(replicaStatusQuery);
-          return /refused shard/.test(status.reason) ? status : undefined;
-        },
-        60_000,
-      );
-      expect(view.reason).toMatch(/differ from the revision the control worker signed/);
-      expect(enginesOf([nodeId]).filter((engine) => engine.env.LLMGW_REPLICA_ID === `replica/${forged}/1`)).toEqual([]);
-      expect(agent.proc.output()).not.toMatch(new RegExp(`started shard ${forged}`));
-    } finally {
-      await handle.terminate('test over').catch(() => undefined);
+    const profile = { ...signed, env: { ...signed.env, LD_PRELOAD: '/tmp/not-in-the-catalog.so' } };
+    // Under a running deployment of this model, placement signs a ticket (it names the deployment
+    // and its served name) and the agent refuses the changed profile itself.
+    const host = uniqueId('forged-host');
+    const hosted = await runLlmgw(['deploy', 'secure', '--name', host, '--replicas', '0']);
+    expect(hosted.code, hosted.output).toBe(0);
+    // Under a deployment nobody started, placement refuses before any GPU is reserved.
+    const orphan = uniqueId('forged');
+    const cases = [
+      { deployment: host, refusal: /refused shard/, why: /differ from the revision the control worker signed/ },
+      { deployment: orphan, refusal: /not a running deployment of this control plane/, why: /nothing is placed for it/ },
+    ];
+    for (const { deployment: forged, refusal, why } of cases) {
+      const replicaId = `replica/${forged}/9`;
+      const input: ReplicaInput = { deployment: forged, seq: 9, profile, deploymentWorkflowId: `deployment/${forged}` };
+      const handle = await client.workflow.start('replica', { workflowId: replicaId, taskQueue: 'llmgw', args: [input] });
+      try {
+        const reason = await eventually(
+          `${replicaId} refused`,
+          async () => {
+            const status: ReplicaView | undefined = await handle.query(replicaStatusQuery).catch(() => undefined);
+            if (status && refusal.test(status.reason)) return status.reason;
+            // A refused placement may end the run: its failure says why.
+            const described = await handle.describe();
+            if (described.status.name !== 'RUNNING') return String(await handle.result().catch((error: unknown) => innermost(error)));
+            return undefined;
+          },
+          60_000,
+        );
+        expect(reason).toMatch(why);
+        expect(enginesOf([nodeId]).filter((engine) => engine.env.LLMGW_REPLICA_ID === replicaId)).toEqual([]);
+        expect(agent.proc.output()).not.toMatch(new RegExp(`started shard ${forged}`));
+      } finally {
+        await handle.terminate('test over').catch(() => undefined);
+      }
     }
+    await runLlmgw(['undeploy', host]);
   });
 
   it('refuses a deployModel started with carried state holding args, and a replica with malformed input, naming the path', async () => {

@@ -37,20 +37,40 @@ function bannerCurl(text: string): { url: string; body: string } {
   return { url: match[1]!, body: match[2]! };
 }
 
+/**
+ * A fresh stack's banner. The offset's ports were free when chosen, but they lie among the ones
+ * the system hands out to other tests' connections: a stack that lost one of them to another
+ * process (EADDRINUSE, in a part of the stack or in the dev server's own internal listeners, which
+ * `llmgw up` reports and stops on) is started again on another offset,
+ * three times at most. What is under test is the banner, not the luck of the draw.
+ */
+async function bannerOfFreshStack(run: number): Promise<{ stack: UpRun; text: string }> {
+  for (let attempt = 1; ; attempt++) {
+    current = await spawnUp(`ub${run}${Date.now().toString(36)}`);
+    try {
+      return { stack: current, text: await banner(current, 180_000) };
+    } catch (error) {
+      const lostAPort = /address already in use|EADDRINUSE/i.test(String(error));
+      if (!lostAPort || attempt === 3) throw error;
+      console.log(`run ${run + 1}: a port of offset ${current.offset} was taken meanwhile; starting again on another`);
+      await current.proc.exited;
+    }
+  }
+}
+
 describe('llmgw up', () => {
   it(`serves the banner's curl the moment the banner appears (${RUNS} fresh stacks)`, async () => {
     const answers: number[] = [];
     for (let i = 0; i < RUNS; i++) {
-      const prefix = `ub${i}${Date.now().toString(36)}`;
-      current = await spawnUp(prefix);
-      const curl = bannerCurl(await banner(current, 180_000));
+      const { stack, text } = await bannerOfFreshStack(i);
+      const curl = bannerCurl(text);
       const res = await fetch(curl.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: curl.body });
       answers.push(res.status);
-      if (res.status !== 200) console.log(`run ${i + 1}: ${res.status} ${await res.text()}\n${current.proc.output().slice(-2000)}`);
+      if (res.status !== 200) console.log(`run ${i + 1}: ${res.status} ${await res.text()}\n${stack.proc.output().slice(-2000)}`);
       else await res.body?.cancel();
-      process.kill(current.proc.pid, 'SIGINT');
-      await current.proc.exited;
-      expect(enginesOf(current.nodeIds)).toEqual([]);
+      process.kill(stack.proc.pid, 'SIGINT');
+      await stack.proc.exited;
+      expect(enginesOf(stack.nodeIds)).toEqual([]);
       current = undefined;
     }
     console.log(`the banner's curl answered ${answers.join(', ')}`);

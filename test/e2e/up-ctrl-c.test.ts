@@ -3,7 +3,8 @@
 // cannot start (its port taken) fails the start at once, saying why, leaving nothing running.
 import { createServer, type Server } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isAlive, signalGroup } from '../../agent/supervisor/proc.js';
+import { isAlive } from '../../common/proc-stat.js';
+import { signalGroup } from '../../agent/supervisor/processes/proc.js';
 import { enginesOf, eventually, stopAll, type LlmgwProcess } from '../helpers/processes.js';
 import { freeOffset, spawnUp } from '../helpers/up.js';
 

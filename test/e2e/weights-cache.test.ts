@@ -11,6 +11,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { HostWeightsCache, type HostCacheOptions } from '../../agent/weights/host-cache.js';
 import { FailureType } from '../../common/failures.js';
 import { startStandInHub, type StandInHub } from '../helpers/stand-in-hub.js';
+import { needsRoot } from '../helpers/skips.js';
 
 const MB = 1_000_000;
 let hub: StandInHub;
@@ -97,8 +98,9 @@ describe('the host weights cache', () => {
     expect(failure.message).toMatch(/over its budget of 25\.0 MB, and every revision it holds is in use/);
   });
 
-  const root = process.getuid?.() === 0;
-  it.skipIf(!root)('fails with WeightsNoSpace on a full disk (a 12 MB tmpfs; needs root to mount)', async () => {
+  it('fails with WeightsNoSpace on a full disk (a 12 MB tmpfs; needs root to mount)', async (context) => {
+    const why = needsRoot('mounting a tmpfs');
+    if (why) context.skip(why);
     const dir = mkdtempSync(join(tmpdir(), 'llmgw-weights-tmpfs-'));
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=12m', 'tmpfs', dir]);
     try {

@@ -3,7 +3,7 @@
 // (its agent's report), a replica then lands on the host that holds it and starts with no
 // fetch, and `llmgw weights rm` refuses weights a shard runs (naming it), then removes them once
 // nothing does. Its own Temporal server: the control worker must know the stand-in hub.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,6 +21,7 @@ import {
   useOwnTemporal,
 } from '../helpers/fleet.js';
 import { startStandInHub, type StandInHub } from '../helpers/stand-in-hub.js';
+import { oneModelCatalog, writeCatalogFile } from '../helpers/catalog-file.js';
 
 const MB = 1_000_000;
 const REPO = 'llmgw-test/w-near';
@@ -42,17 +43,9 @@ beforeAll(async () => {
   temporal = await testClient();
   hub = await startStandInHub();
   commit = hub.addRepo({ repo: REPO, files: FILES });
-  const catalog = join(mkdtempSync(join(tmpdir(), 'llmgw-near-catalog-')), 'catalog.yaml');
-  writeFileSync(
-    catalog,
-    `defaults: { drainGraceSeconds: 1 }
-models:
-  - name: wnear
-    source: hf://${REPO}
-    profiles:
-      - { name: p, engine: fake, gpuClass: WEIGHTS, gpusPerNode: 1, args: ["--weights-load-rate", "200000000"], startupTimeoutSeconds: 60 }
-`,
-  );
+  const profile =
+    '{ name: p, engine: fake, gpuClass: WEIGHTS, gpusPerNode: 1, args: ["--weights-load-rate", "200000000"], startupTimeoutSeconds: 60 }';
+  const catalog = writeCatalogFile('llmgw-near-catalog-', oneModelCatalog('wnear', `hf://${REPO}`, profile));
   const worker = spawnLlmgw(['worker', '--catalog', catalog], { HF_ENDPOINT: hub.url });
   await worker.waitForOutput(/serving task queue llmgw/, 90_000);
   await Promise.all(

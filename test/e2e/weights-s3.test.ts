@@ -28,15 +28,10 @@ import { cachedRevisionOf, incompletePath } from '../../agent/weights/cache-layo
 import { FetchProgress } from '../../agent/weights/progress.js';
 import { s3ClientFromEnv } from '../../common/s3-store.js';
 import { enginesOf, eventually, inventory, runLlmgw, spawnLlmgw, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
-import { motoMissing, startMotoServer, type MotoServer } from '../helpers/moto-server.js';
+import { startMotoServer, type MotoServer } from '../helpers/moto-server.js';
 
 const MB = 1_000_000;
-const missing = motoMissing();
-// Locally a missing venv skips the file, saying how to make it; CI must have it (.ci/run).
-const skip = missing !== undefined && process.env.CI !== 'true';
-if (skip) console.warn(`weights-s3.test.ts skipped: ${missing}`);
-
-const fleet = useIsolatedFleet({ ownTemporal: 'weights-s3', controlWorkers: 0, enabled: !skip });
+const fleet = useIsolatedFleet({ ownTemporal: 'weights-s3', controlWorkers: 0 });
 const nodeId = uniqueId('s3host');
 const weightsDir = mkdtempSync(join(tmpdir(), 'llmgw-s3-cache-'));
 let moto: MotoServer;
@@ -104,7 +99,6 @@ function sha256Tree(root: string, dir = root): Record<string, string> {
 }
 
 beforeAll(async () => {
-  if (skip) return;
   moto = await startMotoServer({ deniedBuckets: ['wdenied'] });
   uploaded = await moto.python<Record<string, string>>(UPLOAD);
   const worker = spawnLlmgw(['worker', '--catalog', catalog()], moto.env(moto.admin));
@@ -117,7 +111,7 @@ afterAll(async () => {
   await moto?.stop();
 });
 
-describe.skipIf(skip)('s3:// sources', () => {
+describe('s3:// sources', () => {
   it('deploys an s3:// model pinned to a digest, fetched once for two replicas, run from the verified snapshot', async () => {
     const name = uniqueId('s3llama');
     const deployed = await runLlmgw(['deploy', 's3llama', '--name', name, '--replicas', '2']);

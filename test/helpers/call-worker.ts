@@ -9,6 +9,8 @@ import type { Client } from '@temporalio/client';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { killEnginesOf, spawnControlWorker, stopAll } from './processes.js';
 import { temporalAddress, testClient, uniqueId } from './temporal.js';
+import { bindTicket } from './catalog-key.js';
+import type { StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 
 export interface CallWorker {
   /** The queue the test workflows run on. */
@@ -49,8 +51,15 @@ export function useCallWorker(label: string, nodeIds: string[] | (() => string[]
   const self: CallWorker = {
     queue,
     client: () => client!,
-    call: <T>(nodeId: string, activity: string, arg: unknown, workflowId: string) =>
-      self.client().workflow.execute('agentCall', { taskQueue: queue, workflowId, args: [nodeId, activity, arg] }) as Promise<T>,
+    call: async <T>(nodeId: string, activity: string, arg: unknown, workflowId: string): Promise<T> => {
+      if (activity !== 'startShard') {
+        return (await self.client().workflow.execute('agentCall', { taskQueue: queue, workflowId, args: [nodeId, activity, arg] })) as T;
+      }
+      // A start's ticket names the run chain that sends it: started first, then given its start.
+      const handle = await self.client().workflow.start('agentCallBound', { taskQueue: queue, workflowId, args: [nodeId, activity] });
+      await handle.signal('agentCallArg', bindTicket(arg as StartShard, handle.firstExecutionRunId));
+      return (await handle.result()) as T;
+    },
   };
   return self;
 }

@@ -4,7 +4,7 @@
 // tickets tests hand to agents directly, as the control worker signs what it resolves and places.
 import { inject } from 'vitest';
 import { publicKeyFileOf, readCatalogKeys } from '../../common/catalog-key.js';
-import { signPlacementTicket, type PlacementTicket } from '../../common/placement-ticket.js';
+import { signPlacementTicket, verifyPlacementTicket, type PlacementTicket } from '../../common/placement-ticket.js';
 import { signRevision } from '../../common/revision-signature.js';
 import type { EngineProfile, StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 
@@ -27,11 +27,17 @@ export function signWithTestKey(profile: EngineProfile): EngineProfile {
   return profile;
 }
 
-/** The ticket placement would sign for exactly this start (sent by its replica's workflow). */
+/**
+ * The ticket placement would sign for exactly this start (sent by its replica's workflow), issued
+ * now. Its run chain is left '' until the workflow that sends it has started: useCallWorker's
+ * call() binds it then (bindTicket), as placement names the chain that asked.
+ */
 export function ticketFor(spec: StartShard): PlacementTicket {
   return {
     replicaId: spec.replicaId,
     placedByRun: '',
+    chain: '',
+    issuedAt: Date.now(),
     shardId: spec.shardId,
     nodeId: spec.nodeId,
     rank: spec.rank,
@@ -45,6 +51,7 @@ export function ticketFor(spec: StartShard): PlacementTicket {
     address: '127.0.0.1',
     deployment: spec.deployment,
     servedName: spec.profile?.servedName ?? '',
+    peers: spec.nnodes > 1 ? Array.from({ length: spec.nnodes }, () => '127.0.0.1') : [],
   };
 }
 
@@ -52,4 +59,20 @@ export function ticketFor(spec: StartShard): PlacementTicket {
 export function placeWithTestKey(spec: StartShard, ticket: PlacementTicket = ticketFor(spec)): StartShard {
   spec.placementTicket = signPlacementTicket(ticket, readCatalogKeys(testCatalogKeyFile()));
   return spec;
+}
+
+/** The ticket `spec` carries, read back (undefined if it carries none that verifies). */
+export function ticketOf(spec: StartShard): PlacementTicket | undefined {
+  const verdict = verifyPlacementTicket(spec.placementTicket, readCatalogKeys(testCatalogKeyFile()).all);
+  return verdict.ok ? verdict.ticket : undefined;
+}
+
+/**
+ * `spec` with its ticket signed again for run chain `chain` when it names none yet (the rest,
+ * issue time included, as it was); any other spec as it is.
+ */
+export function bindTicket(spec: StartShard, chain: string): StartShard {
+  const ticket = ticketOf(spec);
+  if (!ticket || ticket.chain !== '') return spec;
+  return { ...spec, placementTicket: signPlacementTicket({ ...ticket, chain }, readCatalogKeys(testCatalogKeyFile())) };
 }

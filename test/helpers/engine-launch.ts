@@ -57,3 +57,10 @@ export const twoNode = (rank: number, gpus: number[]): ShardFields => ({
   leaderPort: 6379,
   gpuIndices: gpus,
 });
+
+/** The launch of one engine process that serves HTTP and is health-checked at /health. */
+export const oneServingEngine = (argv: string[], env: Record<string, string>) => ({
+  servesHttp: true,
+  healthPath: '/health',
+  processes: [{ role: 'engine', blocking: true, argv, env }],
+});

@@ -7,7 +7,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { afterAll, afterEach, beforeAll, type TestContext } from 'vitest';
-import { INVENTORIES, killEnginesOf, spawnControlWorker, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from './processes.js';
+import {
+  enginesOf,
+  eventually,
+  INVENTORIES,
+  killEnginesOf,
+  spawnControlWorker,
+  spawnLlmgw,
+  startSimAgent,
+  stopAll,
+  type LlmgwProcess,
+} from './processes.js';
 import { testClient, useOwnTemporal } from './temporal.js';
 import { startPrivateTemporal, type PrivateTemporal } from './private-temporal.js';
 
@@ -197,4 +207,14 @@ export function usePrivateFleet(nodeIds: string[], label: string, dataLabel = la
   });
   afterAll(() => endFleet({ nodeIds, server: temporal }));
   return fleet;
+}
+
+/** An e2e file's afterAll for its one deployment: undeploy it and wait (60 s at most) for its engines to go. */
+export async function undeployAndWait(client: Client, name: string, nodeIds: string[]): Promise<void> {
+  const { undeployUpdate } = await import('../../workflows/definitions.js');
+  await client.workflow
+    .getHandle(`deployment/${name}`)
+    .executeUpdate(undeployUpdate)
+    .catch(() => undefined);
+  await eventually('engines gone', () => (enginesOf(nodeIds).length === 0 ? true : undefined), 60_000).catch(() => undefined);
 }

@@ -18,6 +18,8 @@ export interface LoadOptions {
   plainClients?: number;
   /** Clients sending long streams. */
   streamClients?: number;
+  /** Clients alternating plain requests and streams; neighbouring clients start with different kinds. */
+  mixedClients?: number;
   /** Tokens per stream (its duration is this over the engine's token rate). */
   streamTokens?: number;
   /** Each client starts a request at most this often (default: back to back). */
@@ -63,13 +65,16 @@ export function startLoad(options: LoadOptions): Load {
       samples.push({ start, end: Date.now(), ok: false, stream, endpoint: '', error: String(error) });
     }
   };
-  const clients = [
-    ...Array.from({ length: options.plainClients ?? 2 }, () => false),
-    ...Array.from({ length: options.streamClients ?? 0 }, () => true),
-  ].map(async (stream) => {
-    while (running) {
+  // Each client says, for its n-th request, whether that one is a stream.
+  const streamsAt: ((n: number) => boolean)[] = [
+    ...Array.from({ length: options.plainClients ?? 2 }, () => () => false),
+    ...Array.from({ length: options.streamClients ?? 0 }, () => () => true),
+    ...Array.from({ length: options.mixedClients ?? 0 }, (_, i) => (n: number) => (n + i) % 2 === 0),
+  ];
+  const clients = streamsAt.map(async (streamAt) => {
+    for (let n = 0; running; n++) {
       const started = Date.now();
-      await one(stream);
+      await one(streamAt(n));
       const rest = started + (options.everyMs ?? 0) - Date.now();
       if (rest > 0 && running) await new Promise((r) => setTimeout(r, rest));
     }

@@ -1,20 +1,20 @@
-// A real S3-speaking server for tests: moto's server mode (PyPI `moto[server]`, in the venv
-// .ci/run sets up, .llmgw/moto-venv) on a random loopback port, with IAM authentication on, so
+// A real S3-speaking server for tests: moto's server mode (`moto[server]`, in the venv the
+// test setup installs, test/setup/tools.ts) on a random loopback port, with IAM authentication on, so
 // that a wrong or unauthorised key is refused as a real store refuses it. Ended by its pid.
-import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { toolProgram } from '../setup/tools.js';
+import { pythonJson } from './python-json.js';
 
-export const MOTO_VENV = join(__dirname, '../../.llmgw/moto-venv');
-const MOTO_SERVER = join(MOTO_VENV, 'bin/moto_server');
-const PYTHON = join(MOTO_VENV, 'bin/python');
+const MOTO_SERVER = toolProgram('moto', 'moto_server');
+const PYTHON = toolProgram('moto', 'python');
 
-/** Why moto cannot run here, or undefined. CI (CI=true) must have it: the caller fails there instead of skipping. */
+/** Why moto cannot run here, or undefined: the test setup installs it, so a caller fails rather than skips. */
 export function motoMissing(): string | undefined {
   return existsSync(MOTO_SERVER)
     ? undefined
-    : `${MOTO_SERVER} is missing: python3 -m venv .llmgw/moto-venv && .llmgw/moto-venv/bin/pip install 'moto[server]==5.2.5' (see .ci/run)`;
+    : `${MOTO_SERVER} is missing: npm test installs it in its global setup (test/setup/install-tools.ts)`;
 }
 
 export interface S3Key {
@@ -63,24 +63,7 @@ iam.put_user_policy(UserName='admin', PolicyName='all', PolicyDocument=json.dump
 print(json.dumps({'AWS_ACCESS_KEY_ID': key['AccessKeyId'], 'AWS_SECRET_ACCESS_KEY': key['SecretAccessKey']}))
 `;
 
-function runPython<T>(code: string, env: Record<string, string>): Promise<T> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      PYTHON,
-      ['-c', code],
-      { env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env }, timeout: 120_000, maxBuffer: 16 * 1024 * 1024 },
-      (error, stdout, stderr) => {
-        if (error) return reject(new Error(`python failed: ${error.message}\n${stderr.slice(-3000)}`));
-        const lines = stdout.trim().split('\n');
-        try {
-          resolve(JSON.parse(lines[lines.length - 1] ?? '') as T);
-        } catch {
-          reject(new Error(`python printed no JSON: ${stdout.slice(-2000)}\n${stderr.slice(-2000)}`));
-        }
-      },
-    );
-  });
-}
+const runPython = <T>(code: string, env: Record<string, string>): Promise<T> => pythonJson<T>(PYTHON, code, env);
 
 export async function startMotoServer(options: { deniedBuckets?: string[] } = {}): Promise<MotoServer> {
   const missing = motoMissing();

@@ -1,9 +1,10 @@
 // Real llmgw processes for end-to-end tests: `llmgw agent`, `llmgw worker`, and the
 // engines they start. Every process a test starts is ended by pid or process group.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/proc.js';
+import { tableName } from '../../agent/host/rendezvous-firewall.js';
+import { listPids, readEnviron, signalGroup } from '../../agent/supervisor/processes/proc.js';
 import { testCatalogKeyFile, testPublicKeyFile } from './catalog-key.js';
 import { temporalAddress } from './temporal.js';
 
@@ -46,6 +47,9 @@ export function spawnLlmgw(
       TEMPORAL_ADDRESS: temporalAddress(),
       LLMGW_CATALOG_KEY_FILE: testCatalogKeyFile(),
       LLMGW_CATALOG_PUBLIC_KEY_FILE: testPublicKeyFile(),
+      // Every agent a test starts enrolls its own key, as `llmgw up`'s does (docs/gpu-hosts.md);
+      // a test of enrollment itself sets it to ''.
+      LLMGW_AGENT_ENROLL_KEY_FILE: testCatalogKeyFile(),
       LLMGW_METRICS_ADDR: 'off',
       ...env,
     },
@@ -111,6 +115,22 @@ export async function killEnginesOf(nodeIds: string[]): Promise<void> {
   for (const { pid } of enginesOf(nodeIds)) signalGroup(pid, 'SIGKILL');
   const deadline = Date.now() + 5_000;
   while (enginesOf(nodeIds).length && Date.now() < deadline) await sleep(100);
+  removeRendezvousTables(nodeIds);
+}
+
+/**
+ * The nftables tables that these nodes' agents keep for a multi-node rank 0 (agent/host/
+ * rendezvous-firewall.ts): engines killed here never had their stop, so their rules are ours to
+ * remove. Only these tables, in this process's network namespace; nothing without root or nft.
+ */
+function removeRendezvousTables(nodeIds: string[]): void {
+  if (process.getuid?.() !== 0 || nodeIds.length === 0) return;
+  const script = nodeIds.map((id) => `table inet ${tableName(id)} {}\ndelete table inet ${tableName(id)}\n`).join('');
+  try {
+    execFileSync('nft', ['-f', '-'], { input: script, stdio: ['pipe', 'ignore', 'ignore'] });
+  } catch {
+    // No nft here: the agents made no tables either.
+  }
 }
 
 export function sleep(ms: number): Promise<void> {

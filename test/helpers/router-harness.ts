@@ -4,8 +4,8 @@ import OpenAI from 'openai';
 import { afterEach } from 'vitest';
 import { fakeEngineOptions, type FakeEngineOptions } from '../../fake-engine/options.js';
 import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
-import { StaticRouteSource, type StaticRoute } from '../../router/routes.js';
-import { startRouter, type Router, type RouterOptions } from '../../router/server.js';
+import { StaticRouteSource, type StaticRoute } from '../../router/routes/table.js';
+import { startRouter, type Router, type RouterOptions } from '../../router/http/server.js';
 
 export const engines: FakeEngine[] = [];
 /** Routers a test started: closed after it. */
@@ -78,3 +78,7 @@ export async function routerMetric(admin: string, prefix: string): Promise<numbe
 
 export const chat = (content = 'hello there', extra: Record<string, unknown> = {}) =>
   JSON.stringify({ model: 'demo', messages: [{ role: 'user', content }], ...extra });
+
+/** A streamed chat completion for 'demo' through the SDK, asking for up to `maxTokens` tokens. */
+export const streamDemo = (openai: OpenAI, maxTokens: number) =>
+  openai.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: 'go' }], max_tokens: maxTokens, stream: true });

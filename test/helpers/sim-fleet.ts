@@ -4,7 +4,7 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signalGroup } from '../../agent/supervisor/proc.js';
+import { signalGroup } from '../../agent/supervisor/processes/proc.js';
 import { controlRequest } from '../../sim/control.js';
 import { spawnLlmgw, type LlmgwProcess } from './processes.js';
 

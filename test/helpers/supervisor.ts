@@ -10,7 +10,7 @@ import { create } from '@bufbuild/protobuf';
 import { afterEach, beforeAll } from 'vitest';
 import { isPortFree } from '../../common/ports.js';
 import { Engine, EngineProfileSchema, StartShardSchema, type ShardStatus, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { scanMarked } from '../../agent/supervisor/markers.js';
+import { scanMarked } from '../../agent/supervisor/processes/markers.js';
 import { createSupervisor, type Supervisor, type SupervisorOptions } from '../../agent/supervisor/supervisor.js';
 
 export const BIN = resolve(__dirname, '../../bin/llmgw.js');
@@ -101,6 +101,18 @@ export function supervisor(options: Partial<SupervisorOptions> & Pick<Supervisor
   });
   supervisors.push(sup);
   return { sup, logs, transitions };
+}
+
+/**
+ * One host as the agents that follow each other on it see it: its node id, state dir and free
+ * port range, and startAgent() to start the next supervisor on them (a restart is a second call).
+ */
+export async function agentHost(name: string, ports = 4) {
+  const node = nodeId(name);
+  const stateDir = tempDir();
+  const portRange = await freeRange(ports);
+  const startAgent = (over: Partial<SupervisorOptions> = {}): Harness => supervisor({ nodeId: node, stateDir, portRange, ...over });
+  return { node, stateDir, portRange, startAgent };
 }
 
 export function fakeSpec(node: string, shardId: string, args: string[], gpus = [2, 3]): StartShard {

@@ -1,7 +1,7 @@
 // Where the router puts LoRA adapters: a hot adapter is wanted on more replicas than a cold one,
 // and an adapter's heat is its share of its base's recent traffic, fading with time.
 import { describe, expect, it } from 'vitest';
-import { DemandMeter, replicasWanted } from '../../router/adapter-policy.js';
+import { DemandMeter, replicasWanted } from '../../router/adapters/placement.js';
 
 describe('adapter placement policy', () => {
   it('wants half the traffic on both of two replicas, a sixth on one, and never more replicas than there are', () => {

@@ -9,7 +9,7 @@ import { adminToken } from '../../agent/admin/auth.js';
 import { connectAdmin } from '../../agent/admin/client.js';
 import { FOLLOW_LIMITS } from '../../agent/admin/follow.js';
 import { startAdminServer, type AdminServer } from '../../agent/admin/server.js';
-import { tailLines } from '../../agent/supervisor/logs.js';
+import { tailLines } from '../../agent/supervisor/logs/logs.js';
 import { RegisterSchema } from '../../proto/gen/llmgw/v1/register_pb.js';
 
 const cleanups: (() => Promise<void> | void)[] = [];

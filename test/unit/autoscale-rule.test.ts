@@ -3,9 +3,9 @@
 // flapping), and the waiting line's round robin across API keys.
 import { describe, expect, it } from 'vitest';
 import { autoscalePolicy } from '../../common/autoscale.js';
-import { Stabilizer, type DeploymentSignals } from '../../router/autoscale-rule.js';
-import { mergeReports } from '../../router/load-report.js';
-import { ModelQueue, type Held } from '../../router/queue.js';
+import { Stabilizer, type DeploymentSignals } from '../../router/autoscale/rule.js';
+import { mergeReports } from '../../router/autoscale/load-report.js';
+import { ModelQueue, type Held } from '../../router/engines/queue.js';
 
 const load = (inFlight: number, extra: Partial<DeploymentSignals> = {}): DeploymentSignals => ({
   running: inFlight,
@@ -106,7 +106,7 @@ describe('load reports', () => {
 
 describe('waiting line', () => {
   const held = (key: number, n: number): Held =>
-    ({ model: 'm', key, heldAt: n, path: `/${key}/${n}`, line: undefined, timer: undefined }) as unknown as Held;
+    ({ model: 'm', key, heldAt: n, request: { path: `/${key}/${n}` }, line: undefined, timer: undefined }) as unknown as Held;
 
   it('serves API keys in turn, first come first served within a key, and forgets a request that left', () => {
     const q = new ModelQueue('m');
@@ -117,7 +117,7 @@ describe('waiting line', () => {
     expect(q.remove(a[1] as Held)).toBe(true);
     expect(q.oldest()).toBe(1);
     const order: string[] = [];
-    for (let h = q.shift(); h !== undefined; h = q.shift()) order.push(h.path);
+    for (let h = q.shift(); h !== undefined; h = q.shift()) order.push(h.request.path);
     expect(order).toEqual(['/0/1', '/1/5', '/0/3', '/1/6', '/0/4']);
     expect(q.size).toBe(0);
   });

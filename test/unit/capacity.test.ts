@@ -2,7 +2,7 @@
 // behind event-driven waiting (activities/capacity.ts) and index-based placement.
 import { describe, expect, it } from 'vitest';
 import { chooseWaitersToWake } from '../../activities/capacity.js';
-import { rankCandidates } from '../../activities/placement.js';
+import { rankCandidates } from '../../activities/placement-index.js';
 import { bundleHash } from '../../workers/versioning.js';
 
 const waiter = (replicaId: string, gpusPerNode: number, since: string, nodes = 1) => ({

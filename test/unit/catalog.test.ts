@@ -37,7 +37,7 @@ ${profileLines}`;
 describe('the example catalog', () => {
   it('validates, with every model and profile counted', () => {
     const { exitCode, output } = validateCatalogCommand(EXAMPLE);
-    expect(output).toBe(`${EXAMPLE}: 5 models, 8 profiles, OK`);
+    expect(output).toBe(`${EXAMPLE}: 6 models, 10 profiles, OK`);
     expect(exitCode).toBe(0);
   });
 
@@ -74,10 +74,10 @@ describe('a catalog with mistakes', () => {
   it('names an unknown engine and the engines that exist', () => {
     const errors = errorsOf(demo('        gpusPerNode: 1\n').replace('engine: fake', 'engine: tgi'));
     expect(errors).toEqual([
-      { path: 'models[0].profiles[0].engine', message: 'unknown engine "tgi" (expected one of vllm, sglang, fake)', line: 6 },
+      { path: 'models[0].profiles[0].engine', message: 'unknown engine "tgi" (expected one of vllm, sglang, fake, llamacpp)', line: 6 },
     ]);
     expect(formatCatalogErrors(errors, 'catalog.yaml')).toBe(
-      'catalog.yaml:6: models[0].profiles[0].engine: unknown engine "tgi" (expected one of vllm, sglang, fake)',
+      'catalog.yaml:6: models[0].profiles[0].engine: unknown engine "tgi" (expected one of vllm, sglang, fake, llamacpp)',
     );
   });
 

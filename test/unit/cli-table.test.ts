@@ -1,7 +1,7 @@
 // CLI tables print colour only to a terminal and never with NO_COLOR: a table piped into a
 // file or another program is plain text.
 import { describe, expect, it } from 'vitest';
-import { newTable, useColour } from '../../cli/commands/table.js';
+import { newTable, useColour } from '../../cli/actions/table.js';
 
 function rendered(colour: boolean): string {
   const table = newTable({ head: ['node', 'state'] }, colour);

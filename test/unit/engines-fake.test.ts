@@ -4,7 +4,12 @@
 import { describe, expect, it } from 'vitest';
 import { buildEngineLaunch } from '../../agent/engines/index.js';
 import { Engine, Launcher } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { ctx, FAKE_CMD, MARKERS, shard, twoNode, type ProfileInit } from '../helpers/engine-launch.js';
+import { words } from '../helpers/command-line.js';
+import { ctx, FAKE_CMD, MARKERS, oneServingEngine, shard, twoNode, type ProfileInit } from '../helpers/engine-launch.js';
+
+// The fake engine as the agent starts it for the profile's model 'demo', then the flags a test names.
+const fakeArgv = (...flags: string[]) => [...FAKE_CMD, ...words('--model demo --served-model-name demo', ...flags)];
+const leaderFlags = (rank: number) => `--nnodes 2 --node-rank ${rank} --leader 10.0.0.5:6379`;
 
 describe('fake engine command lines', () => {
   it('starts the fake engine with vLLM-style flags on one node', () => {
@@ -12,34 +17,8 @@ describe('fake engine command lines', () => {
       shard({ engine: Engine.FAKE, modelSource: 'demo', servedName: 'demo', args: ['--load-time', '2'] }),
       ctx(),
     );
-    expect(launch).toEqual({
-      servesHttp: true,
-      healthPath: '/health',
-      processes: [
-        {
-          role: 'engine',
-          blocking: true,
-          argv: [
-            ...FAKE_CMD,
-            '--model',
-            'demo',
-            '--served-model-name',
-            'demo',
-            '--host',
-            '10.0.0.5',
-            '--port',
-            '18000',
-            '--tensor-parallel-size',
-            '1',
-            '--pipeline-parallel-size',
-            '1',
-            '--load-time',
-            '2',
-          ],
-          env: { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '0', ...MARKERS },
-        },
-      ],
-    });
+    const argv = fakeArgv('--host 10.0.0.5 --port 18000 --tensor-parallel-size 1 --pipeline-parallel-size 1 --load-time 2');
+    expect(launch).toEqual(oneServingEngine(argv, { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '0', ...MARKERS }));
   });
 
   const fake2: ProfileInit = { engine: Engine.FAKE, modelSource: 'demo', servedName: 'demo', tensorParallel: 2, gpusPerNode: 1, nodes: 2 };
@@ -47,55 +26,15 @@ describe('fake engine command lines', () => {
   it('gives native rank 0 the leader flags and a port', () => {
     const launch = buildEngineLaunch(shard(fake2, twoNode(0, [0])), ctx());
     expect(launch.servesHttp).toBe(true);
-    expect(launch.processes.map((p) => p.argv)).toEqual([
-      [
-        ...FAKE_CMD,
-        '--model',
-        'demo',
-        '--served-model-name',
-        'demo',
-        '--host',
-        '10.0.0.5',
-        '--port',
-        '18000',
-        '--tensor-parallel-size',
-        '2',
-        '--pipeline-parallel-size',
-        '1',
-        '--nnodes',
-        '2',
-        '--node-rank',
-        '0',
-        '--leader',
-        '10.0.0.5:6379',
-      ],
-    ]);
+    const argv = fakeArgv('--host 10.0.0.5 --port 18000 --tensor-parallel-size 2 --pipeline-parallel-size 1', leaderFlags(0));
+    expect(launch.processes.map((p) => p.argv)).toEqual([argv]);
   });
 
   it('gives native rank 1 the leader flags and no port', () => {
     const launch = buildEngineLaunch(shard(fake2, twoNode(1, [1])), ctx({ advertiseAddress: '10.0.0.6', httpPort: 0 }));
     expect(launch.servesHttp).toBe(false);
-    expect(launch.processes.map((p) => p.argv)).toEqual([
-      [
-        ...FAKE_CMD,
-        '--model',
-        'demo',
-        '--served-model-name',
-        'demo',
-        '--host',
-        '10.0.0.6',
-        '--tensor-parallel-size',
-        '2',
-        '--pipeline-parallel-size',
-        '1',
-        '--nnodes',
-        '2',
-        '--node-rank',
-        '1',
-        '--leader',
-        '10.0.0.5:6379',
-      ],
-    ]);
+    const argv = fakeArgv('--host 10.0.0.6 --tensor-parallel-size 2 --pipeline-parallel-size 1', leaderFlags(1));
+    expect(launch.processes.map((p) => p.argv)).toEqual([argv]);
     expect(launch.processes[0]?.env.CUDA_VISIBLE_DEVICES).toBe('1');
   });
 
@@ -108,23 +47,7 @@ describe('fake engine command lines', () => {
       ['ray-head', ['/opt/ray/bin/ray', 'start', '--head', '--port', '6379', '--node-ip-address', '10.0.0.5', '--block'], undefined],
       [
         'engine',
-        [
-          ...FAKE_CMD,
-          '--model',
-          'demo',
-          '--served-model-name',
-          'demo',
-          '--host',
-          '10.0.0.5',
-          '--port',
-          '18000',
-          '--tensor-parallel-size',
-          '2',
-          '--pipeline-parallel-size',
-          '1',
-          '--distributed-executor-backend',
-          'ray',
-        ],
+        fakeArgv('--host 10.0.0.5 --port 18000 --tensor-parallel-size 2 --pipeline-parallel-size 1 --distributed-executor-backend ray'),
         2,
       ],
     ]);

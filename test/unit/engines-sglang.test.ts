@@ -3,6 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildEngineLaunch } from '../../agent/engines/index.js';
 import { Engine } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { words } from '../helpers/command-line.js';
 import { ctx, MARKERS, shard, twoNode, type ProfileInit } from '../helpers/engine-launch.js';
 
 describe('SGLang command lines', () => {
@@ -14,21 +15,10 @@ describe('SGLang command lines', () => {
       {
         role: 'engine',
         blocking: true,
-        argv: [
-          'python3',
-          '-m',
-          'sglang.launch_server',
-          '--model-path',
-          'meta-llama/Llama-3.1-8B-Instruct',
-          '--served-model-name',
-          'llama',
-          '--host',
-          '10.0.0.5',
-          '--port',
-          '18000',
-          '--tp',
-          '2',
-        ],
+        argv: words(
+          'python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --served-model-name llama',
+          '--host 10.0.0.5 --port 18000 --tp 2',
+        ),
         env: { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '0,1', ...MARKERS },
       },
     ]);
@@ -43,28 +33,10 @@ describe('SGLang command lines', () => {
     );
     expect(launch.servesHttp).toBe(true);
     expect(launch.processes.map((p) => p.argv)).toEqual([
-      [
-        '/opt/sglang/bin/python',
-        '-m',
-        'sglang.launch_server',
-        '--model-path',
-        'meta-llama/Llama-3.1-8B-Instruct',
-        '--served-model-name',
-        'llama',
-        '--host',
-        '10.0.0.5',
-        '--port',
-        '18000',
-        '--tp',
-        '16',
-        '--nnodes',
-        '2',
-        '--node-rank',
-        '0',
-        '--dist-init-addr',
-        '10.0.0.5:6379',
-        '--trust-remote-code',
-      ],
+      words(
+        '/opt/sglang/bin/python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --served-model-name llama',
+        '--host 10.0.0.5 --port 18000 --tp 16 --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.5:6379 --trust-remote-code',
+      ),
     ]);
   });
 
@@ -75,28 +47,10 @@ describe('SGLang command lines', () => {
     );
     expect(launch.servesHttp).toBe(false);
     expect(launch.processes.map((p) => p.argv)).toEqual([
-      [
-        'python3',
-        '-m',
-        'sglang.launch_server',
-        '--model-path',
-        'meta-llama/Llama-3.1-8B-Instruct',
-        '--served-model-name',
-        'llama',
-        '--host',
-        '10.0.0.6',
-        '--port',
-        '18004',
-        '--tp',
-        '16',
-        '--nnodes',
-        '2',
-        '--node-rank',
-        '1',
-        '--dist-init-addr',
-        '10.0.0.5:6379',
-        '--trust-remote-code',
-      ],
+      words(
+        'python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --served-model-name llama',
+        '--host 10.0.0.6 --port 18004 --tp 16 --nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.5:6379 --trust-remote-code',
+      ),
     ]);
     expect(launch.processes[0]?.env.VLLM_HOST_IP).toBeUndefined();
   });

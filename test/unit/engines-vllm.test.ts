@@ -2,43 +2,22 @@
 // their GPUs, HCAs and interfaces, a Ray head and workers for two nodes on the agent's Ray ports,
 // and multi-node without Ray refused.
 import { describe, expect, it } from 'vitest';
-import { interfaceOf } from '../../agent/host.js';
+import { interfaceOf } from '../../agent/discovery/discover-host.js';
 import { parseAgentFlags } from '../../agent/config.js';
 import { buildEngineLaunch } from '../../agent/engines/index.js';
 import { Engine, Launcher } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { ctx, expectInvalidSpec, MARKERS, shard, twoNode, type ProfileInit } from '../helpers/engine-launch.js';
+import { words } from '../helpers/command-line.js';
+import { ctx, expectInvalidSpec, MARKERS, oneServingEngine, shard, twoNode, type ProfileInit } from '../helpers/engine-launch.js';
 
 describe('vLLM command lines', () => {
   it('starts a single-GPU vllm serve with exactly its GPU and the markers', () => {
     const launch = buildEngineLaunch(shard({ engine: Engine.VLLM, args: ['--max-model-len', '8192'] }, { gpuIndices: [3] }), ctx());
-    expect(launch).toEqual({
-      servesHttp: true,
-      healthPath: '/health',
-      processes: [
-        {
-          role: 'engine',
-          blocking: true,
-          argv: [
-            'vllm',
-            'serve',
-            'meta-llama/Llama-3.1-8B-Instruct',
-            '--served-model-name',
-            'llama',
-            '--host',
-            '10.0.0.5',
-            '--port',
-            '18000',
-            '--tensor-parallel-size',
-            '1',
-            '--pipeline-parallel-size',
-            '1',
-            '--max-model-len',
-            '8192',
-          ],
-          env: { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '3', VLLM_HOST_IP: '10.0.0.5', ...MARKERS },
-        },
-      ],
-    });
+    const argv = words(
+      'vllm serve meta-llama/Llama-3.1-8B-Instruct --served-model-name llama --host 10.0.0.5 --port 18000',
+      '--tensor-parallel-size 1 --pipeline-parallel-size 1 --max-model-len 8192',
+    );
+    const env = { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '3', VLLM_HOST_IP: '10.0.0.5', ...MARKERS };
+    expect(launch).toEqual(oneServingEngine(argv, env));
   });
 
   it("takes the agent's own management interface when the spec names none, and finds it by address", () => {
@@ -56,21 +35,12 @@ describe('vLLM command lines', () => {
       { gpuIndices: [4, 5, 6, 7], hcas: ['mlx5_0', 'mlx5_1'], managementInterface: 'eth0' },
     );
     const [engine] = buildEngineLaunch(spec, ctx({ vllmCommand: ['/opt/venv/bin/vllm'] })).processes;
-    expect(engine?.argv).toEqual([
-      '/opt/venv/bin/vllm',
-      'serve',
-      'meta-llama/Llama-3.1-8B-Instruct',
-      '--served-model-name',
-      'llama',
-      '--host',
-      '10.0.0.5',
-      '--port',
-      '18000',
-      '--tensor-parallel-size',
-      '4',
-      '--pipeline-parallel-size',
-      '1',
-    ]);
+    expect(engine?.argv).toEqual(
+      words(
+        '/opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B-Instruct --served-model-name llama --host 10.0.0.5 --port 18000',
+        '--tensor-parallel-size 4 --pipeline-parallel-size 1',
+      ),
+    );
     expect(engine?.env).toEqual({
       HF_HOME: '/models',
       CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
@@ -103,23 +73,10 @@ describe('vLLM command lines', () => {
     });
     expect(head?.waitForRayNodes).toBeUndefined();
     expect(engine).toMatchObject({
-      argv: [
-        'vllm',
-        'serve',
-        'meta-llama/Llama-3.1-8B-Instruct',
-        '--served-model-name',
-        'llama',
-        '--host',
-        '10.0.0.5',
-        '--port',
-        '18000',
-        '--tensor-parallel-size',
-        '8',
-        '--pipeline-parallel-size',
-        '2',
-        '--distributed-executor-backend',
-        'ray',
-      ],
+      argv: words(
+        'vllm serve meta-llama/Llama-3.1-8B-Instruct --served-model-name llama --host 10.0.0.5 --port 18000',
+        '--tensor-parallel-size 8 --pipeline-parallel-size 2 --distributed-executor-backend ray',
+      ),
       waitForRayNodes: 2,
       rayAddress: '10.0.0.5:6379',
       blocking: true,

@@ -1,29 +1,18 @@
 // The fake engine's command line: a vLLM-style argv, the flags it does not use skipped, and the
 // flag that is wrong named.
 import { describe, expect, it } from 'vitest';
+import { words } from '../helpers/command-line.js';
 import { FakeEngineArgsError, parseFakeEngineArgs } from '../../fake-engine/options.js';
 
 describe('fake engine: command line', () => {
   it('takes a vLLM-style argv and skips the flags it does not use', () => {
-    const opts = parseFakeEngineArgs([
-      'serve',
-      'org/model-7b',
-      '--served-model-name',
-      'seven',
-      '--port',
-      '18000',
-      '--tensor-parallel-size',
-      '2',
-      '--pipeline-parallel-size',
-      '1',
-      '--distributed-executor-backend',
-      'ray',
-      '--enforce-eager',
-      '--max-model-len=4096',
-      '--tokens-per-second',
-      '30',
-      '--hang',
-    ]);
+    const opts = parseFakeEngineArgs(
+      words(
+        'serve org/model-7b --served-model-name seven --port 18000',
+        '--tensor-parallel-size 2 --pipeline-parallel-size 1 --distributed-executor-backend ray',
+        '--enforce-eager --max-model-len=4096 --tokens-per-second 30 --hang',
+      ),
+    );
     expect(opts).toMatchObject({
       model: 'org/model-7b',
       servedModelNames: ['seven'],

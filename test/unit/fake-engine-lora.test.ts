@@ -7,8 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseFakeEngineArgs } from '../../fake-engine/options.js';
+import { words } from '../helpers/command-line.js';
 import { base, client, start, useFakeEngineHarness } from '../helpers/fake-engine-harness.js';
-import { adaptersByReplica, adaptersCell } from '../../cli/commands/adapters-view.js';
+import { adaptersByReplica, adaptersCell } from '../../cli/actions/adapters-view.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 
 useFakeEngineHarness();
@@ -27,19 +28,7 @@ const post = (url: string, path: string, body: object) =>
 
 describe('fake engine: LoRA adapters', () => {
   it("takes vLLM's flags", () => {
-    const o = parseFakeEngineArgs([
-      'serve',
-      'm',
-      '--port',
-      '1',
-      '--enable-lora',
-      '--max-loras',
-      '3',
-      '--max-lora-rank',
-      '32',
-      '--lora-load-time',
-      '0.5',
-    ]);
+    const o = parseFakeEngineArgs(words('serve m --port 1 --enable-lora --max-loras 3 --max-lora-rank 32 --lora-load-time 0.5'));
     expect(o.lora).toEqual({ maxLoras: 3, maxLoraRank: 32, loadTimeS: 0.5 });
     expect(parseFakeEngineArgs(['--port', '1']).lora).toBeUndefined();
   });

@@ -6,10 +6,10 @@ import { fakeEngineOptions } from '../../fake-engine/options.js';
 import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
 import { parseKvEventsConfig } from '../../fake-engine/kv-events.js';
 import { parseFakeEngineArgs } from '../../fake-engine/options.js';
-import { KvIndex, blockKey } from '../../router/kv-index.js';
-import { parseKvEventsSpec } from '../../router/kv-events.js';
-import { StaticRouteSource } from '../../router/routes.js';
-import { startRouter, type Router } from '../../router/server.js';
+import { KvIndex, blockKey } from '../../router/kv/block-index.js';
+import { asTaggedArray, parseKvEventsSpec } from '../../router/kv/events.js';
+import { StaticRouteSource } from '../../router/routes/table.js';
+import { startRouter, type Router } from '../../router/http/server.js';
 
 const words = (n: number, tag: string) => Array.from({ length: n }, (_, i) => `${tag}${i}`).join(' ');
 const SYSTEM = words(40, 'sys');
@@ -93,13 +93,20 @@ async function untilLive(r: Router, urls: string[]): Promise<boolean> {
   return false;
 }
 
+/**
+ * Two engines behind a router, once every event stream is live (each engine has stored something,
+ * so its block size is known): the router, its base URL, and engines A and B by URL.
+ */
+async function liveStack(): Promise<{ r: Router; base: string; a: string; b: string }> {
+  const { urls, router: r } = await setup();
+  expect(await untilLive(r, urls)).toBe(true);
+  const [a, b] = urls as [string, string];
+  return { r, base: `http://127.0.0.1:${r.port}`, a, b };
+}
+
 describe('precise KV-aware routing', () => {
   it('does not send a request for a prefix to the replica that evicted it', async () => {
-    const { urls, router: r } = await setup();
-    const base = `http://127.0.0.1:${r.port}`;
-    const [a, b] = urls as [string, string];
-    // Every stream live: each engine has stored something (its block size is known from it).
-    expect(await untilLive(r, urls)).toBe(true);
+    const { base, a, b } = await liveStack();
 
     // The prefix is cached on A only: the router follows it there.
     await post(a, chat(SYSTEM, 'first question'));
@@ -119,10 +126,7 @@ describe('precise KV-aware routing', () => {
   });
 
   it('falls back within a second when an engine stream stops, and recovers when it returns, with no request failing', async () => {
-    const { urls, router: r } = await setup();
-    const base = `http://127.0.0.1:${r.port}`;
-    const [a] = urls as [string, string];
-    expect(await untilLive(r, urls)).toBe(true);
+    const { r, base, a } = await liveStack();
 
     const publisher = (engines[0] as FakeEngine).kvEvents;
     publisher?.stop();
@@ -141,10 +145,7 @@ describe('precise KV-aware routing', () => {
 
 describe('precise KV-aware routing across an engine restart', () => {
   it('scores the restarted engine by its homes until it publishes, then by its (empty) cache, with no request failing', async () => {
-    const { urls, router: r } = await setup();
-    const base = `http://127.0.0.1:${r.port}`;
-    const [a, b] = urls as [string, string];
-    expect(await untilLive(r, urls)).toBe(true);
+    const { r, base, a, b } = await liveStack();
     await post(a, chat(SYSTEM, 'warm a'));
 
     // Engine A goes away and a new one (empty cache, events counting from 0) takes its ports.
@@ -190,6 +191,16 @@ describe('KV events: parsing and the index', () => {
     expect(parseKvEventsSpec('5557')?.('http://gpu-7:8000')).toBe('tcp://gpu-7:5557');
     expect(parseKvEventsSpec('off')).toBeUndefined();
     expect(() => parseKvEventsSpec('tcp://x')).toThrow(/--kv-events/);
+  });
+
+  it('reads events as vLLM 0.34 sends them (maps tagged by type) and as older vLLM and the fake do (tagged arrays)', () => {
+    expect(
+      asTaggedArray({ type: 'BlockStored', block_hashes: [7, 8], parent_block_hash: null, token_ids: [1], block_size: 16, lora_id: null }),
+    ).toEqual(['BlockStored', [7, 8], null, [1], 16]);
+    expect(asTaggedArray({ type: 'AllBlocksCleared' })?.[0]).toBe('AllBlocksCleared');
+    expect(asTaggedArray(['BlockRemoved', [7]])).toEqual(['BlockRemoved', [7]]);
+    expect(asTaggedArray({ block_hashes: [7] })).toBeUndefined();
+    expect(asTaggedArray('BlockStored')).toBeUndefined();
   });
 
   it('matches only a leading run of blocks, and forgets the oldest past its bound', () => {

@@ -3,10 +3,10 @@
 // inventories on fabrics ib-a and ib-b) each hold a real node state; the node workflow's
 // own reserve/release rules stand in for its Updates, so this tests the algorithm, not Temporal.
 import { resolve } from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { readSimulatedInventory, simulatedHost, type SimulatedInventory } from '../../agent/discovery/simulated.js';
 import { shardId } from '../../common/names.js';
+import { registeredNodeState } from '../helpers/registered-node.js';
 import type { ReserveResult } from '../../common/node-types.js';
 import {
   gangHostFromView,
@@ -16,8 +16,7 @@ import {
   type GangRequest,
   type GangReservations,
 } from '../../common/placement/choose-hosts.js';
-import { RegisterSchema } from '../../proto/gen/llmgw/v1/register_pb.js';
-import { applyRegister, initialNodeState, release, reserve, viewOf, type NodeState } from '../../workflows/node/state.js';
+import { release, reserve, viewOf, type NodeState } from '../../workflows/node/state.js';
 
 const EXAMPLES = resolve(__dirname, '../../examples/inventories');
 const NOW = '2025-01-01T00:00:00.000Z';
@@ -36,22 +35,7 @@ async function simulatedNode(spec: HostSpec, ordinal: number): Promise<NodeState
   const inv =
     spec.rateGbps === undefined ? file : { ...file, hcas: (file.hcas ?? []).map((hca) => ({ ...hca, rateGbps: spec.rateGbps! })) };
   const host = simulatedHost(inv, { nodeId: spec.nodeId });
-  const state = initialNodeState(spec.nodeId);
-  applyRegister(
-    state,
-    create(RegisterSchema, {
-      nodeId: spec.nodeId,
-      managementAddress: `10.0.0.${ordinal + 1}`,
-      labels: spec.labels ?? {},
-      gpus: host.gpus,
-      fabrics: host.fabrics,
-      gpuClass: host.gpuClass,
-      managedGpus: host.gpus.map((gpu) => gpu.index),
-      problems: host.problems,
-    }),
-    NOW,
-  );
-  return state;
+  return registeredNodeState(spec.nodeId, host, { managementAddress: `10.0.0.${ordinal + 1}`, labels: spec.labels ?? {} }, NOW);
 }
 
 /** Four hosts, two per fabric, whose reserve and release are the node workflow's rules; every call is logged in order. */

@@ -3,7 +3,7 @@
 // the node's memo and view). Pure rules of activities/placement.ts, choose-hosts.ts,
 // agent/weights/weights-report.ts and the node's state.
 import { describe, expect, it } from 'vitest';
-import { rankCandidates } from '../../activities/placement.js';
+import { rankCandidates } from '../../activities/placement-index.js';
 import { gangHostFromView, rankGangFabrics } from '../../common/placement/choose-hosts.js';
 import { heldKeyOfSource, sourceOfHeld } from '../../common/held-weights.js';
 import type { HeldWeights, NodeView } from '../../common/node-types.js';

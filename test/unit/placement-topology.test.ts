@@ -5,12 +5,11 @@
 // reserve rule (which calls chooseGpus) hands the GPUs out.
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { discoverRealHost, type RunNvidiaSmi } from '../../agent/discovery/discover.js';
 import type { ReserveResult } from '../../common/node-types.js';
-import { RegisterSchema } from '../../proto/gen/llmgw/v1/register_pb.js';
-import { applyRegister, initialNodeState, reserve, type NodeState } from '../../workflows/node/state.js';
+import { registeredNodeState } from '../helpers/registered-node.js';
+import { reserve, type NodeState } from '../../workflows/node/state.js';
 
 const repoRoot = resolve(__dirname, '..', '..');
 // The fixtures are shared between checkouts; LLMGW_FIXTURES points elsewhere when needed.
@@ -40,21 +39,7 @@ function fixtureNvidiaSmi(host: Host, edit: (file: string, text: string) => stri
 /** A node workflow's state after the fixture host registered with it. */
 async function registeredNode(host: Host, runNvidiaSmi: RunNvidiaSmi = fixtureNvidiaSmi(host)): Promise<NodeState> {
   const discovered = await discoverRealHost({ sysfsRoot: join(FIXTURES!, 'no-such-sysfs'), runNvidiaSmi });
-  const state = initialNodeState(host);
-  applyRegister(
-    state,
-    create(RegisterSchema, {
-      nodeId: host,
-      managementAddress: '10.0.0.1',
-      gpus: discovered.gpus,
-      fabrics: discovered.fabrics,
-      gpuClass: discovered.gpuClass,
-      managedGpus: discovered.gpus.map((gpu) => gpu.index),
-      problems: discovered.problems,
-    }),
-    NOW,
-  );
-  return state;
+  return registeredNodeState(host, discovered, { managementAddress: '10.0.0.1' }, NOW);
 }
 
 let shards = 0;

@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { claimPort, defaultClaimsDir, ensureClaimsDir } from '../../agent/supervisor/port-claims.js';
+import { claimPort, defaultClaimsDir, ensureClaimsDir } from '../../agent/supervisor/start/ports.js';
 import { findFreePortAvoiding, isPortFree } from '../../common/ports.js';
 
 describe('findFreePortAvoiding', () => {

@@ -8,11 +8,10 @@ import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FailureType } from '../../common/failures.js';
-import { parseRayStatusNodeCount } from '../../agent/engines/ray.js';
 import type { ProcessSpec } from '../../agent/engines/types.js';
 import { createRayWait } from '../../agent/ray-wait.js';
-import { scanMarked } from '../../agent/supervisor/markers.js';
-import { isAlive } from '../../agent/supervisor/proc.js';
+import { scanMarked } from '../../agent/supervisor/processes/markers.js';
+import { isAlive } from '../../common/proc-stat.js';
 import { createSupervisor, type Supervisor } from '../../agent/supervisor/supervisor.js';
 import { rejection } from '../helpers/failures.js';
 import { Engine, EngineProfileSchema, Launcher, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -21,8 +20,6 @@ const RAY_DIR = resolve(__dirname, '../fixtures/ray');
 const FAKE_RAY = join(RAY_DIR, 'fake-ray');
 const RUN = `${process.pid}-${Math.random().toString(36).slice(2, 7)}`;
 const ADDRESS = '10.0.0.1:6379';
-
-const recorded = (name: string): string => readFileSync(join(RAY_DIR, name), 'utf8');
 
 let dirs: string[] = [];
 let supervisors: Supervisor[] = [];
@@ -70,46 +67,6 @@ const engine: ProcessSpec = { role: 'engine', argv: ['vllm', 'serve'], env: {}, 
 function hungPids(calls: string[]): number[] {
   return calls.filter((line) => line.startsWith('hang pid ')).map((line) => Number(line.slice('hang pid '.length)));
 }
-
-describe('reading ray status output recorded from Ray 2.60', () => {
-  it('counts the head alone, then head and worker, listed under Active', () => {
-    expect(parseRayStatusNodeCount(recorded('status-one-node.txt'))).toBe(1);
-    expect(parseRayStatusNodeCount(recorded('status-two-nodes.txt'))).toBe(2);
-  });
-
-  it('counts idle nodes too (the autoscaler v2 lists a node with no work under Idle)', () => {
-    expect(parseRayStatusNodeCount(recorded('status-autoscaler-v2-two-idle.txt'))).toBe(2);
-  });
-
-  it('counts nothing while the head is still coming up', () => {
-    expect(parseRayStatusNodeCount(recorded('status-starting.txt'))).toBe(0);
-    expect(parseRayStatusNodeCount(recorded('status-starting-traceback.txt'))).toBe(0);
-    expect(parseRayStatusNodeCount(recorded('status-no-gcs.txt'))).toBe(0);
-  });
-
-  it('does not count the per-node usage of verbose output as nodes', () => {
-    expect(parseRayStatusNodeCount(recorded('status-verbose-one-node.txt'))).toBe(1);
-  });
-
-  it('stops counting a worker that has left', () => {
-    expect(parseRayStatusNodeCount(recorded('status-worker-left.txt'))).toBe(1);
-  });
-
-  it('sums per-type counts, as an autoscaled cluster and Ray 1.x (Healthy:) print them', () => {
-    const ray1 = [
-      'Node status',
-      '-----',
-      'Healthy:',
-      ' 1 ray.head.default',
-      ' 3 ray.worker.gpu',
-      'Pending:',
-      ' ray.worker.gpu, 1 launching',
-      'Recent failures:',
-      ' (no failures)',
-    ].join('\n');
-    expect(parseRayStatusNodeCount(ray1)).toBe(4);
-  });
-});
 
 describe('the Ray wait', () => {
   it('returns once ray status shows every node, polling the leader address until then', async () => {

@@ -1,7 +1,7 @@
 // Each node's reconcile Schedule is phased by its id, so a fleet's hourly sweeps spread over the
 // hour instead of all firing at its top.
 import { describe, expect, it } from 'vitest';
-import { reconcileInterval } from '../../activities/reconcile.js';
+import { reconcileInterval } from '../../activities/reconcile-schedule.js';
 
 describe('reconcileInterval', () => {
   it('gives each node a stable offset within the interval, spread over it', () => {

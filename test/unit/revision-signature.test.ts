@@ -17,7 +17,11 @@ import type { ProfileSnapshot } from '../../common/replica-types.js';
 import { canonicalRevision, signSnapshot, verifyRevision } from '../../common/revision-signature.js';
 import { signPlacementTicket } from '../../common/placement-ticket.js';
 import { ticketFor } from '../helpers/catalog-key.js';
+import { rejection } from '../helpers/failures.js';
 import { EngineProfileSchema, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+
+/** A start of an engine not yet recorded on the agent. */
+const NEW = { newStart: true };
 
 const SNAPSHOT: ProfileSnapshot = {
   model: 'llama-8b',
@@ -46,7 +50,7 @@ function keyFile(...keys: string[]): string {
 const KEY_A = 'a'.repeat(64);
 const KEY_B = 'b'.repeat(64);
 
-// The legacy shared keys of these tests both sign and verify (the migration window of docs/security.md).
+// The legacy shared keys of these tests both sign and verify (the migration window of docs/keys.md).
 function startShard(profile = engineProfileFromSnapshot(signSnapshot(SNAPSHOT, readCatalogKeys(keyFile(KEY_A))))): StartShard {
   const spec = create(StartShardSchema, {
     shardId: 'llama.1.r0.a1',
@@ -59,16 +63,6 @@ function startShard(profile = engineProfileFromSnapshot(signSnapshot(SNAPSHOT, r
   });
   spec.placementTicket = signPlacementTicket(ticketFor(spec), readCatalogKeys(keyFile(KEY_A)));
   return spec;
-}
-
-function refusal(fn: () => void): ApplicationFailure {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof ApplicationFailure) return error;
-    throw error;
-  }
-  throw new Error('expected a refusal');
 }
 
 describe('revision signatures', () => {
@@ -134,27 +128,27 @@ describe('revision signatures', () => {
 });
 
 describe("the agent's check", () => {
-  it('refuses, non-retryably and saying why and what to do: no key, unsigned, changed, signed with a key it lacks', () => {
+  it('refuses, non-retryably and saying why and what to do: no key, unsigned, changed, signed with a key it lacks', async () => {
     expect(NON_RETRYABLE_AGENT_FAILURES).toContain(FailureType.UnsignedRevision);
     const withA = createRevisionCheck({ kind: 'keys', file: keyFile(KEY_A) });
-    expect(() => withA(startShard())).not.toThrow();
+    await expect(withA(startShard(), NEW)).resolves.toBeUndefined();
 
-    const noKey = refusal(() => createRevisionCheck({ kind: 'no-key' })(startShard()));
+    const noKey = await rejection(createRevisionCheck({ kind: 'no-key' })(startShard(), NEW));
     expect(noKey.type).toBe(FailureType.UnsignedRevision);
     expect(noKey.nonRetryable).toBe(true);
     expect(noKey.message).toMatch(/refused shard llama\.1\.r0\.a1 .*no catalog key.*--catalog-key FILE or LLMGW_CATALOG_KEY_FILE/);
 
-    expect(refusal(() => withA(startShard(engineProfileFromSnapshot(SNAPSHOT)))).message).toMatch(
+    expect((await rejection(withA(startShard(engineProfileFromSnapshot(SNAPSHOT)), NEW))).message).toMatch(
       /carries no catalog signature.*deploy through the catalog/,
     );
     const changed = startShard();
     changed.profile!.args.push('--evil');
-    expect(refusal(() => withA(changed)).message).toMatch(/differ from the revision the control worker signed/);
+    expect((await rejection(withA(changed, NEW))).message).toMatch(/differ from the revision the control worker signed/);
     const signedWithB = startShard(engineProfileFromSnapshot(signSnapshot(SNAPSHOT, readCatalogKeys(keyFile(KEY_B)))));
-    expect(refusal(() => withA(signedWithB)).message).toMatch(
+    expect((await rejection(withA(signedWithB, NEW))).message).toMatch(
       /signed with catalog key [0-9a-f]{12}, which is not in this agent's key file/,
     );
-    expect(() => createRevisionCheck({ kind: 'insecure-unsigned' })(changed)).not.toThrow();
+    await expect(createRevisionCheck({ kind: 'insecure-unsigned' })(changed, NEW)).resolves.toBeUndefined();
   });
 
   it('refuses before writing a spec or spawning anything', async () => {

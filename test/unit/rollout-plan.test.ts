@@ -2,53 +2,17 @@
 // replica only once routed, drain-first when there is none, never more than desired + maxSurge
 // running, roll back on a failure.
 import { describe, expect, it } from 'vitest';
-import type { ProfileSnapshot, ReplicaPhase } from '../../common/replica-types.js';
-import { revisionOf } from '../../common/revision.js';
+import type { ReplicaPhase } from '../../common/replica-types.js';
 import { newRollout, planRollout, UNSCHEDULABLE_LIMIT_MS } from '../../workflows/deploy-model/rollout.js';
 import type { TrackedReplica } from '../../workflows/deploy-model/state.js';
+import { NOW, snapshotOf, trackedReplica } from '../helpers/rollout.js';
 
-const base: ProfileSnapshot = {
-  model: 'm',
-  modelSource: 's',
-  servedName: 'm',
-  profile: 'p1',
-  engine: 'fake',
-  launcher: 'native',
-  gpuClass: 'H100',
-  tensorParallel: 1,
-  pipelineParallel: 1,
-  gpusPerNode: 1,
-  nodes: 1,
-  args: ['--a'],
-  env: {},
-  startupTimeoutSeconds: 30,
-  minGpuMemoryMib: 0,
-};
-const from = { ...base, revision: revisionOf(base) };
-const toBase = { ...base, profile: 'p2', args: ['--b'] };
-const to = { ...toBase, revision: revisionOf(toBase) };
-const NOW = '2026-12-03T12:00:00.000Z';
+const from = snapshotOf({ profile: 'p1', args: ['--a'] });
+const to = snapshotOf({ profile: 'p2', args: ['--b'] });
 
 let seq = 0;
-function replica(revision: string, phase: ReplicaPhase, extra: Partial<TrackedReplica> = {}): TrackedReplica {
-  seq++;
-  return {
-    replicaId: `replica/d/${seq}`,
-    seq,
-    phase,
-    reason: '',
-    nodes: [],
-    gpus: [],
-    endpoint: '',
-    shards: [],
-    placements: 1,
-    restarts: 0,
-    since: NOW,
-    stopping: false,
-    revision,
-    ...extra,
-  };
-}
+const replica = (revision: string, phase: ReplicaPhase, extra: Partial<TrackedReplica> = {}): TrackedReplica =>
+  trackedReplica(++seq, revision, { phase, ...extra });
 const rollout = (policy = { maxSurge: 1, maxUnavailable: 0 }) => newRollout(from, to, policy, NOW, 'test');
 
 describe('rollout planner', () => {

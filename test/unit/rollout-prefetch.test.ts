@@ -2,54 +2,19 @@
 // onto the hosts of the old replicas, only when llmgw fetches the new source and it changed,
 // and no drain is planned until that is done.
 import { describe, expect, it } from 'vitest';
-import type { ProfileSnapshot } from '../../common/replica-types.js';
-import { revisionOf } from '../../common/revision.js';
 import { newRollout, planPrefetch, planRollout } from '../../workflows/deploy-model/rollout.js';
 import type { TrackedReplica } from '../../workflows/deploy-model/state.js';
+import { NOW, snapshotOf, trackedReplica } from '../helpers/rollout.js';
 
 const OLD = `hf://o/m@${'a'.repeat(40)}`;
 const NEW = `hf://o/m@${'b'.repeat(40)}`;
-const NOW = '2026-12-03T12:00:00.000Z';
-const snapshot = (modelSource: string): ProfileSnapshot => {
-  const s: ProfileSnapshot = {
-    model: 'm',
-    modelSource,
-    servedName: 'm',
-    profile: 'p',
-    engine: 'fake',
-    launcher: 'native',
-    gpuClass: 'H100',
-    tensorParallel: 1,
-    pipelineParallel: 1,
-    gpusPerNode: 8,
-    nodes: 1,
-    args: [],
-    env: {},
-    startupTimeoutSeconds: 30,
-    minGpuMemoryMib: 0,
-  };
-  return { ...s, revision: revisionOf(s) };
-};
+const snapshot = (modelSource: string) => snapshotOf({ modelSource, gpusPerNode: 8 });
 const from = snapshot(OLD);
 const to = snapshot(NEW);
-const replica = (seq: number, revision: string, nodes: string[]): TrackedReplica => ({
-  replicaId: `replica/d/${seq}`,
-  seq,
-  phase: 'Ready',
-  reason: '',
-  nodes,
-  gpus: [],
-  endpoint: '',
-  shards: [],
-  placements: 1,
-  restarts: 0,
-  since: NOW,
-  stopping: false,
-  revision,
-});
+const replica = (seq: number, revision: string, nodes: string[]): TrackedReplica => trackedReplica(seq, revision, { nodes });
 
 describe('fetching ahead of a rollout', () => {
-  const replicas = [replica(1, from.revision!, ['h2']), replica(2, from.revision!, ['h1']), replica(3, from.revision!, ['h1'])];
+  const replicas = [replica(1, from.revision, ['h2']), replica(2, from.revision, ['h1']), replica(3, from.revision, ['h1'])];
 
   it('fetches the new weights onto the hosts the old replicas run on', () => {
     const rollout = newRollout(from, to, { maxSurge: 0, maxUnavailable: 1 }, NOW, 'test');

@@ -3,11 +3,12 @@
 import { EventEmitter } from 'node:events';
 import type { Pool } from 'undici';
 import { describe, expect, it } from 'vitest';
-import { Endpoint } from '../../router/endpoint.js';
+import { Endpoint } from '../../router/engines/endpoint.js';
 import { RouterMetrics } from '../../router/metrics.js';
-import { ModelPool } from '../../router/pools.js';
+import { ModelPool } from '../../router/engines/model-pool.js';
 import { leastLoaded } from '../../router/policies/least-loaded.js';
-import { Exchange, type ExchangeResponse } from '../../router/proxy.js';
+import { Exchange } from '../../router/engines/exchange.js';
+import type { ExchangeResponse } from '../../router/engines/routed-request.js';
 
 describe('router: backpressure', () => {
   /** Just enough of a ServerResponse: a socket that is full until drained. */
@@ -41,11 +42,7 @@ describe('router: backpressure', () => {
       { metrics, maxAttempts: 3, lookup: () => model, debugHeaders: false },
       client as unknown as ExchangeResponse,
       model,
-      '/v1/chat/completions',
-      Buffer.from('{}'),
-      -1,
-      -1,
-      0,
+      { path: '/v1/chat/completions', body: Buffer.from('{}'), session: -1, prefix: -1, startedAt: 0 },
     );
     exchange.start();
     expect(dispatched).toEqual([exchange]);

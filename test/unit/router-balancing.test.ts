@@ -2,7 +2,7 @@
 // prompt prefixes kept on one engine (unless affinity is off), Unknown replicas still served,
 // draining ones sent nothing new.
 import { describe, expect, it } from 'vitest';
-import { parseAffinity } from '../../router/affinity-settings.js';
+import { parseAffinity } from '../../router/policies/affinity-settings.js';
 import { chat, engine, engineMetric, engineOf, post, router, url, useRouterHarness } from '../helpers/router-harness.js';
 
 useRouterHarness();

@@ -2,7 +2,8 @@
 // JSON.parse would, refuses what is not a JSON object, and puts a served name in place of a
 // deployment alias without touching the rest of the bytes. Pure logic.
 import { describe, expect, it } from 'vitest';
-import { NOT_AN_OBJECT, promptPrefixHash, scanRequest, withModel, type RequestFields } from '../../router/body.js';
+import { NOT_AN_OBJECT, scanRequest, withModel, type RequestFields } from '../../router/http/body.js';
+import { promptPrefixHash } from '../../router/kv/hashing.js';
 
 const scan = (text: string) => scanRequest(Buffer.from(text));
 const fieldsOf = (text: string) => {

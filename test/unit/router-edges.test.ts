@@ -3,12 +3,15 @@
 // the admin listener; a budget for request bodies in memory, refused with 503 and Retry-After;
 // an idle timeout towards engines that cuts a silent engine but not a slow healthy stream; and a
 // malformed percent-escape answered 400, not 500.
+import { existsSync, mkdtempSync, statSync } from 'node:fs';
 import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { autoscalePolicy } from '../../common/autoscale.js';
-import { adminListener } from '../../router/admin-addr.js';
+import { adminListener } from '../../router/http/admin-addr.js';
 import { runRouter } from '../../router/main.js';
-import { StaticRouteSource, type DeploymentEntry } from '../../router/routes.js';
+import { StaticRouteSource, type DeploymentEntry } from '../../router/routes/table.js';
 import { chat, engine, post, router, url, useRouterHarness } from '../helpers/router-harness.js';
 
 useRouterHarness();
@@ -84,14 +87,41 @@ describe('router edges: what clients can learn', () => {
     expect(off.router.adminPort).toBeUndefined();
   });
 
-  it('puts the admin listener on loopback and the port after the public one unless told otherwise', async () => {
-    expect(adminListener(undefined, 8080)).toEqual({ host: '127.0.0.1', port: 8081 });
-    expect(adminListener(undefined, 0)).toEqual({ host: '127.0.0.1', port: 0 });
+  it('puts the admin listener on a 0600 Unix socket unless told a port, never on a port nobody named', async () => {
+    const runDir = mkdtempSync(join(tmpdir(), 'llmgw-run-'));
+    const env = { XDG_RUNTIME_DIR: runDir };
+    const socket = { path: join(runDir, 'llmgw', 'router-8080.sock') };
+    expect(adminListener(undefined, 8080, env)).toEqual(socket);
+    expect(adminListener('unix', 8080, env)).toEqual(socket);
+    expect(adminListener('unix:/run/a.sock', 8080, env)).toEqual({ path: '/run/a.sock' });
     expect(adminListener('off', 8080)).toBeUndefined();
     expect(adminListener('[::1]:9100', 8080)).toEqual({ host: '::1', port: 9100 });
     await expect(runRouter({ port: 0, host: '127.0.0.1', staticRoutes: 'demo=http://127.0.0.1:9', adminAddr: 'nowhere' })).rejects.toThrow(
-      /--admin-addr: must be HOST:PORT or off/,
+      /--admin-addr: must be unix, unix:PATH, HOST:PORT or off/,
     );
+
+    const e = await engine();
+    const running = await runRouter({ port: 0, host: '127.0.0.1', staticRoutes: `demo=${url(e)}`, autoscale: 'off' }, env);
+    const path = join(runDir, 'llmgw', `router-pid-${process.pid}.sock`);
+    try {
+      expect(statSync(path).mode & 0o777).toBe(0o600);
+      expect(statSync(dirname(path)).mode & 0o777).toBe(0o700);
+      const metrics = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+        http
+          .get({ socketPath: path, path: '/metrics' }, (res) => {
+            let text = '';
+            res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+          })
+          .on('error', reject);
+      });
+      expect(metrics.status).toBe(200);
+      expect(metrics.text).toContain('llmgw_router_held_bytes');
+    } finally {
+      await running.close();
+    }
+    // A router that stopped leaves no socket behind to refuse the next one.
+    expect(existsSync(path)).toBe(false);
   });
 
   it('answers a malformed percent-escape in the path with 400 in OpenAI’s shape', async () => {
@@ -202,8 +232,13 @@ describe('router edges: memory and time', () => {
     try {
       const base = `http://127.0.0.1:${running.port}`;
       const headers = { authorization: 'Bearer k-one' };
-      const slow = Array.from({ length: 64 }, () => post(base, '/v1/chat/completions', chat('hi', { max_tokens: 10 }), headers));
-      await new Promise((r) => setTimeout(r, 150));
+      // Long enough (5 s each) to stay in flight while the 65th is sent on a loaded machine.
+      const slow = Array.from({ length: 64 }, () => post(base, '/v1/chat/completions', chat('hi', { max_tokens: 100 }), headers));
+      const inFlight = async (): Promise<number> => {
+        const text = await (await fetch(`${url(e)}/metrics`)).text();
+        return Number(/^vllm:num_requests_running\S* (\d+)/m.exec(text)?.[1] ?? 0);
+      };
+      for (let i = 0; i < 100 && (await inFlight()) < 64; i++) await new Promise((r) => setTimeout(r, 50));
       const refused = await post(base, '/v1/chat/completions', chat(), headers);
       expect(refused.status).toBe(429);
       expect(refused.headers.get('retry-after')).toBe('1');

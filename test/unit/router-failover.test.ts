@@ -4,10 +4,11 @@
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { findFreePort } from '../../common/ports.js';
-import type { RouteEntry, RouteSource } from '../../router/routes.js';
-import { startRouter } from '../../router/server.js';
+import type { RouteEntry, RouteSource } from '../../router/routes/table.js';
+import { startRouter } from '../../router/http/server.js';
 import { waitFor } from '../helpers/poll.js';
 import { chat, engine, engineMetric, post, router, routerMetric, routers, url, useRouterHarness } from '../helpers/router-harness.js';
+import { streamDemo } from '../helpers/router-harness.js';
 
 useRouterHarness();
 
@@ -52,12 +53,7 @@ describe('router: failover and faults', () => {
   it('ends the stream with an OpenAI error event when the engine dies mid-stream; nothing hangs', async () => {
     const e = await engine({ tokensPerSecond: 20 });
     const { openai } = await router([{ servedName: 'demo', endpoint: url(e) }]);
-    const stream = await openai.chat.completions.create({
-      model: 'demo',
-      messages: [{ role: 'user', content: 'go' }],
-      max_tokens: 200,
-      stream: true,
-    });
+    const stream = await streamDemo(openai, 200);
     let tokens = 0;
     const consume = (async () => {
       for await (const chunk of stream) {

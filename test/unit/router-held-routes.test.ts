@@ -1,8 +1,8 @@
-// The router's hold on routes Temporal forgot (router/held-routes.ts): what is held, what leaves
+// The router's hold on routes Temporal forgot (router/routes/held.ts): what is held, what leaves
 // at once, and what ends a hold. A scripted inner source and a scripted health probe.
 import { describe, expect, it } from 'vitest';
-import { HoldingRouteSource } from '../../router/held-routes.js';
-import type { RouteEntry, RouteSnapshot, RouteSource } from '../../router/routes.js';
+import { HoldingRouteSource } from '../../router/routes/held.js';
+import type { RouteEntry, RouteSnapshot, RouteSource } from '../../router/routes/table.js';
 import type { ReplicaPhase } from '../../common/replica-types.js';
 
 /** Hands over the tables it is given, one per fetch, in order. */

@@ -9,11 +9,11 @@ import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fakeEngineOptions } from '../../fake-engine/options.js';
 import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
-import { ApiKeys, loadApiKeys, parseKeyLine } from '../../router/auth.js';
-import { readUsage } from '../../router/limits.js';
+import { ApiKeys, loadApiKeys, parseKeyLine } from '../../router/http/auth.js';
+import { readUsage } from '../../router/engines/usage.js';
 import { isLoopback } from '../../router/main.js';
-import { StaticRouteSource } from '../../router/routes.js';
-import { startRouter, type Router } from '../../router/server.js';
+import { StaticRouteSource } from '../../router/routes/table.js';
+import { startRouter, type Router } from '../../router/http/server.js';
 
 const engines: FakeEngine[] = [];
 const routers: Router[] = [];

@@ -2,15 +2,16 @@
 // two-part imbalance guard), when an endpoint is ejected and comes back, what an engine's metrics page
 // says about its load, how routes group into models, and the error and key handling.
 import { describe, expect, it } from 'vitest';
-import { ApiKeys, keysFromEnv } from '../../router/auth.js';
+import { ApiKeys, keysFromEnv } from '../../router/http/auth.js';
 import { AffinityTable } from '../../router/policies/affinity-table.js';
-import { hashText, parseAffinity } from '../../router/affinity-settings.js';
+import { parseAffinity } from '../../router/policies/affinity-settings.js';
+import { hashText } from '../../router/kv/hashing.js';
 import { pickLeastLoaded } from '../../router/policies/least-loaded.js';
 import type { Candidate } from '../../router/policies/policy.js';
-import { EJECT_AFTER_FAILURES, Endpoint } from '../../router/endpoint.js';
-import { engineErrorBody, streamErrorEvents } from '../../router/errors.js';
-import { buildModelRoutes, parseStaticRoutes, routesSignature, type RouteEntry } from '../../router/routes.js';
-import { parseEngineLoad } from '../../router/scraper.js';
+import { EJECT_AFTER_FAILURES, Endpoint } from '../../router/engines/endpoint.js';
+import { engineErrorBody, streamErrorEvents } from '../../router/http/errors.js';
+import { buildModelRoutes, parseStaticRoutes, routesSignature, type RouteEntry } from '../../router/routes/table.js';
+import { parseEngineLoad } from '../../router/engines/scraper.js';
 import type { Pool } from 'undici';
 
 class Fake implements Candidate {

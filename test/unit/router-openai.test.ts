@@ -2,8 +2,8 @@
 // official client, streaming that stays incremental, and refusals in OpenAI's error shape.
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { ApiKeys } from '../../router/auth.js';
-import { chat, engine, post, router, url, useRouterHarness } from '../helpers/router-harness.js';
+import { ApiKeys } from '../../router/http/auth.js';
+import { chat, engine, post, router, streamDemo, url, useRouterHarness } from '../helpers/router-harness.js';
 
 useRouterHarness();
 
@@ -53,12 +53,7 @@ describe('router: the OpenAI surface through the official client', () => {
   it("passes the stream through chunk by chunk, at the engine's token rate", async () => {
     const e = await engine({ tokensPerSecond: 20 });
     const { openai } = await router([{ servedName: 'demo', endpoint: url(e) }]);
-    const stream = await openai.chat.completions.create({
-      model: 'demo',
-      messages: [{ role: 'user', content: 'go' }],
-      max_tokens: 12,
-      stream: true,
-    });
+    const stream = await streamDemo(openai, 12);
     const arrivals: number[] = [];
     for await (const chunk of stream) if (chunk.choices[0]?.delta.content) arrivals.push(performance.now());
     expect(arrivals).toHaveLength(12);

@@ -9,11 +9,11 @@ import { autoscalePolicy, type AutoscaleSettings } from '../../common/autoscale.
 import type { AutoscaleDecision } from '../../common/replica-types.js';
 import { fakeEngineOptions, type FakeEngineOptions } from '../../fake-engine/options.js';
 import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
-import { ApiKeys } from '../../router/auth.js';
-import { Autoscaler } from '../../router/autoscaler.js';
-import type { DeploymentControl } from '../../router/autoscale-temporal.js';
-import { StaticRouteSource, type DeploymentEntry } from '../../router/routes.js';
-import { startRouter, type Router, type RouterOptions } from '../../router/server.js';
+import { ApiKeys } from '../../router/http/auth.js';
+import { Autoscaler } from '../../router/autoscale/autoscaler.js';
+import type { DeploymentControl } from '../../router/autoscale/temporal.js';
+import { StaticRouteSource, type DeploymentEntry } from '../../router/routes/table.js';
+import { startRouter, type Router, type RouterOptions } from '../../router/http/server.js';
 
 const engines: FakeEngine[] = [];
 const routers: Router[] = [];

@@ -6,7 +6,6 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { ApplicationFailure } from '@temporalio/common';
 import { describe, expect, it } from 'vitest';
 import { createRevisionCheck } from '../../agent/revision-check.js';
 import {
@@ -21,7 +20,11 @@ import { FailureType } from '../../common/failures.js';
 import { signPlacementTicket, verifyPlacementTicket, type PlacementTicket } from '../../common/placement-ticket.js';
 import { signRevision, verifyRevision } from '../../common/revision-signature.js';
 import { signStatement } from '../../common/signature.js';
+import { rejection } from '../helpers/failures.js';
 import { Engine, EngineProfileSchema, StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+
+/** A start of an engine not yet recorded on the agent. */
+const NEW = { newStart: true };
 
 function fileWith(...lines: string[]): string {
   const file = join(mkdtempSync(join(tmpdir(), 'llmgw-sig-test-')), 'keys');
@@ -50,6 +53,8 @@ function spec(keyring: CatalogKeyring, change: (s: StartShard) => void = () => u
   const ticket: PlacementTicket = {
     replicaId: start.replicaId,
     placedByRun: 'run-1',
+    chain: 'run-1',
+    issuedAt: Date.now(),
     shardId: start.shardId,
     nodeId: 'gpu-1',
     rank: 0,
@@ -63,20 +68,11 @@ function spec(keyring: CatalogKeyring, change: (s: StartShard) => void = () => u
     address: '198.18.0.7',
     deployment: '',
     servedName: 'demo',
+    peers: [],
   };
   start.placementTicket = signPlacementTicket(ticket, keyring);
   change(start);
   return start;
-}
-
-function refusal(fn: () => void): ApplicationFailure {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof ApplicationFailure) return error;
-    throw error;
-  }
-  throw new Error('expected a refusal');
 }
 
 describe('Ed25519 signatures', () => {
@@ -96,7 +92,7 @@ describe('Ed25519 signatures', () => {
     expect(() => readCatalogKeys(fileWith('ed25519-public:short'))).toThrow(/line 1 .* not a base64url Ed25519 key/);
   });
 
-  it('point 1: with only what one agent holds, nothing can be signed that another agent accepts', () => {
+  it('point 1: with only what one agent holds, nothing can be signed that another agent accepts', async () => {
     const { privateFile, publicFile } = pair();
     const stolen = readVerifyingKeys(publicFile);
     const otherAgent = createRevisionCheck({ kind: 'keys', file: publicFile });
@@ -106,7 +102,7 @@ describe('Ed25519 signatures', () => {
     const own = readCatalogKeys(fileWith(newKeyPairLines().privateLine));
     const forgedRing: CatalogKeyring = { ...own, signing: { ...own.signing!, id: stolen.all[0]!.id } };
     const forged = spec(forgedRing);
-    expect(refusal(() => otherAgent(forged)).message).toMatch(/differ from the revision the control worker signed/);
+    expect((await rejection(otherAgent(forged, NEW))).message).toMatch(/differ from the revision the control worker signed/);
     // A genuine revision with a forged ticket (other GPUs) is refused as a placement.
     const genuine = spec(readCatalogKeys(privateFile));
     const retargeted = spec(readCatalogKeys(privateFile), (s) => {
@@ -115,13 +111,13 @@ describe('Ed25519 signatures', () => {
       s.gpuIndices = [3];
       s.placementTicket = signPlacementTicket({ ...verdict.ticket, gpus: [3] }, forgedRing);
     });
-    const failure = refusal(() => otherAgent(retargeted));
+    const failure = await rejection(otherAgent(retargeted, NEW));
     expect(failure.type).toBe(FailureType.PlacementRefused);
     expect(failure.message).toMatch(/placement ticket does not match its signature/);
-    expect(() => otherAgent(genuine)).not.toThrow();
+    await expect(otherAgent(genuine, NEW)).resolves.toBeUndefined();
   });
 
-  it('refuses a start that differs from its ticket, naming what differs', () => {
+  it('refuses a start that differs from its ticket, naming what differs', async () => {
     const { privateFile, publicFile } = pair();
     const worker = readCatalogKeys(privateFile);
     const check = createRevisionCheck({ kind: 'keys', file: publicFile });
@@ -134,14 +130,14 @@ describe('Ed25519 signatures', () => {
       ['notify', (s) => (s.notifyWorkflowId = 'evil'), /notified workflow "evil"/],
     ];
     for (const [what, change, message] of cases) {
-      const failure = refusal(() => check(spec(worker, change)));
+      const failure = await rejection(check(spec(worker, change), NEW));
       expect(failure.type, what).toBe(FailureType.PlacementRefused);
       expect(failure.nonRetryable, what).toBe(true);
       expect(failure.message, what).toMatch(message);
     }
   });
 
-  it('moves from the shared HMAC key: during the window an agent accepts both, after it only Ed25519', () => {
+  it('moves from the shared HMAC key: during the window an agent accepts both, after it only Ed25519', async () => {
     const legacySecret = 'c'.repeat(64);
     const { privateFile } = pair();
     const ed = readCatalogKeys(privateFile);
@@ -149,15 +145,15 @@ describe('Ed25519 signatures', () => {
     const publicLine = readFileLine(publicKeyFileOf(privateFile));
     // Step 1: agents get the public key next to the old shared key.
     const windowCheck = createRevisionCheck({ kind: 'keys', file: fileWith(publicLine, legacySecret) });
-    expect(() => windowCheck(spec(hmac))).not.toThrow();
-    expect(() => windowCheck(spec(ed))).not.toThrow();
+    await expect(windowCheck(spec(hmac), NEW)).resolves.toBeUndefined();
+    await expect(windowCheck(spec(ed), NEW)).resolves.toBeUndefined();
     // A worker whose file lists the new private key first signs with Ed25519.
     const rotatingWorker = readCatalogKeys(fileWith(readFileLine(privateFile), legacySecret));
     expect(rotatingWorker.signing?.kind).toBe('ed25519');
     // Step 3: the old line is removed from the agents: HMAC signatures no longer start anything.
     const closed = createRevisionCheck({ kind: 'keys', file: fileWith(publicLine) });
-    expect(() => closed(spec(ed))).not.toThrow();
-    expect(refusal(() => closed(spec(hmac))).message).toMatch(
+    await expect(closed(spec(ed), NEW)).resolves.toBeUndefined();
+    expect((await rejection(closed(spec(hmac), NEW))).message).toMatch(
       /signed with catalog key [0-9a-f]{12}, which is not in this agent's key file/,
     );
   });

@@ -2,8 +2,9 @@
 // killed only with --foreign-gpu-processes kill, another agent's engines never, nothing in dry-run.
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { isAlive, readEnviron } from '../../agent/supervisor/proc.js';
-import { extraPids, fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness, waitFor } from '../helpers/supervisor.js';
+import { isAlive } from '../../common/proc-stat.js';
+import { readEnviron } from '../../agent/supervisor/processes/proc.js';
+import { agentHost, extraPids, fakeSpec, nodeId, useSupervisorHarness, waitFor } from '../helpers/supervisor.js';
 
 useSupervisorHarness();
 
@@ -15,15 +16,20 @@ describe('processes on our GPUs', () => {
     extraPids.push(child.pid);
     return child.pid;
   };
+  /** A sleeper nobody marked and one carrying the given markers, both running once this returns. */
+  const strayAndMarked = async (markers: Record<string, string>) => {
+    const stray = sleeper({});
+    const marked = sleeper(markers);
+    await waitFor('the sleepers', () => (readEnviron(stray) && readEnviron(marked) ? true : undefined));
+    return { stray, marked };
+  };
   const onGpu1 = (pids: number[]) => pids.map((pid) => ({ pid, gpuIndices: [1], usedMemoryMib: 512 }));
 
   it('reports a GPU process it did not start and leaves it running, by default; never kills another agent’s or our own', async () => {
-    const node = nodeId('gpus');
+    const { node, startAgent } = await agentHost('gpus');
     const other = nodeId('gpus-other');
-    const stray = sleeper({});
-    const theirs = sleeper({ LLMGW_NODE_ID: other, LLMGW_SHARD_ID: 'x' });
-    await waitFor('the sleepers', () => (readEnviron(stray) && readEnviron(theirs) ? true : undefined));
-    const { sup, logs } = supervisor({ nodeId: node, stateDir: tempDir(), portRange: await freeRange(4) });
+    const { stray, marked: theirs } = await strayAndMarked({ LLMGW_NODE_ID: other, LLMGW_SHARD_ID: 'x' });
+    const { sup, logs } = startAgent();
     const started = await sup.start(fakeSpec(node, 'demo.13.r0.a1', []));
     const ours = started.status?.pid ?? 0;
 
@@ -44,12 +50,10 @@ describe('processes on our GPUs', () => {
   });
 
   it('kills a foreign GPU process with --foreign-gpu-processes kill, naming it, but never one of another agent', async () => {
-    const node = nodeId('gpus-kill');
+    const { startAgent } = await agentHost('gpus-kill');
     const other = nodeId('gpus-kill-other');
-    const stray = sleeper({});
-    const theirs = sleeper({ LLMGW_NODE_ID: other, LLMGW_SHARD_ID: 'x' });
-    await waitFor('the sleepers', () => (readEnviron(stray) && readEnviron(theirs) ? true : undefined));
-    const { sup, logs } = supervisor({ nodeId: node, stateDir: tempDir(), portRange: await freeRange(4), foreignGpuProcesses: 'kill' });
+    const { stray, marked: theirs } = await strayAndMarked({ LLMGW_NODE_ID: other, LLMGW_SHARD_ID: 'x' });
+    const { sup, logs } = startAgent({ foreignGpuProcesses: 'kill' });
     const { foreign } = await sup.recover(onGpu1([stray, theirs]));
     expect(foreign.map((f) => [f.pid, f.killed])).toEqual([
       [stray, true],
@@ -61,13 +65,9 @@ describe('processes on our GPUs', () => {
   });
 
   it('kills nothing at all in dry-run, at start or later, and says what act mode would do', async () => {
-    const node = nodeId('gpus-dry');
-    const stateDir = tempDir();
-    const portRange = await freeRange(4);
-    const stray = sleeper({});
-    const ghost = sleeper({ LLMGW_NODE_ID: node, LLMGW_SHARD_ID: 'ghost' });
-    await waitFor('the sleepers', () => (readEnviron(stray) && readEnviron(ghost) ? true : undefined));
-    const { sup, logs } = supervisor({ nodeId: node, stateDir, portRange, dryRun: true, foreignGpuProcesses: 'kill' });
+    const { node, startAgent } = await agentHost('gpus-dry');
+    const { stray, marked: ghost } = await strayAndMarked({ LLMGW_NODE_ID: node, LLMGW_SHARD_ID: 'ghost' });
+    const { sup, logs } = startAgent({ dryRun: true, foreignGpuProcesses: 'kill' });
     const recovered = await sup.recover(onGpu1([stray]));
     expect(recovered.unidentified.map((u) => [u.pid, u.killed, u.reason])).toEqual([
       [ghost, false, 'no spec describes it (dry run: act mode would kill it)'],

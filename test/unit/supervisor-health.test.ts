@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { logPath } from '../../agent/supervisor/spec-store.js';
 import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { isAlive } from '../../agent/supervisor/proc.js';
+import { isAlive } from '../../common/proc-stat.js';
 import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness, waitFor } from '../helpers/supervisor.js';
 import { rejection } from '../helpers/failures.js';
 

@@ -3,10 +3,10 @@
 import { existsSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { enforceLogLimit, tailLines } from '../../agent/supervisor/logs.js';
-import { parseStat, readStat } from '../../agent/supervisor/proc.js';
+import { enforceLogLimit, tailLines } from '../../agent/supervisor/logs/logs.js';
+import { parseStat, readStat } from '../../common/proc-stat.js';
 import { logPath } from '../../agent/supervisor/spec-store.js';
-import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
+import { agentHost, fakeSpec, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
 
 useSupervisorHarness();
 
@@ -29,10 +29,8 @@ describe('helpers', () => {
 
 describe('engine log retention', () => {
   it('deletes the logs and corrupt specs of stopped shards once older than the retention, and keeps a running shard’s', async () => {
-    const node = nodeId('retention');
-    const stateDir = tempDir();
-    const portRange = await freeRange(4);
-    const first = supervisor({ nodeId: node, stateDir, portRange });
+    const { node, stateDir, startAgent } = await agentHost('retention');
+    const first = startAgent();
     await first.sup.start(fakeSpec(node, 'demo.50.r0.a1', []));
     first.sup.close();
     const logs = join(stateDir, 'logs');
@@ -44,7 +42,7 @@ describe('engine log retention', () => {
     const eightDaysAgo = new Date(Date.now() - 8 * 86_400_000);
     for (const file of [...old, corrupt, logPath(stateDir, 'demo.50.r0.a1')]) utimesSync(file, eightDaysAgo, eightDaysAgo);
 
-    const second = supervisor({ nodeId: node, stateDir, portRange, logRetentionMs: 7 * 86_400_000 });
+    const second = startAgent({ logRetentionMs: 7 * 86_400_000 });
     expect((await second.sup.recover()).adopted).toHaveLength(1);
     for (const file of [...old, corrupt]) expect(existsSync(file), file).toBe(false);
     expect(existsSync(recent)).toBe(true);

@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { scanMarked } from '../../agent/supervisor/markers.js';
+import { scanMarked } from '../../agent/supervisor/processes/markers.js';
 import { recordPath } from '../../agent/supervisor/spec-store.js';
 import { rejection } from '../helpers/failures.js';
 import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';

@@ -5,19 +5,18 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { create, toJsonString } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { ShardState, StartShardSchema, StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
-import { scanMarked } from '../../agent/supervisor/markers.js';
-import { isAlive, readEnviron } from '../../agent/supervisor/proc.js';
+import { scanMarked } from '../../agent/supervisor/processes/markers.js';
+import { isAlive } from '../../common/proc-stat.js';
+import { readEnviron } from '../../agent/supervisor/processes/proc.js';
 import { checkStateDirWritable, logPath, readAllRecords, recordPath, writeRecordAtomic } from '../../agent/supervisor/spec-store.js';
 import {
+  agentHost,
   extraPids,
   FAKE_ENGINE,
   fakeSpec,
-  freeRange,
   nodeId,
   ROOT,
   spawnByHand,
-  supervisor,
-  tempDir,
   useSupervisorHarness,
   waitFor,
 } from '../helpers/supervisor.js';
@@ -26,10 +25,8 @@ useSupervisorHarness();
 
 describe('an agent restart', () => {
   it('adopts an engine a previous agent left running: same pid, Ready, stoppable', async () => {
-    const node = nodeId('adopt');
-    const stateDir = tempDir();
-    const portRange = await freeRange(4);
-    const a = supervisor({ nodeId: node, stateDir, portRange });
+    const { node, stateDir, startAgent } = await agentHost('adopt');
+    const a = startAgent();
     const spec = fakeSpec(node, 'demo.1.r0.a1', []);
     const started = await a.sup.start(spec);
     const pid = started.status?.pid ?? 0;
@@ -37,7 +34,7 @@ describe('an agent restart', () => {
     // The agent dies; its engine does not.
     a.sup.close();
 
-    const b = supervisor({ nodeId: node, stateDir, portRange });
+    const b = startAgent();
     const recovered = await b.sup.recover();
     expect(recovered.unidentified).toEqual([]);
     expect(recovered.exited).toEqual([]);
@@ -57,9 +54,7 @@ describe('an agent restart', () => {
   });
 
   it('survives kill -9 of the agent: the engine keeps serving and the next agent adopts it', async () => {
-    const node = nodeId('kill9');
-    const stateDir = tempDir();
-    const portRange = await freeRange(4);
+    const { node, stateDir, portRange, startAgent } = await agentHost('kill9');
     const spec = fakeSpec(node, 'demo.7.r0.a1', []);
     // A separate agent process (the compiled supervisor), so that it can really be SIGKILLed.
     const agentScript = `
@@ -103,7 +98,7 @@ describe('an agent restart', () => {
     const health = await fetch(`http://127.0.0.1:${port}/health`);
     expect(health.status).toBe(200);
 
-    const b = supervisor({ nodeId: node, stateDir, portRange });
+    const b = startAgent();
     const { adopted, unidentified } = await b.sup.recover();
     expect(unidentified).toEqual([]);
     expect(adopted.map((r) => r.status?.pid)).toEqual([pid]);
@@ -114,9 +109,7 @@ describe('an agent restart', () => {
   });
 
   it('finds by its markers an engine spawned just before the previous agent died, and records its pid', async () => {
-    const node = nodeId('nopid');
-    const stateDir = tempDir();
-    const portRange = await freeRange(4);
+    const { node, stateDir, portRange, startAgent } = await agentHost('nopid');
     const orphan = fakeSpec(node, 'demo.8.r0.a1', []);
     const never = fakeSpec(node, 'demo.9.r0.a1', [], [4, 5]);
     const launch = { roles: ['engine' as const], servesHttp: true, healthPath: '/health' };
@@ -134,7 +127,7 @@ describe('an agent restart', () => {
     const pid = spawnByHand({ LLMGW_NODE_ID: node, LLMGW_SHARD_ID: orphan.shardId, LLMGW_REPLICA_ID: orphan.replicaId }, portRange.from);
     await waitFor('the orphaned engine', () => readEnviron(pid));
 
-    const b = supervisor({ nodeId: node, stateDir, portRange });
+    const b = startAgent();
     const { adopted, exited, unidentified } = await b.sup.recover();
     expect(unidentified).toEqual([]);
     expect(exited).toEqual([]);
@@ -151,17 +144,15 @@ describe('an agent restart', () => {
   });
 
   it('reports an engine that died while the agent was down as Failed, until it is stopped', async () => {
-    const node = nodeId('diedwhiledown');
-    const stateDir = tempDir();
-    const portRange = await freeRange(4);
-    const a = supervisor({ nodeId: node, stateDir, portRange });
+    const { node, stateDir, startAgent } = await agentHost('diedwhiledown');
+    const a = startAgent();
     const spec = fakeSpec(node, 'demo.10.r0.a1', []);
     const pid = (await a.sup.start(spec)).status?.pid ?? 0;
     a.sup.close();
     process.kill(-pid, 'SIGKILL');
     await waitFor('the engine to die', () => (isAlive(pid) ? undefined : true));
 
-    const b = supervisor({ nodeId: node, stateDir, portRange });
+    const b = startAgent();
     const { adopted, exited } = await b.sup.recover();
     expect(adopted).toEqual([]);
     expect(exited.map((r) => [r.status?.pid, r.status?.state])).toEqual([[pid, ShardState.FAILED]]);
@@ -174,11 +165,9 @@ describe('an agent restart', () => {
   });
 
   it('kills what no readable spec describes, and leaves other agents’ engines alone', async () => {
-    const node = nodeId('strangers');
+    const { node, stateDir, portRange, startAgent } = await agentHost('strangers', 6);
     const other = nodeId('other');
-    const stateDir = tempDir();
-    const portRange = await freeRange(6);
-    const a = supervisor({ nodeId: node, stateDir, portRange });
+    const a = startAgent();
     const corrupted = await a.sup.start(fakeSpec(node, 'demo.2.r0.a1', []));
     const corruptedPid = corrupted.status?.pid ?? 0;
     a.sup.close();
@@ -188,7 +177,7 @@ describe('an agent restart', () => {
     const othersPid = spawnByHand({ LLMGW_NODE_ID: other, LLMGW_SHARD_ID: 'theirs' }, portRange.to - 1);
     await waitFor('the hand-started engines', () => (readEnviron(ghostPid) && readEnviron(othersPid) ? true : undefined));
 
-    const b = supervisor({ nodeId: node, stateDir, portRange });
+    const b = startAgent();
     const { unidentified, adopted } = await b.sup.recover();
     expect(adopted).toEqual([]);
     expect(unidentified.map((u) => [u.pid, u.killed]).sort()).toEqual(

@@ -3,9 +3,9 @@
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { readEnviron } from '../../agent/supervisor/proc.js';
+import { readEnviron } from '../../agent/supervisor/processes/proc.js';
 import { logPath, recordPath } from '../../agent/supervisor/spec-store.js';
-import { parseEnvFile, resolveHostReferences } from '../../agent/host-env.js';
+import { parseEnvFile, resolveHostReferences } from '../../agent/engines/host-variables.js';
 import { fakeSpec, freeRange, nodeId, supervisor, tempDir, useSupervisorHarness } from '../helpers/supervisor.js';
 import { rejection } from '../helpers/failures.js';
 

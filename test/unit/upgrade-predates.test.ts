@@ -1,6 +1,6 @@
 // Which runs `llmgw upgrade` ends and lets reconciliation rebuild: builds older than the first release.
 import { describe, expect, it } from 'vitest';
-import { predates } from '../../cli/commands/upgrade-pre-release.js';
+import { predates } from '../../common/build-version.js';
 
 describe('predates', () => {
   it('compares the version a build id begins with to the first release', () => {

@@ -82,22 +82,20 @@ describe('model sources', () => {
   });
 
   it('is checked by catalog validation, naming the field', () => {
-    const result = parseCatalog(`models:
+    // A catalog of one model whose weights come from `source`.
+    const catalogOf = (source: string) =>
+      parseCatalog(`models:
   - name: demo
-    source: gs://bucket/llama
+    source: ${source}
     profiles:
       - { name: p, engine: fake, gpuClass: H100, gpusPerNode: 1 }
 `);
+    const result = catalogOf('gs://bucket/llama');
     expect(result.ok).toBe(false);
     if (!result.ok) {
       expect(result.errors.map((e) => `${e.path}: ${e.message}`).join('\n')).toMatch(/models\[0\]\.source.*unknown scheme "gs:\/\/"/);
     }
-    const s3 = parseCatalog(`models:
-  - name: demo
-    source: s3://weights/llama
-    profiles:
-      - { name: p, engine: fake, gpuClass: H100, gpusPerNode: 1 }
-`);
+    const s3 = catalogOf('s3://weights/llama');
     expect(s3.ok).toBe(true);
   });
 });

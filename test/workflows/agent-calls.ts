@@ -1,6 +1,6 @@
 // A test-only workflow that calls one node-local activity on an agent's task queue and
 // returns its result, so tests can drive a real agent exactly as workflows do.
-import { proxyActivities } from '@temporalio/workflow';
+import { condition, defineSignal, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import { agentTaskQueue } from '../../common/names.js';
 
@@ -15,4 +15,18 @@ export async function agentCall(nodeId: string, activity: AgentCall, arg?: unkno
   });
   const call = activities[activity] as (arg?: unknown) => Promise<unknown>;
   return await call(arg);
+}
+
+/** The argument of an agentCallBound, sent once its run (and so its run chain) is known. */
+export const agentCallArgSignal = defineSignal<[unknown]>('agentCallArg');
+
+/**
+ * agentCall whose argument comes by signal: a test signs a start's placement ticket for this
+ * workflow's run chain, which exists only once the workflow has started (as placement does).
+ */
+export async function agentCallBound(nodeId: string, activity: AgentCall): Promise<unknown> {
+  let arg: { value: unknown } | undefined;
+  setHandler(agentCallArgSignal, (value) => void (arg = { value }));
+  await condition(() => arg !== undefined);
+  return agentCall(nodeId, activity, arg!.value);
 }

@@ -3,3 +3,4 @@ export * from '../../workflows/index.js';
 export * from './roundtrip.js';
 export * from './agent-calls.js';
 export * from './fake-replica.js';
+export * from './forge-replica.js';

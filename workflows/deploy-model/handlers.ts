@@ -1,23 +1,20 @@
 // The deployModel workflow's handlers, registered before its first await: the status query,
-// what replicas and reconciliation tell it, and the operator's Updates (scale, undeploy,
-// rollout). Until the catalog check is done, signals and updates wait for it. Workflow side.
+// what replicas and reconciliation tell it, and the operator's Updates (scale, undeploy; the
+// rollout ones in rollout-handlers.ts, autoscaling in autoscale-handlers.ts). Until the catalog
+// check is done, signals and updates wait for it. Also the context they share with the loop.
 import { ApplicationFailure, condition, log, setHandler } from '@temporalio/workflow';
 import { FailureType } from '../../common/failures.js';
 import type { DeployModelInput, DeploymentView } from '../../common/replica-types.js';
-import { revisionOfSnapshot } from '../../common/revision.js';
 import {
   adoptReplicaSignal,
-  catalogChangedSignal,
   deploymentStatusQuery,
   replicaClosedSignal,
   replicaStatusSignal,
-  rolloutUpdate,
   scaleUpdate,
   undeployUpdate,
 } from '../definitions.js';
-import { isActive, note } from './rollout.js';
 import { registerAutoscaleHandlers } from './autoscale-handlers.js';
-import { resolveTarget, rollBack, rolloutFailure, startRollout, validateRolloutRequest } from './rollout-steps.js';
+import { registerRolloutHandlers } from './rollout-handlers.js';
 import { activeReplicas, deploymentView, isTerminal, type DeploymentState } from './state.js';
 
 /** What the handlers and the main loop share. */
@@ -67,6 +64,14 @@ export function createDeploymentContext(input: DeployModelInput, name: string, c
 export function registerDeploymentHandlers(ctx: DeploymentContext): void {
   registerAutoscaleHandlers(ctx);
   // Every handler first. Until the catalog check is done, signals and updates wait for it.
+  registerStatusQuery(ctx);
+  registerReplicaReports(ctx);
+  registerScaleAndUndeploy(ctx);
+  registerRolloutHandlers(ctx);
+}
+
+/** Before the catalog check is done, the view says so (or why the deployment was refused). */
+function registerStatusQuery(ctx: DeploymentContext): void {
   setHandler(deploymentStatusQuery, (): DeploymentView =>
     ctx.state
       ? deploymentView(ctx.state)
@@ -82,6 +87,10 @@ export function registerDeploymentHandlers(ctx: DeploymentContext): void {
           reason: ctx.failed ?? 'checking the request against the catalog and the fleet',
         },
   );
+}
+
+/** What replicas and reconciliation report: a rebuilt replica, a replica's status, its end. */
+function registerReplicaReports(ctx: DeploymentContext): void {
   // Before replicaStatus: a rebuilt replica must be known before it reports.
   setHandler(adoptReplicaSignal, async ({ replicaId, seq, reason }) => {
     const deployment = await ctx.resolved().catch(() => undefined);
@@ -121,6 +130,10 @@ export function registerDeploymentHandlers(ctx: DeploymentContext): void {
     await ctx.resolved().catch(() => undefined);
     ctx.markClosed(replicaId, reason);
   });
+}
+
+/** The operator's count: scale (refused while autoscaled) and undeploy. */
+function registerScaleAndUndeploy(ctx: DeploymentContext): void {
   setHandler(
     scaleUpdate,
     async (replicas) => {
@@ -157,57 +170,4 @@ export function registerDeploymentHandlers(ctx: DeploymentContext): void {
     ctx.dirty = true;
     return deploymentView(deployment);
   });
-  setHandler(catalogChangedSignal, async ({ profile, revision }) => {
-    const deployment = await ctx.resolved().catch(() => undefined);
-    if (!deployment || profile !== deployment.snapshot.profile || deployment.catalogRevision === revision) return;
-    deployment.catalogRevision = revision;
-    if (deployment.policy?.auto) ctx.autoRolloutWanted = true;
-    ctx.dirty = true;
-  });
-  setHandler(
-    rolloutUpdate,
-    async (request) => {
-      const deployment = await ctx.resolved();
-      const now = new Date().toISOString();
-      validateRolloutRequest(request, deployment);
-      if (request.pause || request.resume) {
-        const rollout = deployment.rollout!;
-        if (request.pause && isActive(rollout)) rollout.state = 'Paused';
-        else if (request.resume && rollout.state === 'Paused')
-          rollout.state = rollout.reason.startsWith('rolling back') ? 'RollingBack' : 'RollingOut';
-        else
-          throw rolloutFailure(`the rollout of ${deployment.name} is ${rollout.state}: nothing to ${request.pause ? 'pause' : 'resume'}`);
-        note(rollout, now, request.pause ? 'paused by hand' : 'resumed by hand');
-      } else if (request.undo) {
-        if (isActive(deployment.rollout) || deployment.rollout?.state === 'Paused') rollBack(deployment, now, 'undone by hand');
-        else if (deployment.previous) startRollout(deployment, deployment.previous, request, now, 'undo by hand');
-        else throw rolloutFailure(`deployment ${deployment.name} has no earlier revision to go back to`);
-      } else {
-        const target = await resolveTarget(deployment, request.profile, request.refreshSource);
-        if (isActive(deployment.rollout) || deployment.rollout?.state === 'Paused') {
-          throw rolloutFailure(
-            `a rollout of ${deployment.name} to ${deployment.rollout!.to.profile} ${revisionOfSnapshot(deployment.rollout!.to)} is ${deployment.rollout!.state}: wait for it, or pause/undo it first`,
-          );
-        }
-        const onTarget = Object.values(deployment.replicas).every(
-          (r) => r.phase === 'Stopped' || r.phase === 'Failed' || r.revision === revisionOfSnapshot(target),
-        );
-        if (revisionOfSnapshot(target) === revisionOfSnapshot(deployment.snapshot) && onTarget) return deploymentView(deployment);
-        startRollout(
-          deployment,
-          target,
-          request,
-          now,
-          request.profile
-            ? `rollout to profile ${request.profile}`
-            : request.refreshSource && target.modelSource !== deployment.snapshot.modelSource
-              ? `rollout to ${target.modelSource} (source refreshed)`
-              : 'rollout to the catalog revision',
-        );
-      }
-      ctx.dirty = true;
-      return deploymentView(deployment);
-    },
-    { validator: (request) => validateRolloutRequest(request, ctx.state) },
-  );
 }

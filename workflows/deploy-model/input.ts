@@ -25,6 +25,8 @@ export const DeployModelInputSchema = z
     maxSurge: z.int('maxSurge must be a whole number').min(0, 'maxSurge must be ≥ 0').optional(),
     maxUnavailable: z.int('maxUnavailable must be a whole number').min(0, 'maxUnavailable must be ≥ 0').optional(),
     carried: z.unknown().optional(),
+    /** The control worker's MAC over the rest of a continued run's input (workflows/carried.ts). */
+    seal: z.string().max(200).optional(),
     /** Set by the hand-over to a new llmgw build (workflows/upgrade.ts). */
     upgrading: z.boolean().optional(),
     /** Tests: hand over after this many history events. */

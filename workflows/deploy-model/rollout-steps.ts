@@ -124,7 +124,8 @@ export async function driveRollout(
     options.prefetches[rollout.startedAt] = true;
     const prefetch = rollout.prefetch;
     note(rollout, now, `fetching ${prefetch.modelSource} onto ${prefetch.nodes.join(', ')} before draining anything`);
-    void prefetchOnHosts(prefetch.modelSource, prefetch.nodes, `rollout of ${deployment.name}`).then((hosts) => {
+    const signed = rollout.to.modelSource === prefetch.modelSource ? rollout.to : undefined;
+    void prefetchOnHosts(prefetch.modelSource, prefetch.nodes, `rollout of ${deployment.name}`, signed).then((hosts) => {
       prefetch.state = 'Done';
       const failed = hosts.filter((h) => !h.ok);
       const at = new Date().toISOString();

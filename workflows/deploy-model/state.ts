@@ -132,6 +132,9 @@ function autoscaleView(deployment: DeploymentState): NonNullable<DeploymentView[
     metric: policy.metric,
     target: policy.target,
     ...(policy.idleToZeroSeconds !== undefined ? { idleToZeroSeconds: policy.idleToZeroSeconds } : {}),
+    upAfterSeconds: policy.upAfterSeconds,
+    downAfterSeconds: policy.downAfterSeconds,
+    tolerance: policy.tolerance,
     ...(deployment.lastDecision ? { lastDecision: deployment.lastDecision } : {}),
   };
 }

@@ -6,6 +6,7 @@ import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { inventoryFromRegister } from '../../common/register-conversion.js';
 import { chooseGpus } from '../../common/placement/choose-gpus.js';
 import type {
+  AgentEnrollment,
   AgentSettings,
   Allocation,
   ClaimRequest,
@@ -20,6 +21,7 @@ import type {
   ReserveResult,
 } from '../../common/node-types.js';
 import { heldWeightsKey } from '../../common/node-types.js';
+import { unenrolledReason } from './enrollment-reason.js';
 import type { FleetSilence } from '../../activities/fleet-silence.js';
 
 export interface NodeState {
@@ -48,6 +50,14 @@ export interface NodeState {
   released: string[];
   /** The weights the host's cache holds, as its agent last reported (weightsHeld signal). */
   weights?: HeldWeights[];
+  /** The operator's enrollment of the agent's key (enrollment.ts); absent: unenrolled. */
+  enrollment?: AgentEnrollment;
+  /** The inventory came from a registration the enrolled key signed: only then is anything placed here. */
+  enrolled?: boolean;
+  /** When the registration acted on last was signed: an older one is a replay. */
+  lastSignedAt?: string;
+  /** The key the latest registration applied unenrolled was signed with (what to enroll). */
+  offeredKey?: string;
 }
 
 export function initialNodeState(nodeId: string): NodeState {
@@ -132,6 +142,7 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
   const reject = (reason: string): ReserveResult => ({ ok: false, nodeId: state.nodeId, reason });
   if (state.phase !== 'Ready' || !state.inventory) return reject(`node ${state.nodeId} is ${state.phase}`);
   if (state.cordoned) return reject(`node ${state.nodeId} is cordoned`);
+  if (!state.enrolled && !request.allowUnenrolled) return reject(`node ${state.nodeId} is ${unenrolledReason(state)}`);
   if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass) {
     return {
       ok: false,
@@ -239,7 +250,7 @@ export function viewOf(state: NodeState): NodeView {
     nodeId: state.nodeId,
     phase: state.phase,
     cordoned: state.cordoned,
-    reason: state.reason,
+    reason: state.phase === 'Ready' && !state.cordoned && !state.enrolled ? unenrolledReason(state) : state.reason,
     inventory: state.inventory,
     allocations: state.allocations,
     freeGpus: freeGpus(state),
@@ -247,37 +258,15 @@ export function viewOf(state: NodeState): NodeView {
     notReadySince: state.notReadySince,
     registrations: state.registrations,
     ...(state.weights ? { weights: state.weights } : {}),
+    enrolled: state.enrolled === true,
+    ...(state.enrollment ? { agentKey: state.enrollment.publicKey } : {}),
+    ...(state.offeredKey ? { offeredKey: state.offeredKey } : {}),
   };
 }
 
 /** What the node's memo lists for placement: each held revision as `repo@commit`, sorted. */
 export function heldWeightKeys(state: NodeState): string[] {
   return (state.weights ?? []).map((w) => heldWeightsKey(w.repo, w.commit)).sort();
-}
-
-/** The Markdown the Web UI shows as the node's current details. */
-export function nodeDetails(state: NodeState): string {
-  const inv = state.inventory;
-  const lines = [`**${state.nodeId}** — ${state.phase}${state.cordoned ? ' (cordoned)' : ''}: ${state.reason}`, ''];
-  if (!inv) return lines.join('\n');
-  lines.push(
-    `${inv.gpus.length}× ${inv.gpuClass || 'no GPU'} on ${inv.hostname} (${inv.managementAddress}), ${freeGpus(state).length} free`,
-    '',
-  );
-  if (inv.problems.length) lines.push(`Problems: ${inv.problems.join('; ')}`, '');
-  if (state.weights?.length)
-    lines.push(
-      `Weights held: ${state.weights.map((w) => `\`${w.repo}@${w.commit.slice(0, 12)}\` (${Math.round(w.bytes / 1e6)} MB${w.inUseBy.length ? `, in use by ${w.inUseBy.join(', ')}` : ''})`).join('; ')}`,
-      '',
-    );
-  lines.push('| GPU | NUMA | memory used | held by | problems |', '| --- | --- | --- | --- | --- |');
-  for (const gpu of inv.gpus) {
-    const holder = state.allocations.find((allocation) => allocation.gpuIndices.includes(gpu.index));
-    lines.push(
-      `| ${gpu.index} | ${gpu.numaNode} | ${gpu.memoryUsedMib}/${gpu.memoryTotalMib} MiB | ${holder ? `${holder.replicaId} (${holder.shardId})` : '—'} | ${gpu.problems.join('; ') || '—'} |`,
-    );
-  }
-  return lines.join('\n');
 }
 
 /**

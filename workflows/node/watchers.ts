@@ -12,20 +12,18 @@ import {
   isCancellation,
   log,
   ParentClosePolicy,
-  proxyActivities,
 } from '@temporalio/workflow';
-import type { AgentActivities } from '../../agent/activity-types.js';
 import type { ControlActivities } from '../../activities/index.js';
-import { agentTaskQueue } from '../../common/names.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import { nodeStatusSignal } from '../definitions.js';
 import type { reconcileNode } from '../reconcile/workflow.js';
 import { freeGpus, lostHeldBecause, type NodeState } from './state.js';
-import { controlActivities } from '../toolkit.js';
+import { agentActivities, controlActivities } from '../toolkit.js';
+import type { HeldRegistration } from './enrollment.js';
 
 export interface NodeContext {
   state: NodeState;
-  /** The shard ids the agent last reported running (agent/shard-report.ts), sorted. */
+  /** The shard ids the agent last reported running (agent/host/running-shards-report.ts), sorted. */
   reported?: string[];
   registerSeq: number;
   /** This run continued from another (its state is carried, not fresh). */
@@ -41,6 +39,12 @@ export interface NodeContext {
    * continue-as-new; the presence activity remains the backstop.
    */
   silenceClaimed?: number;
+  /** The run is parked for an upgrade: it issues no commands (workflows/upgrade.ts). */
+  parked?: boolean;
+  /** The latest registration applied unenrolled, for an enrollment that comes next (enrollment.ts). */
+  heldRegistration?: HeldRegistration;
+  /** The refusals of registrations this run logged (each once). */
+  refusalsLogged?: string[];
 }
 
 const control = (summary: string): ControlActivities => controlActivities(summary);
@@ -123,14 +127,12 @@ async function watchPresence(ctx: NodeContext): Promise<void> {
     const heartbeatSeconds = state.settings!.presenceHeartbeatSeconds;
     // No agent picking it up, or an agent that stops heartbeating, fails it within one
     // heartbeat period: that is how a dead agent is noticed at O(1) cost per host.
-    const { presence } = proxyActivities<AgentActivities>({
-      taskQueue: agentTaskQueue(state.nodeId),
+    const { presence } = agentActivities(state.nodeId, `presence of agent ${state.nodeId}`, {
       scheduleToStartTimeout: `${heartbeatSeconds} seconds`,
       heartbeatTimeout: `${heartbeatSeconds} seconds`,
       startToCloseTimeout: '3650 days',
       retry: { maximumAttempts: 1 },
       cancellationType: ActivityCancellationType.TRY_CANCEL,
-      summary: `presence of agent ${state.nodeId}`,
     });
     try {
       const input = { nodeId: state.nodeId, heartbeatSeconds, ...(register ? {} : { register: false }) };

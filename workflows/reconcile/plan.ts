@@ -29,173 +29,193 @@ export function catalogKey(model: string, profile: string): string {
 }
 
 export function planReconcile(report: Register, facts: ReconcileFacts): ReconcilePlan {
-  const actions: ReconcileAction[] = [];
-  const claims: Allocation[] = [];
-  const releases = new Set<string>();
-  const unchanged: string[] = [];
-  const rebuilds = new Map<string, Extract<ReconcileAction, { kind: 'rebuild' }>>();
-  const held = new Map((facts.node?.allocations ?? []).map((allocation) => [allocation.shardId, allocation]));
-
-  const claim = (shard: RunningShard): boolean => {
-    const spec = shard.spec!;
-    claims.push({
-      shardId: spec.shardId,
-      replicaId: spec.replicaId,
-      gpuIndices: [...spec.gpuIndices],
-      hcas: [...spec.hcas],
-      since: facts.checkedAt,
-      via: 'claim',
-    });
-    const current = held.get(spec.shardId);
-    return !current || !sameSet(current.gpuIndices, spec.gpuIndices);
+  const planning: Planning = {
+    report,
+    facts,
+    actions: [],
+    claims: [],
+    releases: new Set(),
+    unchanged: [],
+    rebuilds: new Map(),
+    held: new Map((facts.node?.allocations ?? []).map((allocation) => [allocation.shardId, allocation])),
   };
-  const stop = (shard: RunningShard, reason: string, stopReplica = false, tellDeployment?: string): void => {
-    const spec = shard.spec!;
-    actions.push({
-      kind: 'stop',
-      replicaId: spec.replicaId,
-      shardId: spec.shardId,
-      gpuIndices: [...spec.gpuIndices],
-      pid: shard.status?.pid ?? 0,
-      stopReplica,
-      reason,
-      ...(tellDeployment ? { tellDeployment } : {}),
+  for (const shard of report.runningShards) if (shard.spec) planShard(planning, shard);
+  planReleases(planning);
+  for (const process of report.unidentified) {
+    planning.actions.push({
+      kind: 'kill',
+      pid: process.pid,
+      gpuIndices: [...process.gpuIndices],
+      command: process.command,
+      reason: process.reason,
     });
-    releases.add(spec.shardId);
-  };
+  }
+  const { actions, claims, releases, unchanged } = planning;
+  return { actions, claims, releases: [...releases], unchanged };
+}
 
-  for (const shard of report.runningShards) {
-    const spec = shard.spec;
-    if (!spec) continue;
-    const profile = spec.profile;
-    const facts_ = facts.replicas[spec.replicaId] ?? MISSING;
-    const dead = isDead(shard);
-    const inCatalog = profile ? (facts.catalog[catalogKey(profile.model, profile.name)] ?? true) : false;
+/** A plan as it is being made. */
+interface Planning {
+  report: Register;
+  facts: ReconcileFacts;
+  actions: ReconcileAction[];
+  claims: Allocation[];
+  releases: Set<string>;
+  unchanged: string[];
+  /** One rebuild per lost replica, gathering its shards on this node. */
+  rebuilds: Map<string, Extract<ReconcileAction, { kind: 'rebuild' }>>;
+  /** What the node holds now, by shard. */
+  held: Map<string, Allocation>;
+}
 
-    if (!inCatalog) {
-      stop(
-        shard,
-        profile ? `model ${profile.model} profile ${profile.name} is no longer in the catalog` : 'its spec names no profile',
-        facts_.replica === 'running',
-      );
-      continue;
-    }
-    if (facts_.replica === 'closed') {
-      // A replica that ends normally reports Stopped to its deployment first; one whose
-      // shard is still here may have been terminated, and its deployment may still count
-      // it. Telling is harmless when it does not: the deployment ignores finished replicas.
-      const tell = facts_.deployment === 'running' ? deploymentWorkflowId(spec.deployment) : undefined;
-      stop(shard, `its replica workflow ${spec.replicaId} has closed`, false, tell);
-      continue;
-    }
-    if (facts_.replica === 'running') {
-      const view = facts_.view;
-      if (!view) {
-        unchanged.push(spec.shardId);
-        continue; // The replica did not answer: decide next time rather than guess.
-      }
-      if (view.shards.some((s) => s.shardId === spec.shardId)) {
-        const needsClaim = dead ? false : claim(shard);
-        const thinksServing = view.phase === 'Ready' || view.phase === 'Unknown';
-        if (needsClaim || (dead && thinksServing)) {
-          actions.push({
-            kind: 'adopt',
-            replicaId: spec.replicaId,
-            shardId: spec.shardId,
-            gpuIndices: [...spec.gpuIndices],
-            reason: dead
-              ? `its engine exited (${shard.status?.message || 'no status'}); the replica is told`
-              : `running on GPUs ${spec.gpuIndices.join(',')} and expected by its replica; the node did not hold them`,
-          });
-        } else {
-          unchanged.push(spec.shardId);
-        }
-        continue;
-      }
-      const other = view.shards.find((s) => s.rank === spec.rank);
-      if (other) stop(shard, `rank ${spec.rank} of ${spec.replicaId} is served by shard ${other.shardId}`);
-      else stop(shard, `${spec.replicaId} (${view.phase}) does not expect it`);
-      continue;
-    }
+/** One reported shard: left alone, adopted, rebuilt around, or stopped. */
+function planShard(planning: Planning, shard: RunningShard): void {
+  const spec = shard.spec!;
+  const profile = spec.profile;
+  const replica = planning.facts.replicas[spec.replicaId] ?? MISSING;
+  const dead = isDead(shard);
+  const inCatalog = profile ? (planning.facts.catalog[catalogKey(profile.model, profile.name)] ?? true) : false;
+  const stop = (reason: string, stopReplica = false, tellDeployment?: string): void =>
+    planStop(planning, shard, reason, stopReplica, tellDeployment);
 
-    // The replica workflow does not exist: Temporal lost it.
-    if (dead) {
-      stop(shard, `its engine exited and its replica workflow ${spec.replicaId} is gone`);
-      continue;
+  if (!inCatalog) {
+    const why = profile ? `model ${profile.model} profile ${profile.name} is no longer in the catalog` : 'its spec names no profile';
+    return stop(why, replica.replica === 'running');
+  }
+  if (replica.replica === 'closed') {
+    // A replica that ends normally reports Stopped to its deployment first; one whose
+    // shard is still here may have been terminated, and its deployment may still count
+    // it. Telling is harmless when it does not: the deployment ignores finished replicas.
+    const tell = replica.deployment === 'running' ? deploymentWorkflowId(spec.deployment) : undefined;
+    return stop(`its replica workflow ${spec.replicaId} has closed`, false, tell);
+  }
+  if (replica.replica === 'running') {
+    const view = replica.view;
+    // The replica did not answer: decide next time rather than guess.
+    if (!view) return void planning.unchanged.push(spec.shardId);
+    if (view.shards.some((s) => s.shardId === spec.shardId)) {
+      const needsClaim = dead ? false : claim(planning, shard);
+      const thinksServing = view.phase === 'Ready' || view.phase === 'Unknown';
+      if (!needsClaim && !(dead && thinksServing)) return void planning.unchanged.push(spec.shardId);
+      planning.actions.push({
+        kind: 'adopt',
+        replicaId: spec.replicaId,
+        shardId: spec.shardId,
+        gpuIndices: [...spec.gpuIndices],
+        reason: dead
+          ? `its engine exited (${shard.status?.message || 'no status'}); the replica is told`
+          : `running on GPUs ${spec.gpuIndices.join(',')} and expected by its replica; the node did not hold them`,
+      });
+      return;
     }
-    if (facts_.deployment === 'closed') {
-      stop(shard, `its replica workflow is gone and its deployment ${spec.deployment} has ended`);
-      continue;
-    }
-    const parsed = parseReplicaWorkflowId(spec.replicaId);
-    if (!parsed || !profile) {
-      stop(shard, `its replica workflow is gone and ${spec.replicaId} is not a replica id it could be rebuilt under`);
-      continue;
-    }
-    claim(shard);
-    const placement: ShardPlacement = {
-      rank: spec.rank,
-      nodeId: report.nodeId,
-      shardId: spec.shardId,
-      gpuIndices: [...spec.gpuIndices],
-      hcas: [...spec.hcas],
-      managementAddress: report.managementAddress,
-      httpPort: shard.status?.httpPort ?? 0,
-      pid: shard.status?.pid ?? 0,
-      // The engine's ticket stays valid for a replica rebuilt under the same workflow id.
-      ...(spec.placementTicket ? { ticket: spec.placementTicket } : {}),
-    };
-    const existing = rebuilds.get(spec.replicaId);
-    if (existing) {
-      existing.shards.push(placement);
-      continue;
-    }
-    const rebuild: Extract<ReconcileAction, { kind: 'rebuild' }> = {
-      kind: 'rebuild',
-      replicaId: spec.replicaId,
-      deployment: parsed.deployment,
-      seq: parsed.seq,
-      snapshot: snapshotFromEngineProfile(profile),
-      shards: [placement],
-      rebuildDeployment: facts_.deployment === 'missing',
-      pool: spec.pool,
-      reason: `engine pid ${placement.pid} serves ${spec.replicaId}, whose workflow is gone${facts_.deployment === 'missing' ? ` (and so is deployment/${parsed.deployment})` : ''}; rebuilt in adopt mode`,
-    };
-    rebuilds.set(spec.replicaId, rebuild);
-    actions.push(rebuild);
+    const other = view.shards.find((s) => s.rank === spec.rank);
+    return stop(
+      other
+        ? `rank ${spec.rank} of ${spec.replicaId} is served by shard ${other.shardId}`
+        : `${spec.replicaId} (${view.phase}) does not expect it`,
+    );
   }
 
-  // Allocations no reported engine backs: free those nothing will use.
+  // The replica workflow does not exist: Temporal lost it.
+  if (dead) return stop(`its engine exited and its replica workflow ${spec.replicaId} is gone`);
+  if (replica.deployment === 'closed') return stop(`its replica workflow is gone and its deployment ${spec.deployment} has ended`);
+  const parsed = parseReplicaWorkflowId(spec.replicaId);
+  if (!parsed || !profile) return stop(`its replica workflow is gone and ${spec.replicaId} is not a replica id it could be rebuilt under`);
+  claim(planning, shard);
+  planRebuild(planning, shard, parsed, replica.deployment === 'missing');
+}
+
+/** A running engine whose replica workflow is gone: its replica (and deployment) are rebuilt around it. */
+function planRebuild(
+  planning: Planning,
+  shard: RunningShard,
+  parsed: { deployment: string; seq: number },
+  rebuildDeployment: boolean,
+): void {
+  const spec = shard.spec!;
+  const { report } = planning;
+  const placement: ShardPlacement = {
+    rank: spec.rank,
+    nodeId: report.nodeId,
+    shardId: spec.shardId,
+    gpuIndices: [...spec.gpuIndices],
+    hcas: [...spec.hcas],
+    managementAddress: report.managementAddress,
+    httpPort: shard.status?.httpPort ?? 0,
+    pid: shard.status?.pid ?? 0,
+    // The engine's ticket stays valid for a replica rebuilt under the same workflow id.
+    ...(spec.placementTicket ? { ticket: spec.placementTicket } : {}),
+  };
+  const existing = planning.rebuilds.get(spec.replicaId);
+  if (existing) return void existing.shards.push(placement);
+  const rebuild: Extract<ReconcileAction, { kind: 'rebuild' }> = {
+    kind: 'rebuild',
+    replicaId: spec.replicaId,
+    deployment: parsed.deployment,
+    seq: parsed.seq,
+    snapshot: snapshotFromEngineProfile(spec.profile!),
+    shards: [placement],
+    rebuildDeployment,
+    pool: spec.pool,
+    reason: `engine pid ${placement.pid} serves ${spec.replicaId}, whose workflow is gone${rebuildDeployment ? ` (and so is deployment/${parsed.deployment})` : ''}; rebuilt in adopt mode`,
+  };
+  planning.rebuilds.set(spec.replicaId, rebuild);
+  planning.actions.push(rebuild);
+}
+
+/** Allocations no reported engine backs: free those nothing will use. */
+function planReleases(planning: Planning): void {
+  const { report, facts } = planning;
   const reported = new Set(report.runningShards.map((s) => s.spec?.shardId ?? ''));
   const checkedAt = Date.parse(facts.checkedAt);
   for (const allocation of facts.node?.allocations ?? []) {
-    if (reported.has(allocation.shardId) || releases.has(allocation.shardId)) continue;
-    const facts_ = facts.replicas[allocation.replicaId] ?? MISSING;
+    if (reported.has(allocation.shardId) || planning.releases.has(allocation.shardId)) continue;
+    const replica = facts.replicas[allocation.replicaId] ?? MISSING;
     let reason: string | undefined;
-    if (facts_.replica !== 'running')
-      reason = `no engine runs shard ${allocation.shardId} and its replica workflow is ${facts_.replica === 'closed' ? 'closed' : 'gone'}`;
+    if (replica.replica !== 'running')
+      reason = `no engine runs shard ${allocation.shardId} and its replica workflow is ${replica.replica === 'closed' ? 'closed' : 'gone'}`;
     else if (
-      facts_.view &&
-      !facts_.view.shards.some((s) => s.shardId === allocation.shardId) &&
+      replica.view &&
+      !replica.view.shards.some((s) => s.shardId === allocation.shardId) &&
       checkedAt - Date.parse(allocation.since) > ALLOCATION_GRACE_MS
     ) {
       reason = `no engine runs shard ${allocation.shardId} and ${allocation.replicaId} no longer uses it`;
     }
     if (!reason) continue;
-    releases.add(allocation.shardId);
-    actions.push({
-      kind: 'release',
-      replicaId: allocation.replicaId,
-      shardId: allocation.shardId,
-      gpuIndices: [...allocation.gpuIndices],
-      reason,
-    });
+    planning.releases.add(allocation.shardId);
+    const { replicaId, shardId, gpuIndices } = allocation;
+    planning.actions.push({ kind: 'release', replicaId, shardId, gpuIndices: [...gpuIndices], reason });
   }
+}
 
-  for (const process of report.unidentified) {
-    actions.push({ kind: 'kill', pid: process.pid, gpuIndices: [...process.gpuIndices], command: process.command, reason: process.reason });
-  }
-  return { actions, claims, releases: [...releases], unchanged };
+/** The node must hold this shard's GPUs; true when it does not hold them now. */
+function claim(planning: Planning, shard: RunningShard): boolean {
+  const spec = shard.spec!;
+  planning.claims.push({
+    shardId: spec.shardId,
+    replicaId: spec.replicaId,
+    gpuIndices: [...spec.gpuIndices],
+    hcas: [...spec.hcas],
+    since: planning.facts.checkedAt,
+    via: 'claim',
+  });
+  const current = planning.held.get(spec.shardId);
+  return !current || !sameSet(current.gpuIndices, spec.gpuIndices);
+}
+
+function planStop(planning: Planning, shard: RunningShard, reason: string, stopReplica: boolean, tellDeployment?: string): void {
+  const spec = shard.spec!;
+  planning.actions.push({
+    kind: 'stop',
+    replicaId: spec.replicaId,
+    shardId: spec.shardId,
+    gpuIndices: [...spec.gpuIndices],
+    pid: shard.status?.pid ?? 0,
+    stopReplica,
+    reason,
+    ...(tellDeployment ? { tellDeployment } : {}),
+  });
+  planning.releases.add(spec.shardId);
 }
 
 function sameSet(a: number[], b: number[]): boolean {

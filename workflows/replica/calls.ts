@@ -1,12 +1,11 @@
 // The activities a replica calls, with the timeouts and summaries the Web UI shows beside
 // each call: control activities on `llmgw`, agent activities on each host's own queue.
 // Workflow side.
-import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
+import { ActivityCancellationType } from '@temporalio/workflow';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import type { ControlActivities } from '../../activities/index.js';
-import { agentTaskQueue } from '../../common/names.js';
-import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
-import { controlActivities } from '../toolkit.js';
+import { FailureType } from '../../common/failures.js';
+import { AGENT_RETRY, agentActivities, controlActivities } from '../toolkit.js';
 
 /** Control activities with a summary the Web UI shows beside each call. */
 export function control(summary: string): ControlActivities {
@@ -19,15 +18,13 @@ export function agent(
   nodeId: string,
   options: { summary: string; startToCloseSeconds?: number; heartbeatSeconds?: number; quick?: boolean },
 ): AgentActivities {
-  return proxyActivities<AgentActivities>({
-    taskQueue: agentTaskQueue(nodeId),
-    // No agent polling its queue → fail fast and place elsewhere rather than wait for ever.
+  return agentActivities(nodeId, options.summary, {
     // A quick call (an agent already thought gone) gets one short try.
-    scheduleToStartTimeout: options.quick ? '5 seconds' : '20 seconds',
-    startToCloseTimeout: `${options.startToCloseSeconds ?? 120} seconds`,
-    heartbeatTimeout: options.heartbeatSeconds ? `${options.heartbeatSeconds} seconds` : undefined,
-    retry: { maximumAttempts: options.quick ? 1 : 3, initialInterval: '1 second', nonRetryableErrorTypes: NON_RETRYABLE_AGENT_FAILURES },
+    ...(options.quick ? { scheduleToStartTimeout: '5 seconds', retry: { ...AGENT_RETRY, maximumAttempts: 1 } } : {}),
+    ...(options.startToCloseSeconds ? { startToCloseTimeout: `${options.startToCloseSeconds} seconds` } : {}),
+    ...(options.heartbeatSeconds ? { heartbeatTimeout: `${options.heartbeatSeconds} seconds` } : {}),
+    // A cancelled call (a stop, a lost host) resolves only once the agent has given it up or its
+    // heartbeat lapsed: the replica never moves on while an engine it asked for may still start.
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-    summary: options.summary,
   });
 }

@@ -3,14 +3,14 @@
 // heartbeats its progress), all hosts at once. A source llmgw does not fetch (file://,
 // engine://, a hub id a revision of 0.2.0 carries unpinned) skips it. Workflow side; the
 // `fetch` step of steps.ts.
-import { ActivityCancellationType, CancellationScope, condition, isCancellation, proxyActivities } from '@temporalio/workflow';
+import { ActivityCancellationType, CancellationScope, condition, isCancellation } from '@temporalio/workflow';
 import { ActivityFailure, ApplicationFailure } from '@temporalio/common';
 import type { AgentActivities } from '../../agent/activity-types.js';
-import { agentTaskQueue } from '../../common/names.js';
-import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
+import { FailureType } from '../../common/failures.js';
 import { formatModelSource, isFetchedByLlmgw, modelSourceOf } from '../../common/model-source.js';
 import type { ReplicaContext } from './context.js';
 import { failureOutcome, firstLine, type Outcome } from './state.js';
+import { AGENT_RETRY, agentActivities } from '../toolkit.js';
 
 // A fetch that heartbeats nothing for this long is taken for a dead agent and retried (it
 // resumes). The SDK sends heartbeats at most every 0.8 of it: progress in the UI every 8 s.
@@ -18,20 +18,12 @@ const FETCH_HEARTBEAT_SECONDS = 10;
 
 /** The host's fetchWeights (and its other node-local activities) as a fetch calls them: heartbeats watched, retried to resume. */
 export function fetchOn(nodeId: string, summary: string, timeoutSeconds: number): AgentActivities {
-  return proxyActivities<AgentActivities>({
-    taskQueue: agentTaskQueue(nodeId),
-    scheduleToStartTimeout: '20 seconds',
+  return agentActivities(nodeId, summary, {
     startToCloseTimeout: `${timeoutSeconds} seconds`,
     heartbeatTimeout: `${FETCH_HEARTBEAT_SECONDS} seconds`,
     // A cut connection or a restarted agent: the next try resumes from the bytes on disk.
-    retry: {
-      maximumAttempts: 10,
-      initialInterval: '1 second',
-      maximumInterval: '30 seconds',
-      nonRetryableErrorTypes: NON_RETRYABLE_AGENT_FAILURES,
-    },
+    retry: { ...AGENT_RETRY, maximumAttempts: 10, maximumInterval: '30 seconds' },
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-    summary,
   });
 }
 
@@ -57,6 +49,8 @@ export async function fetchWeights(run: ReplicaContext, options: { timeoutSecond
           fetchOn(nodeId, `fetchWeights ${what} on ${nodeId}`, timeoutSeconds).fetchWeights({
             modelSource: run.profile.modelSource,
             replicaId: run.replicaId,
+            // The signed revision: the agent fetches only for one (agent/weights/fetch-check.ts).
+            profile: run.profile,
           }),
         ),
       ),

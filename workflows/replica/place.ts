@@ -11,10 +11,13 @@ import type { Next } from './steps.js';
 /** An Unschedulable replica looks again this often even when nothing woke it. */
 const CAPACITY_RECHECK_SECONDS = 600;
 /**
- * A replica that has just turned Unschedulable looks once more after this long: GPUs freed
- * while it was placing woke nobody (it was not yet a waiter in visibility).
+ * A replica that has just turned Unschedulable looks again after each of these before it
+ * settles into waiting: GPUs freed, or a node registered, while it was placing woke nobody (it
+ * was not yet a waiter in visibility), and visibility may show that node seconds late on a busy
+ * server (a 2-host gang waited 10 minutes on a host registered a moment before). Three looks,
+ * a handful of events, once per wait.
  */
-const RECHECK_AFTER_WAITING_MS = 2_000;
+const EARLY_LOOKS_MS = [2_000, 10_000, 30_000];
 /** Quick retries when the capacity index was stale (a node had fewer GPUs than it said). */
 const STALE_RETRIES = 5;
 
@@ -31,6 +34,7 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
   const { state, profile, input } = ctx;
   const recheckMs = (input.capacityRecheckSeconds ?? CAPACITY_RECHECK_SECONDS) * 1000;
   let quickRetries = 0;
+  let earlyLooks = 0;
   for (;;) {
     if (ctx.stopRequested()) return { step: 'drain' };
     if (ctx.handOverDue()) return { step: 'handOver', resume: { step: 'place' } };
@@ -66,7 +70,6 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
     // No capacity is not a failure: wait, say why, and look again when GPUs are freed. The
     // wake-ups so far found nothing for this replica, so none is left to pass on.
     ctx.capacity.woken = [];
-    const wasWaiting = state.phase === 'Unschedulable';
     void ctx.setPhase('Unschedulable', result.reason);
     if (result.retryInMs && quickRetries < STALE_RETRIES) {
       // The index promised room that a node no longer had, or only avoided nodes have room:
@@ -78,9 +81,9 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
     }
     quickRetries = 0;
     // Whoever freed GPUs while this replica was placing found no waiter to wake: now that it is
-    // one, look once more (a drain-first rollout waited 10 minutes on exactly that).
-    if (!wasWaiting) {
-      await condition(() => ctx.capacity.changed || ctx.stopRequested(), RECHECK_AFTER_WAITING_MS);
+    // one, look again a few times (a drain-first rollout waited 10 minutes on exactly that).
+    if (earlyLooks < EARLY_LOOKS_MS.length) {
+      await condition(() => ctx.capacity.changed || ctx.stopRequested(), EARLY_LOOKS_MS[earlyLooks++]!);
       continue;
     }
     const woken = await condition(() => ctx.capacity.changed || ctx.stopRequested() || ctx.handOverDue(), recheckMs);

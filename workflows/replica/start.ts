@@ -5,13 +5,32 @@ import { CancellationScope, condition, isCancellation } from '@temporalio/workfl
 import { create } from '@bufbuild/protobuf';
 import { WaitHealthySchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { startShardFor } from '../../common/profile-conversion.js';
-import { agent } from './calls.js';
+import { agent, control } from './calls.js';
 import type { ReplicaContext, ReplicaEvent } from './context.js';
 import { endpointOf, failureOutcome, gpuRange, isExitOf, type Outcome } from './state.js';
+
+/**
+ * The shards' placement tickets signed again for this run's chain, now: an agent starts a new
+ * engine only on a fresh ticket of the chain that sends it, and routes are signed only for the
+ * live chain (activities/placement-tickets.ts). Adopted engines keep their GPUs and get tickets of
+ * the chain that adopted them. A refusal is an outcome like any failed start.
+ */
+export async function renewTickets(ctx: ReplicaContext): Promise<Outcome | undefined> {
+  const { state } = ctx;
+  if (!state.shards.some((s) => s.ticket)) return undefined;
+  try {
+    state.shards = await control('renew placement tickets').renewTickets({ shards: state.shards });
+    return undefined;
+  } catch (error) {
+    return failureOutcome(error, state.shards[0]?.nodeId ?? '', 'renewing placement tickets');
+  }
+}
 
 export async function startAndWait(ctx: ReplicaContext): Promise<Outcome | 'ready'> {
   const { state, events } = ctx;
   events.length = 0;
+  const refused = await renewTickets(ctx);
+  if (refused) return refused;
   let leaderPort = 0;
   for (const shard of [...state.shards].sort((a, b) => a.rank - b.rank)) {
     void ctx.setPhase('Starting', `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${shard.gpuIndices.join(',')}`);

@@ -9,7 +9,7 @@ import { drain, release } from './drain.js';
 import { fetchWeights } from './fetch.js';
 import { place } from './place.js';
 import { recover, type Failure } from './recovery.js';
-import { awaitHealthy, startAndWait } from './start.js';
+import { awaitHealthy, renewTickets, startAndWait } from './start.js';
 import { endpointOf, type Outcome, type ReplicaState } from './state.js';
 import { watchReady } from './watch.js';
 
@@ -50,6 +50,9 @@ export const STEPS: { [K in Exclude<StepName, 'handOver' | 'done'>]: Step<K> } =
   // restart them only if they do not.
   async checkAdopted(ctx) {
     const pids = ctx.state.shards.map((s) => `rank ${s.rank} pid ${s.pid} on ${s.nodeId}`).join(', ');
+    // Their tickets name the chain that started them: this one's routes need its own.
+    const refused = await renewTickets(ctx);
+    if (refused) return afterStart(refused);
     return afterStart(await awaitHealthy(ctx, `adopted running engines (${pids}); checking the leader's health`));
   },
   async watch(ctx, next) {

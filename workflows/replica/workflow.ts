@@ -9,6 +9,7 @@ import { FailureType } from '../../common/failures.js';
 import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
 import { capacityChangedSignal, nodeStatusSignal, replicaStatusQuery, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
+import { refusedCarried, sealForNextRun } from '../carried.js';
 import { createPublisher, type ReplicaContext, type ReplicaEvent } from './context.js';
 import { ReplicaInputSchema } from './input.js';
 import { describeIssues, handOverDue } from '../toolkit.js';
@@ -40,6 +41,9 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   const replicaId = info.workflowId;
   const carried = input.carried !== undefined;
   const state = carried ? carriedReplicaState(input.carried) : initialReplicaState(input, now());
+  // Until its seal is checked (after the park, which every build issues alike), carried state is
+  // a claim: the status query, which signRoutes and reconciliation act on, does not answer.
+  let opened = !carried;
   const events: ReplicaEvent[] = [];
   const capacity = { changed: false, hint: undefined as string | undefined, woken: [] as string[] };
   const stopRequested = (): boolean => state.stopReason !== undefined;
@@ -52,7 +56,10 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     if (!capacity.woken.includes(nodeId)) capacity.woken.push(nodeId);
   });
   setHandler(stopReplicaSignal, ({ reason }) => void (state.stopReason ??= reason));
-  setHandler(replicaStatusQuery, () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)));
+  setHandler(replicaStatusQuery, () => {
+    if (!opened) throw new Error(`${replicaId} has not verified the state it was handed yet`);
+    return replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile));
+  });
   const upgrade = watchUpgrades();
 
   const ctx: ReplicaContext = {
@@ -66,14 +73,25 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     handOverDue: handOverDue(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT),
     async handOver(resume) {
       await condition(allHandlersFinished);
-      const upgrading = upgrade.requested();
-      return continueAsNewWith<typeof replica>(upgrading)({ ...input, carried: { ...state, resume }, upgrading });
+      const next = await sealForNextRun(() => ({ ...input, carried: { ...state, resume }, upgrading: upgrade.requested() }));
+      return continueAsNewWith<typeof replica>(next.upgrading)(next);
     },
     // A continued run starts with the memo and search attributes its predecessor wrote.
     setPhase: createPublisher(input, replicaId, state, now, carried && info.memo?.route !== undefined),
     view: () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)),
   };
   await upgrade.park(input.upgrading);
+  const refused = carried ? await refusedCarried(rawInput) : undefined;
+  if (refused !== undefined) {
+    // Nothing it holds is ours: it places, starts and routes nothing. A replica of ours whose
+    // engines still run is rebuilt around them by reconciliation, which counts this end as a
+    // lost workflow (activities/reconcile-facts.ts).
+    throw ApplicationFailure.nonRetryable(
+      `carried state refused (${refused}): this run acts on none of it; reconciliation rebuilds the replica from its agents`,
+      FailureType.CarriedStateRefused,
+    );
+  }
+  opened = true;
   forwardUnusedWakes(ctx);
   // A continued run whose memo did not come along publishes its state again (a no-op otherwise).
   if (carried) void ctx.setPhase(state.phase, state.reason);

@@ -18,11 +18,20 @@ export interface RouteEntry {
   phase: ReplicaPhase;
   /** The deployment revision the replica runs. */
   revision?: string;
+  /**
+   * The replica's run chain (its workflow's first run id) the signature was made for: a route
+   * names one life of a replica id, and the signer refuses one of a chain that is not the live one.
+   */
+  chain?: string;
   /** The control worker's signature (common/route-signature.ts): routers install a routable entry only with it. */
   signature?: string;
 }
 
-/** One deployment, sent by deployModel: a deployment at 0 replicas still lists its model. 'Undeployed' removes it. */
+/**
+ * One deployment, sent by deployModel: a deployment at 0 replicas still lists its model, and its
+ * name is an alias of its served name. 'Undeployed' removes it. Applied only as the control worker
+ * read it from the deployment itself (workflows/routes/sign-queue.ts).
+ */
 export interface DeploymentEntry {
   name: string;
   servedName: string;
@@ -31,6 +40,8 @@ export interface DeploymentEntry {
   desired: number;
   /** Its autoscaling, with every default filled in: what routers scale it by. */
   autoscale?: import('../../common/autoscale.js').AutoscalePolicy;
+  /** The control worker's signature (common/route-signature.ts): routers list a deployment, and alias its name, only with it. */
+  signature?: string;
 }
 
 export interface RouteTable {

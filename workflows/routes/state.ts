@@ -28,6 +28,8 @@ export interface RoutesState {
   routers: RouterSeen[];
   /** routeChanged entries waiting for the control worker's verification (sign-queue.ts). */
   pendingRoutes?: RouteEntry[];
+  /** deploymentChanged entries waiting for it, one per deployment name (the latest). */
+  pendingDeployments?: DeploymentEntry[];
 }
 
 /** Withdrawals remembered; older ones are long applied by every live router. */
@@ -76,6 +78,7 @@ export const DeploymentEntrySchema = z.object({
       tolerance: z.number().min(0),
     })
     .optional(),
+  signature: z.string().max(300).optional(),
 });
 export const WatchRoutesRequestSchema = z.object({
   routerId: z.string().min(1).max(300),
@@ -149,7 +152,8 @@ export function applyDeployment(state: RoutesState, entry: DeploymentEntry): boo
     existing.model === entry.model &&
     existing.phase === entry.phase &&
     existing.desired === entry.desired &&
-    JSON.stringify(existing.autoscale) === JSON.stringify(entry.autoscale)
+    JSON.stringify(existing.autoscale) === JSON.stringify(entry.autoscale) &&
+    existing.signature === entry.signature
   )
     return false;
   state.version++;

@@ -3,196 +3,107 @@
 // acknowledge what they installed; rollouts ask awaitRouted whether every live router has a
 // replica. So a route change costs one signal and one answer per router, and an idle router
 // costs one Update every five minutes, instead of every router listing visibility twice a second.
-import { allHandlersFinished, condition, log, setCurrentDetails, setHandler, sleep, workflowInfo } from '@temporalio/workflow';
+import { allHandlersFinished, condition, setCurrentDetails, sleep, workflowInfo } from '@temporalio/workflow';
+import type { ControlActivities } from '../../activities/index.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
-import { verifyRouteChanges } from './sign-queue.js';
-import {
-  awaitRoutedUpdate,
-  deploymentChangedSignal,
-  resyncRoutesSignal,
-  routeChangedSignal,
-  routesQuery,
-  watchRoutesUpdate,
-  type AwaitRoutedResult,
-} from './definitions.js';
+import { refusedCarried, sealForNextRun, type SealedInput } from '../carried.js';
+import { registerRoutesHandlers, type RoutesContext } from './handlers.js';
+import { verifyDeploymentChanges, verifyRouteChanges } from './sign-queue.js';
 import {
   applyDeployment,
   applyRoute,
-  droppedEverywhere,
   applySeed,
-  DeploymentEntrySchema,
   initialRoutesState,
-  liveRouters,
-  noteRouter,
   pruneRouters,
-  RouteEntrySchema,
-  routedEverywhere,
   routesDetails,
-  tableOf,
-  viewOf,
   WATCH_TIMEOUT_MS,
-  WatchRoutesRequestSchema,
   type RoutesState,
 } from './state.js';
 import { controlActivities } from '../toolkit.js';
 
-/** How long a wait gives routers to pick up a change before the silent ones are presumed gone. */
-const ROUTER_ACK_TIMEOUT_MS = 10_000;
-
-export interface RoutesInput {
-  /** State carried over continue-as-new; honoured only in a run continued from one of ours. */
+export interface RoutesInput extends SealedInput {
+  /** State carried over continue-as-new; honoured only when its seal verifies (workflows/carried.ts). */
   carried?: RoutesState;
-  /** Set by the hand-over to a new llmgw build (workflows/upgrade.ts). */
-  upgrading?: boolean;
 }
 
 export async function routes(input: RoutesInput = {}): Promise<void> {
   const info = workflowInfo();
-  // Anyone may start this workflow by hand; only our own continue-as-new may hand it a table.
+  // Anyone may start this workflow by hand, or continue as new into it: a table it is handed is
+  // served only once its seal verifies, after the park.
   const carried = info.continuedFromExecutionRunId !== undefined ? input.carried : undefined;
   const state: RoutesState = carried ?? initialRoutesState(info.firstExecutionRunId);
-  /** Bumped by the one shared timer: every waiting watchRoutes answers then, changed or not. */
-  let tick = 0;
-  let waiting = 0;
-  let closing = false;
-  // A fresh start learns the replicas that existed before it from visibility, once.
-  let resync: 'seed' | 'replace' | undefined = carried ? undefined : 'seed';
-
-  const publish = (): void => setCurrentDetails(routesDetails(state, Date.now()));
-
-  /** When the table last changed: a live router calls again within moments of every change. */
-  let changedAt = Date.now();
-  // A live router always has a watch waiting here, but for the moment between an answer and
-  // its next call. One with none waiting, answered long ago, died after that answer: a drain
-  // need not give it the whole ack timeout (it comes back with its next call if it lives).
-  const watchesOf = new Map<string, { waiting: number; answeredAt: number }>();
-  const forgetGoneRouters = (now: number): void => {
-    const gone = state.routers.filter((r) => {
-      const watch = watchesOf.get(r.routerId);
-      return watch !== undefined && watch.waiting === 0 && now - watch.answeredAt > ROUTER_ACK_TIMEOUT_MS;
-    });
-    if (!gone.length) return;
-    log.warn(`routers ${gone.map((r) => r.routerId).join(', ')} did not call again after an answer: no longer waited for`);
-    state.routers = state.routers.filter((r) => !gone.includes(r));
-    for (const r of gone) watchesOf.delete(r.routerId);
+  const ctx: RoutesContext = {
+    state,
+    tick: 0,
+    waiting: 0,
+    closing: false,
+    opened: carried === undefined,
+    // A fresh start learns the replicas that existed before it from visibility, once.
+    resync: carried ? undefined : 'seed',
+    changedAt: Date.now(),
+    watchesOf: new Map(),
+    publish: () => setCurrentDetails(routesDetails(state, Date.now())),
   };
-  setHandler(routeChangedSignal, (raw) => {
-    const parsed = RouteEntrySchema.safeParse(raw);
-    if (!parsed.success) return log.warn('routeChanged ignored: not a route entry', { issues: parsed.error.issues.slice(0, 3) });
-    // Verified and signed by the control worker first (sign-queue.ts): anyone can signal.
-    (state.pendingRoutes ??= []).push(parsed.data);
-  });
-  setHandler(deploymentChangedSignal, (raw) => {
-    const parsed = DeploymentEntrySchema.safeParse(raw);
-    if (!parsed.success) return log.warn('deploymentChanged ignored: not a deployment entry', { issues: parsed.error.issues.slice(0, 3) });
-    if (applyDeployment(state, parsed.data)) publish();
-  });
-  setHandler(resyncRoutesSignal, ({ reason }) => {
-    log.info(`resyncing routes from visibility: ${reason}`);
-    resync = 'replace';
-  });
-  setHandler(
-    watchRoutesUpdate,
-    async (request) => {
-      noteRouter(state, request, Date.now());
-      // answeredAt: its last call or answer, whichever came later.
-      const watch = watchesOf.get(request.routerId) ?? { waiting: 0, answeredAt: 0 };
-      watchesOf.set(request.routerId, watch);
-      watch.answeredAt = Date.now();
-      if (request.epoch !== state.epoch || state.version > request.after) return tableOf(state);
-      watch.waiting++;
-      waiting++;
-      const startedAt = tick;
-      try {
-        await condition(() => state.version > request.after || tick !== startedAt || closing);
-      } finally {
-        waiting--;
-        watch.waiting--;
-        watch.answeredAt = Date.now();
-      }
-      return tableOf(state);
-    },
-    {
-      validator: (request) => {
-        WatchRoutesRequestSchema.parse(request);
-        // Refused, not accepted: a refusal costs no history, and the router calls again at once,
-        // which lands on the next run.
-        if (closing) throw new Error('continuing as new; call again');
-      },
-    },
-  );
-  setHandler(
-    awaitRoutedUpdate,
-    async ({ replicaId, routed: wanted }): Promise<AwaitRoutedResult> => {
-      const done = (): boolean =>
-        wanted === false ? droppedEverywhere(state, replicaId, Date.now()) : routedEverywhere(state, replicaId, Date.now());
-      forgetGoneRouters(Date.now());
-      waiting++;
-      try {
-        // A router that has not called since the last change within a few seconds is gone (a
-        // live one calls again at once): it is not waited for; if alive, its next call brings it back.
-        const acked = await condition(() => closing || done(), ROUTER_ACK_TIMEOUT_MS);
-        if (!acked) {
-          const gone = state.routers.filter((r) => r.seenAt < changedAt).map((r) => r.routerId);
-          if (gone.length) log.warn(`routers ${gone.join(', ')} did not call after the last change: no longer waited for`);
-          state.routers = state.routers.filter((r) => r.seenAt >= changedAt);
-          await condition(() => closing || done());
-        }
-      } finally {
-        waiting--;
-      }
-      return { routed: done(), routers: liveRouters(state, Date.now()).length, version: state.version };
-    },
-    {
-      validator: ({ replicaId }) => {
-        if (typeof replicaId !== 'string' || replicaId === '') throw new Error('awaitRouted needs a replicaId');
-        if (closing) throw new Error('continuing as new; call again');
-      },
-    },
-  );
-  setHandler(routesQuery, () => viewOf(state, Date.now()));
+  registerRoutesHandlers(ctx);
   const upgrade = watchUpgrades();
   await upgrade.park(input.upgrading);
+  if (carried && (await refusedCarried(input)) !== undefined) {
+    // Nothing of it is kept: the table is learnt again from the replicas themselves.
+    for (const key of Object.keys(state)) delete (state as unknown as Record<string, unknown>)[key];
+    Object.assign(state, initialRoutesState(info.firstExecutionRunId));
+    ctx.resync = 'seed';
+  }
+  ctx.opened = true;
 
   const { listReplicaRoutes } = controlActivities('read the replicas’ route memos from visibility', {
     startToCloseTimeout: '30 seconds',
     retry: { initialInterval: '1 second', maximumInterval: '30 seconds' },
   });
-  const resyncLoop = async (): Promise<void> => {
-    for (;;) {
-      await condition(() => resync !== undefined);
-      const replace = resync === 'replace';
-      resync = undefined;
-      const entries = await listReplicaRoutes();
-      if (applySeed(state, entries, replace)) publish();
-    }
-  };
-  // One timer for every waiting call, running only while some call waits: it answers watchers
-  // whose table did not change (so each router hears from the workflow at least every five
-  // minutes, and the workflow from each router), and re-checks awaitRouted as routers age out.
-  const ticker = async (): Promise<void> => {
-    for (;;) {
-      await condition(() => waiting > 0);
-      await sleep(WATCH_TIMEOUT_MS);
-      tick++;
-      pruneRouters(state, Date.now());
-      publish();
-    }
-  };
-
-  publish();
+  ctx.publish();
   void verifyRouteChanges(state, (entry) => {
     if (applyRoute(state, entry)) {
-      changedAt = Date.now();
-      publish();
+      ctx.changedAt = Date.now();
+      ctx.publish();
     }
   });
-  void resyncLoop();
-  void ticker();
+  // Deployments carried unsigned (applied by a release that did not sign them) are read and
+  // signed again: routers with a key list only signed ones.
+  for (const d of state.deployments) if (!d.signature) (state.pendingDeployments ??= []).push(d);
+  void verifyDeploymentChanges(state, (entry) => {
+    if (applyDeployment(state, entry)) ctx.publish();
+  });
+  void resyncFromVisibility(ctx, listReplicaRoutes);
+  void tickWhileWaiting(ctx);
   await condition(() => workflowInfo().continueAsNewSuggested || upgrade.requested());
   // Every waiting call answers now with the current table; new ones are refused until the next run.
-  closing = true;
+  ctx.closing = true;
   await condition(allHandlersFinished);
-  const upgrading = upgrade.requested();
-  await continueAsNewWith<typeof routes>(upgrading)({ carried: state, upgrading });
+  const next = await sealForNextRun((): RoutesInput => ({ carried: state, upgrading: upgrade.requested() }));
+  await continueAsNewWith<typeof routes>(next.upgrading === true)(next);
+}
+
+/** Reads the replicas' route memos from visibility whenever a resync is asked for. */
+async function resyncFromVisibility(ctx: RoutesContext, listReplicaRoutes: ControlActivities['listReplicaRoutes']): Promise<void> {
+  for (;;) {
+    await condition(() => ctx.resync !== undefined);
+    const replace = ctx.resync === 'replace';
+    ctx.resync = undefined;
+    const entries = await listReplicaRoutes();
+    if (applySeed(ctx.state, entries, replace)) ctx.publish();
+  }
+}
+
+/**
+ * One timer for every waiting call, running only while some call waits: it answers watchers
+ * whose table did not change (so each router hears from the workflow at least every five
+ * minutes, and the workflow from each router), and re-checks awaitRouted as routers age out.
+ */
+async function tickWhileWaiting(ctx: RoutesContext): Promise<void> {
+  for (;;) {
+    await condition(() => ctx.waiting > 0);
+    await sleep(WATCH_TIMEOUT_MS);
+    ctx.tick++;
+    pruneRouters(ctx.state, Date.now());
+    ctx.publish();
+  }
 }

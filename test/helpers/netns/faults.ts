@@ -20,32 +20,35 @@ function nft(network: Network, host: NetHost, script: string): void {
 }
 
 /**
- * Connections the host opens to the control plane's side of the bridge (Temporal, or the
- * fault proxy in front of it) are dropped both ways; connections opened from there to the host
- * (the router to its engines) still flow. Told apart by conntrack's direction, not by port, so
- * the cut does not depend on which ports Temporal or the engines chose.
+ * Drops both ways, inside the host's namespace, every connection that `opener` opens across the
+ * bridge: the packets it sends out in the connection's original direction and the replies that
+ * come back. Told apart by conntrack's direction, not by port, so the cut does not depend on
+ * which ports Temporal or the engines chose; connections the other side opens still flow.
  */
-export function cutFromControlPlane(network: Network, host: NetHost): void {
+function cutConnectionsOpenedBy(opener: 'host' | 'gateway', network: Network, host: NetHost): void {
+  const [outgoing, incoming] = opener === 'host' ? ['original', 'reply'] : ['reply', 'original'];
   nft(
     network,
     host,
     `table inet ${TABLE} {
-      chain out { type filter hook output priority 0; ct direction original ip daddr ${network.gateway} drop; }
-      chain in { type filter hook input priority 0; ct direction reply ip saddr ${network.gateway} drop; }
+      chain out { type filter hook output priority 0; ct direction ${outgoing} ip daddr ${network.gateway} drop; }
+      chain in { type filter hook input priority 0; ct direction ${incoming} ip saddr ${network.gateway} drop; }
     }`,
   );
 }
 
+/**
+ * Connections the host opens to the control plane's side of the bridge (Temporal, or the fault
+ * proxy in front of it) are dropped; connections opened from there to the host (the router to its
+ * engines) still flow.
+ */
+export function cutFromControlPlane(network: Network, host: NetHost): void {
+  cutConnectionsOpenedBy('host', network, host);
+}
+
 /** The reverse: the router cannot reach the host's engines, while the agent still reaches Temporal. */
 export function cutFromRouter(network: Network, host: NetHost): void {
-  nft(
-    network,
-    host,
-    `table inet ${TABLE} {
-      chain in { type filter hook input priority 0; ct direction original ip saddr ${network.gateway} drop; }
-      chain out { type filter hook output priority 0; ct direction reply ip daddr ${network.gateway} drop; }
-    }`,
-  );
+  cutConnectionsOpenedBy('gateway', network, host);
 }
 
 /** Ends any cut made with nftables on this host. */

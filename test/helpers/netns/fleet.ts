@@ -9,7 +9,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { BACKSTOP_PRESENCE_SECONDS } from '../../../agent/presence.js';
+import { BACKSTOP_PRESENCE_SECONDS } from '../../../agent/host/presence.js';
 import { deploymentStatusQuery } from '../../../workflows/definitions.js';
 import type { DeploymentView } from '../../../common/replica-types.js';
 import { eventually, killEnginesOf, spawnControlWorker, startSimAgent, stopAll, type LlmgwProcess } from '../processes.js';
@@ -68,10 +68,12 @@ export interface NetFleetOptions {
   webUi?: boolean;
   /** Extra `llmgw agent` flags. */
   agentFlags?: string[];
+  /** Hosts on the bridge with no agent (network.hosts after the agents'): strangers on the network. */
+  bystanders?: number;
 }
 
 export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet> {
-  const network = createNetwork(options.hosts);
+  const network = createNetwork(options.hosts + (options.bystanders ?? 0));
   const stops: (() => Promise<void>)[] = [async () => network.destroy()];
   const agents: NetAgent[] = [];
   const stop = async (): Promise<void> => {
@@ -108,7 +110,7 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
         })
       ).proc;
     await Promise.all(
-      network.hosts.map(async (host, i) => {
+      network.hosts.slice(0, options.hosts).map(async (host, i) => {
         const from = 30000 + ((process.pid * 7 + i * 100) % 30000);
         const agent = {
           host,

@@ -2,7 +2,7 @@
 // its node id, shard id and CUDA_VISIBLE_DEVICES. A GPU held twice is two live shards of one
 // node with a GPU index in common, whatever the control plane believes. For the network tests
 // and bench/faults.ts (so it reads /proc itself rather than through the vitest helpers).
-import { listPids, readEnviron } from '../../../agent/supervisor/proc.js';
+import { listPids, readEnviron } from '../../../agent/supervisor/processes/proc.js';
 
 export interface GpuHolder {
   nodeId: string;

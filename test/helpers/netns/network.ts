@@ -34,7 +34,7 @@ export interface Network {
 /** Why these tests cannot run here, or undefined when they can (root, and `ip netns` works). */
 export function networkUnavailable(): string | undefined {
   if (process.platform !== 'linux') return 'network namespaces need Linux';
-  if (process.getuid?.() !== 0) return 'network namespaces need root (CI runs these tests as root)';
+  if (process.getuid?.() !== 0) return 'network namespaces need root: run `sudo npm test`, as CI does';
   try {
     execFileSync('ip', ['netns', 'list'], { stdio: 'pipe' });
   } catch (error) {
@@ -43,7 +43,7 @@ export function networkUnavailable(): string | undefined {
   try {
     execFileSync('nft', ['--version'], { stdio: 'pipe' });
   } catch {
-    return 'nft is not installed (apt-get install nftables)';
+    return 'nft is not installed: `sudo npm test` installs it (apt-get install nftables)';
   }
   return undefined;
 }
@@ -200,4 +200,14 @@ export function listeners(network: Network, host: NetHost): { address: string; p
       const pids = [...line.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]));
       return { address: local.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(local.slice(at + 1)), pids };
     });
+}
+
+/** Whether a TCP connection from a host's namespace to `address:port` opens within `timeoutS` (bounded). */
+export function canConnect(network: Network, host: NetHost, address: string, port: number, timeoutS = 3): boolean {
+  try {
+    network.exec(host, ['timeout', String(timeoutS), 'bash', '-c', `exec 3<>/dev/tcp/${address}/${port}`]);
+    return true;
+  } catch {
+    return false;
+  }
 }

@@ -1,0 +1,72 @@
+// The agent's reports of its host: `describe` (registrations, the admin API) and `survey`
+// (reconciliation's, which first acts on what no spec describes), built from a fresh
+// discovery on real GPUs, the supervisor's shards and the processes it judged. Agent side.
+import type { ForeignProcess, Register, UnidentifiedProcess } from '../../proto/gen/llmgw/v1/register_pb.js';
+import type { AgentConfig } from '../config.js';
+import type { DiscoveredHost } from '../discovery/inventory.js';
+import { discoverHost } from '../discovery/discover-host.js';
+import type { AgentView } from '../metrics.js';
+import { buildRegister } from './register-message.js';
+import type { GpuProcess } from '../supervisor/recovery/strangers.js';
+import type { RecoveryReport, Supervisor } from '../supervisor/supervisor.js';
+
+/** The compute processes nvidia-smi lists on the GPUs this agent manages (none when simulated). */
+export function gpuProcessesOf(config: AgentConfig, host: DiscoveredHost): GpuProcess[] {
+  const managed = config.managedGpus ?? host.gpus.map((gpu) => gpu.index);
+  return host.computeProcesses
+    .filter((process) => process.gpuIndices.some((index) => managed.includes(index)))
+    .map((process) => ({ pid: process.pid, gpuIndices: process.gpuIndices, usedMemoryMib: process.usedMemoryMib }));
+}
+
+export interface HostReports {
+  describe(): Promise<Register>;
+  survey(): Promise<Register>;
+  /** The latest inventory (refreshed by each report on real GPUs). */
+  host(): DiscoveredHost;
+  /** What the metrics' gauges show. */
+  view(): AgentView;
+}
+
+export function createHostReports(deps: {
+  config: AgentConfig;
+  supervisor: Supervisor;
+  host: DiscoveredHost;
+  recovered: RecoveryReport;
+  /** Known once the admin server listens (reports are only asked for after that). */
+  adminAddress: () => string;
+}): HostReports {
+  const { config, supervisor, recovered, adminAddress } = deps;
+  let host = deps.host;
+  // Recovery's findings are named in every registration; a survey names each kill once.
+  const unidentified: UnidentifiedProcess[] = [...recovered.unidentified];
+  let unreportedKills: UnidentifiedProcess[] = [...recovered.unidentified];
+  // Foreign processes killed at start (kill mode) stay named in every registration.
+  const foreignKilledAtStart = recovered.foreign.filter((f) => f.killed);
+  let foreign: ForeignProcess[] = [...recovered.foreign];
+
+  const refresh = async (): Promise<void> => {
+    if (config.gpus === 'real') host = await discoverHost(config);
+  };
+  return {
+    async describe() {
+      await refresh();
+      foreign = [...foreignKilledAtStart, ...supervisor.foreignProcesses(gpuProcessesOf(config, host))];
+      return buildRegister(config, host, supervisor.list(), unidentified, foreign, adminAddress());
+    },
+    async survey() {
+      await refresh();
+      const found = await supervisor.survey(gpuProcessesOf(config, host));
+      const named = [...unreportedKills, ...found.unidentified];
+      unreportedKills = [];
+      foreign = [...foreignKilledAtStart, ...found.foreign];
+      return buildRegister(config, host, supervisor.list(), named, foreign, adminAddress());
+    },
+    host: () => host,
+    view: () => ({
+      shards: supervisor.list(),
+      gpus: host.gpus,
+      managedGpus: config.managedGpus ?? host.gpus.map((gpu) => gpu.index),
+      foreign,
+    }),
+  };
+}

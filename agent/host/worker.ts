@@ -1,0 +1,85 @@
+// The agent host's Temporal worker on `agent/<nodeId>`: the node-local activities (activities.ts,
+// and the weights' in weights/) over this host's supervisor, GPU health, drainer and weights
+// cache. Agent side.
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { agentTaskQueue } from '../../common/names.js';
+import type { LineLog } from '../../common/logger.js';
+import type { Register } from '../../proto/gen/llmgw/v1/register_pb.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { createAgentActivities } from '../activities.js';
+import type { AgentConfig } from '../config.js';
+import { createDrainer } from '../drain.js';
+import type { GpuHealth } from '../gpu-health.js';
+import type { RevisionPolicy } from '../revision-check.js';
+import type { Supervisor } from '../supervisor/supervisor.js';
+import { createHostWeights } from '../weights/host-weights.js';
+import { heldWeightsOf } from '../weights/weights-report.js';
+import type { HostReports } from './describe-and-survey.js';
+import type { NodeSignals } from './node-signals.js';
+import type { Registration } from './registration.js';
+
+export interface HostWorkerDeps {
+  connection: NativeConnection;
+  namespace: string;
+  config: AgentConfig;
+  supervisor: Supervisor;
+  gpuHealth: GpuHealth;
+  reports: HostReports & { describe(): Promise<Register>; survey(): Promise<Register> };
+  signals: NodeSignals;
+  registration: Registration;
+  log: LineLog;
+  /** Activity pollers (the SDK's default when unset); a fleet of hundreds needs few. */
+  activityPollers?: number;
+  /** Which revisions this agent starts, and so fetches weights for. */
+  revisionPolicy: RevisionPolicy;
+}
+
+/** The worker, and the drainer it serves (closed when the worker has stopped). */
+export async function createHostWorker(deps: HostWorkerDeps): Promise<{ worker: Worker; close(): void }> {
+  const { config, supervisor, gpuHealth, reports, signals, registration, log } = deps;
+  const drainer = createDrainer({ statusOf: (shardId) => supervisor.status(shardId), send: signals.notify, log });
+  const activities = createAgentActivities({
+    supervisor,
+    gpuHealth: {
+      refusal: (gpuIndices) => gpuHealth.refusal(gpuIndices),
+      clear: (index) => {
+        const cleared = gpuHealth.clear(index);
+        if (cleared) registration.soon();
+        return cleared;
+      },
+    },
+    drain: (request) => drainer.drain(request),
+    describe: reports.describe,
+    survey: reports.survey,
+    onPresenceStarted: registration.soon,
+    presenceSummary: () => {
+      registration.presenceSeen();
+      const host = reports.host();
+      return {
+        shards: supervisor.list().length,
+        gpus: host.gpus.length,
+        unhealthyGpus: host.gpus.filter((gpu) => gpu.health?.problems.length).map((gpu) => gpu.index),
+      };
+    },
+  });
+  const weights = createHostWeights(
+    config,
+    () => supervisor.list(),
+    log,
+    () => signals.weightsChanged(),
+    deps.revisionPolicy,
+  );
+  signals.reportChanges({ shards: () => supervisor.list(), heldWeights: () => heldWeightsOf(weights.cache, supervisor.list()) });
+  const worker = await Worker.create({
+    connection: deps.connection,
+    namespace: deps.namespace,
+    taskQueue: agentTaskQueue(config.nodeId),
+    activities: { ...activities, ...weights.activities },
+    dataConverter: llmgwDataConverter(),
+    // Presence runs for as long as the agent lives; leave room for engine starts besides.
+    maxConcurrentActivityTaskExecutions: 200,
+    ...(deps.activityPollers ? { maxConcurrentActivityTaskPolls: deps.activityPollers } : {}),
+    shutdownGraceTime: '5 seconds',
+  });
+  return { worker, close: () => drainer.close() };
+}

@@ -1,0 +1,171 @@
+// Where an engine's ports are chosen, claims included. Agent side. A start gets the engine's
+// HTTP port and, for rank 0 of a multi-node replica, the rendezvous port the other ranks join.
+// Several agents (simulated ones, tests, `llmgw up`, other programs) can share a host, so a
+// port is taken only when no engine of ours or of another agent on this host carries it (its
+// LLMGW_HTTP_PORT marker), it binds now, and its claim file is ours.
+//
+// Claims: between choosing a port and the engine carrying it in its marker (or binding it), two
+// agents could choose the same free port; a claim file created with O_EXCL closes that window.
+// Claims go stale after a minute, by which time the marker or the bound socket protects the
+// port. They live in a directory of the agent's own (default `<state dir>/port-claims`; agents
+// that share a host share one with --port-claims-dir), never in a world-writable one: in /tmp
+// any local user could claim every port of the range (no engine could start) or plant the
+// directory as a link to somewhere root then writes.
+import { closeSync, lstatSync, mkdirSync, openSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { FailureType } from '../../../common/failures.js';
+import { isPortFree } from '../../../common/ports.js';
+import type { StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
+import type { SupervisorCore } from '../core.js';
+import { portsMarkedOnHost } from '../processes/markers.js';
+import type { Shard } from '../shard.js';
+
+export interface PortRange {
+  from: number;
+  to: number;
+}
+
+const PORT_LOCK = ' ports';
+const CLAIM_TTL_MS = 60_000;
+
+export function validatePortRange(range: PortRange): void {
+  const ok = Number.isInteger(range.from) && Number.isInteger(range.to) && range.from >= 1 && range.to <= 65535 && range.from <= range.to;
+  if (!ok) throw new Error(`invalid engine port range ${range.from}-${range.to}`);
+}
+
+/** The port the agent gives the engine: the request's, or the first free one in its range. */
+export async function choosePort(core: SupervisorCore, spec: StartShard, existing: Shard | undefined): Promise<number> {
+  if (spec.httpPort !== 0) return spec.httpPort;
+  // Only rank 0 serves HTTP; worker ranks get no port.
+  if (spec.rank !== 0) return 0;
+  return core.locks.run(PORT_LOCK, async () => {
+    const inUse = portsInUse(core, existing, []);
+    const previous = existing?.record.httpPort ?? 0;
+    inUse.delete(previous);
+    const { from, to } = core.options.portRange;
+    return takePort(core, inUse, previous, `${core.nodeId}/${spec.shardId}`, (held) => {
+      const host = core.options.advertiseAddress;
+      return `no free port for an engine in the agent's range ${from}-${to} on ${host} (${held} held by this agent's shards)`;
+    });
+  });
+}
+
+/** A second port of the agent's range for rank 0's rendezvous, kept across restarts when free. */
+export async function chooseRendezvousPort(
+  core: SupervisorCore,
+  spec: StartShard,
+  existing: Shard | undefined,
+  httpPort: number,
+): Promise<number> {
+  return core.locks.run(PORT_LOCK, async () => {
+    const inUse = portsInUse(core, existing, [httpPort]);
+    for (const s of core.shards.values()) if (s !== existing && s.spec.leaderPort > 0 && s.spec.rank === 0) inUse.add(s.spec.leaderPort);
+    const { from, to } = core.options.portRange;
+    return takePort(core, inUse, existing?.spec.leaderPort ?? 0, `${core.nodeId}/${spec.shardId}/rendezvous`, () => {
+      return `shard ${spec.shardId}: no free port in ${from}-${to} for the rendezvous of its ${spec.nnodes} ranks`;
+    });
+  });
+}
+
+/** Ports promised to starts in flight, carried by our other shards, or marked by other agents' engines. */
+function portsInUse(core: SupervisorCore, existing: Shard | undefined, extra: number[]): Set<number> {
+  const inUse = new Set<number>([...core.reservedPorts, ...extra]);
+  for (const s of core.shards.values()) if (s !== existing && s.record.httpPort > 0) inUse.add(s.record.httpPort);
+  // Engines of other agents on this host that were given a port but may not bind it yet.
+  for (const p of portsMarkedOnHost(core.launcher)) inUse.add(p);
+  return inUse;
+}
+
+/**
+ * `previous` when it still binds (a restart keeps its port: clients and logs stay easy to
+ * follow, and the port is ours already), else the first port of the range that binds and whose
+ * claim we win. Reserves the port for the start. Throws a non-retryable NoFreePort failure
+ * with `noneFree(held)` once every port of the range is held or claimed.
+ */
+async function takePort(
+  core: SupervisorCore,
+  inUse: Set<number>,
+  previous: number,
+  owner: string,
+  noneFree: (held: number) => string,
+): Promise<number> {
+  const { portRange } = core.options;
+  const held = inUse.size;
+  const reserve = (port: number): number => {
+    core.reservedPorts.add(port);
+    return port;
+  };
+  if (previous > 0 && !inUse.has(previous)) {
+    if (await bindsNow(core, previous)) return reserve(previous);
+    inUse.add(previous);
+  }
+  // A port whose claim another agent on this host has just won is skipped like a bound one.
+  for (let port = portRange.from; port <= portRange.to; port++) {
+    if (inUse.has(port) || !(await bindsNow(core, port))) continue;
+    if (claim(core, port, owner)) return reserve(port);
+  }
+  throw ApplicationFailure.nonRetryable(noneFree(held), FailureType.NoFreePort);
+}
+
+async function bindsNow(core: SupervisorCore, port: number): Promise<boolean> {
+  const host = core.options.advertiseAddress;
+  if (await isPortFree(port, host)) return true;
+  core.log(`port ${port} on ${host} is in the agent's engine range but another program holds it; skipping it`);
+  return false;
+}
+
+/** Claims `port` in the agent's claims directory; an unsafe directory refuses the start. */
+function claim(core: SupervisorCore, port: number, owner: string): boolean {
+  const dir = core.options.portClaimsDir ?? defaultClaimsDir(core.options.stateDir);
+  try {
+    ensureClaimsDir(dir);
+  } catch (error) {
+    throw ApplicationFailure.nonRetryable(
+      `${error instanceof Error ? error.message : String(error)}: fix it, or give the agent another --port-claims-dir`,
+      FailureType.StateDirUnwritable,
+    );
+  }
+  return claimPort(dir, port, owner);
+}
+
+/**
+ * Creates the claims directory (0700) and checks that it is a real directory of this user
+ * that nobody else can write; throws saying why otherwise.
+ */
+export function ensureClaimsDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const stat = lstatSync(dir);
+  const uid = process.getuid?.();
+  if (!stat.isDirectory()) throw new Error(`port claims directory ${dir} is not a directory (a link?)`);
+  if (uid !== undefined && stat.uid !== uid)
+    throw new Error(`port claims directory ${dir} belongs to uid ${stat.uid}, not to this agent (${uid})`);
+  if (stat.mode & 0o022) throw new Error(`port claims directory ${dir} is writable by others (mode ${(stat.mode & 0o777).toString(8)})`);
+}
+
+/** True when this caller now holds the claim on `port` in `dir` (or the previous claim was stale). */
+export function claimPort(dir: string, port: number, owner: string): boolean {
+  const file = join(dir, String(port));
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(file, 'wx', 0o600);
+      writeSync(fd, `${owner} ${process.pid} ${new Date().toISOString()}\n`);
+      closeSync(fd);
+      return true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') return true; // cannot claim: fall back to the bind check alone
+      try {
+        if (Date.now() - statSync(file).mtimeMs < CLAIM_TTL_MS) return false;
+        unlinkSync(file);
+      } catch {
+        // Someone else removed or renewed it; try once more.
+      }
+    }
+  }
+  return false;
+}
+
+/** Where an agent keeps its claims unless told to share a directory with other agents. */
+export function defaultClaimsDir(stateDir: string): string {
+  return join(stateDir, 'port-claims');
+}

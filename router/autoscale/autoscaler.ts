@@ -1,0 +1,240 @@
+// The router's autoscaler, in the one process per router that talks to Temporal (the primary of
+// a --workers cluster, or the router itself). Every second, for each autoscaled deployment in the
+// route table: its load from the engines' own metrics and the requests routers hold, through the
+// stabilization windows (autoscale/rule.ts), and the `autoscale` Update only when the count
+// changes; `wake` for a deployment at zero while requests wait for it. Steady load sends nothing.
+// Router side; the design and its defaults: docs/autoscaling.md.
+import type { Counter, Gauge, Registry } from 'prom-client';
+import { Series } from '../series.js';
+import type { AutoscalePolicy } from '../../common/autoscale.js';
+import type { DeploymentControl, Outcome } from './temporal.js';
+import { Stabilizer, type Decision, type DeploymentSignals } from './rule.js';
+import { mergeReports, type LoadReport } from './load-report.js';
+import { isRoutable, type DeploymentEntry, type RouteSnapshot } from '../routes/table.js';
+
+export interface AutoscalerOptions {
+  /** Undefined: recommendations are computed and shown, nothing is sent (static routes). */
+  control: DeploymentControl | undefined;
+  /** Where llmgw_autoscaler_* live (the process's own registry, beside its Temporal call counts). */
+  registry: Registry;
+  /** The latest report of every router process. */
+  reports(): LoadReport[];
+  /** Who decides, in each decision (host/pid). */
+  routerId: string;
+  log(line: string): void;
+  intervalMs?: number;
+}
+
+/** An engine scrape older than this says nothing about now. */
+const STALE_SAMPLE_MS = 5_000;
+/** After a count is sent, how long to wait for the table to show it before deciding again. */
+const PENDING_MS = 10_000;
+/** While requests wait for a deployment at zero, a wake is sent again this often (a lost one is retried). */
+const WAKE_EVERY_MS = 2_000;
+
+interface Tracked {
+  stabilizer: Stabilizer;
+  /** A count sent, not yet in the table. */
+  pending?: { desired: number; until: number };
+  /** A call in flight: one at a time per deployment. */
+  busy: boolean;
+  lastWakeAt: number;
+}
+
+export class Autoscaler {
+  private table: RouteSnapshot | undefined;
+  private readonly tracked = new Map<string, Tracked>();
+  /** Each engine's request counter at the last tick: a change is a request served. */
+  private readonly counters = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private readonly recommended: Gauge<'deployment'>;
+  private readonly desired: Gauge<'deployment'>;
+  private readonly signal: Gauge<'deployment' | 'signal'>;
+  private readonly decisions: Counter<'deployment' | 'direction' | 'result'>;
+  private readonly lastDecision: Gauge<'deployment'>;
+
+  constructor(private readonly options: AutoscalerOptions) {
+    const series = new Series(options.registry);
+    this.recommended = series.gauge(
+      'llmgw_autoscaler_recommended',
+      'Replicas the load asks for now, before the stabilization windows, by deployment.',
+      ['deployment'],
+    );
+    this.desired = series.gauge('llmgw_autoscaler_desired', "The deployment's desired replica count, as the route table says.", [
+      'deployment',
+    ]);
+    this.signal = series.gauge(
+      'llmgw_autoscaler_signal',
+      'What the autoscaler decides on, by deployment and signal (running, waiting, kv_cache, queued, in_flight, routable).',
+      ['deployment', 'signal'],
+    );
+    this.decisions = series.counter(
+      'llmgw_autoscaler_decisions_total',
+      'Counts this router sent, by deployment, direction (up, down, wake) and result (accepted; refused: another router had sent it, or nothing changed; failed).',
+      ['deployment', 'direction', 'result'],
+    );
+    this.lastDecision = series.gauge(
+      'llmgw_autoscaler_last_decision_timestamp_seconds',
+      'When this router last had a count accepted, by deployment (Unix time).',
+      ['deployment'],
+    );
+  }
+
+  setTable(snapshot: RouteSnapshot): void {
+    this.table = snapshot;
+    for (const d of snapshot.deployments) {
+      const t = this.tracked.get(d.name);
+      if (t?.pending && t.pending.desired === d.desired) t.pending = undefined;
+    }
+  }
+
+  start(): void {
+    this.timer = setInterval(() => this.tick(Date.now()), this.options.intervalMs ?? 1000);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+  }
+
+  /** Requests wait at a router for this model with no routable replica: wake its deployment now if it is at zero. */
+  hold(model: string): void {
+    const d = this.autoscaled().find((x) => x.servedName === model || x.name === model);
+    if (d !== undefined && d.desired === 0) this.wake(d, 'a request is held at the router', Date.now());
+  }
+
+  tick(now: number): void {
+    const deployments = this.autoscaled();
+    const load = mergeReports(this.options.reports());
+    const routes = this.table?.routes ?? [];
+    const seen = new Set<string>();
+    // Several deployments may serve one name: what routers hold for it counts towards the first.
+    const queuedFor = new Map<string, string>();
+    for (const d of deployments) if (!queuedFor.has(d.servedName)) queuedFor.set(d.servedName, d.name);
+    for (const d of deployments) {
+      seen.add(d.name);
+      // The deployment publishes its settings with every default filled in.
+      const policy = d.autoscale as AutoscalePolicy;
+      const urls = routes.filter((r) => r.deployment === d.name && r.endpoint !== '' && isRoutable(r.phase)).map((r) => r.endpoint);
+      const signals: DeploymentSignals = { running: 0, waiting: 0, kvCache: 0, queued: 0, inFlight: 0, routable: urls.length };
+      signals.queued = queuedFor.get(d.servedName) === d.name ? (load.queued[d.servedName] ?? 0) : 0;
+      // Unknown load (no scrape yet, metrics unreachable, a replica still starting) is not idleness.
+      let active = signals.queued > 0 || (urls.length === 0 && d.desired > 0);
+      let kvSum = 0;
+      for (const url of urls) {
+        const sample = load.engines[url];
+        if (sample === undefined || sample.at === 0 || now - sample.at > STALE_SAMPLE_MS) {
+          active = true;
+          continue;
+        }
+        signals.running += sample.running;
+        signals.waiting += sample.waiting;
+        signals.inFlight += Math.max(sample.running + sample.waiting, sample.inflight);
+        kvSum += sample.kvUsage;
+        const before = this.counters.get(url);
+        this.counters.set(url, sample.requests);
+        if (sample.running + sample.waiting + sample.inflight > 0 || (before !== undefined && before !== sample.requests)) active = true;
+      }
+      signals.kvCache = urls.length > 0 ? kvSum / urls.length : 0;
+      this.decide(d, policy, signals, active, now);
+    }
+    for (const name of this.tracked.keys()) if (!seen.has(name)) this.forget(name);
+    const live = new Set(routes.map((r) => r.endpoint));
+    for (const url of this.counters.keys()) if (!live.has(url)) this.counters.delete(url);
+  }
+
+  private decide(d: DeploymentEntry, policy: AutoscalePolicy, s: DeploymentSignals, active: boolean, now: number): void {
+    let t = this.tracked.get(d.name);
+    if (t === undefined) {
+      t = { stabilizer: new Stabilizer(now), busy: false, lastWakeAt: 0 };
+      this.tracked.set(d.name, t);
+    }
+    const step = t.stabilizer.step(policy, d.desired, s, active, now);
+    this.recommended.set({ deployment: d.name }, step.recommended);
+    this.desired.set({ deployment: d.name }, d.desired);
+    for (const [signal, value] of [
+      ['running', s.running],
+      ['waiting', s.waiting],
+      ['kv_cache', s.kvCache],
+      ['queued', s.queued],
+      ['in_flight', s.inFlight],
+      ['routable', s.routable],
+    ] as const)
+      this.signal.set({ deployment: d.name, signal }, value);
+    if (t.pending && now > t.pending.until) t.pending = undefined;
+    // At zero, requests waiting wake it (the purpose-made Update); the windows take over from one.
+    if (d.desired === 0) {
+      if (s.queued > 0) this.wake(d, `${s.queued} request(s) held at routers`, now);
+      return;
+    }
+    if (step.decision === undefined || step.decision.desired === d.desired || t.pending || t.busy || !this.options.control) return;
+    this.send(d, t, step.decision, s, now);
+  }
+
+  private send(d: DeploymentEntry, t: Tracked, decision: Decision, s: DeploymentSignals, now: number): void {
+    const control = this.options.control as DeploymentControl;
+    t.busy = true;
+    const signals: Record<string, number> = { ...s };
+    const by = this.options.routerId;
+    this.settle(
+      d.name,
+      t,
+      decision.direction,
+      control.decide(d.name, { desired: decision.desired, reason: decision.reason, signals, by }),
+      (outcome) => {
+        if (outcome.accepted) this.options.log(`router: autoscaled ${d.name} ${d.desired} → ${decision.desired}: ${decision.reason}`);
+        t.pending = { desired: decision.desired, until: now + PENDING_MS };
+        t.stabilizer.decided();
+      },
+    );
+  }
+
+  private wake(d: DeploymentEntry, reason: string, now: number): void {
+    const control = this.options.control;
+    let t = this.tracked.get(d.name);
+    if (t === undefined) {
+      t = { stabilizer: new Stabilizer(now), busy: false, lastWakeAt: 0 };
+      this.tracked.set(d.name, t);
+    }
+    if (control === undefined || t.busy || now - t.lastWakeAt < WAKE_EVERY_MS) return;
+    t.lastWakeAt = now;
+    t.busy = true;
+    const tracked = t;
+    this.settle(d.name, t, 'wake', control.wake(d.name, { reason, by: this.options.routerId }), (outcome) => {
+      if (outcome.accepted) this.options.log(`router: woke ${d.name} (${reason}): desired ${outcome.desired}`);
+      tracked.stabilizer.decided();
+    });
+  }
+
+  /** Counts and logs a call's outcome; a failure is retried on a later tick. */
+  private settle(name: string, t: Tracked, direction: string, call: Promise<Outcome>, done: (outcome: Outcome) => void): void {
+    call.then(
+      (outcome) => {
+        t.busy = false;
+        this.decisions.inc({ deployment: name, direction, result: outcome.accepted ? 'accepted' : 'refused' });
+        if (outcome.accepted) this.lastDecision.set({ deployment: name }, Date.now() / 1000);
+        done(outcome);
+      },
+      (err: unknown) => {
+        t.busy = false;
+        this.decisions.inc({ deployment: name, direction, result: 'failed' });
+        this.options.log(`router: could not ${direction === 'wake' ? 'wake' : 'autoscale'} ${name}: ${(err as Error).message}`);
+      },
+    );
+  }
+
+  private autoscaled(): DeploymentEntry[] {
+    return (this.table?.deployments ?? [])
+      .filter((d) => d.autoscale !== undefined && d.phase !== 'Undeploying' && d.phase !== 'Undeployed')
+      .sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  private forget(name: string): void {
+    this.tracked.delete(name);
+    this.recommended.remove({ deployment: name });
+    this.desired.remove({ deployment: name });
+    this.lastDecision.remove({ deployment: name });
+    for (const signal of ['running', 'waiting', 'kv_cache', 'queued', 'in_flight', 'routable'])
+      this.signal.remove({ deployment: name, signal });
+  }
+}

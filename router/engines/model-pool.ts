@@ -1,0 +1,39 @@
+// One model's requests at the router: the endpoints that may take them, the policy that picks
+// among them, its metrics and its waiting line. engines/pools.ts builds them from the route
+// table; the Exchange, the waiting room and the adapter router read them. Router side.
+import type { ModelMetrics } from '../metrics.js';
+import { pickLeastLoaded } from '../policies/least-loaded.js';
+import type { PickRequest, RoutingPolicy } from '../policies/policy.js';
+import type { Endpoint } from './endpoint.js';
+import { ModelQueue } from './queue.js';
+
+export class ModelPool {
+  /** The served name as the JSON string a body carries, to put in place of a deployment alias. */
+  readonly servedNameJson: Buffer;
+  /** An adapter's pool (adapters/router.ts): an engine answered 404 for it, so it lost the adapter. */
+  adapterLost: ((e: Endpoint) => void) | undefined = undefined;
+
+  constructor(
+    readonly servedName: string,
+    readonly endpoints: Endpoint[],
+    readonly policy: RoutingPolicy<Endpoint>,
+    readonly metrics: ModelMetrics,
+    /** Its waiting line at this router, which outlives table changes. */
+    readonly queue: ModelQueue = new ModelQueue(servedName),
+    /** Autoscaled: with no routable replica, a request is held (and wakes it) rather than refused. */
+    readonly holds: boolean = false,
+    /** The deployments behind it (their names are aliases of it): what an API key's scope may name. */
+    readonly deployments: readonly string[] = [],
+  ) {
+    this.servedNameJson = Buffer.from(JSON.stringify(servedName));
+  }
+
+  /**
+   * The endpoint for the next attempt: the first by the model's policy, a retry (`tried` set)
+   * to the least-loaded endpoint not yet tried.
+   */
+  pick(request: PickRequest, tried: Endpoint[] | undefined, now: number): Endpoint | undefined {
+    if (tried !== undefined) return pickLeastLoaded(this.endpoints, tried, now);
+    return this.policy.pick(this.endpoints, request, now);
+  }
+}

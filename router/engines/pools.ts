@@ -1,0 +1,163 @@
+// The router's live routing state: for each model name its ModelPool (model-pool.ts), the
+// endpoints that may take its requests, each endpoint one shared object (pool, load, health)
+// however many models or table refreshes refer to it, and each model's cache-affinity memory,
+// which outlives table changes. Rebuilt from the route table only when it changes. Router side.
+import { AFFINITY_ON, type AffinitySettings } from '../policies/affinity-settings.js';
+import { Endpoint } from './endpoint.js';
+import { KvEventStream } from '../kv/events.js';
+import { AffinityTable, DEFAULT_GUARD, type ImbalanceGuard } from '../policies/affinity-table.js';
+import { createPolicy, type PolicyName } from '../policies/index.js';
+import type { ModelMetrics, RouterMetrics } from '../metrics.js';
+import { ModelPool } from './model-pool.js';
+import type { ModelQueue } from './queue.js';
+import { buildModelRoutes, type DeploymentEntry, type RouteEntry } from '../routes/table.js';
+import { createUpstreamPool, engineAuth, type EngineAuth, type UpstreamOptions } from './upstream.js';
+
+export interface RoutingOptions {
+  affinity: AffinitySettings;
+  guard: ImbalanceGuard;
+  /** Overrides the policy for every model (bench:affinity compares them). */
+  policy: PolicyName | undefined;
+  /** Each model's waiting line (the waiting room's); a private one per pool when absent. */
+  queueFor?: (servedName: string) => ModelQueue;
+  /** Where an engine publishes its KV-cache events (kv/events.ts: parseKvEventsSpec); undefined: nowhere. */
+  kvEvents?: ((url: string) => string | undefined) | undefined;
+}
+
+export const DEFAULT_ROUTING: RoutingOptions = { affinity: AFFINITY_ON, guard: DEFAULT_GUARD, policy: undefined };
+
+export class RoutingState {
+  /** By served name and deployment alias; the same ModelPool may appear under both. */
+  private models = new Map<string, ModelPool>();
+  private readonly endpoints = new Map<string, Endpoint>();
+  private readonly metricsByModel = new Map<string, ModelMetrics>();
+  private readonly tables = new Map<string, AffinityTable<Endpoint>>();
+  private modelsJson = '{"object":"list","data":[]}';
+  /** Served name → the catalog models its deployments run (where adapters are listed). */
+  private catalogModels = new Map<string, string[]>();
+  private readonly auth: EngineAuth;
+
+  constructor(
+    private readonly metrics: RouterMetrics,
+    private readonly upstream: UpstreamOptions,
+    private readonly routing: RoutingOptions = DEFAULT_ROUTING,
+  ) {
+    this.auth = engineAuth(upstream.engineKey);
+  }
+
+  lookup(model: string): ModelPool | undefined {
+    return this.models.get(model);
+  }
+
+  /** Each model's pool once, with the catalog models behind it: the bases adapters ride on. */
+  *bases(): Iterable<{ pool: ModelPool; models: readonly string[] }> {
+    for (const [name, pool] of this.models) if (name === pool.servedName) yield { pool, models: this.catalogModels.get(name) ?? [] };
+  }
+
+  liveEndpoints(): IterableIterator<Endpoint> {
+    return this.endpoints.values();
+  }
+
+  /** The /v1/models body: served names with at least one routable replica. */
+  modelsBody(): string {
+    return this.modelsJson;
+  }
+
+  routableModelCount(): number {
+    let n = 0;
+    for (const [name, pool] of this.models) if (name === pool.servedName && pool.endpoints.length > 0) n++;
+    return n;
+  }
+
+  endpointCount(): number {
+    return this.endpoints.size;
+  }
+
+  apply(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): void {
+    const routes = buildModelRoutes(entries, deployments);
+    this.catalogModels = new Map();
+    for (const d of deployments) this.catalogModels.set(d.servedName, [...(this.catalogModels.get(d.servedName) ?? []), d.model]);
+    const wanted = new Set<string>();
+    for (const route of routes.values()) for (const url of route.endpoints) wanted.add(url);
+
+    // Endpoints that left the table (drained, stopped) take no new request; their pools close
+    // once the requests already there have finished.
+    for (const [url, endpoint] of this.endpoints) {
+      if (wanted.has(url)) continue;
+      this.endpoints.delete(url);
+      endpoint.kv?.close();
+      void endpoint.pool.close().catch(() => undefined);
+    }
+    for (const url of wanted) {
+      if (this.endpoints.has(url)) continue;
+      const endpoint = new Endpoint(url, createUpstreamPool(url, this.upstream), this.auth);
+      const address = this.routing.kvEvents?.(url);
+      if (address !== undefined) {
+        const kv = new KvEventStream(address);
+        kv.start();
+        endpoint.kv = kv;
+      }
+      this.endpoints.set(url, endpoint);
+    }
+
+    const models = new Map<string, ModelPool>();
+    const built = new Map<string, ModelPool>();
+    for (const [name, route] of routes) {
+      let pool = built.get(route.servedName);
+      if (!pool) {
+        const endpoints = route.endpoints.map((url) => this.endpoints.get(url) as Endpoint);
+        const metrics = this.modelMetrics(route.servedName);
+        const policy = createPolicy(this.policyFor(route.servedName, route.deployments), {
+          table: () => this.table(route.servedName),
+          counted: (result) => metrics.affinity(result),
+        });
+        const queue = this.routing.queueFor?.(route.servedName);
+        pool = new ModelPool(route.servedName, endpoints, policy, metrics, queue, route.autoscaled, route.deployments);
+        built.set(route.servedName, pool);
+      }
+      models.set(name, pool);
+    }
+    this.models = models;
+    for (const name of this.tables.keys()) if (!built.has(name)) this.tables.delete(name);
+
+    const created = Math.floor(Date.now() / 1000);
+    const listed = new Set([...routes.values()].filter((r) => r.listed).map((r) => r.servedName));
+    const data = [...built.values()]
+      .filter((pool) => pool.endpoints.length > 0 || listed.has(pool.servedName))
+      .map((pool) => ({ id: pool.servedName, object: 'model', created, owned_by: 'llmgw' }));
+    this.modelsJson = JSON.stringify({ object: 'list', data });
+  }
+
+  private policyFor(servedName: string, deployments: readonly string[]): PolicyName {
+    if (this.routing.policy !== undefined) return this.routing.policy;
+    const { byName, enabled } = this.routing.affinity;
+    const named = byName.get(servedName) ?? deployments.map((d) => byName.get(d)).find((on) => on !== undefined);
+    return (named ?? enabled) ? 'cache-aware' : 'least-loaded';
+  }
+
+  private table(servedName: string): AffinityTable<Endpoint> {
+    let table = this.tables.get(servedName);
+    if (!table) {
+      table = new AffinityTable<Endpoint>(this.routing.guard);
+      this.tables.set(servedName, table);
+    }
+    return table;
+  }
+
+  private modelMetrics(name: string): ModelMetrics {
+    let m = this.metricsByModel.get(name);
+    if (!m) {
+      m = this.metrics.forModel(name);
+      this.metricsByModel.set(name, m);
+    }
+    return m;
+  }
+
+  async close(): Promise<void> {
+    for (const e of this.endpoints.values()) e.kv?.close();
+    const pools = [...this.endpoints.values()].map((e) => e.pool);
+    this.endpoints.clear();
+    this.models = new Map();
+    await Promise.all(pools.map((p) => p.destroy().catch(() => undefined)));
+  }
+}

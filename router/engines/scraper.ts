@@ -1,0 +1,175 @@
+// Reads each engine's load from its Prometheus page about once a second (vLLM and SGLang metric
+// names) for the balancer, and doubles as the probe that brings an ejected endpoint back.
+// Router side.
+import { classifyUpstreamError } from './upstream.js';
+import type { Endpoint, EngineLoad } from './endpoint.js';
+
+type Field = keyof EngineLoad;
+
+// Summed across label sets (data-parallel engines report one series per engine), except usage,
+// where the fullest engine is what matters.
+const WANTED: ReadonlyArray<readonly [string, Field]> = [
+  ['vllm:num_requests_running', 'running'],
+  ['vllm:num_requests_waiting', 'waiting'],
+  ['vllm:kv_cache_usage_perc', 'kvUsage'],
+  ['vllm:gpu_cache_usage_perc', 'kvUsage'],
+  ['sglang:num_running_reqs', 'running'],
+  ['sglang:num_queue_reqs', 'waiting'],
+  ['sglang:token_usage', 'kvUsage'],
+  // llama.cpp: requests in a slot, and requests deferred because every slot is busy. It exports
+  // no KV-cache usage; a full set of slots shows as deferred requests instead (docs/engines.md).
+  ['llamacpp:requests_processing', 'running'],
+  ['llamacpp:requests_deferred', 'waiting'],
+  // Counters: a change says the engine served something, whichever router sent it, so every
+  // router agrees on when a deployment went idle.
+  ['vllm:request_success_total', 'requests'],
+  ['sglang:num_requests_total', 'requests'],
+  // What a prefill and a request cost there (load before locality, policies/affinity-table.ts): the phase
+  // histograms' sums and counts, and the prompt tokens that were not found in the cache.
+  ['vllm:request_prefill_time_seconds_sum', 'prefillSeconds'],
+  ['vllm:request_inference_time_seconds_sum', 'inferenceSeconds'],
+  ['vllm:request_inference_time_seconds_count', 'inferenceCount'],
+  ['vllm:prompt_tokens_total', 'promptTokens'],
+  ['vllm:prefix_cache_hits_total', 'cachedTokens'],
+  // llama.cpp counts no requests; a decode step is work served, which is all `requests` is read for.
+  ['llamacpp:n_decode_total', 'requests'],
+  ['llamacpp:prompt_seconds_total', 'prefillSeconds'],
+  // llama.cpp's prompt_tokens_total leaves out the cached tokens (vLLM's counts every prompt
+  // token), so the cached counter is added to both: series of one field are summed.
+  ['llamacpp:prompt_tokens_total', 'promptTokens'],
+  ['llamacpp:prompt_tokens_cached_total', 'promptTokens'],
+  ['llamacpp:prompt_tokens_cached_total', 'cachedTokens'],
+];
+
+type Counter = 'requests' | 'prefillSeconds' | 'inferenceSeconds' | 'inferenceCount' | 'promptTokens' | 'cachedTokens';
+
+/**
+ * The load in a Prometheus text page, or undefined when it has none of the names we know.
+ * Searches for the few names instead of parsing every line: a vLLM page is tens of kilobytes
+ * of histograms, and at hundreds of endpoints a full parse each second would add up.
+ */
+export function parseEngineLoad(text: string): EngineLoad | undefined {
+  const load: EngineLoad = { running: 0, waiting: 0, kvUsage: 0 };
+  let found = false;
+  for (const [name, field] of WANTED) {
+    let from = 0;
+    for (;;) {
+      const at = text.indexOf(name, from);
+      if (at < 0) break;
+      from = at + name.length;
+      // A sample line starts with the name and continues with labels or a space; `_total`,
+      // `_bucket` or a name that merely begins with ours are other series.
+      if (at > 0 && text.charCodeAt(at - 1) !== 10) continue;
+      const next = text.charCodeAt(from);
+      if (next !== 123 /* { */ && next !== 32 /* space */) continue;
+      let end = text.indexOf('\n', from);
+      if (end < 0) end = text.length;
+      const line = text.slice(from, end).trimEnd();
+      // The value is the last field but one when a timestamp follows; labels may hold spaces,
+      // so look past the closing brace.
+      const afterLabels = next === 123 ? line.indexOf('}') + 1 : 0;
+      const fields = line.slice(afterLabels).trim().split(/\s+/);
+      const value = Number(fields[0]);
+      if (!Number.isFinite(value)) continue;
+      found = true;
+      if (field === 'kvUsage') load.kvUsage = Math.max(load.kvUsage, value);
+      else if (field === 'running' || field === 'waiting') load[field] += value;
+      else load[field as Counter] = (load[field as Counter] ?? 0) + value;
+    }
+  }
+  return found ? load : undefined;
+}
+
+export interface ScraperOptions {
+  intervalMs: number;
+  timeoutMs: number;
+}
+
+export const DEFAULT_SCRAPER: ScraperOptions = { intervalMs: 1000, timeoutMs: 800 };
+
+/**
+ * An engine whose concurrency is not known yet, with work from this router on it, is read this
+ * often instead: until a scrape has seen it full, cache-aware routing cannot weigh its queue
+ * (policies/affinity-table.ts), and a hot prefix must not pile up on it for a whole interval.
+ */
+const LEARNING_MS = 200;
+/** ... for this long after it first had work: an engine never seen full (a large max_num_seqs) is not read 5x a second for good. */
+const LEARNING_FOR_MS = 10_000;
+
+/** Scrapes every live endpoint each interval; a slow engine never delays the others. */
+export class Scraper {
+  private timer: NodeJS.Timeout | undefined;
+  private readonly busy = new WeakSet<Endpoint>();
+  /** performance.now() of each endpoint's last scrape. */
+  private readonly lastAt = new WeakMap<Endpoint, number>();
+  /** performance.now() until which an endpoint may be read every LEARNING_MS (from when it first had work). */
+  private readonly learnUntil = new WeakMap<Endpoint, number>();
+
+  constructor(
+    private readonly endpoints: () => Iterable<Endpoint>,
+    private readonly options: ScraperOptions,
+    private readonly onConnectFailure: (endpoint: Endpoint) => void,
+    /** After each engine's load was read (flow control may let a request through). */
+    private readonly onScraped?: () => void,
+  ) {}
+
+  start(): void {
+    const tick = Math.min(LEARNING_MS, this.options.intervalMs);
+    this.timer = setInterval(() => this.scrapeDue(performance.now()), tick);
+    this.timer.unref();
+    this.scrapeAll();
+  }
+
+  /** Endpoints whose interval is over, and those still being learned that have work on them. */
+  private scrapeDue(now: number): void {
+    for (const endpoint of this.endpoints()) {
+      const since = now - (this.lastAt.get(endpoint) ?? -Infinity);
+      let learning = false;
+      if (endpoint.inflight > 0 && !Number.isFinite(endpoint.concurrency())) {
+        let until = this.learnUntil.get(endpoint);
+        if (until === undefined) this.learnUntil.set(endpoint, (until = now + LEARNING_FOR_MS));
+        learning = now < until;
+      }
+      if (since >= this.options.intervalMs - 1 || (learning && since >= LEARNING_MS - 1)) this.scrapeOne(endpoint);
+    }
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+  }
+
+  scrapeAll(): void {
+    for (const endpoint of this.endpoints()) this.scrapeOne(endpoint);
+  }
+
+  private scrapeOne(endpoint: Endpoint): void {
+    if (this.busy.has(endpoint)) return;
+    this.busy.add(endpoint);
+    this.lastAt.set(endpoint, performance.now());
+    void this.scrape(endpoint).finally(() => this.busy.delete(endpoint));
+  }
+
+  private async scrape(endpoint: Endpoint): Promise<void> {
+    try {
+      const { statusCode, body } = await endpoint.pool.request({
+        method: 'GET',
+        path: '/metrics',
+        headers: endpoint.auth.own,
+        headersTimeout: this.options.timeoutMs,
+        bodyTimeout: this.options.timeoutMs,
+      });
+      // Any answer proves the engine is there; only a 200 carries load (SGLang serves /metrics
+      // only with --enable-metrics).
+      let load: EngineLoad | undefined;
+      if (statusCode === 200) load = parseEngineLoad(await body.text());
+      else await body.dump();
+      endpoint.probeSucceeded(performance.now(), load);
+      if (load !== undefined) this.onScraped?.();
+    } catch (err) {
+      endpoint.probeFailed();
+      // Only "nobody is listening" counts towards ejection: a slow metrics page says little
+      // about whether inference works.
+      if (classifyUpstreamError(err) === 'connect_refused') this.onConnectFailure(endpoint);
+    }
+  }
+}

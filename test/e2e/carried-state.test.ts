@@ -1,0 +1,234 @@
+// Carried state is authenticated (issue 37), on the reconciliation stack (its own dev server, a
+// worker, two agents, a router): a namespace member runs a workflow of their own that continues as
+// new into `replica` (a Ready phase holding the placement ticket of a replica that has ended) and
+// into `routes` (the table with that replica's old signed route). Neither forgery yields a
+// signed route: the replica run ends, refused, and the routes run rebuilds its table from the
+// replicas themselves. And a replica of ours whose run refuses what it was handed is rebuilt by
+// reconciliation around its engine, which never stops.
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import type { Client } from '@temporalio/client';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { ROUTES_WORKFLOW_ID, routesQuery, type RouteEntry } from '../../workflows/routes/definitions.js';
+import { replicaStatusQuery } from '../../workflows/definitions.js';
+import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
+import type { ForgeInput } from '../workflows/forge-carried.js';
+import { eventually, runLlmgw, sleep } from '../helpers/processes.js';
+import { uniqueId } from '../helpers/temporal.js';
+import {
+  actionOfAnyRun,
+  deploy,
+  env,
+  port,
+  reconcile,
+  routed,
+  startReconcileStack,
+  status,
+  stopReconcileStack,
+  withClient,
+} from '../helpers/reconcile-stack.js';
+
+const attackerQueue = uniqueId('attacker');
+let connection: NativeConnection | undefined;
+let worker: Worker | undefined;
+let running: Promise<void> | undefined;
+
+beforeAll(async () => {
+  await startReconcileStack();
+  connection = await NativeConnection.connect({ address: `127.0.0.1:${port}` });
+  worker = await Worker.create({
+    connection,
+    taskQueue: attackerQueue,
+    workflowsPath: join(__dirname, '../workflows/forge-carried.ts'),
+    dataConverter: llmgwDataConverter(),
+  });
+  running = worker.run();
+});
+
+afterAll(async () => {
+  worker?.shutdown();
+  await running?.catch(() => undefined);
+  await connection?.close();
+  await stopReconcileStack();
+});
+
+/** The routes table as routers get it: who, where, and whether it is signed. */
+function signedRoutes(routes: RouteEntry[]): string[] {
+  return routes.filter((r) => r.signature && (r.phase === 'Ready' || r.phase === 'Unknown')).map((r) => `${r.replicaId} ${r.endpoint}`);
+}
+
+async function startInput(client: Client, workflowId: string): Promise<ReplicaInput> {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  return JSON.parse(Buffer.from(payload!.data!).toString('utf8')) as ReplicaInput;
+}
+
+/** Deploys one replica of `life`, notes its state, ticket and signed route, and scales it to zero. */
+async function endedReplica(name: string): Promise<{ view: ReplicaView; route: RouteEntry; input: ReplicaInput }> {
+  const { replicaId } = (await deploy('life', name, 1, 'one-gpu')).replicas[0]!;
+  const noted = await eventually(`${replicaId} Ready with a signed route`, () =>
+    withClient(async (client) => {
+      const route = (await client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery)).routes.find((r) => r.replicaId === replicaId);
+      if (!route?.signature) return undefined;
+      const view = await client.workflow.getHandle(replicaId).query(replicaStatusQuery);
+      return { view, route, input: await startInput(client, replicaId) };
+    }),
+  );
+  expect(noted.view.shards[0]!.ticket).toBeTruthy();
+  const scaled = await runLlmgw(['scale', name, '0'], env);
+  expect(scaled.code, scaled.output).toBe(0);
+  await eventually(
+    `${replicaId} closed and unrouted`,
+    () =>
+      withClient(async (client) => {
+        const closed = (await client.workflow.getHandle(replicaId).describe()).status.name !== 'RUNNING';
+        const table = await client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery);
+        return closed && !signedRoutes(table.routes).some((r) => r.startsWith(`${replicaId} `)) ? true : undefined;
+      }),
+    60_000,
+  );
+  return noted;
+}
+
+const tableNow = (): Promise<string[] | undefined> =>
+  withClient(async (client) => {
+    const table = await client.workflow
+      .getHandle(ROUTES_WORKFLOW_ID)
+      .query(routesQuery)
+      .catch(() => undefined);
+    return table ? signedRoutes(table.routes).sort() : undefined;
+  });
+
+describe('carried state', () => {
+  const keep = uniqueId('carry-keep');
+  let replicaGone: Awaited<ReturnType<typeof endedReplica>>;
+  let routeGone: Awaited<ReturnType<typeof endedReplica>>;
+
+  beforeAll(async () => {
+    await deploy('life', keep, 1, 'one-gpu');
+    replicaGone = await endedReplica(uniqueId('carry-replica'));
+    routeGone = await endedReplica(uniqueId('carry-route'));
+  });
+
+  it("a forged hand-over into replica (Ready, an ended replica's ticket) serves nothing and gets no signed route", async () => {
+    const { view, input } = replicaGone;
+    const forged: ForgeInput = {
+      workflowType: 'replica',
+      taskQueue: 'llmgw',
+      input: {
+        ...input,
+        carried: {
+          ...({ phase: 'Ready', reason: 'serving', since: new Date().toISOString(), shards: view.shards } satisfies Partial<ReplicaView>),
+          placements: 1,
+          failedPlacements: 0,
+          restartsHere: 0,
+          restarts: 0,
+          avoidNodes: [],
+          nodeSeen: {},
+          resume: { step: 'watch' },
+        },
+      },
+    };
+    await withClient((client) =>
+      client.workflow.start('forgeCarried', { taskQueue: attackerQueue, workflowId: view.replicaId, args: [forged] }),
+    );
+    for (let i = 0; i < 20; i++) {
+      expect((await tableNow())?.filter((r) => r.startsWith(`${view.replicaId} `))).toEqual([]);
+      await sleep(500);
+    }
+    const ended = await eventually('the forged replica run ended', () =>
+      withClient(async (client) => {
+        const description = await client.workflow.getHandle(view.replicaId).describe();
+        return description.type === 'replica' && description.status.name !== 'RUNNING' ? description : undefined;
+      }),
+    );
+    expect(ended.status.name).toBe('FAILED');
+    expect(await routed(keep)).toBe(true);
+  });
+
+  it("a forged hand-over into routes (an ended replica's signed route) leaves the table as the replicas have it", async () => {
+    const before = (await tableNow())!;
+    expect(before.some((r) => r.startsWith(`replica/${keep}/`))).toBe(true);
+    const forged: ForgeInput = {
+      workflowType: 'routes',
+      taskQueue: 'llmgw',
+      input: {
+        carried: {
+          epoch: 'forged',
+          version: 1_000,
+          routes: [{ ...routeGone.route, phase: 'Ready' }],
+          deployments: [],
+          routableSince: { [routeGone.route.replicaId]: 1_000 },
+          routers: [],
+        },
+      },
+    };
+    // Ends the running table and continues into `routes` in one call, as a namespace member may.
+    await withClient((client) =>
+      client.workflow.start('forgeCarried', {
+        taskQueue: attackerQueue,
+        workflowId: ROUTES_WORKFLOW_ID,
+        workflowIdConflictPolicy: 'TERMINATE_EXISTING',
+        args: [forged],
+      }),
+    );
+    await eventually('the routes workflow running our own code again', () =>
+      withClient(async (client) => ((await client.workflow.getHandle(ROUTES_WORKFLOW_ID).describe()).type === 'routes' ? true : undefined)),
+    );
+    const seen: string[][] = [];
+    for (let i = 0; i < 20; i++) {
+      const table = await tableNow();
+      if (table) seen.push(table);
+      await sleep(500);
+    }
+    expect(seen.flat().filter((r) => r.startsWith(`${routeGone.route.replicaId} `))).toEqual([]);
+    expect(
+      await eventually('the table seeded again', async () => ((await tableNow())?.length === before.length ? tableNow() : undefined)),
+    ).toEqual(before);
+    expect(await routed(keep)).toBe(true);
+    expect((await status(keep)).phase).toBe('Ready');
+  });
+
+  it('a replica whose run refused what it was handed is rebuilt by reconciliation around the same engine', async () => {
+    const name = uniqueId('carry-adopt');
+    const genuine = (await deploy('life', name, 1, 'one-gpu')).replicas[0]!;
+    const leader = genuine.shards[0]!;
+    const input = await withClient((client) => startInput(client, genuine.replicaId));
+    // The genuine run is ended and followed by one handed its own state, unsealed.
+    const forged: ForgeInput = {
+      workflowType: 'replica',
+      taskQueue: 'llmgw',
+      input: {
+        ...input,
+        carried: { phase: 'Ready', reason: 'serving', since: genuine.since, shards: genuine.shards, resume: { step: 'watch' } },
+      },
+    };
+    await withClient((client) =>
+      client.workflow.start('forgeCarried', {
+        taskQueue: attackerQueue,
+        workflowId: genuine.replicaId,
+        workflowIdConflictPolicy: 'TERMINATE_EXISTING',
+        args: [forged],
+      }),
+    );
+    await eventually('the refused run ended', () =>
+      withClient(async (client) => {
+        const description = await client.workflow.getHandle(genuine.replicaId).describe();
+        return description.type === 'replica' && description.status.name === 'FAILED' ? true : undefined;
+      }),
+    );
+    await reconcile(leader.nodeId);
+    const rebuilt = await actionOfAnyRun(leader.nodeId, (a) => a.kind === 'rebuild' && a.replicaId === genuine.replicaId);
+    expect(rebuilt, 'a rebuild of the replica').toBeDefined();
+    const view = await eventually(`${genuine.replicaId} Ready again`, () =>
+      withClient(async (client) => {
+        const handle = client.workflow.getHandle(genuine.replicaId);
+        if ((await handle.describe()).status.name !== 'RUNNING') return undefined;
+        const now = await handle.query(replicaStatusQuery).catch(() => undefined);
+        return now?.phase === 'Ready' ? now : undefined;
+      }),
+    );
+    expect(view.shards[0]!.pid).toBe(leader.pid);
+  });
+});
