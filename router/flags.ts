@@ -140,6 +140,8 @@ export interface RouterSettings {
   staticRoutes: StaticRoute[] | undefined;
   admin: AdminListen | undefined;
   apiKeys: ApiKeys | undefined;
+  /** Reads --api-keys-file and LLMGW_API_KEYS again (http/key-reload.ts); undefined without a keys file. */
+  reloadApiKeys: (() => ApiKeys | undefined) | undefined;
   /** This process's share of each deployment's waiting line (a --workers cluster splits it). */
   queue: QueueSettings;
   /** --catalog, else LLMGW_CATALOG: the adapters each base may load. */
@@ -168,14 +170,16 @@ export function parseRouterFlags(flags: RouterFlags, env: NodeJS.ProcessEnv): Ro
     );
   }
   const f = parsed.data;
-  let parts: Pick<RouterSettings, 'affinity' | 'staticRoutes' | 'admin' | 'apiKeys' | 'engineKey'>;
+  let parts: Pick<RouterSettings, 'affinity' | 'staticRoutes' | 'admin' | 'apiKeys' | 'engineKey' | 'reloadApiKeys'>;
   try {
     const concurrent = f.keyConcurrency === 'off' ? undefined : f.keyConcurrency;
+    const readKeys = () => loadApiKeys({ file: f.apiKeysFile, env, defaults: { rps: f.keyRps, concurrent } });
     parts = {
+      reloadApiKeys: f.apiKeysFile === undefined ? undefined : readKeys,
       admin: adminListener(f.adminAddr, f.port, env),
       affinity: parseAffinity(f.affinity ?? env.LLMGW_ROUTER_AFFINITY),
       staticRoutes: f.staticRoutes ? parseStaticRoutes(f.staticRoutes) : undefined,
-      apiKeys: loadApiKeys({ file: f.apiKeysFile, env, defaults: { rps: f.keyRps, concurrent } }),
+      apiKeys: readKeys(),
       engineKey: f.engineKeyFile === undefined ? undefined : readEngineKey(f.engineKeyFile),
     };
   } catch (err) {

@@ -14,6 +14,7 @@ import { announceListening, clusterMetricsSource, isRouterWorker, startRouterClu
 import { parseRouterFlags, type RouterFlags, type RouterSettings } from './flags.js';
 import { prepareAdminSocket } from './http/admin.js';
 import { describeAdmin } from './http/admin-addr.js';
+import { watchApiKeys, type KeyReloader } from './http/key-reload.js';
 import { startRouter, type Router } from './http/server.js';
 import { temporalCallCounter } from './metrics.js';
 import type { RouterOptions } from './options.js';
@@ -59,6 +60,8 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     log(`router: ${f.workers} workers listening on http://${f.host}:${routers.port} (pids ${routers.pids().join(', ')})`);
     log(describeAdmin(f.host, routers.adminPort, settings.admin));
     onStopSignal(log, f.shutdownGrace, () => routers.close());
+    // Each worker reads the keys file itself; SIGHUP to the primary reaches them all.
+    if (settings.reloadApiKeys) process.on('SIGHUP', () => routers.pids().forEach((pid) => process.kill(pid, 'SIGHUP')));
     return routers;
   }
   if (isRouterWorker()) return runWorker(settings, log);
@@ -73,9 +76,11 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   });
   temporal.reports = () => [router.loadReport()];
   autoscaler?.start();
+  const keys = reloadKeysOnChange(settings, router, log);
   onStopSignal(log, f.shutdownGrace, () => {
     // Nothing that talks to Temporal may outlive the client the route source is about to close.
     autoscaler?.stop();
+    keys?.stop();
     return router.close(f.shutdownGrace * 1000);
   });
   logServing(settings, router, log);
@@ -95,7 +100,11 @@ async function runWorker(settings: RouterSettings, log: Log): Promise<Router> {
   });
   reportToPrimary(() => router.loadReport());
   announceListening(router.port, router.adminPort);
-  onStopSignal(workerLog, settings.flags.shutdownGrace, () => router.close(settings.flags.shutdownGrace * 1000));
+  const keys = reloadKeysOnChange(settings, router, workerLog);
+  onStopSignal(workerLog, settings.flags.shutdownGrace, () => {
+    keys?.stop();
+    return router.close(settings.flags.shutdownGrace * 1000);
+  });
   cluster.metricsText = clusterMetricsSource(router.registry);
   return router;
 }
@@ -174,6 +183,16 @@ function logServing(settings: RouterSettings, router: Router, log: Log): void {
       `${keys}; cache-aware routing ${describeAffinity(settings.affinity)})`,
   );
   log(describeAdmin(f.host, router.adminPort, settings.admin));
+}
+
+/** With --api-keys-file: the keys read again when the file changes or on SIGHUP (http/key-reload.ts). */
+function reloadKeysOnChange(settings: RouterSettings, router: Router, log: Log): KeyReloader | undefined {
+  const { reloadApiKeys: read } = settings;
+  const file = settings.flags.apiKeysFile;
+  if (read === undefined || file === undefined) return undefined;
+  const reloader = watchApiKeys({ file, read, apply: (keys) => router.replaceApiKeys(keys), log });
+  process.on('SIGHUP', () => reloader.reload('SIGHUP'));
+  return reloader;
 }
 
 function onStopSignal(log: Log, graceS: number, close: () => Promise<void>): void {

@@ -11,7 +11,7 @@ export function register(program: Command): void {
     .option('--host <host>', 'listen address (anything but loopback needs API keys or --allow-unauthenticated)', '0.0.0.0')
     .option(
       '--api-keys-file <file>',
-      'require one of these keys (one a line: `KEY rps=N concurrent=N`, or a JSON object that may also name the models and adapters the key can use; LLMGW_API_KEYS adds more)',
+      'require one of these keys (one a line: `KEY rps=N concurrent=N`, or a JSON object that may also name the models and adapters the key can use; LLMGW_API_KEYS adds more); read again when it changes and on SIGHUP',
     )
     .option('--allow-unauthenticated', 'serve a non-loopback address without API keys (anyone who can reach it may use it)')
     .option('--key-rps <n>', 'requests per second per API key unless its line says otherwise (default unlimited)')

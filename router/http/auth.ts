@@ -25,6 +25,8 @@ export interface ApiKey {
   label: string;
   /** What refusals name it by: its entry's `id`, else its label. */
   id: string;
+  /** The key's whole SHA-256 in hex: what a reload knows it again by. Never shown. */
+  fingerprint: string;
   limits: KeyLimits;
   /** The models and adapters it may use; undefined: every one. */
   scope: KeyScope | undefined;
@@ -56,6 +58,7 @@ export class ApiKeys {
         index,
         label,
         id: s.id ?? label,
+        fingerprint: (this.digests[index] as Buffer).toString('hex'),
         limits: { rps: s.limits?.rps ?? defaults.rps, concurrent: s.limits?.concurrent ?? defaults.concurrent },
         scope: s.scope,
       };
@@ -202,15 +205,30 @@ export function readKeysFile(path: string): KeySpec[] {
   return out;
 }
 
-/** Keys from LLMGW_API_KEYS: comma- or newline-separated, no options. */
-export function keysFromEnv(env: NodeJS.ProcessEnv = process.env): string[] {
+/**
+ * Keys from LLMGW_API_KEYS: comma- or newline-separated plain keys, or, one a line, JSON entries
+ * with a scope and limits as in a keys file (parseKeyEntry). Throws naming the line, never the key.
+ */
+export function keysFromEnv(env: NodeJS.ProcessEnv = process.env): KeySpec[] {
   const raw = env.LLMGW_API_KEYS;
-  return raw
-    ? raw
-        .split(/[,\n]/)
-        .map((k) => k.trim())
-        .filter((k) => k !== '' && !k.startsWith('#'))
-    : [];
+  if (!raw) return [];
+  const out: KeySpec[] = [];
+  raw.split('\n').forEach((line, i) => {
+    const text = line.trim();
+    if (text === '' || text.startsWith('#')) return;
+    const where = `LLMGW_API_KEYS line ${i + 1}`;
+    if (text.startsWith('{')) {
+      try {
+        out.push({ ...parseKeyEntry(text), where });
+      } catch (err) {
+        throw new Error(`${where}: ${(err as Error).message}`, { cause: err });
+      }
+      return;
+    }
+    for (const key of text.split(',').map((k) => k.trim()))
+      if (key !== '' && !key.startsWith('#')) out.push({ key, where });
+  });
+  return out;
 }
 
 /** The configured keys from both places, or undefined when none are configured (no auth). */

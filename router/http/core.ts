@@ -13,7 +13,8 @@ import { RouterMetrics, type ModelMetrics } from '../metrics.js';
 import { DEFAULT_BODY_LIMIT, type RouterOptions } from '../options.js';
 import { RoutingState } from '../engines/pools.js';
 import type { ProxySettings } from '../engines/exchange.js';
-import { KeyGate } from './limits.js';
+import { KeyGates } from './key-gates.js';
+import type { KeyGate } from './limits.js';
 import { ByteBudget, DEFAULT_HELD_BYTES } from './byte-budget.js';
 import { readBody, releaseGate, sendJson, type RouterRequest, type RouterResponse } from './request.js';
 import { RequestRouter } from './route.js';
@@ -44,9 +45,8 @@ export class RouterCore {
   readonly waiting: WaitingRoom;
   readonly budget: ByteBudget;
   readonly metricsText: () => Promise<string>;
-  private readonly apiKeys: ApiKeys | undefined;
-  /** By ApiKey.index. */
-  private readonly gates: KeyGate[];
+  private apiKeys: ApiKeys | undefined;
+  private readonly gates: KeyGates;
   private readonly unknownModel: ModelMetrics;
   private readonly unauthenticated: ModelMetrics;
   /** LoRA adapters (adapters/router.ts), when the router was given a catalog of them. */
@@ -100,7 +100,8 @@ export class RouterCore {
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
     this.apiKeys = options.apiKeys;
     this.insecure = options.insecureRoutes ? INSECURE_ROUTES : undefined;
-    this.gates = (options.apiKeys?.keys ?? []).map((key) => new KeyGate(key, this.metrics.forKey(key.label), options.limitShare ?? 1));
+    this.gates = new KeyGates((key) => this.metrics.forKey(key.label), options.limitShare ?? 1);
+    if (options.apiKeys) this.gates.replace(options.apiKeys);
     const own = options.extraMetrics ? Registry.merge([this.metrics.registry, options.extraMetrics]) : this.metrics.registry;
     this.metricsText = options.metricsText ?? (() => own.metrics());
     this.unknownModel = this.metrics.forModel(UNKNOWN_MODEL_LABEL);
@@ -204,11 +205,18 @@ export class RouterCore {
     sendJson(res, 200, JSON.stringify({ id: pool.servedName, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'llmgw' }));
   }
 
+  /** Serves these keys from now on (a reloaded keys file, http/key-reload.ts); says what changed. */
+  replaceApiKeys(keys: ApiKeys): string {
+    this.apiKeys = keys;
+    return this.gates.replace(keys);
+  }
+
   /** The key's gate; undefined when no keys are configured; false when refused (answered already). */
   private authenticate(req: RouterRequest, res: ServerResponse): KeyGate | undefined | false {
     if (this.apiKeys === undefined) return undefined;
     const key = this.apiKeys.check(req.headers.authorization);
-    if (key !== undefined) return this.gates[key.index];
+    const gate = key === undefined ? undefined : this.gates.get(key);
+    if (gate !== undefined) return gate;
     this.unauthenticated.refused(401);
     sendError(
       res,

@@ -28,19 +28,32 @@ export class KeyGate {
   inflight = 0;
   private tokens: number;
   private refilledAt = 0;
-  private readonly rps: number | undefined;
-  private readonly concurrent: number | undefined;
+  private rps: number | undefined;
+  private concurrent: number | undefined;
 
   constructor(
-    readonly key: ApiKey,
+    public key: ApiKey,
     readonly metrics: KeyMetrics,
     /** The share of the key's limits this process enforces (1 / router processes). */
-    share = 1,
+    private readonly share = 1,
   ) {
-    const { rps, concurrent } = key.limits;
-    this.rps = rps === undefined ? undefined : rps * share;
-    this.concurrent = concurrent === undefined ? undefined : Math.max(1, Math.ceil(concurrent * share));
+    this.rps = undefined;
+    this.concurrent = undefined;
+    this.tokens = 0;
+    this.reconfigure(key);
     this.tokens = this.capacity();
+  }
+
+  /**
+   * The same key read again from a reloaded keys file: its new scope and limits, keeping the
+   * requests it has in flight (they release this gate) and what its bucket holds.
+   */
+  reconfigure(key: ApiKey): void {
+    this.key = key;
+    const { rps, concurrent } = key.limits;
+    this.rps = rps === undefined ? undefined : rps * this.share;
+    this.concurrent = concurrent === undefined ? undefined : Math.max(1, Math.ceil(concurrent * this.share));
+    this.tokens = Math.min(this.tokens, this.capacity());
   }
 
   /** A burst of one second's worth, and at least one request. */

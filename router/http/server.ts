@@ -9,6 +9,7 @@ import { createAdminServer, listenAdmin, type RouterHealth } from './admin.js';
 import { adminUrl } from './admin-addr.js';
 import type { KvStreamState } from '../kv/events.js';
 import { RouterCore } from './core.js';
+import type { ApiKeys } from './auth.js';
 import type { LoadReport } from '../autoscale/load-report.js';
 import type { RouterOptions } from '../options.js';
 import { internalError, RouterRequest, RouterResponse } from './request.js';
@@ -27,6 +28,8 @@ export interface Router {
   health(): RouterHealth;
   /** This process's waiting lines and engine loads, for the autoscaler. */
   loadReport(): LoadReport;
+  /** Serves these API keys from now on (a reloaded keys file); says what changed, by counts. */
+  replaceApiKeys(keys: ApiKeys): string;
   /** Stops accepting, lets in-flight requests finish for up to `graceMs`, then cuts the rest. */
   close(graceMs?: number): Promise<void>;
 }
@@ -136,6 +139,7 @@ export async function startRouter(options: RouterOptions): Promise<Router> {
     refreshRoutes: () => core.refresher.refresh(),
     health: () => detailedHealth(core),
     loadReport: () => core.loadReport(),
+    replaceApiKeys: (keys) => core.replaceApiKeys(keys),
     close,
   };
 }

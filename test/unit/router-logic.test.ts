@@ -302,6 +302,13 @@ describe('errors and keys', () => {
     expect(keys.check('Bearer alph')).toBeUndefined();
     expect(keys.check('alpha')).toBeUndefined();
     expect(keys.check(undefined)).toBeUndefined();
-    expect(keysFromEnv({ LLMGW_API_KEYS: ' a, b ,,' })).toEqual(['a', 'b']);
+    expect(keysFromEnv({ LLMGW_API_KEYS: ' a, b ,,' }).map((k) => k.key)).toEqual(['a', 'b']);
+    // One a line, a JSON entry scopes a key from the environment as in a keys file.
+    const scoped = keysFromEnv({ LLMGW_API_KEYS: 'a,b\n{"key": "sk-env-scoped", "id": "ci", "models": ["demo"]}\n# c' });
+    expect(scoped.map((k) => k.key)).toEqual(['a', 'b', 'sk-env-scoped']);
+    expect(scoped[2]).toMatchObject({ id: 'ci', where: 'LLMGW_API_KEYS line 2', scope: { models: new Set(['demo']) } });
+    const bad = () => keysFromEnv({ LLMGW_API_KEYS: '{"key": "sk-env-secret", "model": ["demo"]}' });
+    expect(bad).toThrow(/^LLMGW_API_KEYS line 1: unknown field/);
+    expect(bad).not.toThrow(/sk-env-secret/);
   });
 });
