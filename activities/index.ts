@@ -36,15 +36,16 @@ export interface ControlActivityDeps {
 export function createControlActivities(deps: ControlActivityDeps) {
   const catalog = deps.catalog ?? createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
   const routes = createRoutesActivities(deps.client, deps.log);
-  const signing = createRouteSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn'));
+  // Without a catalog key no enrollment can be checked: such a worker places and routes as before.
+  const trustUnenrolled = deps.trustUnenrolledAgents === true || deps.catalogKeyFile === undefined;
+  const signing = createRouteSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn'), { trustUnenrolled });
   return {
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createPlacementActivities(deps.client, {
       log: deps.log,
       ...(deps.placementMetric ? { metric: deps.placementMetric } : {}),
       ...(deps.catalogKeyFile ? { catalogKeyFile: deps.catalogKeyFile } : {}),
-      // Without a catalog key no enrollment can be checked: such a worker places as before.
-      trustUnenrolled: deps.trustUnenrolledAgents === true || deps.catalogKeyFile === undefined,
+      trustUnenrolled,
     }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),

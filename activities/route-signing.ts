@@ -10,11 +10,18 @@ import { readCatalogKeys } from '../common/catalog-key.js';
 import { verifyPlacementTicket } from '../common/placement-ticket.js';
 import { ROUTABLE_PHASES, type ShardPlacement } from '../common/replica-types.js';
 import { signRoute } from '../common/route-signature.js';
+import { checkAttestedEndpoint } from './endpoint-check.js';
 import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
 import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
 import type { RouteEntry } from '../workflows/routes/definitions.js';
 
-type Verdict = { route: RouteEntry } | { refused: string };
+/** `trusted`: signed without the agent's attestation, on a worker that trusts unenrolled agents (why). */
+type Verdict = { route: RouteEntry; trusted?: string } | { refused: string };
+
+export interface RouteSigningOptions {
+  /** `--trust-unenrolled-agents` (or no catalog key): a node with no enrolled key is routed unattested, as before 0.3.0. */
+  trustUnenrolled?: boolean;
+}
 
 /** Engines never listen below this (the agent refuses such ports: agent/supervisor/start/start-checks.ts). */
 const FIRST_UNPRIVILEGED_PORT = 1024;
@@ -31,7 +38,12 @@ function activityQueue(): string | undefined {
  * The route `entry` names as its replica's own state shows it, signed; a withdrawal (not
  * routable) unsigned; or why it is refused. Without a key file, `entry` as it came (unsigned).
  */
-export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFile: string | undefined): Promise<Verdict> {
+export async function trueRoute(
+  client: Client,
+  entry: RouteEntry,
+  catalogKeyFile: string | undefined,
+  options: RouteSigningOptions = {},
+): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
   const { signature: _ignored, ...claimed } = entry;
   const handle = client.workflow.getHandle(entry.replicaId);
@@ -90,8 +102,21 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
   if (ticket.httpPort !== 0 && Number(url.port) !== ticket.httpPort) {
     return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is not on its placed port ${ticket.httpPort}` };
   }
+  // The port came back from the agent unsigned: only the agent's own attestation of it counts.
+  const endpoint = await checkAttestedEndpoint(client, {
+    replicaId: entry.replicaId,
+    chain,
+    leader: leader!,
+    ticket,
+    url,
+    catalogKeys: readCatalogKeys(catalogKeyFile).all,
+    trustUnenrolled: options.trustUnenrolled === true,
+    queue,
+  });
+  if ('refused' in endpoint) return endpoint;
   const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
-  return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
+  const signed = { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
+  return endpoint.attested ? signed : { ...signed, trusted: endpoint.trusted };
 }
 
 /**
@@ -134,7 +159,14 @@ async function legacyRoute(
   return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
 }
 
-export function createRouteSigningActivities(client: Client, catalogKeyFile: string | undefined, log: (line: string) => void) {
+export function createRouteSigningActivities(
+  client: Client,
+  catalogKeyFile: string | undefined,
+  log: (line: string) => void,
+  options: RouteSigningOptions = {},
+) {
+  // Each unattested endpoint is said once per worker, not at every signing.
+  const saidTrusted = new Set<string>();
   return {
     /**
      * Each entry as its replica's state has it, signed when routable (in order: the routes
@@ -143,9 +175,17 @@ export function createRouteSigningActivities(client: Client, catalogKeyFile: str
     async signRoutes(entries: RouteEntry[]): Promise<RouteEntry[]> {
       const out: RouteEntry[] = [];
       for (const entry of entries) {
-        const verdict = await trueRoute(client, entry, catalogKeyFile);
-        if ('route' in verdict) out.push(verdict.route);
-        else log(`routes: not signing a route to ${entry.endpoint || '(none)'} for ${entry.servedName}: ${verdict.refused}`);
+        const verdict = await trueRoute(client, entry, catalogKeyFile, options);
+        if (!('route' in verdict)) {
+          log(`routes: not signing a route to ${entry.endpoint || '(none)'} for ${entry.servedName}: ${verdict.refused}`);
+          continue;
+        }
+        out.push(verdict.route);
+        const unattested = `${entry.replicaId} ${verdict.route.endpoint}`;
+        if (verdict.trusted && !saidTrusted.has(unattested)) {
+          saidTrusted.add(unattested);
+          log(`routes: signing ${verdict.route.endpoint} for ${entry.replicaId} without its agent's attestation: ${verdict.trusted}`);
+        }
       }
       return out;
     },

@@ -17,6 +17,7 @@ import type {
 } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { AgentActivities, ClearGpuFaultInput, PresenceInput } from './activity-types.js';
 import type { Supervisor } from './supervisor/supervisor.js';
+import type { EndpointAttester } from './endpoint-attester.js';
 
 export interface AgentActivityDeps {
   supervisor: Supervisor;
@@ -26,6 +27,8 @@ export interface AgentActivityDeps {
   onPresenceStarted(): void;
   presenceSummary(): Record<string, unknown>;
   drain(request: DrainShard): Promise<DrainShardResult>;
+  /** Adds the agent's signed endpoint attestation to waitHealthy's answer (agent/endpoint-attester.ts). */
+  attestEndpoint?: EndpointAttester;
   /** GPUs held out for faults found while serving (agent/gpu-health.ts). */
   gpuHealth?: { refusal(gpuIndices: number[]): string | undefined; clear(index: number): boolean };
 }
@@ -64,10 +67,13 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
 
     async waitHealthy(request: WaitHealthy): Promise<ShardStatus> {
       const context = Context.current();
-      return deps.supervisor.waitHealthy(request.shardId, request.timeoutSeconds, {
+      const ready = await deps.supervisor.waitHealthy(request.shardId, request.timeoutSeconds, {
         signal: context.cancellationSignal,
         heartbeat: (details) => context.heartbeat(details),
       });
+      // The endpoint the replica routes to is the one the agent signs for here: the route
+      // signer takes no port on the word of whoever completed startShard.
+      return deps.attestEndpoint ? deps.attestEndpoint(ready) : ready;
     },
 
     async presence(input: PresenceInput): Promise<void> {

@@ -159,6 +159,8 @@ export interface NodeView {
   weights?: HeldWeights[];
   /** The agent public key the operator enrolled (`ed25519-public:…`); absent: unenrolled. */
   agentKey?: string;
+  /** That enrollment as the operator signed it: the route signer verifies it before it trusts the key. */
+  enrollment?: AgentEnrollment;
   /** The inventory came from a registration signed by the enrolled key: placement may use the node. */
   enrolled?: boolean;
   /** The key the latest registration that was not verified was signed with (what to enroll). */

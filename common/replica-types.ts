@@ -80,6 +80,11 @@ export interface ShardPlacement {
   state?: string;
   /** The control worker's placement ticket (common/placement-ticket.ts); the agent starts nothing without it. */
   ticket?: string;
+  /**
+   * Rank 0: its agent's signed word on the endpoint (common/endpoint-attestation.ts), from the
+   * last waitHealthy; routes are signed only for the endpoint it names.
+   */
+  attestation?: string;
 }
 
 export interface ReplicaInput {

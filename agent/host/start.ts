@@ -21,6 +21,7 @@ import { createHostReports } from './describe-and-survey.js';
 import { createNodeSignals } from './node-signals.js';
 import { createRegistration } from './registration.js';
 import { loadAgentIdentity } from './identity.js';
+import { createEndpointAttester } from '../endpoint-attester.js';
 import { createHostSupervisor, recoverHost } from './supervisor.js';
 import { createHostWorker } from './worker.js';
 
@@ -65,7 +66,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   const { config } = deps;
   const log = lineLog(deps.logger);
   const revisionPolicy = preflight(config, log);
-  const sign = loadAgentIdentity(config, log);
+  const { identity, sign } = loadAgentIdentity(config, log);
   const host = await discoverHost(config);
   const problems = host.problems.length ? `; problems: ${host.problems.join('; ')}` : '';
   log(`host: ${host.gpus.length}× ${host.gpuClass || 'no GPU'}${problems}`);
@@ -111,7 +112,23 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   signals.connect(link.client);
   await registration.decidePresence(link.client);
   const reports = { ...hostReports, describe, survey };
-  const served = await createHostWorker({ ...deps, ...link, supervisor, gpuHealth, reports, signals, registration, log, revisionPolicy });
+  const attestEndpoint = createEndpointAttester(
+    identity,
+    { nodeId: config.nodeId, address: config.advertiseAddr, client: () => signals.client() },
+    log,
+  );
+  const served = await createHostWorker({
+    ...deps,
+    ...link,
+    supervisor,
+    gpuHealth,
+    reports,
+    signals,
+    registration,
+    log,
+    revisionPolicy,
+    attestEndpoint,
+  });
   registration.soon();
   registration.watch();
 

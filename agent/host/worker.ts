@@ -9,6 +9,7 @@ import { llmgwDataConverter } from '../../temporal/connection.js';
 import { createAgentActivities } from '../activities.js';
 import type { AgentConfig } from '../config.js';
 import { createDrainer } from '../drain.js';
+import type { EndpointAttester } from '../endpoint-attester.js';
 import type { GpuHealth } from '../gpu-health.js';
 import type { RevisionPolicy } from '../revision-check.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
@@ -32,6 +33,8 @@ export interface HostWorkerDeps {
   activityPollers?: number;
   /** Which revisions this agent starts, and so fetches weights for. */
   revisionPolicy: RevisionPolicy;
+  /** Signs the endpoint in waitHealthy's answer with the agent's key (agent/endpoint-attester.ts). */
+  attestEndpoint?: EndpointAttester;
 }
 
 /** The worker, and the drainer it serves (closed when the worker has stopped). */
@@ -40,6 +43,7 @@ export async function createHostWorker(deps: HostWorkerDeps): Promise<{ worker: 
   const drainer = createDrainer({ statusOf: (shardId) => supervisor.status(shardId), send: signals.notify, log });
   const activities = createAgentActivities({
     supervisor,
+    ...(deps.attestEndpoint ? { attestEndpoint: deps.attestEndpoint } : {}),
     gpuHealth: {
       refusal: (gpuIndices) => gpuHealth.refusal(gpuIndices),
       clear: (index) => {

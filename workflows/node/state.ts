@@ -259,7 +259,7 @@ export function viewOf(state: NodeState): NodeView {
     registrations: state.registrations,
     ...(state.weights ? { weights: state.weights } : {}),
     enrolled: state.enrolled === true,
-    ...(state.enrollment ? { agentKey: state.enrollment.publicKey } : {}),
+    ...(state.enrollment ? { agentKey: state.enrollment.publicKey, enrollment: state.enrollment } : {}),
     ...(state.offeredKey ? { offeredKey: state.offeredKey } : {}),
   };
 }

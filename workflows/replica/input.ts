@@ -44,6 +44,7 @@ const ShardPlacementSchema = z.strictObject({
   pid: z.int().min(0),
   state: z.string().optional(),
   ticket: z.string().optional(),
+  attestation: z.string().optional(),
 });
 
 export const ReplicaInputSchema = z.strictObject({

@@ -59,6 +59,8 @@ export async function startAndWait(ctx: ReplicaContext): Promise<Outcome | 'read
         ),
       );
       shard.httpPort = running.status?.httpPort ?? 0;
+      // An earlier engine's attestation names its port, not this one's: waitHealthy brings the new one.
+      delete shard.attestation;
       shard.pid = running.status?.pid ?? 0;
       shard.state = 'Starting';
       if (shard.rank === 0) leaderPort = running.status?.leaderPort ?? 0;
@@ -101,7 +103,10 @@ export async function awaitHealthy(ctx: ReplicaContext, why: string): Promise<Ou
   const workerExited = (): boolean => events.some((e) => e.kind === 'shard' && isExitOf(e.status, state.shards) && e.status.rank !== 0);
   void condition(() => ctx.stopRequested() || workerExited()).then(() => scope.cancel());
   try {
-    await healthy;
+    const ready = await healthy;
+    // The agent's signed word on where the engine listens (the route signer checks it); kept
+    // only when there is one, so that a replica of an older agent carries none.
+    if (ready.endpointAttestation) leader.attestation = ready.endpointAttestation;
     leader.state = 'Ready';
     // The leader serves only once its group formed; each other rank is Ready once its
     // process is up (and, being in the group, joined).

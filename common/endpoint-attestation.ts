@@ -1,0 +1,100 @@
+// Endpoint attestations: an agent's own signature (its enrolled Ed25519 key) over the address and
+// port where one shard's engine listens, for one replica run chain. The agent makes one in
+// waitHealthy's answer (agent/endpoint-attester.ts); the route signer routes only to an endpoint
+// whose attestation verifies against the node's enrolled key (activities/endpoint-check.ts), so a
+// port altered between the agent and the route signer moves no traffic. Process side.
+import type { CatalogKeyring } from './catalog-key.js';
+import { parseKeyLine } from './catalog-key.js';
+import { signStatement, verifyStatement } from './signature.js';
+
+const DOMAIN = 'llmgw endpoint attestation v1';
+
+/**
+ * How far an attestation may predate its placement ticket's renewal (hosts' clocks differ): a
+ * genuine one is made after the renewal that precedes every start and adoption.
+ */
+export const ATTESTATION_CLOCK_SKEW_MS = 5 * 60_000;
+
+export interface EndpointAttestation {
+  nodeId: string;
+  /** The replica workflow that asked (waitHealthy's caller), which the shard's spec names. */
+  replicaId: string;
+  /** That workflow's run chain (its first run's id), as Temporal describes the caller. */
+  chain: string;
+  shardId: string;
+  /** The agent's advertised address (--advertise-addr). */
+  address: string;
+  port: number;
+  /** When it was signed (ms since the epoch). */
+  issuedAt: number;
+}
+
+const FIELDS: (keyof EndpointAttestation)[] = ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port', 'issuedAt'];
+
+/** The signed bytes: every field, in one fixed order. */
+function canonical(attestation: EndpointAttestation): string {
+  return JSON.stringify(FIELDS.map((field) => [field, attestation[field]]));
+}
+
+/** `<base64url JSON>.<signature>`: readable by anyone, made only with the agent's key. */
+export function signEndpointAttestation(attestation: EndpointAttestation, agentKey: CatalogKeyring): string {
+  const body = Buffer.from(canonical(attestation), 'utf8').toString('base64url');
+  return `${body}.${signStatement(DOMAIN, canonical(attestation), agentKey)}`;
+}
+
+function parse(body: string): EndpointAttestation | undefined {
+  try {
+    const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
+    if (!Array.isArray(pairs) || pairs.length !== FIELDS.length) return undefined;
+    const out: Record<string, unknown> = {};
+    for (const [index, pair] of pairs.entries()) {
+      if (!Array.isArray(pair) || pair[0] !== FIELDS[index]) return undefined;
+      out[FIELDS[index]!] = pair[1];
+    }
+    return out as unknown as EndpointAttestation;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What the route signer expects an attestation to say: the endpoint it would route to, and whose. */
+export interface AttestedEndpoint {
+  nodeId: string;
+  replicaId: string;
+  chain: string;
+  shardId: string;
+  address: string;
+  port: number;
+  /** The rank 0 ticket's issuedAt: the attestation answers a start or adoption after it. */
+  ticketIssuedAt: number;
+}
+
+/**
+ * Why `text` does not attest `expected` under the enrolled `agentKey` (`ed25519-public:…`), or
+ * undefined when it does: its signature, then every field, each mismatch named.
+ */
+export function endpointAttestationProblem(text: string | undefined, agentKey: string, expected: AttestedEndpoint): string | undefined {
+  if (!text)
+    return `no endpoint attestation from node ${expected.nodeId}'s agent (an agent older than this check, or not its agent at all)`;
+  const dot = text.indexOf('.');
+  const said = dot > 0 ? parse(text.slice(0, dot)) : undefined;
+  if (!said) return 'its endpoint attestation is malformed';
+  let key;
+  try {
+    key = parseKeyLine(agentKey, 'the enrolled agent key');
+  } catch (error) {
+    return (error as Error).message;
+  }
+  const verdict = verifyStatement(DOMAIN, canonical(said), text.slice(dot + 1), [key]);
+  if (!verdict.ok) return `its endpoint attestation does not verify against node ${expected.nodeId}'s enrolled key (${verdict.why})`;
+  const problems: string[] = [];
+  for (const field of ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port'] as const) {
+    if (said[field] !== expected[field])
+      problems.push(`it attests ${field} ${JSON.stringify(said[field])}, not ${JSON.stringify(expected[field])}`);
+  }
+  if (!(said.issuedAt >= expected.ticketIssuedAt - ATTESTATION_CLOCK_SKEW_MS))
+    problems.push(
+      `it was signed at ${Number.isFinite(said.issuedAt) ? new Date(said.issuedAt).toISOString() : String(said.issuedAt)}, before its placement ticket was last renewed (an earlier engine's)`,
+    );
+  return problems.length ? `its endpoint attestation ${problems.join('; ')}` : undefined;
+}
