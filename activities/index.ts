@@ -36,7 +36,7 @@ export interface ControlActivityDeps {
 export function createControlActivities(deps: ControlActivityDeps) {
   const catalog = deps.catalog ?? createCatalogSource(deps.catalogFile, { log: (message) => deps.log(message, 'warn') });
   const routes = createRoutesActivities(deps.client, deps.log);
-  const signing = createRouteSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn'));
+  const signing = createRouteSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn'), catalog);
   return {
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createPlacementActivities(deps.client, {
@@ -45,6 +45,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
       ...(deps.catalogKeyFile ? { catalogKeyFile: deps.catalogKeyFile } : {}),
       // Without a catalog key no enrollment can be checked: such a worker places as before.
       trustUnenrolled: deps.trustUnenrolledAgents === true || deps.catalogKeyFile === undefined,
+      catalog,
     }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),

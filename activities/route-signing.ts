@@ -6,6 +6,7 @@
 // no traffic (docs/security.md).
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import type { CatalogSource } from '../catalog/watch.js';
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { verifyPlacementTicket } from '../common/placement-ticket.js';
 import { ROUTABLE_PHASES, type ShardPlacement } from '../common/replica-types.js';
@@ -13,8 +14,10 @@ import { signRoute } from '../common/route-signature.js';
 import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
 import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
 import type { RouteEntry } from '../workflows/routes/definitions.js';
+import { revisionRefusal, runningDeployment } from './revision-liveness.js';
 
-type Verdict = { route: RouteEntry } | { refused: string };
+/** `withdrawn`: why a replica that says it serves is taken out of every router anyway. */
+type Verdict = { route: RouteEntry; withdrawn?: string } | { refused: string };
 
 /** Engines never listen below this (the agent refuses such ports: agent/supervisor/start/start-checks.ts). */
 const FIRST_UNPRIVILEGED_PORT = 1024;
@@ -31,7 +34,12 @@ function activityQueue(): string | undefined {
  * The route `entry` names as its replica's own state shows it, signed; a withdrawal (not
  * routable) unsigned; or why it is refused. Without a key file, `entry` as it came (unsigned).
  */
-export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFile: string | undefined): Promise<Verdict> {
+export async function trueRoute(
+  client: Client,
+  entry: RouteEntry,
+  catalogKeyFile: string | undefined,
+  catalog?: CatalogSource,
+): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
   const { signature: _ignored, ...claimed } = entry;
   const handle = client.workflow.getHandle(entry.replicaId);
@@ -90,8 +98,15 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
   if (ticket.httpPort !== 0 && Number(url.port) !== ticket.httpPort) {
     return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is not on its placed port ${ticket.httpPort}` };
   }
+  // Revocation: a revision its deployment no longer runs, or the catalog removed or revoked, is
+  // withdrawn at every router, whatever its replica says (activities/revision-liveness.ts).
+  const deployment = await runningDeployment(client, ticket.deployment, queue).catch(() => undefined);
+  if (!deployment) return { refused: `${entry.replicaId}'s deployment ${ticket.deployment} is not running here (or not resolved yet)` };
+  const keys = readCatalogKeys(catalogKeyFile);
+  const revoked = revisionRefusal(deployment, ticket.revision, catalog?.get(), keys.all);
+  if (revoked) return { route: { ...truth, phase: 'Stopped' }, withdrawn: revoked };
   const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
-  return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
+  return { route: { ...route, signature: signRoute(route, keys) } };
 }
 
 /**
@@ -134,7 +149,12 @@ async function legacyRoute(
   return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
 }
 
-export function createRouteSigningActivities(client: Client, catalogKeyFile: string | undefined, log: (line: string) => void) {
+export function createRouteSigningActivities(
+  client: Client,
+  catalogKeyFile: string | undefined,
+  log: (line: string) => void,
+  catalog?: CatalogSource,
+) {
   return {
     /**
      * Each entry as its replica's state has it, signed when routable (in order: the routes
@@ -143,9 +163,13 @@ export function createRouteSigningActivities(client: Client, catalogKeyFile: str
     async signRoutes(entries: RouteEntry[]): Promise<RouteEntry[]> {
       const out: RouteEntry[] = [];
       for (const entry of entries) {
-        const verdict = await trueRoute(client, entry, catalogKeyFile);
-        if ('route' in verdict) out.push(verdict.route);
-        else log(`routes: not signing a route to ${entry.endpoint || '(none)'} for ${entry.servedName}: ${verdict.refused}`);
+        const verdict = await trueRoute(client, entry, catalogKeyFile, catalog);
+        if ('refused' in verdict) {
+          log(`routes: not signing a route to ${entry.endpoint || '(none)'} for ${entry.servedName}: ${verdict.refused}`);
+          continue;
+        }
+        out.push(verdict.route);
+        if (verdict.withdrawn) log(`routes: withdrawing ${entry.replicaId} at ${entry.endpoint || '(none)'}: ${verdict.withdrawn}`);
       }
       return out;
     },

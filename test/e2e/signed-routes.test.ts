@@ -6,6 +6,7 @@
 // requests while the router keeps serving the real replica, and nothing forged is signed. And
 // deploymentChanged: forged entries that would alias a new name to a deployment's model, rebind
 // the deployment's own name, or carry a copied signature change nothing at a router with the key.
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -27,9 +28,11 @@ import { llmgwDataConverter } from '../../temporal/connection.js';
 import { readCatalogKeys } from '../../common/catalog-key.js';
 import { signSnapshot } from '../../common/revision-signature.js';
 import { testCatalogKeyFile } from '../helpers/catalog-key.js';
-import { sleep } from '../helpers/processes.js';
+import { enginesOf, sleep } from '../helpers/processes.js';
+import { signalGroup } from '../../agent/supervisor/processes/proc.js';
 import { uniqueId } from '../helpers/temporal.js';
 import {
+  catalogFile,
   deploy,
   nodeIds,
   nodeView,
@@ -291,5 +294,63 @@ describe('signed routes', () => {
     // Nothing was reserved for it on any node, and it never ran.
     for (const nodeId of nodeIds) expect((await nodeView(nodeId)).allocations.map((a) => a.replicaId)).not.toContain(replicaId);
     await withClient((client) => client.workflow.getHandle(replicaId).terminate('test over')).catch(() => undefined);
+  });
+
+  it('places nothing for a hand-started replica carrying an earlier signed revision of the same served name', async () => {
+    const name = uniqueId('sig-old');
+    const view = await deploy('life', name, 1, 'one-gpu');
+    const genuineInput = await withClient((client) => inputOf(client, view.replicas[0]!.replicaId));
+    // What the control worker signed when the catalog said otherwise: same served name, same
+    // deployment, a revision nobody runs any more (copied out of an old history).
+    const earlier = signSnapshot({ ...genuineInput.profile, startupTimeoutSeconds: 31 }, readCatalogKeys(testCatalogKeyFile()));
+    const replicaId = `replica/${name}/92`;
+    const input: ReplicaInput = { ...genuineInput, profile: earlier, seq: 92 };
+    const outcome = await withClient(async (client) => {
+      const handle = await client.workflow.start('replica', { taskQueue: 'llmgw', workflowId: replicaId, args: [input] });
+      return Promise.race([
+        handle.result().then(
+          () => 'completed',
+          (error: unknown) => causes(error),
+        ),
+        sleep(30_000).then(() => 'still running'),
+      ]);
+    });
+    expect(outcome).toMatch(new RegExp(`its revision is not one deployment ${name} runs now \\(${view.revision}\\): nothing is placed`));
+    for (const nodeId of nodeIds) expect((await nodeView(nodeId)).allocations.map((a) => a.replicaId)).not.toContain(replicaId);
+    expect(enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID === replicaId)).toEqual([]);
+    await withClient((client) => client.workflow.getHandle(replicaId).terminate('test over')).catch(() => undefined);
+    await undeploy(name);
+  });
+
+  it('withdraws the route of a revision the catalog revokes, and does not restart its engine after a crash', async () => {
+    const name = uniqueId('sig-revoke');
+    const view = await deploy('life', name, 1, 'one-gpu');
+    expect(await routed(name)).toBe(true);
+    const replicaId = view.replicas[0]!.replicaId;
+    const original = readFileSync(catalogFile, 'utf8');
+    try {
+      writeFileSync(catalogFile, `${original.trimEnd()}\nrevoked:\n  - ${view.revision}\n`);
+      // The catalog watcher has the routes signed again: this replica's is withdrawn everywhere.
+      const routeOf = async (): Promise<string> =>
+        withClient(async (client) => {
+          const table = await client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery);
+          const route = table.routes.find((r) => r.replicaId === replicaId);
+          return route?.signature ? 'signed' : 'withdrawn';
+        });
+      await expect.poll(routeOf, { timeout: 30_000, interval: 500 }).toBe('withdrawn');
+      await expect.poll(() => routed(name).catch(() => false), { timeout: 15_000, interval: 500 }).toBe(false);
+
+      // Its engine crashes: the replica asks for its tickets again, and gets none.
+      const engine = enginesOf(nodeIds).find((e) => e.env.LLMGW_REPLICA_ID === replicaId);
+      expect(engine).toBeDefined();
+      signalGroup(engine!.pid, 'SIGKILL');
+      await sleep(15_000);
+      const again = enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${name}/`));
+      expect(again).toEqual([]);
+      expect(await routeOf()).toBe('withdrawn');
+    } finally {
+      writeFileSync(catalogFile, original);
+    }
+    await undeploy(name);
   });
 });
