@@ -9,7 +9,7 @@ import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { verifyPlacementTicket } from '../common/placement-ticket.js';
-import { ROUTABLE_PHASES, type ShardPlacement } from '../common/replica-types.js';
+import { ROUTABLE_PHASES, type DeploymentView, type ShardPlacement } from '../common/replica-types.js';
 import { signRoute } from '../common/route-signature.js';
 import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
 import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
@@ -39,6 +39,7 @@ export async function trueRoute(
   entry: RouteEntry,
   catalogKeyFile: string | undefined,
   catalog?: CatalogSource,
+  deployments = new Map<string, Promise<DeploymentView | undefined>>(),
 ): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
   const { signature: _ignored, ...claimed } = entry;
@@ -100,7 +101,14 @@ export async function trueRoute(
   }
   // Revocation: a revision its deployment no longer runs, or the catalog removed or revoked, is
   // withdrawn at every router, whatever its replica says (activities/revision-liveness.ts).
-  const deployment = await runningDeployment(client, ticket.deployment, queue).catch(() => undefined);
+  // Read once per batch: a resync signs every route of a deployment at once.
+  if (!deployments.has(ticket.deployment)) {
+    deployments.set(
+      ticket.deployment,
+      runningDeployment(client, ticket.deployment, queue).catch(() => undefined),
+    );
+  }
+  const deployment = await deployments.get(ticket.deployment);
   if (!deployment) return { refused: `${entry.replicaId}'s deployment ${ticket.deployment} is not running here (or not resolved yet)` };
   const keys = readCatalogKeys(catalogKeyFile);
   const revoked = revisionRefusal(deployment, ticket.revision, catalog?.get(), keys.all);
@@ -162,8 +170,9 @@ export function createRouteSigningActivities(
      */
     async signRoutes(entries: RouteEntry[]): Promise<RouteEntry[]> {
       const out: RouteEntry[] = [];
+      const deployments = new Map<string, Promise<DeploymentView | undefined>>();
       for (const entry of entries) {
-        const verdict = await trueRoute(client, entry, catalogKeyFile, catalog);
+        const verdict = await trueRoute(client, entry, catalogKeyFile, catalog, deployments);
         if ('refused' in verdict) {
           log(`routes: not signing a route to ${entry.endpoint || '(none)'} for ${entry.servedName}: ${verdict.refused}`);
           continue;
