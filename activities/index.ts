@@ -38,7 +38,10 @@ export function createControlActivities(deps: ControlActivityDeps) {
   const routes = createRoutesActivities(deps.client, deps.log);
   // Without a catalog key no enrollment can be checked: such a worker places and routes as before.
   const trustUnenrolled = deps.trustUnenrolledAgents === true || deps.catalogKeyFile === undefined;
-  const signing = createRouteSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn'), { trustUnenrolled });
+  const signing = createRouteSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn'), {
+    trustUnenrolled,
+    catalog,
+  });
   return {
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createPlacementActivities(deps.client, {
@@ -46,6 +49,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
       ...(deps.placementMetric ? { metric: deps.placementMetric } : {}),
       ...(deps.catalogKeyFile ? { catalogKeyFile: deps.catalogKeyFile } : {}),
       trustUnenrolled,
+      catalog,
     }),
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),

@@ -5,14 +5,17 @@
 // never taken from the request: the replica and its chain from Temporal, the deployment from
 // the replica's id, the served name from that deployment's own workflow.
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure, WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { readCatalogKeys } from '../common/catalog-key.js';
+import { ApplicationFailure, type Client } from '@temporalio/client';
+import type { CatalogSource } from '../catalog/watch.js';
+import { readCatalogKeys, type CatalogKey } from '../common/catalog-key.js';
 import { FailureType } from '../common/failures.js';
-import { deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId, WorkflowType } from '../common/names.js';
+import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
 import { signPlacementTicket, verifyPlacementTicket } from '../common/placement-ticket.js';
 import type { ShardPlacement } from '../common/replica-types.js';
-import { deploymentStatusQuery, describeNodeQuery } from '../workflows/definitions.js';
+import type { DeploymentView } from '../common/replica-types.js';
+import { describeNodeQuery } from '../workflows/definitions.js';
 import type { PlaceRequest, PlaceResult } from './placement.js';
+import { revisionRefusal, runningDeployment } from './revision-liveness.js';
 
 /** The calling replica: its workflow, run and run chain as Temporal has them (undefined outside an activity). */
 interface Caller {
@@ -36,6 +39,16 @@ async function callerOf(client: Client): Promise<Caller | undefined> {
   return { ...execution, chain, taskQueue: info.taskQueue };
 }
 
+/** What a revision is checked against: the worker's live catalog and its keys (read when asked). */
+interface Liveness {
+  catalog: CatalogSource | undefined;
+  keys: () => CatalogKey[];
+}
+
+function liveness(catalogKeyFile: string, catalog: CatalogSource | undefined): Liveness {
+  return { catalog, keys: () => readCatalogKeys(catalogKeyFile).all };
+}
+
 function refuse(message: string): ApplicationFailure {
   return ApplicationFailure.nonRetryable(message, FailureType.PlacementRefused);
 }
@@ -43,12 +56,14 @@ function refuse(message: string): ApplicationFailure {
 /**
  * The deployment and served name a replica's tickets name: the deployment is the one in the
  * replica's own workflow id, the served name that deployment's (a running deployModel on this
- * worker's queue). A request naming another deployment or another served name signs nothing.
+ * worker's queue). A request naming another deployment or another served name, or a revision
+ * that is not live (activities/revision-liveness.ts), signs nothing.
  */
 async function resolveNames(
   client: Client,
   request: PlaceRequest,
   caller: Caller | undefined,
+  live: Liveness,
 ): Promise<{ deployment: string; servedName: string }> {
   const deployment = parseReplicaWorkflowId(request.replicaId)?.deployment;
   if (!deployment) throw refuse(`${request.replicaId} is not a replica workflow id: nothing is placed for it`);
@@ -57,23 +72,19 @@ async function resolveNames(
       `replica ${request.replicaId} asked to be placed for deployment ${request.deployment}: a replica is placed for its own deployment only`,
     );
   }
-  const handle = client.workflow.getHandle(deploymentWorkflowId(deployment));
-  const description = await handle.describe().catch((error: unknown) => {
-    if (error instanceof WorkflowNotFoundError) return undefined;
-    throw error;
-  });
-  const ours = description?.type === WorkflowType.deployModel && (caller === undefined || description.taskQueue === caller.taskQueue);
-  if (!description || description.status.name !== 'RUNNING' || !ours) {
+  const view = await runningDeployment(client, deployment, caller?.taskQueue);
+  if (!view) {
     throw refuse(
       `replica ${request.replicaId}'s deployment ${deployment} is not a running deployment of this control plane: nothing is placed for it`,
     );
   }
-  const view = await handle.query(deploymentStatusQuery);
   if (request.servedName !== undefined && request.servedName !== view.servedName) {
     throw refuse(
       `replica ${request.replicaId} asked for served name ${JSON.stringify(request.servedName)}, but deployment ${deployment} serves ${JSON.stringify(view.servedName)}: nothing is signed`,
     );
   }
+  const revoked = revisionRefusal(view, request.revision ?? '', live.catalog?.get(), live.keys());
+  if (revoked) throw refuse(`replica ${request.replicaId}: ${revoked}: nothing is placed for it`);
   return { deployment, servedName: view.servedName };
 }
 
@@ -94,6 +105,7 @@ export async function ticketNames(
   client: Client,
   request: PlaceRequest,
   catalogKeyFile: string | undefined,
+  catalog?: CatalogSource,
 ): Promise<TicketNames | undefined> {
   if (catalogKeyFile === undefined) return undefined;
   const run = await callerOf(client);
@@ -103,7 +115,7 @@ export async function ticketNames(
       FailureType.InvalidInput,
     );
   }
-  return { ...(await resolveNames(client, request, run)), run };
+  return { ...(await resolveNames(client, request, run, liveness(catalogKeyFile, catalog))), run };
 }
 
 /** Signs every shard of a successful placement (unchanged when `names` is undefined: no key file). */
@@ -162,10 +174,12 @@ export async function renewTickets(
   client: Client,
   shards: ShardPlacement[],
   catalogKeyFile: string | undefined,
+  catalog?: CatalogSource,
 ): Promise<ShardPlacement[]> {
   if (catalogKeyFile === undefined || !shards.some((s) => s.ticket)) return shards;
   const caller = await callerOf(client);
   const keyring = readCatalogKeys(catalogKeyFile);
+  const deployments = new Map<string, DeploymentView | undefined>();
   const out: ShardPlacement[] = [];
   for (const shard of shards) {
     if (!shard.ticket) {
@@ -188,6 +202,15 @@ export async function renewTickets(
         `shard ${shard.shardId}'s ticket is run chain ${ticket.chain}'s, not ${caller.chain}'s, and node ${ticket.nodeId} no longer holds its GPUs for ${ticket.replicaId}: it must be placed again`,
       );
     }
+    // A restart or an adoption is a start too: only of a revision that is still live.
+    if (!deployments.has(ticket.deployment)) {
+      deployments.set(ticket.deployment, await runningDeployment(client, ticket.deployment, caller?.taskQueue));
+    }
+    const view = deployments.get(ticket.deployment);
+    const revoked = view
+      ? revisionRefusal(view, ticket.revision, catalog?.get(), keyring.all)
+      : `its deployment ${ticket.deployment} is not a running deployment of this control plane`;
+    if (revoked) throw refuse(`shard ${shard.shardId} of ${ticket.replicaId}: ${revoked}: its ticket is not renewed`);
     const renewed = {
       ...ticket,
       placedByRun: caller?.runId ?? ticket.placedByRun,

@@ -18,6 +18,7 @@
 //     nothing (common/placement/choose-hosts.ts).
 // The node itself checks health, memory, NVLink and NUMA when it picks the GPUs.
 import type { Client } from '@temporalio/client';
+import type { CatalogSource } from '../catalog/watch.js';
 import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
 import type { ReserveResult } from '../common/node-types.js';
 import { heldKeyOfSource } from '../common/held-weights.js';
@@ -68,7 +69,14 @@ export type PlacementMetric = (outcome: 'placed' | 'unschedulable' | 'error', ms
 
 export function createPlacementActivities(
   client: Client,
-  options: { log?: (line: string) => void; metric?: PlacementMetric; catalogKeyFile?: string; trustUnenrolled?: boolean } = {},
+  options: {
+    log?: (line: string) => void;
+    metric?: PlacementMetric;
+    catalogKeyFile?: string;
+    trustUnenrolled?: boolean;
+    /** The live catalog: tickets, renewals included, are signed only for revisions it still allows. */
+    catalog?: CatalogSource;
+  } = {},
 ) {
   const log = options.log ?? (() => undefined);
   const metric = options.metric ?? (() => undefined);
@@ -78,7 +86,7 @@ export function createPlacementActivities(
       const started = performance.now();
       try {
         // Who asks and for what is settled before any GPU is reserved: a refusal holds nothing.
-        const names = await ticketNames(client, request, options.catalogKeyFile);
+        const names = await ticketNames(client, request, options.catalogKeyFile, options.catalog);
         const placed = await placeOnIndex(client, inFlight, request, options.trustUnenrolled === true);
         const result = withTickets(placed, request, names, options.catalogKeyFile);
         metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
@@ -91,7 +99,7 @@ export function createPlacementActivities(
 
     /** The shards' tickets signed again for the calling run's chain, just before it starts them. */
     async renewTickets(request: { shards: ShardPlacement[] }): Promise<ShardPlacement[]> {
-      return renewTickets(client, request.shards, options.catalogKeyFile);
+      return renewTickets(client, request.shards, options.catalogKeyFile, options.catalog);
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {

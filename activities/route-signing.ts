@@ -6,21 +6,28 @@
 // no traffic (docs/security.md).
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import type { CatalogSource } from '../catalog/watch.js';
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { verifyPlacementTicket } from '../common/placement-ticket.js';
-import { ROUTABLE_PHASES, type ShardPlacement } from '../common/replica-types.js';
+import { ROUTABLE_PHASES, type DeploymentView, type ShardPlacement } from '../common/replica-types.js';
 import { signRoute } from '../common/route-signature.js';
 import { checkAttestedEndpoint } from './endpoint-check.js';
 import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
 import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
 import type { RouteEntry } from '../workflows/routes/definitions.js';
+import { revisionRefusal, runningDeployment } from './revision-liveness.js';
 
-/** `trusted`: signed without the agent's attestation, on a worker that trusts unenrolled agents (why). */
-type Verdict = { route: RouteEntry; trusted?: string } | { refused: string };
+/**
+ * `trusted`: signed without the agent's attestation, on a worker that trusts unenrolled agents (why);
+ * `withdrawn`: why a replica that says it serves is taken out of every router anyway.
+ */
+type Verdict = { route: RouteEntry; trusted?: string; withdrawn?: string } | { refused: string };
 
 export interface RouteSigningOptions {
   /** `--trust-unenrolled-agents` (or no catalog key): a node with no enrolled key is routed unattested, as before 0.3.0. */
   trustUnenrolled?: boolean;
+  /** The catalog, for revocation (activities/revision-liveness.ts). */
+  catalog?: CatalogSource;
 }
 
 /** Engines never listen below this (the agent refuses such ports: agent/supervisor/start/start-checks.ts). */
@@ -43,6 +50,7 @@ export async function trueRoute(
   entry: RouteEntry,
   catalogKeyFile: string | undefined,
   options: RouteSigningOptions = {},
+  deployments = new Map<string, Promise<DeploymentView | undefined>>(),
 ): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
   const { signature: _ignored, ...claimed } = entry;
@@ -103,19 +111,33 @@ export async function trueRoute(
     return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is not on its placed port ${ticket.httpPort}` };
   }
   // The port came back from the agent unsigned: only the agent's own attestation of it counts.
+  const keys = readCatalogKeys(catalogKeyFile);
   const endpoint = await checkAttestedEndpoint(client, {
     replicaId: entry.replicaId,
     chain,
     leader: leader!,
     ticket,
     url,
-    catalogKeys: readCatalogKeys(catalogKeyFile).all,
+    catalogKeys: keys.all,
     trustUnenrolled: options.trustUnenrolled === true,
     queue,
   });
   if ('refused' in endpoint) return endpoint;
+  // Revocation: a revision its deployment no longer runs, or the catalog removed or revoked, is
+  // withdrawn at every router, whatever its replica says (activities/revision-liveness.ts).
+  // Read once per batch: a resync signs every route of a deployment at once.
+  if (!deployments.has(ticket.deployment)) {
+    deployments.set(
+      ticket.deployment,
+      runningDeployment(client, ticket.deployment, queue).catch(() => undefined),
+    );
+  }
+  const deployment = await deployments.get(ticket.deployment);
+  if (!deployment) return { refused: `${entry.replicaId}'s deployment ${ticket.deployment} is not running here (or not resolved yet)` };
+  const revoked = revisionRefusal(deployment, ticket.revision, options.catalog?.get(), keys.all);
+  if (revoked) return { route: { ...truth, phase: 'Stopped' }, withdrawn: revoked };
   const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
-  const signed = { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
+  const signed = { route: { ...route, signature: signRoute(route, keys) } };
   return endpoint.attested ? signed : { ...signed, trusted: endpoint.trusted };
 }
 
@@ -174,9 +196,10 @@ export function createRouteSigningActivities(
      */
     async signRoutes(entries: RouteEntry[]): Promise<RouteEntry[]> {
       const out: RouteEntry[] = [];
+      const deployments = new Map<string, Promise<DeploymentView | undefined>>();
       for (const entry of entries) {
-        const verdict = await trueRoute(client, entry, catalogKeyFile, options);
-        if (!('route' in verdict)) {
+        const verdict = await trueRoute(client, entry, catalogKeyFile, options, deployments);
+        if ('refused' in verdict) {
           log(`routes: not signing a route to ${entry.endpoint || '(none)'} for ${entry.servedName}: ${verdict.refused}`);
           continue;
         }
@@ -186,6 +209,7 @@ export function createRouteSigningActivities(
           saidTrusted.add(unattested);
           log(`routes: signing ${verdict.route.endpoint} for ${entry.replicaId} without its agent's attestation: ${verdict.trusted}`);
         }
+        if (verdict.withdrawn) log(`routes: withdrawing ${entry.replicaId} at ${entry.endpoint || '(none)'}: ${verdict.withdrawn}`);
       }
       return out;
     },

@@ -266,6 +266,11 @@ export const Catalog = strictObject('the catalog', {
   // An empty list would tell reconciliation that nothing may run, and it would stop every
   // engine; a catalog emptied by accident must not do that.
   models: z.array(CatalogModel).min(1, 'the catalog needs at least one model'),
+  /**
+   * Revisions (`r-…`, as `llmgw status` shows them) that must no longer start, restart or be
+   * routed anywhere, even while a deployment still runs one (docs/signed-statements.md#revocation).
+   */
+  revoked: z.array(z.string().regex(/^r-[0-9a-f]{10}$/, 'a revision is r- and 10 hex digits, as llmgw status shows it')).optional(),
 })
   .superRefine((catalog, ctx) => {
     const models = listOf(catalog.models);

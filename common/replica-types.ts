@@ -255,4 +255,16 @@ export interface DeploymentView {
   /** The catalog's current revision of its profile, when it differs. */
   catalogRevision?: string;
   rollout?: RolloutView;
+  /**
+   * The revisions it runs now, signed: its own, and both sides of a rollout in progress. The
+   * control worker signs tickets and routes only for these (activities/revision-liveness.ts).
+   */
+  revisions?: LiveRevision[];
+}
+
+/** One revision a deployment runs now: its catalog profile, digest and the control worker's signature. */
+export interface LiveRevision {
+  profile: string;
+  revision: string;
+  signature: string;
 }

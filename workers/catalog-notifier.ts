@@ -5,6 +5,9 @@
 // The catalog file is looked at every few seconds (process-local, no Temporal cost); only a
 // change lists the deployments, and only those whose memo shows another catalog revision are
 // signalled, so steady state and restarts of the worker cost nothing per deployment.
+// A change to what the catalog allows at all (a model or profile gone, the `revoked` list) also
+// has the routes workflow resync, so routes of a revision no longer live are withdrawn now
+// (activities/revision-liveness.ts), not at their replica's next change.
 import type { Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { profileSnapshot } from '../catalog/lookup.js';
@@ -12,6 +15,7 @@ import { everyWithoutOverlap } from '../common/every.js';
 import { revisionOf } from '../common/revision.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
 import { catalogChangedSignal } from '../workflows/definitions.js';
+import { resyncRoutesSignal, ROUTES_WORKFLOW_ID } from '../workflows/routes/definitions.js';
 
 const CHECK_EVERY_MS = 5_000;
 
@@ -60,11 +64,42 @@ export async function notifyDeployments(client: Client, revisions: Map<string, s
   return told;
 }
 
+/** What the catalog allows at all: its models and profiles by name, and the revisions it revokes. */
+export function catalogAllows(catalog: CatalogSource): string {
+  const current = catalog.get();
+  const profiles = current.models.flatMap((m) => m.profiles.map((p) => `${m.name}/${p.name}`)).sort();
+  return JSON.stringify([profiles, [...(current.revoked ?? [])].sort()]);
+}
+
+/**
+ * Has the routes workflow sign its table again when what the catalog allows changed, or, at the
+ * worker's start, when the catalog revokes anything (it may have while no worker watched).
+ */
+async function withdrawRevoked(
+  client: Client,
+  catalog: CatalogSource,
+  last: string | undefined,
+  log: (line: string) => void,
+): Promise<string> {
+  const allows = catalogAllows(catalog);
+  const first = last === undefined;
+  if (first ? !catalog.get().revoked?.length : allows === last) return allows;
+  // No routes workflow yet: the one that starts seeds its table through the same check.
+  await client.workflow
+    .getHandle(ROUTES_WORKFLOW_ID)
+    .signal(resyncRoutesSignal, { reason: 'what the catalog allows changed: routes of revisions it no longer allows are withdrawn' })
+    .then(() => log('catalog: what it allows changed: routes are signed again, and those of revoked revisions withdrawn'))
+    .catch((error: unknown) => log(`catalog: could not have the routes signed again: ${String(error)}`));
+  return allows;
+}
+
 /** Starts watching; returns a function that stops it. */
 export function watchCatalogForDeployments(client: Client, catalog: CatalogSource, log: (line: string) => void): () => void {
   let last = '';
+  let allowed: string | undefined;
   return everyWithoutOverlap(CHECK_EVERY_MS, async () => {
     try {
+      allowed = await withdrawRevoked(client, catalog, allowed, log);
       const revisions = catalogSnapshots(catalog);
       const key = JSON.stringify([...revisions.entries()]);
       if (key === last) return;

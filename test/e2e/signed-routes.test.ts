@@ -6,9 +6,7 @@
 // requests while the router keeps serving the real replica, and nothing forged is signed. And
 // deploymentChanged: forged entries that would alias a new name to a deployment's model, rebind
 // the deployment's own name, or carry a copied signature change nothing at a router with the key.
-// And the engine's port: startShard and waitHealthy completed by someone other than the agent
-// (by activity id, while the agent is stopped) name the attacker's port on the agent's own host;
-// no route is signed without the agent's own endpoint attestation, while the genuine one is.
+// The engine's port and revoked revisions: routes-attested-live.test.ts.
 import { join } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -23,34 +21,28 @@ import {
   type RouteEntry,
 } from '../../workflows/routes/definitions.js';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import type { Client } from '@temporalio/client';
-import { create } from '@bufbuild/protobuf';
-import { RunningShardSchema, ShardState, ShardStatusSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { replicaStatusQuery } from '../../workflows/definitions.js';
 import type { ReplicaInput } from '../../common/replica-types.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { readCatalogKeys } from '../../common/catalog-key.js';
 import { signSnapshot } from '../../common/revision-signature.js';
 import { testCatalogKeyFile } from '../helpers/catalog-key.js';
-import { eventually, runLlmgw, sleep } from '../helpers/processes.js';
+import { sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import {
   deploy,
-  env,
-  inventoryDir,
   nodeIds,
   nodeView,
   port,
-  raceNodes,
   routed,
   router,
-  startAgent,
   startReconcileStack,
   status,
   stopReconcileStack,
   undeploy,
   withClient,
-  workerProc,
+  causes,
+  inputOf,
 } from '../helpers/reconcile-stack.js';
 
 let attacker: Server;
@@ -69,20 +61,6 @@ beforeAll(async () => {
   attackerUrl = `http://127.0.0.1:${(attacker.address() as AddressInfo).port}`;
   await startReconcileStack();
 });
-
-/** Every message in a failure's chain of causes, outermost first. */
-function causes(error: unknown): string {
-  const messages: string[] = [];
-  for (let e = error; e instanceof Error; e = e.cause) messages.push(e.message);
-  return messages.join(' <- ');
-}
-
-/** The input a replica workflow was started with, as its history records it. */
-async function inputOf(client: Client, replicaId: string): Promise<ReplicaInput> {
-  const history = await client.workflow.getHandle(replicaId).fetchHistory();
-  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
-  return JSON.parse(Buffer.from(payload!.data!).toString('utf8')) as ReplicaInput;
-}
 
 afterAll(async () => {
   await stopReconcileStack();
@@ -302,80 +280,4 @@ describe('signed routes', () => {
     for (const nodeId of nodeIds) expect((await nodeView(nodeId)).allocations.map((a) => a.replicaId)).not.toContain(replicaId);
     await withClient((client) => client.workflow.getHandle(replicaId).terminate('test over')).catch(() => undefined);
   });
-
-  it('signs no route to a port its agent did not attest, while the genuine endpoint is routed', async () => {
-    // The genuine replica: its rank 0 carries its agent's attestation, and it is routed.
-    const genuineName = uniqueId('sig-att');
-    const genuineView = await deploy('life', genuineName, 1, 'one-gpu');
-    expect(await routed(genuineName)).toBe(true);
-    const genuineLeader = (
-      await withClient((client) => client.workflow.getHandle(genuineView.replicas[0]!.replicaId).query(replicaStatusQuery))
-    ).shards.find((s) => s.rank === 0)!;
-    expect(genuineLeader.attestation).toBeTruthy();
-
-    // A host of its own (HOLD: only it has the class), its agent stopped but still holding its
-    // task polls, so that what the replica sends it waits there for someone to complete it.
-    const holdNode = uniqueId('sig-hold');
-    raceNodes.push(holdNode);
-    const holdAgent = await startAgent(holdNode, join(inventoryDir, 'holdx8.yaml'));
-    await eventually('the HOLD node enrolled', async () => (await nodeView(holdNode)).enrolled, 30_000);
-    const name = uniqueId('sig-port');
-    const attackerPort = Number(new URL(attackerUrl).port);
-    const hitsBefore = attackerHits;
-    process.kill(holdAgent.pid, 'SIGSTOP');
-    try {
-      const started = await runLlmgw(['deploy', 'hold', '--name', name, '--replicas', '1', '--profile', 'one-gpu'], env);
-      expect(started.code, started.output).toBe(0);
-      const replicaId = await eventually('the replica', async () => (await status(name)).replicas[0]?.replicaId, 30_000);
-      /** Completes the replica's pending `type` activity by its id: no task token, no agent. */
-      const completeAs = (type: string, result: unknown): Promise<true> =>
-        eventually(
-          `${type} completed by id`,
-          () =>
-            withClient(async (client) => {
-              const pending = (await client.workflow.getHandle(replicaId).describe()).raw.pendingActivities ?? [];
-              const activity = pending.find((a) => a.activityType?.name === type);
-              if (!activity?.activityId) return undefined;
-              await client.activity.complete({ workflowId: replicaId, activityId: activity.activityId }, result);
-              return true as const;
-            }),
-          30_000,
-        );
-      const shardId = await eventually(
-        'the placed shard',
-        async () => (await withClient((c) => c.workflow.getHandle(replicaId).query(replicaStatusQuery))).shards[0]?.shardId,
-      );
-      const forged = (state: ShardState, endpointAttestation = '') =>
-        create(ShardStatusSchema, {
-          shardId,
-          replicaId,
-          nodeId: holdNode,
-          state,
-          pid: 4242,
-          httpPort: attackerPort,
-          endpoint: `127.0.0.1:${attackerPort}`,
-          endpointAttestation,
-        });
-      // The attacker's port on the agent's own address; the health answer carries the genuine
-      // replica's attestation (another node, replica and port), which is all there is to copy.
-      await completeAs('startShard', create(RunningShardSchema, { status: forged(ShardState.STARTING) }));
-      await completeAs('waitHealthy', forged(ShardState.READY, genuineLeader.attestation));
-      await eventually('the replica Ready at the attacker port', async () => {
-        const view = await withClient((c) => c.workflow.getHandle(replicaId).query(replicaStatusQuery));
-        return view.phase === 'Ready' && view.endpoint === attackerUrl;
-      });
-    } finally {
-      process.kill(holdAgent.pid, 'SIGCONT');
-    }
-    const refusal = new RegExp(`not signing a route to ${attackerUrl.replace(/[.:/]/g, '\\$&')} .*is not attested by its agent`);
-    await eventually('the route refused', () => refusal.test(workerProc.output()), 20_000);
-    for (let i = 0; i < 10; i++) await routed(name).catch(() => false);
-    const table = await withClient((client) => client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery));
-    expect(table.routes.filter((r) => r.endpoint === attackerUrl && r.signature)).toEqual([]);
-    expect(attackerHits).toBe(hitsBefore);
-    expect(await routed(genuineName)).toBe(true);
-    await undeploy(name);
-    await undeploy(genuineName);
-    await holdAgent.stop();
-  }, 120_000);
 });

@@ -11,7 +11,7 @@ import { startDevServer, type DevServer } from '../../temporal/dev-server.js';
 import { findFreePort } from '../../common/ports.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { deploymentStatusQuery, describeNodeQuery } from '../../workflows/definitions.js';
-import type { DeploymentView } from '../../common/replica-types.js';
+import type { DeploymentView, ReplicaInput } from '../../common/replica-types.js';
 import type { NodeView } from '../../common/node-types.js';
 import type { ReconcileResult } from '../../common/reconcile-types.js';
 import { E2E_CATALOG, INVENTORIES, killEnginesOf, runLlmgw, spawnLlmgw, startSimAgent, stopAll, type LlmgwProcess } from './processes.js';
@@ -213,4 +213,18 @@ function startEmptyDevServer(): Promise<DevServer> {
     inMemory: true,
     logFile: `.llmgw/test/temporal-reconcile-${port}.log`,
   });
+}
+
+/** Every message in a failure's chain of causes, outermost first. */
+export function causes(error: unknown): string {
+  const messages: string[] = [];
+  for (let e = error; e instanceof Error; e = e.cause) messages.push(e.message);
+  return messages.join(' <- ');
+}
+
+/** The input a replica workflow was started with, as its history records it. */
+export async function inputOf(client: Client, replicaId: string): Promise<ReplicaInput> {
+  const history = await client.workflow.getHandle(replicaId).fetchHistory();
+  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  return JSON.parse(Buffer.from(payload!.data!).toString('utf8')) as ReplicaInput;
 }

@@ -13,7 +13,10 @@ import { createSupervisor } from '../../agent/supervisor/supervisor.js';
 import { ensureCatalogKeyFile, keyFileWarnings, readCatalogKeys } from '../../common/catalog-key.js';
 import { FailureType, NON_RETRYABLE_AGENT_FAILURES } from '../../common/failures.js';
 import { engineProfileFromSnapshot, snapshotFromEngineProfile } from '../../common/profile-conversion.js';
-import type { ProfileSnapshot } from '../../common/replica-types.js';
+import type { DeploymentView, ProfileSnapshot } from '../../common/replica-types.js';
+import type { Catalog } from '../../catalog/schema.js';
+import { revisionRefusal } from '../../activities/revision-liveness.js';
+import { revisionOf } from '../../common/revision.js';
 import { canonicalRevision, signSnapshot, verifyRevision } from '../../common/revision-signature.js';
 import { signPlacementTicket } from '../../common/placement-ticket.js';
 import { ticketFor } from '../helpers/catalog-key.js';
@@ -170,5 +173,48 @@ describe("the agent's check", () => {
     } finally {
       sup.close();
     }
+  });
+});
+
+describe('revocation: only live revisions are signed for', () => {
+  const keys = readCatalogKeys(keyFile(KEY_A));
+  const current = signSnapshot(SNAPSHOT, keys);
+  // An earlier revision of the same served name, signed when it was the catalog's.
+  const earlier = signSnapshot({ ...SNAPSHOT, args: ['--max-model-len', '4096'] }, keys);
+  const view = (snapshots: ProfileSnapshot[]): DeploymentView => ({
+    name: 'llama',
+    model: SNAPSHOT.model,
+    profile: SNAPSHOT.profile,
+    servedName: SNAPSHOT.servedName,
+    phase: 'Ready',
+    desired: 1,
+    ready: 1,
+    replicas: [],
+    reason: '',
+    revisions: snapshots.map((s) => ({ profile: s.profile, revision: revisionOf(s), signature: s.signature! })),
+  });
+  const catalog = (revoked: string[] = [], profile = SNAPSHOT.profile): Catalog =>
+    ({ models: [{ name: SNAPSHOT.model, profiles: [{ name: profile }] }], revoked }) as unknown as Catalog;
+
+  it('refuses a signed revision its deployment does not run now, a revoked one, and one whose profile left the catalog', () => {
+    expect(revisionRefusal(view([current]), current.signature!, catalog(), keys.all)).toBeUndefined();
+    expect(revisionRefusal(view([current]), earlier.signature!, catalog(), keys.all)).toMatch(
+      new RegExp(`not one deployment llama runs now \\(${revisionOf(current)}\\)`),
+    );
+    // Both sides of a rollout in progress are live, until the catalog revokes one.
+    expect(revisionRefusal(view([current, earlier]), earlier.signature!, catalog(), keys.all)).toBeUndefined();
+    expect(revisionRefusal(view([current, earlier]), earlier.signature!, catalog([revisionOf(earlier)]), keys.all)).toBe(
+      `revision ${revisionOf(earlier)} is revoked in the catalog`,
+    );
+    expect(revisionRefusal(view([current]), current.signature!, catalog([], 'other'), keys.all)).toBe(
+      `profile ${SNAPSHOT.profile} of model ${SNAPSHOT.model} is no longer in the catalog`,
+    );
+  });
+
+  it('refuses a revision signed with a key the control worker no longer holds', () => {
+    const rotated = readCatalogKeys(keyFile(KEY_B));
+    expect(revisionRefusal(view([current]), current.signature!, catalog(), rotated.all)).toMatch(
+      /signed with key [0-9a-f]{12}, which is no longer in the control worker's key file/,
+    );
   });
 });

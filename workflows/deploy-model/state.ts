@@ -6,6 +6,7 @@ import {
   type AutoscaleDecision,
   type DeploymentPhase,
   type DeploymentView,
+  type LiveRevision,
   type ProfileSnapshot,
   type ReplicaView,
 } from '../../common/replica-types.js';
@@ -121,7 +122,23 @@ export function deploymentView(deployment: DeploymentState): DeploymentView {
       : {}),
     ...(deployment.rollout ? { rollout: rolloutView(deployment.rollout, Object.values(deployment.replicas), deployment.desired) } : {}),
     ...(deployment.autoscale ? { autoscale: autoscaleView(deployment) } : {}),
+    revisions: liveRevisions(deployment),
   };
+}
+
+/**
+ * What this deployment may start and route now: its snapshot, and both sides of a rollout that
+ * is not over. A query reads it (placement, renewals, route signing); nothing is recorded.
+ */
+function liveRevisions(deployment: DeploymentState): LiveRevision[] {
+  const { rollout } = deployment;
+  const inFlight = rollout && (isActive(rollout) || rollout.state === 'Paused') ? [rollout.from, rollout.to] : [];
+  const out: LiveRevision[] = [];
+  for (const snapshot of [deployment.snapshot, ...inFlight]) {
+    const live = { profile: snapshot.profile, revision: revisionOfSnapshot(snapshot), signature: snapshot.signature ?? '' };
+    if (!out.some((r) => r.signature === live.signature && r.revision === live.revision)) out.push(live);
+  }
+  return out;
 }
 
 function autoscaleView(deployment: DeploymentState): NonNullable<DeploymentView['autoscale']> {
