@@ -9,7 +9,8 @@ import { ApplicationFailure, WorkflowNotFoundError, type Client } from '@tempora
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { FailureType } from '../common/failures.js';
 import { deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId, WorkflowType } from '../common/names.js';
-import { signPlacementTicket, verifyPlacementTicket } from '../common/placement-ticket.js';
+import { keyChainOf } from '../common/engine-keys.js';
+import { signPlacementTicket, verifyPlacementTicket, type PlacementTicket } from '../common/placement-ticket.js';
 import type { ShardPlacement } from '../common/replica-types.js';
 import { deploymentStatusQuery, describeNodeQuery } from '../workflows/definitions.js';
 import type { PlaceRequest, PlaceResult } from './placement.js';
@@ -188,11 +189,17 @@ export async function renewTickets(
         `shard ${shard.shardId}'s ticket is run chain ${ticket.chain}'s, not ${caller.chain}'s, and node ${ticket.nodeId} no longer holds its GPUs for ${ticket.replicaId}: it must be placed again`,
       );
     }
-    const renewed = {
-      ...ticket,
+    const chain = caller?.chain ?? ticket.chain;
+    // The engines keep the key of the chain that started them (common/engine-keys.ts): a ticket
+    // renewed into another chain says which, so that its route and a restart use that key.
+    const keyChain = keyChainOf(ticket);
+    const { keyChain: _previous, ...rest } = ticket;
+    const renewed: PlacementTicket = {
+      ...rest,
       placedByRun: caller?.runId ?? ticket.placedByRun,
-      chain: caller?.chain ?? ticket.chain,
+      chain,
       issuedAt: Date.now(),
+      ...(keyChain !== undefined && keyChain !== chain ? { keyChain } : {}),
     };
     out.push({ ...shard, ticket: signPlacementTicket(renewed, keyring) });
   }

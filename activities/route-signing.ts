@@ -33,7 +33,8 @@ function activityQueue(): string | undefined {
  */
 export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFile: string | undefined): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
-  const { signature: _ignored, ...claimed } = entry;
+  // Whatever key chain the entry claims is dropped too: only rank 0's ticket says it (below).
+  const { signature: _ignored, keyChain: _claimed, ...claimed } = entry;
   const handle = client.workflow.getHandle(entry.replicaId);
   let description;
   try {
@@ -90,7 +91,13 @@ export async function trueRoute(client: Client, entry: RouteEntry, catalogKeyFil
   if (ticket.httpPort !== 0 && Number(url.port) !== ticket.httpPort) {
     return { refused: `${entry.replicaId}'s endpoint ${view.endpoint} is not on its placed port ${ticket.httpPort}` };
   }
-  const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
+  // The engine's key is its start's chain's (common/engine-keys.ts): routers derive what they send from it.
+  const route: RouteEntry = {
+    ...truth,
+    deployment: ticket.deployment,
+    servedName: ticket.servedName,
+    ...(ticket.keyChain ? { keyChain: ticket.keyChain } : {}),
+  };
   return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
 }
 
@@ -130,7 +137,10 @@ async function legacyRoute(
   const servedName = (memo?.route as { servedName?: unknown } | undefined)?.servedName;
   const deployment = parseReplicaWorkflowId(truth.replicaId)?.deployment;
   if (typeof servedName !== 'string' || !deployment) return { refused: `${truth.replicaId} has no served name in its memo` };
-  const route: RouteEntry = { ...truth, deployment, servedName };
+  // No chain: its engine was started by a 0.2.0 agent with the fleet's engine key itself, which
+  // routers send to an endpoint only when its route names no chain (common/engine-keys.ts).
+  const { chain: _chain, keyChain: _keyChain, ...unchained } = truth;
+  const route: RouteEntry = { ...unchained, deployment, servedName };
   return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
 }
 
