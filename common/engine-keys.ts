@@ -19,7 +19,12 @@ const PREFIX = 'llmgw-ek1-';
  */
 export function engineKeyFor(fleetKey: string, chain: string | undefined): string {
   if (chain === undefined || chain === '') return fleetKey;
-  return PREFIX + createHmac('sha256', fleetKey).update(LABEL + chain).digest('base64url');
+  return (
+    PREFIX +
+    createHmac('sha256', fleetKey)
+      .update(LABEL + chain)
+      .digest('base64url')
+  );
 }
 
 /**

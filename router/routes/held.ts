@@ -173,7 +173,8 @@ export class HoldingRouteSource implements RouteSource {
     this.auths.keepOnly(new Set([...this.held.values()].flatMap((h) => keyChainOf(h.entry) ?? [])));
     const probe =
       this.options.probe ??
-      ((endpoint: string, signal: AbortSignal) => answersHealth(endpoint, signal, this.auths.for(this.held.get(endpoint)?.entry ?? {}).own));
+      ((endpoint: string, signal: AbortSignal) =>
+        answersHealth(endpoint, signal, this.auths.for(this.held.get(endpoint)?.entry ?? {}).own));
     const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.settings.checkIntervalMs)]);
     const round = [...this.held.entries()];
     const answers = await Promise.all(round.map(([endpoint]) => probe(endpoint, signal).catch(() => false)));

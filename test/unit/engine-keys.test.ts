@@ -77,7 +77,7 @@ function asActivityOf<T>(runId: string, fn: () => Promise<T>): Promise<T> {
 }
 
 describe('a replica rebuilt around running engines', () => {
-  it("renews its tickets into its own chain, naming the chain whose key the engines hold, and its route says so", async () => {
+  it('renews its tickets into its own chain, naming the chain whose key the engines hold, and its route says so', async () => {
     const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-engine-keys-')), 'catalog.key');
     ensureCatalogKeyFile(keyFile);
     const keyring = readCatalogKeys(keyFile);
@@ -90,14 +90,24 @@ describe('a replica rebuilt around running engines', () => {
     expect(renewed).toMatchObject({ ok: true, ticket: { chain: 'chain-b', keyChain: 'chain-a' } });
     // Renewed again by the same chain (a restart of that engine): still chain a's key.
     const [again] = await asActivityOf('chain-b', () => renewTickets(fakeClient('chain-b'), [adopted!] as unknown as Shards, keyFile));
-    expect(verifyPlacementTicket(again!.ticket!, keyring.all)).toMatchObject({ ok: true, ticket: { chain: 'chain-b', keyChain: 'chain-a' } });
+    expect(verifyPlacementTicket(again!.ticket!, keyring.all)).toMatchObject({
+      ok: true,
+      ticket: { chain: 'chain-b', keyChain: 'chain-a' },
+    });
     // A ticket renewed by its own chain names no key chain, and signs as before the field existed.
     const [own] = await asActivityOf('chain-a', () => renewTickets(fakeClient('chain-a'), [shard] as unknown as Shards, keyFile));
     const plain = verifyPlacementTicket(own!.ticket!, keyring.all);
     expect(plain.ok && plain.ticket.keyChain).toBe(undefined);
 
     // The route's key chain is signed: a route moved to another chain's key does not verify.
-    const route = { replicaId: 'replica/demo/1', deployment: 'demo', servedName: 'demo', endpoint: 'http://198.18.0.7:8000', chain: 'chain-b', keyChain: 'chain-a' };
+    const route = {
+      replicaId: 'replica/demo/1',
+      deployment: 'demo',
+      servedName: 'demo',
+      endpoint: 'http://198.18.0.7:8000',
+      chain: 'chain-b',
+      keyChain: 'chain-a',
+    };
     const signature = signRoute(route, keyring);
     expect(verifyRoute({ ...route, signature }, keyring.all).ok).toBe(true);
     expect(verifyRoute({ ...route, keyChain: 'chain-c', signature }, keyring.all).ok).toBe(false);
@@ -131,7 +141,8 @@ describe('a router in front of engines keyed per replica run', () => {
       const old = await post(base, '/v1/chat/completions', body.replace('"demo"', '"old"'));
       expect(old.status).toBe(200);
     }
-    const answered = async () => (await engineMetric(a, 'vllm:request_success_total')) + (await engineMetric(b, 'vllm:request_success_total'));
+    const answered = async () =>
+      (await engineMetric(a, 'vllm:request_success_total')) + (await engineMetric(b, 'vllm:request_success_total'));
     expect(await answered()).toBe(9);
 
     // Engine B's port now routed for run A (a stale route): B refuses A's key, and the router's
