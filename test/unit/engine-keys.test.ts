@@ -9,6 +9,7 @@ import { asyncLocalStorage, type Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { describe, expect, it } from 'vitest';
 import { renewTickets } from '../../activities/placement-tickets.js';
+import { trueRoute } from '../../activities/route-signing.js';
 import { ensureCatalogKeyFile, readCatalogKeys } from '../../common/catalog-key.js';
 import { engineKeyFor, keyChainOf } from '../../common/engine-keys.js';
 import { signPlacementTicket, verifyPlacementTicket, type PlacementTicket } from '../../common/placement-ticket.js';
@@ -61,11 +62,29 @@ function ticket(chain: string): PlacementTicket {
   };
 }
 
-/** A client that describes every workflow as a run of `chain`, and a node that holds the shard. */
-function fakeClient(chain: string): Client {
+/**
+ * A client for which every workflow is a running replica of run chain `chain`, Ready at
+ * 198.18.0.7:8000 with `shards`, and every node holds the shard (all one query answer).
+ */
+function fakeClient(chain: string, shards: unknown[] = []): Client {
   const handle = {
-    describe: () => Promise.resolve({ raw: { workflowExecutionInfo: { firstRunId: chain } } }),
-    query: () => Promise.resolve({ allocations: [{ shardId: 'demo.1.r0.a1', replicaId: 'replica/demo/1' }] }),
+    describe: () =>
+      Promise.resolve({
+        status: { name: 'RUNNING' },
+        type: 'replica',
+        taskQueue: 'llmgw',
+        runId: chain,
+        memo: { route: { servedName: 'demo' } },
+        raw: { workflowExecutionInfo: { firstRunId: chain } },
+      }),
+    query: () =>
+      Promise.resolve({
+        phase: 'Ready',
+        endpoint: 'http://198.18.0.7:8000',
+        shards,
+        allocations: [{ shardId: 'demo.1.r0.a1', replicaId: 'replica/demo/1' }],
+        inventory: { managementAddress: '198.18.0.7' },
+      }),
   };
   return { workflow: { getHandle: () => handle } } as unknown as Client;
 }
@@ -98,6 +117,16 @@ describe('a replica rebuilt around running engines', () => {
     const [own] = await asActivityOf('chain-a', () => renewTickets(fakeClient('chain-a'), [shard] as unknown as Shards, keyFile));
     const plain = verifyPlacementTicket(own!.ticket!, keyring.all);
     expect(plain.ok && plain.ticket.keyChain).toBe(undefined);
+
+    // Its route names its live chain and, signed, the chain whose key the engine holds.
+    const entry = { replicaId: 'replica/demo/1', deployment: 'demo', servedName: 'demo', endpoint: '', phase: 'Ready' as const };
+    const signed = await trueRoute(fakeClient('chain-b', [{ ...adopted, rank: 0 }]), entry, keyFile);
+    expect(signed).toMatchObject({ route: { chain: 'chain-b', keyChain: 'chain-a', endpoint: 'http://198.18.0.7:8000' } });
+    expect('route' in signed && verifyRoute(signed.route, keyring.all).ok).toBe(true);
+    // A replica placed before tickets (0.2.0): its engine holds the fleet key, so its route names no chain.
+    const legacy = await trueRoute(fakeClient('chain-b', [{ shardId: 'demo.1.r0.a1', nodeId: 'gpu-1', rank: 0 }]), entry, keyFile);
+    expect(legacy).toMatchObject({ route: { servedName: 'demo', signature: expect.any(String) } });
+    expect('route' in legacy && keyChainOf(legacy.route)).toBe(undefined);
 
     // The route's key chain is signed: a route moved to another chain's key does not verify.
     const route = {
