@@ -10,7 +10,8 @@ import type { CatalogSource } from '../catalog/watch.js';
 import { readCatalogKeys, type CatalogKey } from '../common/catalog-key.js';
 import { FailureType } from '../common/failures.js';
 import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
-import { signPlacementTicket, verifyPlacementTicket } from '../common/placement-ticket.js';
+import { keyChainOf } from '../common/engine-keys.js';
+import { signPlacementTicket, verifyPlacementTicket, type PlacementTicket } from '../common/placement-ticket.js';
 import type { ShardPlacement } from '../common/replica-types.js';
 import type { DeploymentView } from '../common/replica-types.js';
 import { describeNodeQuery } from '../workflows/definitions.js';
@@ -211,11 +212,17 @@ export async function renewTickets(
       ? revisionRefusal(view, ticket.revision, catalog?.get(), keyring.all)
       : `its deployment ${ticket.deployment} is not a running deployment of this control plane`;
     if (revoked) throw refuse(`shard ${shard.shardId} of ${ticket.replicaId}: ${revoked}: its ticket is not renewed`);
-    const renewed = {
-      ...ticket,
+    const chain = caller?.chain ?? ticket.chain;
+    // The engines keep the key of the chain that started them (common/engine-keys.ts): a ticket
+    // renewed into another chain says which, so that its route and a restart use that key.
+    const keyChain = keyChainOf(ticket);
+    const { keyChain: _previous, ...rest } = ticket;
+    const renewed: PlacementTicket = {
+      ...rest,
       placedByRun: caller?.runId ?? ticket.placedByRun,
-      chain: caller?.chain ?? ticket.chain,
+      chain,
       issuedAt: Date.now(),
+      ...(keyChain !== undefined && keyChain !== chain ? { keyChain } : {}),
     };
     out.push({ ...shard, ticket: signPlacementTicket(renewed, keyring) });
   }

@@ -53,7 +53,8 @@ export async function trueRoute(
   deployments = new Map<string, Promise<DeploymentView | undefined>>(),
 ): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
-  const { signature: _ignored, ...claimed } = entry;
+  // Whatever key chain the entry claims is dropped too: only rank 0's ticket says it (below).
+  const { signature: _ignored, keyChain: _claimed, ...claimed } = entry;
   const handle = client.workflow.getHandle(entry.replicaId);
   let description;
   try {
@@ -136,7 +137,13 @@ export async function trueRoute(
   if (!deployment) return { refused: `${entry.replicaId}'s deployment ${ticket.deployment} is not running here (or not resolved yet)` };
   const revoked = revisionRefusal(deployment, ticket.revision, options.catalog?.get(), keys.all);
   if (revoked) return { route: { ...truth, phase: 'Stopped' }, withdrawn: revoked };
-  const route: RouteEntry = { ...truth, deployment: ticket.deployment, servedName: ticket.servedName };
+  // The engine's key is its start's chain's (common/engine-keys.ts): routers derive what they send from it.
+  const route: RouteEntry = {
+    ...truth,
+    deployment: ticket.deployment,
+    servedName: ticket.servedName,
+    ...(ticket.keyChain ? { keyChain: ticket.keyChain } : {}),
+  };
   const signed = { route: { ...route, signature: signRoute(route, keys) } };
   return endpoint.attested ? signed : { ...signed, trusted: endpoint.trusted };
 }
@@ -177,7 +184,10 @@ async function legacyRoute(
   const servedName = (memo?.route as { servedName?: unknown } | undefined)?.servedName;
   const deployment = parseReplicaWorkflowId(truth.replicaId)?.deployment;
   if (typeof servedName !== 'string' || !deployment) return { refused: `${truth.replicaId} has no served name in its memo` };
-  const route: RouteEntry = { ...truth, deployment, servedName };
+  // No chain: its engine was started by a 0.2.0 agent with the fleet's engine key itself, which
+  // routers send to an endpoint only when its route names no chain (common/engine-keys.ts).
+  const { chain: _chain, keyChain: _keyChain, ...unchained } = truth;
+  const route: RouteEntry = { ...unchained, deployment, servedName };
   return { route: { ...route, signature: signRoute(route, readCatalogKeys(catalogKeyFile)) } };
 }
 

@@ -46,6 +46,12 @@ export interface PlacementTicket {
    * the only hosts rank 0's agent lets reach its rendezvous port (agent/host/rendezvous-firewall.ts).
    */
   peers: string[];
+  /**
+   * The chain whose engine key the shard's engine holds (common/engine-keys.ts), when not
+   * `chain`: a renewal for a replica rebuilt around running engines (a new chain) keeps the chain
+   * that started them, since an engine's key cannot change while it runs. Signed only when set.
+   */
+  keyChain?: string;
 }
 
 const FIELDS: (keyof PlacementTicket)[] = [
@@ -69,9 +75,11 @@ const FIELDS: (keyof PlacementTicket)[] = [
   'peers',
 ];
 
-/** The signed bytes: every field, in one fixed order. */
+/** The signed bytes: every field, in one fixed order; keyChain last and only when set. */
 function canonical(ticket: PlacementTicket): string {
-  return JSON.stringify(FIELDS.map((field) => [field, ticket[field]]));
+  const pairs: [string, unknown][] = FIELDS.map((field) => [field, ticket[field]]);
+  if (ticket.keyChain) pairs.push(['keyChain', ticket.keyChain]);
+  return JSON.stringify(pairs);
 }
 
 /** `<base64url JSON>.<signature>`: readable by anyone, made only by the control worker. */
@@ -85,12 +93,14 @@ export type TicketVerdict = { ok: true; ticket: PlacementTicket; legacy: boolean
 function parse(body: string): PlacementTicket | undefined {
   try {
     const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
-    if (!Array.isArray(pairs) || pairs.length !== FIELDS.length) return undefined;
+    if (!Array.isArray(pairs) || (pairs.length !== FIELDS.length && pairs.length !== FIELDS.length + 1)) return undefined;
     const ticket: Record<string, unknown> = {};
     for (const [index, pair] of pairs.entries()) {
-      if (!Array.isArray(pair) || pair[0] !== FIELDS[index]) return undefined;
-      ticket[FIELDS[index]!] = pair[1];
+      const field = index < FIELDS.length ? FIELDS[index] : 'keyChain';
+      if (!Array.isArray(pair) || pair[0] !== field) return undefined;
+      ticket[field!] = pair[1];
     }
+    if (ticket.keyChain !== undefined && (typeof ticket.keyChain !== 'string' || ticket.keyChain === '')) return undefined;
     return ticket as unknown as PlacementTicket;
   } catch {
     return undefined;

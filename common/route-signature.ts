@@ -21,11 +21,16 @@ export interface SignedRouteFields {
   endpoint: string;
   revision?: string;
   chain?: string;
+  /** The chain the endpoint's engine key is derived from, when not `chain` (common/engine-keys.ts). */
+  keyChain?: string;
   signature?: string;
 }
 
 function canonical(route: SignedRouteFields): string {
-  return JSON.stringify([route.replicaId, route.deployment, route.servedName, route.endpoint, route.revision ?? '', route.chain ?? '']);
+  const fields = [route.replicaId, route.deployment, route.servedName, route.endpoint, route.revision ?? '', route.chain ?? ''];
+  // Only when set, so that every route signed before it existed still verifies.
+  if (route.keyChain) fields.push(route.keyChain);
+  return JSON.stringify(fields);
 }
 
 export function signRoute(route: SignedRouteFields, keyring: CatalogKeyring): string {

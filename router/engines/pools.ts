@@ -10,8 +10,9 @@ import { createPolicy, type PolicyName } from '../policies/index.js';
 import type { ModelMetrics, RouterMetrics } from '../metrics.js';
 import { ModelPool } from './model-pool.js';
 import type { ModelQueue } from './queue.js';
-import { buildModelRoutes, type DeploymentEntry, type RouteEntry } from '../routes/table.js';
-import { createUpstreamPool, engineAuth, type EngineAuth, type UpstreamOptions } from './upstream.js';
+import { buildModelRoutes, isRoutable, type DeploymentEntry, type RouteEntry } from '../routes/table.js';
+import { keyChainOf } from '../../common/engine-keys.js';
+import { createUpstreamPool, EngineAuths, type EngineAuth, type UpstreamOptions } from './upstream.js';
 
 export interface RoutingOptions {
   affinity: AffinitySettings;
@@ -35,14 +36,15 @@ export class RoutingState {
   private modelsJson = '{"object":"list","data":[]}';
   /** Served name → the catalog models its deployments run (where adapters are listed). */
   private catalogModels = new Map<string, string[]>();
-  private readonly auth: EngineAuth;
+  /** Each endpoint's key, derived from its route's chain (upstream.ts). */
+  private readonly auths: EngineAuths;
 
   constructor(
     private readonly metrics: RouterMetrics,
     private readonly upstream: UpstreamOptions,
     private readonly routing: RoutingOptions = DEFAULT_ROUTING,
   ) {
-    this.auth = engineAuth(upstream.engineKey);
+    this.auths = new EngineAuths(upstream.engineKey);
   }
 
   lookup(model: string): ModelPool | undefined {
@@ -79,18 +81,20 @@ export class RoutingState {
     for (const d of deployments) this.catalogModels.set(d.servedName, [...(this.catalogModels.get(d.servedName) ?? []), d.model]);
     const wanted = new Set<string>();
     for (const route of routes.values()) for (const url of route.endpoints) wanted.add(url);
+    const auths = this.endpointAuths(entries, wanted);
 
     // Endpoints that left the table (drained, stopped) take no new request; their pools close
-    // once the requests already there have finished.
+    // once the requests already there have finished. So does one whose route now names another
+    // key chain (another replica run on the same port): it is opened anew with that run's key.
     for (const [url, endpoint] of this.endpoints) {
-      if (wanted.has(url)) continue;
+      if (wanted.has(url) && endpoint.auth === auths.get(url)) continue;
       this.endpoints.delete(url);
       endpoint.kv?.close();
       void endpoint.pool.close().catch(() => undefined);
     }
     for (const url of wanted) {
       if (this.endpoints.has(url)) continue;
-      const endpoint = new Endpoint(url, createUpstreamPool(url, this.upstream), this.auth);
+      const endpoint = new Endpoint(url, createUpstreamPool(url, this.upstream), auths.get(url));
       const address = this.routing.kvEvents?.(url);
       if (address !== undefined) {
         const kv = new KvEventStream(address);
@@ -126,6 +130,23 @@ export class RoutingState {
       .filter((pool) => pool.endpoints.length > 0 || listed.has(pool.servedName))
       .map((pool) => ({ id: pool.servedName, object: 'model', created, owned_by: 'llmgw' }));
     this.modelsJson = JSON.stringify({ object: 'list', data });
+  }
+
+  /**
+   * Each wanted endpoint's headers, from the key chain of the routable entries that name it. Two
+   * entries for one endpoint (a stale route beside its successor's) are settled the same way at
+   * every router: a chain over none, so the fleet key never goes where a route names a chain; of
+   * two chains, the entry sorted first.
+   */
+  private endpointAuths(entries: readonly RouteEntry[], wanted: ReadonlySet<string>): Map<string, EngineAuth> {
+    const named = new Map<string, RouteEntry>();
+    for (const entry of [...entries].sort((a, b) => (a.replicaId < b.replicaId ? -1 : a.replicaId > b.replicaId ? 1 : 0))) {
+      if (!wanted.has(entry.endpoint) || !isRoutable(entry.phase)) continue;
+      const seen = named.get(entry.endpoint);
+      if (!seen || (keyChainOf(seen) === undefined && keyChainOf(entry) !== undefined)) named.set(entry.endpoint, entry);
+    }
+    this.auths.keepOnly(new Set([...named.values()].map((e) => keyChainOf(e)).filter((c) => c !== undefined)));
+    return new Map([...named].map(([url, entry]) => [url, this.auths.for(entry)]));
   }
 
   private policyFor(servedName: string, deployments: readonly string[]): PolicyName {

@@ -3,6 +3,7 @@
 // connect timeout and an idle timeout (silence, not length: a long generation that keeps sending
 // is never cut). Also names the ways talking to an engine fails. Router side.
 import { Pool } from 'undici';
+import { engineKeyFor, keyChainOf } from '../../common/engine-keys.js';
 
 export interface UpstreamOptions {
   /** How long a connection attempt may take before the request goes to another replica. */
@@ -17,7 +18,10 @@ export interface UpstreamOptions {
    * second) room to finish. 0: no limit.
    */
   idleTimeoutMs: number;
-  /** The API key engines require (--engine-key-file); undefined when they require none. */
+  /**
+   * The fleet's engine key (--engine-key-file); undefined when engines require none. Each engine
+   * is sent its replica run's key derived from it (EngineAuths below).
+   */
   engineKey?: string | undefined;
 }
 
@@ -88,11 +92,42 @@ export interface EngineAuth {
 
 export const NO_ENGINE_KEY: EngineAuth = { proxy: UPSTREAM_HEADERS, own: {} };
 
-/** The headers for engines that require `engineKey` (--engine-key-file); none when undefined. */
+/** The headers for engines that require `engineKey`; none when undefined. */
 export function engineAuth(engineKey: string | undefined): EngineAuth {
   if (engineKey === undefined) return NO_ENGINE_KEY;
   const authorization = `Bearer ${engineKey}`;
   return { proxy: [...UPSTREAM_HEADERS, 'authorization', authorization], own: { authorization } };
+}
+
+/**
+ * Each endpoint's headers, by the key chain its signed route names: the key of that replica run
+ * (common/engine-keys.ts), derived once per chain and kept while a route names it; the fleet key
+ * (--engine-key-file) only for a route that names no chain. The same object for the same chain,
+ * so an endpoint whose route moved to another chain is told by identity.
+ */
+export class EngineAuths {
+  private readonly byChain = new Map<string, EngineAuth>();
+  private readonly fleet: EngineAuth;
+
+  constructor(private readonly fleetKey: string | undefined) {
+    this.fleet = engineAuth(fleetKey);
+  }
+
+  for(named: { chain?: string | undefined; keyChain?: string | undefined }): EngineAuth {
+    const chain = keyChainOf(named);
+    if (this.fleetKey === undefined || chain === undefined) return this.fleet;
+    let auth = this.byChain.get(chain);
+    if (!auth) {
+      auth = engineAuth(engineKeyFor(this.fleetKey, chain));
+      this.byChain.set(chain, auth);
+    }
+    return auth;
+  }
+
+  /** Forgets the chains no route names any more (`keep`: the key chains of the table). */
+  keepOnly(keep: ReadonlySet<string>): void {
+    for (const chain of this.byChain.keys()) if (!keep.has(chain)) this.byChain.delete(chain);
+  }
 }
 
 /** The headers of an engine's answer that the router passes on, read from undici's raw list. */

@@ -11,7 +11,8 @@
 // fails two checks in a row, or for ten minutes at most. Reconciliation rebuilds a lost replica
 // from its agent's report well inside that bound, and kills an engine it cannot describe, which
 // ends its hold at the next check.
-import { engineAuth } from '../engines/upstream.js';
+import { keyChainOf } from '../../common/engine-keys.js';
+import { EngineAuths } from '../engines/upstream.js';
 import { isRoutable, type HeldRouteView, type RouteEntry, type RouteSnapshot, type RouteSource } from './table.js';
 
 export interface HoldSettings {
@@ -29,7 +30,7 @@ export interface HoldingRouteSourceOptions extends Partial<HoldSettings> {
   log?: (line: string) => void;
   /** Whether an engine answers; default GET ENDPOINT/health, 2xx within the check interval. */
   probe?: (endpoint: string, signal: AbortSignal) => Promise<boolean>;
-  /** The engines' key (--engine-key-file), sent with the default check as with every call to an engine. */
+  /** The fleet's engine key (--engine-key-file): each check carries the key derived from it for its route's chain. */
   engineKey?: string | undefined;
 }
 
@@ -64,6 +65,8 @@ export class HoldingRouteSource implements RouteSource {
   private timer: NodeJS.Timeout | undefined;
   private readonly abort = new AbortController();
   private closed = false;
+  /** The held engines' keys, by their routes' chains. */
+  private readonly auths: EngineAuths;
 
   constructor(
     private readonly inner: RouteSource,
@@ -77,6 +80,7 @@ export class HoldingRouteSource implements RouteSource {
       failuresToDrop: options.failuresToDrop ?? DEFAULT_HOLD.failuresToDrop,
     };
     if (inner.temporalClient) this.temporalClient = inner.temporalClient.bind(inner);
+    this.auths = new EngineAuths(options.engineKey);
   }
 
   temporalClient?: () => Promise<import('@temporalio/client').Client>;
@@ -165,8 +169,12 @@ export class HoldingRouteSource implements RouteSource {
 
   /** One round of health checks; a route that failed enough of them, or was held too long, leaves now. */
   private async check(): Promise<void> {
-    const headers = engineAuth(this.options.engineKey).own;
-    const probe = this.options.probe ?? ((endpoint: string, signal: AbortSignal) => answersHealth(endpoint, signal, headers));
+    // Each engine is sent its own run's key, from the held route's chain, as every call is.
+    this.auths.keepOnly(new Set([...this.held.values()].flatMap((h) => keyChainOf(h.entry) ?? [])));
+    const probe =
+      this.options.probe ??
+      ((endpoint: string, signal: AbortSignal) =>
+        answersHealth(endpoint, signal, this.auths.for(this.held.get(endpoint)?.entry ?? {}).own));
     const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.settings.checkIntervalMs)]);
     const round = [...this.held.entries()];
     const answers = await Promise.all(round.map(([endpoint]) => probe(endpoint, signal).catch(() => false)));

@@ -2,6 +2,7 @@
 // (the routes workflow in production, visibility as its fallback, the primary process for a
 // cluster worker, a static list in tests and benchmarks), read in a loop and kept as it was while
 // the source cannot be reached. Router side.
+import { keyChainOf } from '../../common/engine-keys.js';
 import { ROUTABLE_PHASES, type ReplicaPhase } from '../../common/replica-types.js';
 import type { DeploymentEntry, RouteEntry } from '../../workflows/routes/definitions.js';
 
@@ -71,6 +72,8 @@ export interface StaticRoute {
   deployment?: string;
   /** Defaults to Ready. */
   phase?: ReplicaPhase;
+  /** The replica run chain its engine's key is derived from (common/engine-keys.ts); none: the fleet key. */
+  chain?: string;
 }
 
 /** A fixed list of routes that tests and the benchmark can change at will. */
@@ -94,6 +97,7 @@ export class StaticRouteSource implements RouteSource {
       endpoint: route.endpoint,
       phase: route.phase ?? 'Ready',
       replicaId: `static/${route.deployment ?? route.servedName}/${i}`,
+      ...(route.chain !== undefined ? { chain: route.chain } : {}),
     }));
   }
 
@@ -181,7 +185,10 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
 
 /** A stable text of a table, to tell a changed table from the same one polled again. */
 export function routesSignature(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): string {
-  const routes = entries.map((e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}`).sort();
+  // The key chain too: an endpoint whose route names another run's key is opened anew with it.
+  const routes = entries
+    .map((e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}\t${keyChainOf(e) ?? ''}`)
+    .sort();
   // What autoscaling reads (desired, bounds, phase) is part of the table too: a new desired
   // count must reach the autoscaler, which sees only tables that differ.
   const listed = deployments

@@ -1,7 +1,8 @@
 // Engines without root, and with a key (issue 26, point 4): a real agent, started as this test's
 // (root) user, starts a fake engine as an unprivileged user (/proc/PID/status shows a non-zero
-// uid), and with --engine-key-file the engine refuses a request without the key while a router
-// given the same file is served. With --engine-uid-range (issue 37) a second agent runs its
+// uid), and with --engine-key-file each engine requires its replica run's key, derived from the
+// file's: it refuses another run's key and the file's own, while a router given the file serves
+// both runs. With --engine-uid-range (issue 37) a second agent runs its
 // engines as one uid each from the range (supervisor-engine-uids.test.ts shows what that stops).
 import { join } from 'node:path';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -10,6 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { create } from '@bufbuild/protobuf';
 import { WaitHealthySchema, type RunningShard, type ShardStatus, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { lookupUser } from '../../agent/engine-identity.js';
+import { engineKeyFor } from '../../common/engine-keys.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { useCallWorker } from '../helpers/call-worker.js';
 import { randomPortRange, startTcpAgent } from '../helpers/fleet.js';
@@ -36,7 +38,7 @@ function uids(pid: number): number[] {
 }
 
 describe('engines without root', () => {
-  it('runs every engine with a non-zero uid, and an engine started with a key refuses requests without it while the router is served', async () => {
+  it("runs every engine with a non-zero uid, each with its replica run's key: another run's key and the fleet key are refused while a router serves both runs", async () => {
     const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-engine-key-')), 'engine.key');
     writeFileSync(keyFile, `${KEY}\n`, { mode: 0o600 });
     const { proc: agent } = await startTcpAgent(nodeId, {
@@ -50,11 +52,18 @@ describe('engines without root', () => {
 
     const spec: StartShard = fakeShardSpec({ nodeId, deployment: 'engine-user', gpus: [0], args: ['--load-time', '0'] });
     const running = await call<RunningShard>('startShard', spec, spec.replicaId);
-    const ready = await call<ShardStatus>(
-      'waitHealthy',
-      create(WaitHealthySchema, { shardId: spec.shardId, timeoutSeconds: 30 }),
-      uniqueId('wait'),
+    // A second replica run on the same host, with a key of its own.
+    const specB: StartShard = fakeShardSpec({ nodeId, deployment: 'engine-user-b', gpus: [1], args: ['--load-time', '0'] });
+    await call<RunningShard>('startShard', specB, specB.replicaId);
+    const [ready, readyB] = await Promise.all(
+      [spec, specB].map((s) =>
+        call<ShardStatus>('waitHealthy', create(WaitHealthySchema, { shardId: s.shardId, timeoutSeconds: 30 }), uniqueId('wait')),
+      ),
     );
+    // Each engine's key is its run chain's (the first run of the workflow that placed and sent it).
+    const chainOf = async (s: StartShard) =>
+      (await calls.client().workflow.getHandle(s.replicaId).describe()).raw.workflowExecutionInfo!.firstRunId!;
+    const [keyA, keyB] = [engineKeyFor(KEY, await chainOf(spec)), engineKeyFor(KEY, await chainOf(specB))];
     // Every process of this node's engines, not only the one the agent spawned.
     const engines = enginesOf([nodeId]);
     expect(engines.map((e) => e.pid)).toContain(running.status!.pid);
@@ -64,25 +73,41 @@ describe('engines without root', () => {
       if (expected) expect(ids).toEqual([expected.uid, expected.uid, expected.uid, expected.uid]);
     }
     // The key is in the engine's environment, which only its user and root can read: not its argv.
-    expect(readFileSync(`/proc/${running.status!.pid}/cmdline`, 'utf8')).not.toContain(KEY);
+    const cmdline = readFileSync(`/proc/${running.status!.pid}/cmdline`, 'utf8');
+    expect(cmdline).not.toContain(KEY);
+    expect(cmdline).not.toContain(keyA);
 
-    const engineUrl = `http://127.0.0.1:${ready.httpPort}`;
+    const engineUrl = `http://127.0.0.1:${ready!.httpPort}`;
+    const engineUrlB = `http://127.0.0.1:${readyB!.httpPort}`;
     const body = JSON.stringify({ model: 'engine-user', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
     const post = (headers: Record<string, string>) =>
       fetch(`${engineUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
     expect((await post({})).status).toBe(401);
     expect((await post({ authorization: 'Bearer wrong' })).status).toBe(401);
-    expect((await post({ authorization: `Bearer ${KEY}` })).status).toBe(200);
+    // Neither the other run's key (what engine B reads from its own environment) nor the fleet's.
+    expect((await post({ authorization: `Bearer ${keyB}` })).status).toBe(401);
+    expect((await post({ authorization: `Bearer ${KEY}` })).status).toBe(401);
+    expect((await post({ authorization: `Bearer ${keyA}` })).status).toBe(200);
     expect((await fetch(`${engineUrl}/health`)).status).toBe(200);
 
-    // A router given the same key file is served; one without it is refused by the engine.
-    const keyed = await router([{ servedName: 'engine-user', endpoint: engineUrl }], { engineKey: KEY });
-    const served = await fetch(`${keyed.base}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body,
-    });
-    expect(served.status).toBe(200);
+    // A router given the fleet key file serves both runs, sending each its own run's key (from
+    // the chain its route names); one without the key is refused by the engine.
+    const chains = { a: await chainOf(spec), b: await chainOf(specB) };
+    const keyed = await router(
+      [
+        { servedName: 'engine-user', endpoint: engineUrl, chain: chains.a },
+        { servedName: 'engine-user-b', endpoint: engineUrlB, chain: chains.b },
+      ],
+      { engineKey: KEY },
+    );
+    for (const model of ['engine-user', 'engine-user-b']) {
+      const served = await fetch(`${keyed.base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: body.replace('"engine-user"', JSON.stringify(model)),
+      });
+      expect(served.status).toBe(200);
+    }
     const unkeyed = await router([{ servedName: 'engine-user', endpoint: engineUrl }]);
     const refused = await fetch(`${unkeyed.base}/v1/chat/completions`, {
       method: 'POST',

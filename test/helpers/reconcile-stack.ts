@@ -28,6 +28,12 @@ export let workerProc: LlmgwProcess;
 export const nodeIds = [uniqueId('rec-a'), uniqueId('rec-b')];
 export const raceNodes: string[] = [];
 export const agents = new Map<string, { proc: LlmgwProcess; stateDir: string; range: string }>();
+/**
+ * The fleet's engine key (--engine-key-file) on every agent and the router, as in production:
+ * engines require their run's key derived from it, across a rebuild by reconciliation too.
+ */
+const engineKeyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-rec-key-')), 'engine.key');
+writeFileSync(engineKeyFile, `engine-key-${uniqueId('rec')}\n`, { mode: 0o600 });
 
 export async function withClient<T>(body: (client: Client) => Promise<T>): Promise<T> {
   const connection = await Connection.connect({ address: `127.0.0.1:${port}` });
@@ -60,7 +66,7 @@ export async function startAgent(
     inventory,
     stateDir: known?.stateDir,
     range: known?.range,
-    extra: ['--lost-grace-seconds', '300'],
+    extra: ['--lost-grace-seconds', '300', '--engine-key-file', engineKeyFile],
     env: { ...env, ...agentEnv },
     wait,
   });
@@ -180,7 +186,18 @@ export async function startReconcileStack(): Promise<void> {
   routerAdmin = `127.0.0.1:${await findFreePort()}`;
   // --debug-headers: the load helpers tell replicas apart by x-llmgw-endpoint.
   routerProc = spawnLlmgw(
-    ['router', '--port', String(routerPort), '--host', '127.0.0.1', '--admin-addr', routerAdmin, '--debug-headers'],
+    [
+      'router',
+      '--port',
+      String(routerPort),
+      '--host',
+      '127.0.0.1',
+      '--admin-addr',
+      routerAdmin,
+      '--debug-headers',
+      '--engine-key-file',
+      engineKeyFile,
+    ],
     env,
   );
   await routerProc.waitForOutput(/listening|router/, 30_000);

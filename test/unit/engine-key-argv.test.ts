@@ -8,7 +8,9 @@ import { describe, expect, it } from 'vitest';
 import { Engine } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { readCmdline, readEnviron } from '../../agent/supervisor/processes/proc.js';
 import { engineConfigPath } from '../../agent/supervisor/start/engine-key.js';
+import { engineKeyFor } from '../../common/engine-keys.js';
 import { redactArgv } from '../../common/redact.js';
+import { placeWithTestKey, ticketFor } from '../helpers/catalog-key.js';
 import { FAKE_ENGINE, agentHost, extraPids, fakeSpec, tempDir, useSupervisorHarness, waitFor } from '../helpers/supervisor.js';
 
 useSupervisorHarness();
@@ -27,6 +29,8 @@ describe('engine keys and command lines', () => {
     });
     const spec = fakeSpec(node, 'demo.71.r0.a1', [], [0]);
     spec.profile!.engine = Engine.SGLANG;
+    // Placed for run chain `run-sglang`: the file holds that run's key, not the fleet's.
+    placeWithTestKey(spec, { ...ticketFor(spec), chain: 'run-sglang' });
     const started = await sup.start(spec);
     const pid = started.status?.pid ?? 0;
     const argv = await waitFor('the engine argv', () => readCmdline(pid));
@@ -35,9 +39,10 @@ describe('engine keys and command lines', () => {
     expect(argv).not.toContain('--api-key');
     const config = argv[argv.indexOf('--config') + 1]!;
     expect(config).toBe(engineConfigPath(stateDir, spec.shardId));
-    expect(readFileSync(config, 'utf8')).toBe(`api-key: "${KEY}"\n`);
+    expect(readFileSync(config, 'utf8')).toBe(`api-key: "${engineKeyFor(KEY, 'run-sglang')}"\n`);
     expect(statSync(config).mode & 0o777).toBe(0o400);
-    expect(Object.values(readEnviron(pid) ?? {})).not.toContain(KEY);
+    expect(JSON.stringify(readEnviron(pid) ?? {})).not.toContain(KEY);
+    expect(JSON.stringify(readEnviron(pid) ?? {})).not.toContain(engineKeyFor(KEY, 'run-sglang'));
   });
 
   it('reports a stranger with --api-key X and --hf-token=Y on its command line without X or Y', async () => {

@@ -23,6 +23,11 @@ export interface RouteEntry {
    * names one life of a replica id, and the signer refuses one of a chain that is not the live one.
    */
   chain?: string;
+  /**
+   * The chain whose engine key the endpoint's engine holds, when it is not `chain` (engines a
+   * rebuilt replica adopted: common/engine-keys.ts). Routers derive the key they send from it.
+   */
+  keyChain?: string;
   /** The control worker's signature (common/route-signature.ts): routers install a routable entry only with it. */
   signature?: string;
 }

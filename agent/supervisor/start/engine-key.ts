@@ -1,11 +1,25 @@
-// How the agent hands an engine its API key (--engine-key-file) at spawn, never on its command
-// line (/proc/PID/cmdline is world-readable and strangers' command lines are reported to
-// Temporal): in the environment for vLLM, llama-server and the fake engine; in a 0400 config file
-// only the engine's user can read for SGLang, which takes the key from no variable. Agent side.
+// How the agent hands an engine its API key at spawn (its replica run's, derived from
+// --engine-key-file's: common/engine-keys.ts), never on its command line (/proc/PID/cmdline is
+// world-readable and strangers' command lines are reported to Temporal): in the environment for
+// vLLM, llama-server and the fake engine; in a 0400 config file only the engine's user can read
+// for SGLang, which takes the key from no variable. Agent side.
 import { chmodSync, chownSync, closeSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { Engine } from '../../../proto/gen/llmgw/v1/shard_pb.js';
+import { engineKeyFor, keyChainOf } from '../../../common/engine-keys.js';
+import { readPlacementTicket } from '../../../common/placement-ticket.js';
+import { Engine, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
 import type { EngineUser } from '../../engine-identity.js';
+
+/**
+ * The key `spec`'s engine requires: derived from the fleet's for the run chain its ticket names
+ * (checked before anything is spawned), so that it opens this replica run's engines only, and
+ * the same at every restart of that run's engine. A start with no ticket (placed before tickets,
+ * or by a control plane without a catalog key) gets the fleet key, as its routes name no chain.
+ */
+export function shardEngineKey(spec: StartShard, fleetKey: string): string {
+  const ticket = readPlacementTicket(spec.placementTicket);
+  return engineKeyFor(fleetKey, ticket ? keyChainOf(ticket) : undefined);
+}
 
 /** What an engine of this kind is given: variables, or a YAML file of options (SGLang's --config). */
 export type EngineKeyDelivery = { kind: 'env'; env: Record<string, string> } | { kind: 'config'; yaml: string };

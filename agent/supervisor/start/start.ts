@@ -18,7 +18,7 @@ import { specDifferences } from './spec-diff.js';
 import { checkStateDirWritable, recordPath, writeRecordAtomic, type ShardRecord } from '../spec-store.js';
 import { checkPlacement } from './start-checks.js';
 import { readEngineKey } from '../../engine-identity.js';
-import { engineKeyDelivery, writeEngineConfig } from './engine-key.js';
+import { engineKeyDelivery, shardEngineKey, writeEngineConfig } from './engine-key.js';
 import { chooseEngineUid, prepareEngineHome, shardUser } from './engine-uid.js';
 import { guardRendezvous } from './rendezvous.js';
 import { startAfterRay } from './start-ray.js';
@@ -217,8 +217,8 @@ export async function spawnProcess(core: SupervisorCore, shard: Shard, p: Proces
 }
 
 /**
- * The engine process with its API key (--engine-key-file: in its environment, or in a config
- * file for SGLang; engine-key.ts) and, run as another user, that user's HOME and USER (with
+ * The engine process with its replica run's API key (derived from --engine-key-file's: in its
+ * environment, or in a config file for SGLang; engine-key.ts) and, run as another user, that user's HOME and USER (with
  * --engine-uid-range, the shard's own uid and HOME: engine-uid.ts).
  */
 function withEngineKey(
@@ -231,7 +231,7 @@ function withEngineKey(
   const user = shardUser(core, shard.record.uid);
   const base = user ? { ...env, HOME: user.home, USER: user.name } : env;
   if (core.options.engineKeyFile === undefined || p.role !== 'engine') return { argv: p.argv, env: base };
-  const key = engineKeyDelivery(spec.profile?.engine, readEngineKey(core.options.engineKeyFile));
+  const key = engineKeyDelivery(spec.profile?.engine, shardEngineKey(spec, readEngineKey(core.options.engineKeyFile)));
   if (key.kind === 'env') return { argv: p.argv, env: { ...base, ...key.env } };
   const file = writeEngineConfig(core.options.stateDir, spec.shardId, key.yaml, user);
   return { argv: [...p.argv, '--config', file], env: base };
