@@ -57,17 +57,11 @@ function parse(body: string): EndpointAttestation | undefined {
   }
 }
 
-/** What the route signer expects an attestation to say: the endpoint it would route to, and whose. */
-export interface AttestedEndpoint {
-  nodeId: string;
-  replicaId: string;
-  chain: string;
-  shardId: string;
-  address: string;
-  port: number;
-  /** The rank 0 ticket's issuedAt: the attestation answers a start or adoption after it. */
-  ticketIssuedAt: number;
-}
+/**
+ * What the route signer expects an attestation to say: the endpoint it would route to, and whose;
+ * `ticketIssuedAt` is the rank 0 ticket's issuedAt: the attestation answers a start or adoption after it.
+ */
+export type AttestedEndpoint = Omit<EndpointAttestation, 'issuedAt'> & { ticketIssuedAt: number };
 
 /**
  * Why `text` does not attest `expected` under the enrolled `agentKey` (`ed25519-public:…`), or

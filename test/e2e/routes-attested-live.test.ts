@@ -6,8 +6,6 @@
 // replica carrying an earlier signed revision of its served name is placed nowhere, and a
 // revision the catalog revokes is withdrawn from every router and not restarted after a crash.
 import { readFileSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -40,28 +38,12 @@ import {
   workerProc,
 } from '../helpers/reconcile-stack.js';
 import { uniqueId } from '../helpers/temporal.js';
+import { useAttacker } from '../helpers/attacker.js';
 
-let attacker: Server;
-let attackerHits = 0;
-let attackerUrl = '';
+const attacker = useAttacker();
 
-beforeAll(async () => {
-  attacker = createServer((_req, res) => {
-    attackerHits++;
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(
-      JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'pwned' } }] }),
-    );
-  });
-  await new Promise<void>((resolve) => attacker.listen(0, '127.0.0.1', resolve));
-  attackerUrl = `http://127.0.0.1:${(attacker.address() as AddressInfo).port}`;
-  await startReconcileStack();
-});
-
-afterAll(async () => {
-  await stopReconcileStack();
-  await new Promise((resolve) => attacker?.close(resolve));
-});
+beforeAll(startReconcileStack);
+afterAll(stopReconcileStack);
 
 describe('routes only to attested endpoints of live revisions', () => {
   it('signs no route to a port its agent did not attest, while the genuine endpoint is routed', async () => {
@@ -81,8 +63,8 @@ describe('routes only to attested endpoints of live revisions', () => {
     const holdAgent = await startAgent(holdNode, join(inventoryDir, 'holdx8.yaml'));
     await eventually('the HOLD node enrolled', async () => (await nodeView(holdNode)).enrolled, 30_000);
     const name = uniqueId('sig-port');
-    const attackerPort = Number(new URL(attackerUrl).port);
-    const hitsBefore = attackerHits;
+    const attackerPort = Number(new URL(attacker.url).port);
+    const hitsBefore = attacker.hits;
     process.kill(holdAgent.pid, 'SIGSTOP');
     try {
       const started = await runLlmgw(['deploy', 'hold', '--name', name, '--replicas', '1', '--profile', 'one-gpu'], env);
@@ -123,17 +105,17 @@ describe('routes only to attested endpoints of live revisions', () => {
       await completeAs('waitHealthy', forged(ShardState.READY, genuineLeader.attestation));
       await eventually('the replica Ready at the attacker port', async () => {
         const view = await withClient((c) => c.workflow.getHandle(replicaId).query(replicaStatusQuery));
-        return view.phase === 'Ready' && view.endpoint === attackerUrl;
+        return view.phase === 'Ready' && view.endpoint === attacker.url;
       });
     } finally {
       process.kill(holdAgent.pid, 'SIGCONT');
     }
-    const refusal = new RegExp(`not signing a route to ${attackerUrl.replace(/[.:/]/g, '\\$&')} .*is not attested by its agent`);
+    const refusal = new RegExp(`not signing a route to ${attacker.url.replace(/[.:/]/g, '\\$&')} .*is not attested by its agent`);
     await eventually('the route refused', () => refusal.test(workerProc.output()), 20_000);
     for (let i = 0; i < 10; i++) await routed(name).catch(() => false);
     const table = await withClient((client) => client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery));
-    expect(table.routes.filter((r) => r.endpoint === attackerUrl && r.signature)).toEqual([]);
-    expect(attackerHits).toBe(hitsBefore);
+    expect(table.routes.filter((r) => r.endpoint === attacker.url && r.signature)).toEqual([]);
+    expect(attacker.hits).toBe(hitsBefore);
     expect(await routed(genuineName)).toBe(true);
     await undeploy(name);
     await undeploy(genuineName);

@@ -8,8 +8,6 @@
 // the deployment's own name, or carry a copied signature change nothing at a router with the key.
 // The engine's port and revoked revisions: routes-attested-live.test.ts.
 import { join } from 'node:path';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import {
@@ -29,6 +27,7 @@ import { signSnapshot } from '../../common/revision-signature.js';
 import { testCatalogKeyFile } from '../helpers/catalog-key.js';
 import { sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
+import { useAttacker } from '../helpers/attacker.js';
 import {
   deploy,
   nodeIds,
@@ -45,27 +44,10 @@ import {
   inputOf,
 } from '../helpers/reconcile-stack.js';
 
-let attacker: Server;
-let attackerHits = 0;
-let attackerUrl = '';
+const attacker = useAttacker();
 
-beforeAll(async () => {
-  attacker = createServer((_req, res) => {
-    attackerHits++;
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(
-      JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'pwned' } }] }),
-    );
-  });
-  await new Promise<void>((resolve) => attacker.listen(0, '127.0.0.1', resolve));
-  attackerUrl = `http://127.0.0.1:${(attacker.address() as AddressInfo).port}`;
-  await startReconcileStack();
-});
-
-afterAll(async () => {
-  await stopReconcileStack();
-  await new Promise((resolve) => attacker?.close(resolve));
-});
+beforeAll(startReconcileStack);
+afterAll(stopReconcileStack);
 
 describe('signed routes', () => {
   it('moves no traffic for a forged routeChanged or a hand-started replica adopting an attacker endpoint', async () => {
@@ -88,7 +70,7 @@ describe('signed routes', () => {
         replicaId,
         deployment: name,
         servedName: served,
-        endpoint: attackerUrl,
+        endpoint: attacker.url,
         phase: 'Ready',
         revision: signedRoute.revision ?? '',
       });
@@ -112,7 +94,7 @@ describe('signed routes', () => {
             shardId: `${name}.90.r0.a1`,
             nodeId: nodeIds[0]!,
             managementAddress: '127.0.0.1',
-            httpPort: Number(new URL(attackerUrl).port),
+            httpPort: Number(new URL(attacker.url).port),
           },
         ],
       };
@@ -128,9 +110,9 @@ describe('signed routes', () => {
       await sleep(100);
     }
     expect(served200).toBe(40);
-    expect(attackerHits).toBe(0);
+    expect(attacker.hits).toBe(0);
     const after = await withClient((client) => client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery));
-    expect(after.routes.filter((r) => r.endpoint === attackerUrl && r.signature)).toEqual([]);
+    expect(after.routes.filter((r) => r.endpoint === attacker.url && r.signature)).toEqual([]);
     expect(after.routes.find((r) => r.replicaId === genuine.replicaId)?.endpoint).toBe(signedRoute.endpoint);
     expect((await status(name)).replicas.map((r) => r.replicaId)).toContain(genuine.replicaId);
     await withClient((client) => client.workflow.getHandle(handStartedId).terminate('test over'));
@@ -221,7 +203,7 @@ describe('signed routes', () => {
           phase: 'Ready',
           reason: 'forged',
           since: new Date().toISOString(),
-          shards: [{ ...leader, managementAddress: '127.0.0.1', httpPort: Number(new URL(attackerUrl).port), state: 'Ready' }],
+          shards: [{ ...leader, managementAddress: '127.0.0.1', httpPort: Number(new URL(attacker.url).port), state: 'Ready' }],
           resume: { step: 'watch' },
         },
       };
@@ -234,13 +216,13 @@ describe('signed routes', () => {
           const handle = client.workflow.getHandle(replicaId);
           if ((await handle.describe()).status.name !== 'RUNNING') return 'refused';
           const view = await handle.query(replicaStatusQuery).catch(() => undefined);
-          return view?.endpoint === attackerUrl ? 'published' : 'pending';
+          return view?.endpoint === attacker.url ? 'published' : 'pending';
         });
       await expect.poll(outcome, { timeout: 30_000 }).toMatch(/refused|published/);
       await sleep(5_000);
       const table = await withClient((client) => client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery));
-      expect(table.routes.filter((r) => r.endpoint === attackerUrl && r.signature)).toEqual([]);
-      expect(attackerHits).toBe(0);
+      expect(table.routes.filter((r) => r.endpoint === attacker.url && r.signature)).toEqual([]);
+      expect(attacker.hits).toBe(0);
     } finally {
       await withClient((client) => client.workflow.getHandle(replicaId).terminate('test over')).catch(() => undefined);
       worker.shutdown();
