@@ -29,7 +29,9 @@ describe('control plane restarts', () => {
     const worker = await fleet.worker();
     const name = uniqueId('rst-worker');
     const deploy = spawnLlmgw(['deploy', 'life', '--name', name, '--replicas', '2', '--wait', '--timeout', '90'], env);
-    await deploy.waitForOutput(/Starting|Loading|Placing/, 30_000);
+    // Killed as soon as the deployment is started: before it can be Ready, whatever the load.
+    // (Waiting for a status line instead raced a fast deploy against the CLI's first look.)
+    await deploy.waitForOutput(/started deployment\//, 30_000);
     await worker.kill9();
     await new Promise((r) => setTimeout(r, 2_000));
     await fleet.worker();
