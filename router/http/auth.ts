@@ -225,8 +225,7 @@ export function keysFromEnv(env: NodeJS.ProcessEnv = process.env): KeySpec[] {
       }
       return;
     }
-    for (const key of text.split(',').map((k) => k.trim()))
-      if (key !== '' && !key.startsWith('#')) out.push({ key, where });
+    for (const key of text.split(',').map((k) => k.trim())) if (key !== '' && !key.startsWith('#')) out.push({ key, where });
   });
   return out;
 }
