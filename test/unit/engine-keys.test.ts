@@ -54,7 +54,8 @@ function ticket(chain: string): PlacementTicket {
     httpPort: 0,
     leaderAddress: '',
     leaderNode: '',
-    revision: 'rev',
+    // Unsigned: whether a revision is live is revision-signature.test's, not this file's.
+    revision: '',
     address: '198.18.0.7',
     deployment: 'demo',
     servedName: 'demo',
@@ -86,8 +87,18 @@ function fakeClient(chain: string, shards: unknown[] = []): Client {
         inventory: { managementAddress: '198.18.0.7' },
       }),
   };
-  return { workflow: { getHandle: () => handle } } as unknown as Client;
+  // The replica's deployment: running, as revocation asks before a renewal or a route.
+  const deployment = {
+    describe: () => Promise.resolve({ status: { name: 'RUNNING' }, type: 'deployModel', taskQueue: 'llmgw' }),
+    query: () => Promise.resolve({ name: 'demo', phase: 'Ready', model: 'demo', profile: 'p', revision: '' }),
+  };
+  return {
+    workflow: { getHandle: (id: string) => (id.startsWith('deployment/') ? deployment : handle) },
+  } as unknown as Client;
 }
+
+/** Attestation is routes-attested-live's: these nodes have no enrolled key, as a 0.2.0 fleet's. */
+const UNATTESTED = { trustUnenrolled: true };
 
 /** Runs `fn` as an activity called by `replica/demo/1`, run `runId`. */
 function asActivityOf<T>(runId: string, fn: () => Promise<T>): Promise<T> {
@@ -120,11 +131,16 @@ describe('a replica rebuilt around running engines', () => {
 
     // Its route names its live chain and, signed, the chain whose key the engine holds.
     const entry = { replicaId: 'replica/demo/1', deployment: 'demo', servedName: 'demo', endpoint: '', phase: 'Ready' as const };
-    const signed = await trueRoute(fakeClient('chain-b', [{ ...adopted, rank: 0 }]), entry, keyFile);
+    const signed = await trueRoute(fakeClient('chain-b', [{ ...adopted, rank: 0 }]), entry, keyFile, UNATTESTED);
     expect(signed).toMatchObject({ route: { chain: 'chain-b', keyChain: 'chain-a', endpoint: 'http://198.18.0.7:8000' } });
     expect('route' in signed && verifyRoute(signed.route, keyring.all).ok).toBe(true);
     // A replica placed before tickets (0.2.0): its engine holds the fleet key, so its route names no chain.
-    const legacy = await trueRoute(fakeClient('chain-b', [{ shardId: 'demo.1.r0.a1', nodeId: 'gpu-1', rank: 0 }]), entry, keyFile);
+    const legacy = await trueRoute(
+      fakeClient('chain-b', [{ shardId: 'demo.1.r0.a1', nodeId: 'gpu-1', rank: 0 }]),
+      entry,
+      keyFile,
+      UNATTESTED,
+    );
     expect(legacy).toMatchObject({ route: { servedName: 'demo', signature: expect.any(String) } });
     expect('route' in legacy && keyChainOf(legacy.route)).toBe(undefined);
 
