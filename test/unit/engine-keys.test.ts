@@ -2,6 +2,7 @@
 // for its run chain, so one replica's engine, which reads its own key, opens no other. Shown with
 // the derivation itself, a ticket renewed into a rebuilt replica's chain (its engines keep the key
 // they started with), and a real router over real fake engines keyed as the agent keys them.
+import { demoTicket } from '../helpers/tickets.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -40,27 +41,8 @@ describe('deriving an engine key', () => {
 });
 
 function ticket(chain: string): PlacementTicket {
-  return {
-    replicaId: 'replica/demo/1',
-    placedByRun: chain,
-    chain,
-    issuedAt: Date.now(),
-    shardId: 'demo.1.r0.a1',
-    nodeId: 'gpu-1',
-    rank: 0,
-    nnodes: 1,
-    gpus: [0],
-    hcas: [],
-    httpPort: 0,
-    leaderAddress: '',
-    leaderNode: '',
-    // Unsigned: whether a revision is live is revision-signature.test's, not this file's.
-    revision: '',
-    address: '198.18.0.7',
-    deployment: 'demo',
-    servedName: 'demo',
-    peers: [],
-  };
+  // Unsigned revision: whether a revision is live is revision-signature.test's, not this file's.
+  return demoTicket({ placedByRun: chain, chain });
 }
 
 /**

@@ -2,6 +2,7 @@
 // with its private Ed25519 key; agents verify with public keys only, so what one agent holds
 // cannot sign for any other; the move from the shared HMAC key keeps a window in which agents
 // accept both.
+import { demoTicket } from '../helpers/tickets.js';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -50,26 +51,13 @@ function spec(keyring: CatalogKeyring, change: (s: StartShard) => void = () => u
     gpuIndices: [0],
     profile,
   });
-  const ticket: PlacementTicket = {
+  const ticket: PlacementTicket = demoTicket({
     replicaId: start.replicaId,
-    placedByRun: 'run-1',
-    chain: 'run-1',
-    issuedAt: Date.now(),
     shardId: start.shardId,
-    nodeId: 'gpu-1',
-    rank: 0,
-    nnodes: 1,
-    gpus: [0],
-    hcas: [],
-    httpPort: 0,
-    leaderAddress: '',
-    leaderNode: '',
     revision: profile.signature,
-    address: '198.18.0.7',
     deployment: '',
-    servedName: 'demo',
-    peers: [],
-  };
+  });
+
   start.placementTicket = signPlacementTicket(ticket, keyring);
   change(start);
   return start;
