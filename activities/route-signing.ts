@@ -4,7 +4,7 @@
 // placed it. Control side. Routers install only routes whose signature verifies, so a signal
 // from anyone else, or a hand-started replica that `adopt`s an endpoint of its choosing, moves
 // no traffic (docs/security.md).
-import { Context } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { readCatalogKeys } from '../common/catalog-key.js';
@@ -33,6 +33,14 @@ export interface RouteSigningOptions {
 /** Engines never listen below this (the agent refuses such ports: agent/supervisor/start/start-checks.ts). */
 const FIRST_UNPRIVILEGED_PORT = 1024;
 
+/**
+ * Attempts of one signRoutes call during which a deployment that cannot be read (a query that
+ * failed: a run checking the state it was handed, a worker restarting) retries the batch rather
+ * than refusing its routes; with the activity's backoff, about half a minute. After that the
+ * entry is refused, so that one broken deployment cannot hold every other route back.
+ */
+const DEPLOYMENT_LOOKUP_ATTEMPTS = 5;
+
 function activityQueue(): string | undefined {
   try {
     return Context.current().info.taskQueue;
@@ -40,6 +48,17 @@ function activityQueue(): string | undefined {
     return undefined;
   }
 }
+
+function activityAttempt(): number {
+  try {
+    return Context.current().info.attempt;
+  } catch {
+    return Number.POSITIVE_INFINITY;
+  }
+}
+
+/** A deployment as revocation reads it: its view, none (not running here), or why it could not be read. */
+export type DeploymentLookup = { view?: DeploymentView } | { unreadable: string };
 
 /**
  * The route `entry` names as its replica's own state shows it, signed; a withdrawal (not
@@ -50,7 +69,7 @@ export async function trueRoute(
   entry: RouteEntry,
   catalogKeyFile: string | undefined,
   options: RouteSigningOptions = {},
-  deployments = new Map<string, Promise<DeploymentView | undefined>>(),
+  deployments = new Map<string, Promise<DeploymentLookup>>(),
 ): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
   // Whatever key chain the entry claims is dropped too: only rank 0's ticket says it (below).
@@ -130,11 +149,23 @@ export async function trueRoute(
   if (!deployments.has(ticket.deployment)) {
     deployments.set(
       ticket.deployment,
-      runningDeployment(client, ticket.deployment, queue).catch(() => undefined),
+      runningDeployment(client, ticket.deployment, queue).then(
+        (view): DeploymentLookup => ({ view }),
+        (error: unknown): DeploymentLookup => ({ unreadable: error instanceof Error ? error.message : String(error) }),
+      ),
     );
   }
-  const deployment = await deployments.get(ticket.deployment);
-  if (!deployment) return { refused: `${entry.replicaId}'s deployment ${ticket.deployment} is not running here (or not resolved yet)` };
+  const lookup = await deployments.get(ticket.deployment)!;
+  if ('unreadable' in lookup) {
+    // Refusing here would drop the route for good (the routes workflow applies what comes back
+    // and moves on): a passing failure retries the batch instead, a lasting one refuses.
+    if (activityAttempt() < DEPLOYMENT_LOOKUP_ATTEMPTS) {
+      throw ApplicationFailure.retryable(`deployment ${ticket.deployment} could not be read (${lookup.unreadable}); retrying`);
+    }
+    return { refused: `${entry.replicaId}'s deployment ${ticket.deployment} could not be read: ${lookup.unreadable}` };
+  }
+  const deployment = lookup.view;
+  if (!deployment) return { refused: `${entry.replicaId}'s deployment ${ticket.deployment} is not running here` };
   const revoked = revisionRefusal(deployment, ticket.revision, options.catalog?.get(), keys.all);
   if (revoked) return { route: { ...truth, phase: 'Stopped' }, withdrawn: revoked };
   // The engine's key is its start's chain's (common/engine-keys.ts): routers derive what they send from it.
@@ -206,7 +237,7 @@ export function createRouteSigningActivities(
      */
     async signRoutes(entries: RouteEntry[]): Promise<RouteEntry[]> {
       const out: RouteEntry[] = [];
-      const deployments = new Map<string, Promise<DeploymentView | undefined>>();
+      const deployments = new Map<string, Promise<DeploymentLookup>>();
       for (const entry of entries) {
         const verdict = await trueRoute(client, entry, catalogKeyFile, options, deployments);
         if ('refused' in verdict) {

@@ -41,7 +41,7 @@ async function deploy(model: string, profile: string, replicas: number): Promise
 
 /**
  * The replica's status once its new run answers: a continued run checks the seal on the state it
- * was handed (an activity) before its status query answers, seconds on a loaded machine.
+ * was handed (an activity) before its queries answer, seconds on a loaded machine. Nodes alike.
  */
 async function statusAfterHandOver(handle: WorkflowHandle): Promise<ReplicaView> {
   return eventually('the new run to answer its status query', () => handle.query(replicaStatusQuery).catch(() => undefined), 30_000);
@@ -120,7 +120,12 @@ describe('continue-as-new keeps every state', () => {
     const nodeBefore = nodeState(await nodeHandle.query(describeNodeQuery));
     expect(nodeBefore.allocations).toHaveLength(2);
     await handOver(`node/${nodeId}`);
-    expect(nodeState(await nodeHandle.query(describeNodeQuery))).toEqual(nodeBefore);
+    const nodeAfter = await eventually(
+      "the node's new run to answer",
+      () => nodeHandle.query(describeNodeQuery).catch(() => undefined),
+      30_000,
+    );
+    expect(nodeState(nodeAfter)).toEqual(nodeBefore);
 
     // Mid-scale: the deployment hands over while its third replica is still being started.
     await deployment.executeUpdate(scaleUpdate, { args: [3] });

@@ -3,11 +3,10 @@
 // the derivation itself, a ticket renewed into a rebuilt replica's chain (its engines keep the key
 // they started with), and a real router over real fake engines keyed as the agent keys them.
 import { demoTicket } from '../helpers/tickets.js';
+import { asActivityOf, fakeReplicaClient } from '../helpers/replica-fakes.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { asyncLocalStorage, type Context } from '@temporalio/activity';
-import type { Client } from '@temporalio/client';
 import { describe, expect, it } from 'vitest';
 import { renewTickets } from '../../activities/placement-tickets.js';
 import { trueRoute } from '../../activities/route-signing.js';
@@ -45,48 +44,8 @@ function ticket(chain: string): PlacementTicket {
   return demoTicket({ placedByRun: chain, chain });
 }
 
-/**
- * A client for which every workflow is a running replica of run chain `chain`, Ready at
- * 198.18.0.7:8000 with `shards`, and every node holds the shard (all one query answer).
- */
-function fakeClient(chain: string, shards: unknown[] = []): Client {
-  const handle = {
-    describe: () =>
-      Promise.resolve({
-        status: { name: 'RUNNING' },
-        type: 'replica',
-        taskQueue: 'llmgw',
-        runId: chain,
-        memo: { route: { servedName: 'demo' } },
-        raw: { workflowExecutionInfo: { firstRunId: chain } },
-      }),
-    query: () =>
-      Promise.resolve({
-        phase: 'Ready',
-        endpoint: 'http://198.18.0.7:8000',
-        shards,
-        allocations: [{ shardId: 'demo.1.r0.a1', replicaId: 'replica/demo/1' }],
-        inventory: { managementAddress: '198.18.0.7' },
-      }),
-  };
-  // The replica's deployment: running, as revocation asks before a renewal or a route.
-  const deployment = {
-    describe: () => Promise.resolve({ status: { name: 'RUNNING' }, type: 'deployModel', taskQueue: 'llmgw' }),
-    query: () => Promise.resolve({ name: 'demo', phase: 'Ready', model: 'demo', profile: 'p', revision: '' }),
-  };
-  return {
-    workflow: { getHandle: (id: string) => (id.startsWith('deployment/') ? deployment : handle) },
-  } as unknown as Client;
-}
-
 /** Attestation is routes-attested-live's: these nodes have no enrolled key, as a 0.2.0 fleet's. */
 const UNATTESTED = { trustUnenrolled: true };
-
-/** Runs `fn` as an activity called by `replica/demo/1`, run `runId`. */
-function asActivityOf<T>(runId: string, fn: () => Promise<T>): Promise<T> {
-  const context = { info: { workflowExecution: { workflowId: 'replica/demo/1', runId }, taskQueue: 'llmgw' } } as unknown as Context;
-  return asyncLocalStorage.run(context, fn);
-}
 
 describe('a replica rebuilt around running engines', () => {
   it('renews its tickets into its own chain, naming the chain whose key the engines hold, and its route says so', async () => {
@@ -97,28 +56,32 @@ describe('a replica rebuilt around running engines', () => {
     type Shards = Parameters<typeof renewTickets>[1];
 
     // The rebuilt replica (chain b) adopts chain a's engine: its ticket is chain b's, its key chain a's.
-    const [adopted] = await asActivityOf('chain-b', () => renewTickets(fakeClient('chain-b'), [shard] as unknown as Shards, keyFile));
+    const [adopted] = await asActivityOf('chain-b', () =>
+      renewTickets(fakeReplicaClient('chain-b'), [shard] as unknown as Shards, keyFile),
+    );
     const renewed = verifyPlacementTicket(adopted!.ticket!, keyring.all);
     expect(renewed).toMatchObject({ ok: true, ticket: { chain: 'chain-b', keyChain: 'chain-a' } });
     // Renewed again by the same chain (a restart of that engine): still chain a's key.
-    const [again] = await asActivityOf('chain-b', () => renewTickets(fakeClient('chain-b'), [adopted!] as unknown as Shards, keyFile));
+    const [again] = await asActivityOf('chain-b', () =>
+      renewTickets(fakeReplicaClient('chain-b'), [adopted!] as unknown as Shards, keyFile),
+    );
     expect(verifyPlacementTicket(again!.ticket!, keyring.all)).toMatchObject({
       ok: true,
       ticket: { chain: 'chain-b', keyChain: 'chain-a' },
     });
     // A ticket renewed by its own chain names no key chain, and signs as before the field existed.
-    const [own] = await asActivityOf('chain-a', () => renewTickets(fakeClient('chain-a'), [shard] as unknown as Shards, keyFile));
+    const [own] = await asActivityOf('chain-a', () => renewTickets(fakeReplicaClient('chain-a'), [shard] as unknown as Shards, keyFile));
     const plain = verifyPlacementTicket(own!.ticket!, keyring.all);
     expect(plain.ok && plain.ticket.keyChain).toBe(undefined);
 
     // Its route names its live chain and, signed, the chain whose key the engine holds.
     const entry = { replicaId: 'replica/demo/1', deployment: 'demo', servedName: 'demo', endpoint: '', phase: 'Ready' as const };
-    const signed = await trueRoute(fakeClient('chain-b', [{ ...adopted, rank: 0 }]), entry, keyFile, UNATTESTED);
+    const signed = await trueRoute(fakeReplicaClient('chain-b', [{ ...adopted, rank: 0 }]), entry, keyFile, UNATTESTED);
     expect(signed).toMatchObject({ route: { chain: 'chain-b', keyChain: 'chain-a', endpoint: 'http://198.18.0.7:8000' } });
     expect('route' in signed && verifyRoute(signed.route, keyring.all).ok).toBe(true);
     // A replica placed before tickets (0.2.0): its engine holds the fleet key, so its route names no chain.
     const legacy = await trueRoute(
-      fakeClient('chain-b', [{ shardId: 'demo.1.r0.a1', nodeId: 'gpu-1', rank: 0 }]),
+      fakeReplicaClient('chain-b', [{ shardId: 'demo.1.r0.a1', nodeId: 'gpu-1', rank: 0 }]),
       entry,
       keyFile,
       UNATTESTED,
