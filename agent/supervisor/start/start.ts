@@ -5,13 +5,13 @@ import { clone } from '@bufbuild/protobuf';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../../../common/failures.js';
 import { isSafeShardId } from '../../../common/names.js';
-import { ShardState, StartShardSchema, type RunningShard, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
+import { Launcher, ShardState, StartShardSchema, type RunningShard, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
 import { buildEngineLaunch, type EngineLaunch, type ProcessSpec } from '../../engines/index.js';
 import { hostEnvironment, resolveHostReferences, type HostEnvSource } from '../../engines/host-variables.js';
 import { errorText, type SupervisorCore } from '../core.js';
 import { appendLogLine } from '../logs/logs.js';
 import { PORT_MARKER_ENV } from '../processes/markers.js';
-import { choosePort, chooseRendezvousPort } from './ports.js';
+import { choosePort, chooseRayPorts, chooseRendezvousPort, releaseSpan, rendezvousPorts } from './ports.js';
 import { sameProcess } from '../processes/process-table.js';
 import { exitDetails, type Shard, type ShardProcess } from '../shard.js';
 import { specDifferences } from './spec-diff.js';
@@ -102,8 +102,11 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   }
   let launch: EngineLaunch;
   let shard: Shard;
+  let rayPorts: { from: number; to: number } | undefined;
   try {
-    launch = buildEngineLaunch(spec, { ...core.options.engineContext, advertiseAddress, httpPort: port });
+    const ray = await rayContext(core, spec, existing);
+    rayPorts = ray.rayPorts;
+    launch = buildEngineLaunch(spec, { ...core.options.engineContext, ...ray, advertiseAddress, httpPort: port });
     for (const p of launch.processes) {
       if (!p.blocking) {
         throw ApplicationFailure.nonRetryable(
@@ -120,6 +123,7 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
       processes: [],
       startedAt: new Date().toISOString(),
     };
+    if (rayPorts) record.rayPorts = rayPorts;
     // Chosen with no await before core.shards.set below, so no other start can take it too.
     const uid = chooseEngineUid(core, existing);
     if (uid !== undefined) {
@@ -133,7 +137,8 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
     core.shards.set(id, shard);
   } finally {
     core.reservedPorts.delete(port);
-    if (spec.rank === 0 && spec.nnodes > 1) core.reservedPorts.delete(spec.leaderPort);
+    releaseSpan(core, rendezvousPorts(spec));
+    releaseSpan(core, rayPorts);
   }
 
   // What must wait for a Ray cluster (rank 0's engine) starts in the background: the other
@@ -142,8 +147,8 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   const now = waitAt < 0 ? launch.processes : launch.processes.slice(0, waitAt);
   const later = waitAt < 0 ? [] : launch.processes.slice(waitAt);
   try {
-    // Before the leader listens: its rendezvous port is open to the placement's peers only.
-    await guardRendezvous(core, spec);
+    // Before anything listens: its rendezvous and Ray ports are open to the placement's peers only.
+    await guardRendezvous(core, shard);
     for (const p of now) {
       throwIfStartCut(shard);
       await core.options.beforeSpawn?.({ shardId: id, recordFile: recordPath(stateDir, id), process: p });
@@ -171,6 +176,22 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   watch(core, shard);
   if (later.length) void startAfterRay(core, shard, later, launch.servesHttp);
   return core.running(shard);
+}
+
+/**
+ * A Ray shard's own block of ports (every port its Ray processes listen on, guarded by the
+ * firewall like the rendezvous), and whether a head pins the Ray Client's port in it too.
+ */
+async function rayContext(
+  core: SupervisorCore,
+  spec: StartShard,
+  existing: Shard | undefined,
+): Promise<{ rayPorts?: { from: number; to: number }; rayClient?: boolean }> {
+  if (spec.profile?.launcher !== Launcher.RAY || spec.nnodes <= 1) return {};
+  const rayPorts = await chooseRayPorts(core, spec, existing);
+  if (!rayPorts) return {};
+  const rayClient = spec.rank === 0 && (await core.options.rayHasClient?.()) === true;
+  return { rayPorts, rayClient };
 }
 
 export function throwIfStartCut(shard: Shard): void {
