@@ -17,10 +17,10 @@ import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../../../common/failures.js';
 import { isPortFree } from '../../../common/ports.js';
-import { Engine, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
+import { Engine, Launcher, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
 import { DEFAULT_RAY_PORT_BLOCK, SGLANG_RENDEZVOUS_SPAN } from '../../engines/ray-ports.js';
 import type { SupervisorCore } from '../core.js';
-import { portsMarkedOnHost } from '../processes/markers.js';
+import { portsMarkedOnHost, rayPortsMarkedOnHost } from '../processes/markers.js';
 import type { Shard } from '../shard.js';
 
 export interface PortRange {
@@ -103,11 +103,29 @@ export async function chooseRayPorts(core: SupervisorCore, spec: StartShard, exi
   return core.locks.run(PORT_LOCK, async () => {
     const inUse = new Set<number>(core.reservedPorts);
     for (const s of core.shards.values()) if (s !== existing && s.record.rayPorts) addSpan(inUse, s.record.rayPorts);
+    // Other agents' Ray processes on this host, whose raylets may not have bound their block yet.
+    for (const span of rayPortsMarkedOnHost(core.launcher)) if (span.from !== existing?.record.rayPorts?.from) addSpan(inUse, span);
     const owner = `${core.nodeId}/${spec.shardId}/ray`;
     return takeSpan(core, { range, size, step: size }, inUse, existing?.record.rayPorts?.from ?? 0, owner, (held) => {
       return `shard ${spec.shardId}: no free block of ${size} Ray ports in ${range.from}-${range.to} (${held} held by this agent's shards)`;
     });
   });
+}
+
+/**
+ * A Ray shard's own block of ports (every port its Ray processes listen on, guarded by the
+ * firewall like the rendezvous), and whether a head pins the Ray Client's port in it too.
+ */
+export async function rayContext(
+  core: SupervisorCore,
+  spec: StartShard,
+  existing: Shard | undefined,
+): Promise<{ rayPorts?: { from: number; to: number }; rayClient?: boolean }> {
+  if (spec.profile?.launcher !== Launcher.RAY || spec.nnodes <= 1) return {};
+  const rayPorts = await chooseRayPorts(core, spec, existing);
+  if (!rayPorts) return {};
+  const rayClient = spec.rank === 0 && (await core.options.rayHasClient?.()) === true;
+  return { rayPorts, rayClient };
 }
 
 /** Gives back what a start reserved, once its record holds it (or the start failed). */

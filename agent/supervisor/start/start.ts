@@ -5,13 +5,13 @@ import { clone } from '@bufbuild/protobuf';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../../../common/failures.js';
 import { isSafeShardId } from '../../../common/names.js';
-import { Launcher, ShardState, StartShardSchema, type RunningShard, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
+import { ShardState, StartShardSchema, type RunningShard, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
 import { buildEngineLaunch, type EngineLaunch, type ProcessSpec } from '../../engines/index.js';
 import { hostEnvironment, resolveHostReferences, type HostEnvSource } from '../../engines/host-variables.js';
 import { errorText, type SupervisorCore } from '../core.js';
 import { appendLogLine } from '../logs/logs.js';
-import { PORT_MARKER_ENV } from '../processes/markers.js';
-import { choosePort, chooseRayPorts, chooseRendezvousPort, releaseSpan, rendezvousPorts } from './ports.js';
+import { PORT_MARKER_ENV, RAY_PORTS_MARKER_ENV } from '../processes/markers.js';
+import { choosePort, chooseRendezvousPort, rayContext, releaseSpan, rendezvousPorts } from './ports.js';
 import { sameProcess } from '../processes/process-table.js';
 import { exitDetails, type Shard, type ShardProcess } from '../shard.js';
 import { specDifferences } from './spec-diff.js';
@@ -178,22 +178,6 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   return core.running(shard);
 }
 
-/**
- * A Ray shard's own block of ports (every port its Ray processes listen on, guarded by the
- * firewall like the rendezvous), and whether a head pins the Ray Client's port in it too.
- */
-async function rayContext(
-  core: SupervisorCore,
-  spec: StartShard,
-  existing: Shard | undefined,
-): Promise<{ rayPorts?: { from: number; to: number }; rayClient?: boolean }> {
-  if (spec.profile?.launcher !== Launcher.RAY || spec.nnodes <= 1) return {};
-  const rayPorts = await chooseRayPorts(core, spec, existing);
-  if (!rayPorts) return {};
-  const rayClient = spec.rank === 0 && (await core.options.rayHasClient?.()) === true;
-  return { rayPorts, rayClient };
-}
-
 export function throwIfStartCut(shard: Shard): void {
   if (shard.startAbort.signal.aborted) {
     throw ApplicationFailure.retryable(`shard ${shard.spec.shardId}: start abandoned: ${errorText(shard.startAbort.signal.reason)}`);
@@ -207,7 +191,7 @@ export async function spawnProcess(core: SupervisorCore, shard: Shard, p: Proces
   const id = shard.spec.shardId;
   if (p.argv[0] === undefined)
     throw ApplicationFailure.nonRetryable(`shard ${id}: the ${p.role} has an empty command`, FailureType.InvalidSpec);
-  const env = processEnv(core, shard.spec, p, shard.record.httpPort);
+  const env = processEnv(core, shard.spec, p, shard.record);
   appendLogLine(
     shard.logFile,
     `--- llmgw agent ${core.nodeId} starting the ${p.role} of shard ${id} at ${new Date().toISOString()}: ${p.argv.join(' ')} ---`,
@@ -266,7 +250,8 @@ function hostSource(core: SupervisorCore): HostEnvSource {
  * A few basics of the agent's own environment, the --pass-env variables, the values of the
  * profile's host references, then the shard's own variables, which win (markers, GPUs).
  */
-function processEnv(core: SupervisorCore, spec: StartShard, p: ProcessSpec, port: number): Record<string, string> {
+function processEnv(core: SupervisorCore, spec: StartShard, p: ProcessSpec, record: ShardRecord): Record<string, string> {
+  const port = record.httpPort;
   const env: Record<string, string> = {};
   for (const name of BASE_ENV) {
     const value = process.env[name];
@@ -277,6 +262,7 @@ function processEnv(core: SupervisorCore, spec: StartShard, p: ProcessSpec, port
   Object.assign(env, resolveHostReferences(spec, source));
   Object.assign(env, p.env);
   if (port > 0) env[PORT_MARKER_ENV] = String(port);
+  if (record.rayPorts) env[RAY_PORTS_MARKER_ENV] = `${record.rayPorts.from}-${record.rayPorts.to}`;
   return env;
 }
 
