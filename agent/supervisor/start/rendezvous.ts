@@ -22,7 +22,7 @@ export interface RendezvousOpening {
 }
 
 /** The ports a shard listens on for its peers alone; empty for a single-node shard. */
-export function guardedPorts(spec: StartShard, rayPorts: PortSpan | undefined): PortSpan[] {
+function guardedPorts(spec: StartShard, rayPorts: PortSpan | undefined): PortSpan[] {
   if (spec.nnodes <= 1) return [];
   const rendezvous = rendezvousPorts(spec);
   return [...(rendezvous ? [rendezvous] : []), ...(rayPorts ? [rayPorts] : [])];
