@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_AGENT_ADMIN_ADDR, DEFAULT_PORTS } from '../common/names.js';
+import { DEFAULT_RAY_PORT_BLOCK, MIN_RAY_PORT_BLOCK } from './engines/ray-ports.js';
 import { SAFE_NAME, SAFE_NAME_RULE } from '../common/safe-name.js';
 import { DEFAULT_LOST_GRACE_SECONDS } from '../common/node-types.js';
 
@@ -108,6 +109,8 @@ export const AgentFlags = z
      * default ends below it, and a range that overlaps the engine ports is refused.
      */
     rayWorkerPorts: PortRange.default({ from: DEFAULT_PORTS.rayWorkersFrom, to: DEFAULT_PORTS.enginesFrom - 1 }),
+    /** Each Ray shard's block of that range: every port its Ray processes listen on (engines/ray-ports.ts). */
+    rayPortsPerShard: z.coerce.number().int().min(MIN_RAY_PORT_BLOCK).max(65535).default(DEFAULT_RAY_PORT_BLOCK),
     /** act: reconciliation carries out its plan; dry-run: it only shows it (a first rollout, a suspicious fleet). */
     reconcile: z.enum(['act', 'dry-run'], { error: 'use act or dry-run' }).default('act'),
     reconcileEverySeconds: z.coerce.number().int().min(0).default(3600),

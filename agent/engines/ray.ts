@@ -1,6 +1,7 @@
 // The Ray side of a multi-node launch: `ray start` processes for the head and the workers,
 // and reading `ray status` to learn when the cluster has every node. Agent side; pure.
 import { leaderAddress, type ShardPlan } from './plan.js';
+import { rayPortArgs } from './ray-ports.js';
 import type { EngineContext, EngineLaunch, ProcessSpec } from './types.js';
 
 const DEFAULT_RAY_COMMAND = ['ray'];
@@ -9,8 +10,13 @@ function rayCommand(ctx: EngineContext): string[] {
   return ctx.rayCommand ?? DEFAULT_RAY_COMMAND;
 }
 
-/** Keeps Ray's workers off the agent's engine ports (Ray's default range covers them). */
-function workerPortArgs(ctx: EngineContext): string[] {
+/**
+ * Every port Ray listens on pinned inside the shard's own block (ray-ports.ts), which the agent's
+ * firewall opens to the placement's peers only. Without a block (a caller that chose none), the
+ * workers are at least kept off the agent's engine ports, which Ray's default range covers.
+ */
+function portArgs(ctx: EngineContext, head: boolean): string[] {
+  if (ctx.rayPorts) return rayPortArgs(ctx.rayPorts, { head, rayClient: ctx.rayClient === true });
   return ctx.rayWorkerPorts
     ? ['--min-worker-port', String(ctx.rayWorkerPorts.from), '--max-worker-port', String(ctx.rayWorkerPorts.to)]
     : [];
@@ -18,7 +24,8 @@ function workerPortArgs(ctx: EngineContext): string[] {
 
 /** `ray start` on this host, joined by `join` (`--head --port P`, or `--address` of the head); blocks. */
 function rayStart(ctx: EngineContext, env: Record<string, string>, role: ProcessSpec['role'], join: string[]): ProcessSpec {
-  const argv = [...rayCommand(ctx), 'start', ...join, '--node-ip-address', ctx.advertiseAddress, ...workerPortArgs(ctx), '--block'];
+  const head = role === 'ray-head';
+  const argv = [...rayCommand(ctx), 'start', ...join, '--node-ip-address', ctx.advertiseAddress, ...portArgs(ctx, head), '--block'];
   return { role, argv, env: { ...env }, blocking: true };
 }
 

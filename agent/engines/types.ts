@@ -64,8 +64,12 @@ export interface EngineContext {
   pythonCommand?: string[];
   /** Default ['ray']. */
   rayCommand?: string[];
-  /** Ports for Ray's worker processes (`--min/max-worker-port`); Ray's default when absent. */
+  /** The agent's range for Ray's ports (--ray-worker-ports); each shard's block comes from it. */
   rayWorkerPorts?: { from: number; to: number };
+  /** This shard's own block of that range: every port its Ray processes listen on (ray-ports.ts). */
+  rayPorts?: { from: number; to: number };
+  /** This host's Ray has the Ray Client (ray[client]): its port is pinned in the head's block too. */
+  rayClient?: boolean;
   /** The host's interface that carries advertiseAddress: NCCL/Gloo bootstrap when the spec names none. */
   managementInterface?: string;
   /** The host's weights cache: fetched sources run from their snapshot there (agent/weights). */

@@ -1,6 +1,7 @@
 // The agent's nftables rules for multi-node rendezvous: rank 0's Ray head (GCS) port or SGLang's
-// --dist-init-addr port accepts connections only from the placement's peer hosts. Agent side;
-// the supervisor says which ports and peers (supervisor/start/rendezvous.ts), this file owns nft.
+// --dist-init-addr span, and every rank's block of Ray ports (raylet, object manager, agents,
+// workers), accept connections only from the placement's peer hosts. Agent side; the supervisor
+// says which ports and peers (supervisor/start/rendezvous.ts), this file owns nft.
 //
 // Each agent keeps one table of its own, `inet llmgw_<node>_<hash>`, and rewrites it whole in
 // one nft transaction: several agents can share a network namespace (`llmgw up`, sim fleets,
@@ -12,7 +13,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
 import type { LineLog } from '../../common/logger.js';
-import type { RendezvousOpening } from '../supervisor/start/rendezvous.js';
+import { spanText, type RendezvousOpening } from '../supervisor/start/rendezvous.js';
 
 const NFT_TIMEOUT_MS = 10_000;
 
@@ -43,15 +44,18 @@ export function renderRules(table: string, openings: RendezvousOpening[]): strin
   const lines = [`table inet ${table} {}`, `delete table inet ${table}`];
   if (openings.length === 0) return `${lines.join('\n')}\n`;
   lines.push(`table inet ${table} {`, '  chain rendezvous {', '    type filter hook input priority filter - 5; policy accept;');
-  // The host's own engines and the agent's `ray status` reach the port over loopback.
+  // The host's own engines and the agent's `ray status` reach the ports over loopback.
   lines.push('    iifname "lo" accept');
-  for (const o of [...openings].sort((a, b) => a.port - b.port)) {
+  const first = (o: RendezvousOpening): number => Math.min(...o.ports.map((p) => p.from));
+  for (const o of [...openings].filter((o) => o.ports.length > 0).sort((a, b) => first(a) - first(b))) {
     const v4 = o.peers.filter((p) => isIPv4(p));
     const v6 = o.peers.filter((p) => isIPv6(p));
     const why = comment(`${o.replicaId} ${o.shardId}`);
-    if (v4.length) lines.push(`    tcp dport ${o.port} ip saddr { ${v4.join(', ')} } accept comment ${why}`);
-    if (v6.length) lines.push(`    tcp dport ${o.port} ip6 saddr { ${v6.join(', ')} } accept comment ${why}`);
-    lines.push(`    tcp dport ${o.port} counter drop comment ${why}`);
+    // One anonymous set per shard: `{ 30007, 10256-10511 }` (nft takes ranges in a set).
+    const ports = `{ ${spanText([...o.ports].sort((a, b) => a.from - b.from))} }`;
+    if (v4.length) lines.push(`    tcp dport ${ports} ip saddr { ${v4.join(', ')} } accept comment ${why}`);
+    if (v6.length) lines.push(`    tcp dport ${ports} ip6 saddr { ${v6.join(', ')} } accept comment ${why}`);
+    lines.push(`    tcp dport ${ports} counter drop comment ${why}`);
   }
   lines.push('  }', '}');
   return `${lines.join('\n')}\n`;
@@ -104,8 +108,8 @@ export function createRendezvousFirewall(nodeId: string, log: LineLog, unavailab
       const before = applied;
       await runNft(script);
       applied = script;
-      const ports = openings.map((o) => `${o.port} (${o.peers.join(', ')})`).join('; ');
-      if (openings.length) log(`nft table inet ${table}: rendezvous port(s) ${ports} open to peers only`);
+      const ports = openings.map((o) => `${spanText(o.ports)} (${o.peers.join(', ')})`).join('; ');
+      if (openings.length) log(`nft table inet ${table}: rendezvous and Ray port(s) ${ports} open to peers only`);
       else if (before !== undefined) log(`nft table inet ${table}: removed, no rendezvous port to guard`);
     },
   };

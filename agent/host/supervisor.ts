@@ -10,6 +10,7 @@ import type { DiscoveredHost } from '../discovery/inventory.js';
 import { readEngineKey, resolveEngineUids, resolveEngineUser, type EngineUser, type UidRange } from '../engine-identity.js';
 import { llamaServerForAgent } from '../engines/llamacpp-binary.js';
 import type { AgentMetrics } from '../metrics.js';
+import { createRayClientProbe } from '../ray-client.js';
 import { createRayWait } from '../ray-wait.js';
 import { createRendezvousFirewall } from './rendezvous-firewall.js';
 import { createRevisionCheck, type RevisionPolicy } from '../revision-check.js';
@@ -55,6 +56,10 @@ export async function createHostSupervisor(deps: HostSupervisorDeps): Promise<Su
     },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
+    // Every port of a Ray shard is pinned in a block of its own, the Ray Client's too where this
+    // host's Ray has it (asked once, at the first Ray head; virtual engines run no Ray to ask).
+    rayPortsPerShard: config.rayPortsPerShard,
+    ...(deps.launcher ? {} : { rayHasClient: createRayClientProbe([config.rayCommand], log) }),
     // Rank 0's rendezvous port (Ray's head, SGLang's dist-init) admits the placement's peers
     // only. Not for a launcher of virtual engines (sim-fleet): nothing of theirs listens.
     ...(deps.launcher ? {} : { rendezvousFirewall: createRendezvousFirewall(config.nodeId, log) }),

@@ -94,6 +94,13 @@ export interface SupervisorOptions {
    * `ray status` itself; the agent provides this. Must honour `signal` (a stop cancels it).
    */
   waitForRay?: (spec: StartShard, process: ProcessSpec, signal: AbortSignal) => Promise<void>;
+  /** Ports in each Ray shard's block of engineContext.rayWorkerPorts (default 256; start/ports.ts). */
+  rayPortsPerShard?: number;
+  /**
+   * Whether this host's Ray has the Ray Client, asked once before the first Ray head starts
+   * (agent/host/ray-client.ts): if so its port is pinned in the head's block. Absent: it has not.
+   */
+  rayHasClient?: () => Promise<boolean>;
   /** Test hook: runs just before each spawn, after the spec record has been written. */
   beforeSpawn?: (info: { shardId: string; recordFile: string; process: ProcessSpec }) => void | Promise<void>;
   /** Test hook: runs after every process of a start is spawned, before start() returns. */

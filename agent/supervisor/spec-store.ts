@@ -62,6 +62,10 @@ const ShardRecordFile = z.object({
   startedAt: z.string(),
   adoptedAt: z.string().optional(),
   uid: z.number().int().min(1000).optional(),
+  rayPorts: z
+    .object({ from: z.number().int().min(1024).max(65535), to: z.number().int().min(1024).max(65535) })
+    .refine((span) => span.from <= span.to, 'rayPorts: from must not be above to')
+    .optional(),
 });
 
 export interface ShardRecord {
@@ -79,6 +83,11 @@ export interface ShardRecord {
    * later agents too, and given to no other shard while this record exists.
    */
   uid?: number;
+  /**
+   * A Ray shard's block of ports (start/ports.ts chooseRayPorts): every port its Ray processes
+   * listen on, which the firewall guards, and later agents too, from this record.
+   */
+  rayPorts?: { from: number; to: number };
 }
 
 export interface UnreadableRecord {
@@ -130,6 +139,7 @@ export function writeRecordAtomic(stateDir: string, record: ShardRecord): void {
   };
   if (record.adoptedAt !== undefined) body.adoptedAt = record.adoptedAt;
   if (record.uid !== undefined) body.uid = record.uid;
+  if (record.rayPorts !== undefined) body.rayPorts = { from: record.rayPorts.from, to: record.rayPorts.to };
   // 0600: a spec names no secret's value, but it is the agent's business alone.
   const fd = openSync(tmp, 'w', 0o600);
   try {
@@ -165,6 +175,7 @@ export function parseRecord(text: string, expectedShardId: string): ShardRecord 
   };
   if (file.adoptedAt !== undefined) record.adoptedAt = file.adoptedAt;
   if (file.uid !== undefined) record.uid = file.uid;
+  if (file.rayPorts !== undefined) record.rayPorts = file.rayPorts;
   return record;
 }
 

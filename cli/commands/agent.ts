@@ -1,6 +1,7 @@
 // `llmgw agent`: the long-running process of one GPU host, with its flags. The action loads
 // agent/main.ts on use, so other commands start without it.
 import { Option, type Command } from 'commander';
+import { DEFAULT_RAY_PORT_BLOCK } from '../../agent/engines/ray-ports.js';
 import { DEFAULT_PORTS } from '../../common/names.js';
 import { DEFAULT_LOST_GRACE_SECONDS } from '../../common/node-types.js';
 
@@ -43,8 +44,13 @@ export function register(program: Command): void {
     .option('--ray-command <path>', 'the ray program, for profiles with launcher ray', 'ray')
     .option(
       '--ray-worker-ports <from-to>',
-      "ports of Ray's worker processes; must not overlap --port-range",
+      "ports of Ray's processes (raylet, object manager, agents, workers), a block per shard; must not overlap --port-range",
       `${DEFAULT_PORTS.rayWorkersFrom}-${DEFAULT_PORTS.enginesFrom - 1}`,
+    )
+    .option(
+      '--ray-ports-per-shard <n>',
+      "the size of each Ray shard's block: 8 fixed ports, the rest its workers' (Ray prestarts up to a worker per CPU)",
+      String(DEFAULT_RAY_PORT_BLOCK),
     )
     .option('--reconcile <act|dry-run>', 'what reconciliation does with what it finds: act, or only show it (dry-run)', 'act')
     .option(

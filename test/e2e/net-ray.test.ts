@@ -1,18 +1,20 @@
 // A real two-node Ray replica across two namespaced hosts: rank 0's agent starts the Ray head
 // on its host's 198.18 address, rank 1's raylet joins it across the bridge from the other
 // namespace, and the replica serves through the router outside. A third namespace on the same
-// bridge, with no agent, cannot reach the head's port: rank 0's agent opens it to the
-// placement's peers only (nftables), keeps the rules across its restart and removes them at
-// undeploy. Needs root (skips without) and Ray, which the test setup installs
-// (test/setup/tools.ts; or LLMGW_RAY_COMMAND).
-import { join } from 'node:path';
+// bridge, with no agent, cannot reach the head's port, nor any other port Ray listens on, on
+// either host (raylets, object managers, agents, a worker holding an actor): each agent pins them
+// in a block of its own and opens them to the placement's peers only (nftables), keeps the rules
+// across its restart and removes them at undeploy. Needs root (skips without) and Ray, which the
+// test setup installs (test/setup/tools.ts; or LLMGW_RAY_COMMAND).
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { enginesOf, eventually, INVENTORIES, runLlmgw } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { servedWithoutFailure } from '../helpers/load.js';
-import { canConnect, listeners, networkUnavailable } from '../helpers/netns/network.js';
+import { canConnect, listeners, networkUnavailable, reachablePorts, type NetHost } from '../helpers/netns/network.js';
 import { tableName } from '../../agent/host/rendezvous-firewall.js';
 import { startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 import { skipReason } from '../helpers/skips.js';
@@ -23,6 +25,43 @@ const unavailable = skipReason(networkUnavailable());
 
 const name = uniqueId('netray');
 let fleet: NetFleet;
+
+function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** A Ray process: its binaries live under the ray package, and workers retitle themselves `ray::…`. */
+const isRay = (pid: number): boolean => cmdline(pid).startsWith('ray::') || cmdline(pid).includes('/ray/');
+const isRayWorker = (pid: number): boolean => cmdline(pid).startsWith('ray::');
+
+/** The ports Ray listens on at a host's own address (or every address), worker ports among them. */
+function rayPorts(host: NetHost): { ports: number[]; workers: number } {
+  const own = listeners(fleet.network, host).filter((l) => ['*', '0.0.0.0', '::', host.address].includes(l.address));
+  const ray = own.filter((l) => l.pids.some(isRay));
+  const workers = ray.filter((l) => l.pids.some(isRayWorker));
+  return { ports: [...new Set(ray.map((l) => l.port))], workers: workers.length };
+}
+
+/** A detached actor on the cluster: a Ray worker process that listens on a worker port until undeploy. */
+function startActor(host: NetHost, headAddress: string): void {
+  // Ray's own interpreter: the `ray` script's #! line (pip writes one), else the python beside it.
+  const shebang = /^#!(\S*python\S*)/.exec(readFileSync(ray, 'utf8').slice(0, 300))?.[1];
+  const python = shebang ?? join(dirname(ray), 'python');
+  const driver = [
+    'import ray',
+    `ray.init(address=${JSON.stringify(headAddress)})`,
+    '@ray.remote(num_cpus=0)',
+    'class Pin:',
+    '    def ping(self): return 1',
+    "a = Pin.options(name='llmgw-pin', lifetime='detached').remote()",
+    'ray.get(a.ping.remote(), timeout=60)',
+  ].join('\n');
+  fleet.network.exec(host, ['timeout', '90', 'env', 'RAY_USAGE_STATS_ENABLED=0', python, '-c', driver]);
+}
 
 describe.skipIf(unavailable !== undefined)('a Ray replica across two namespaced hosts', () => {
   beforeAll(async () => {
@@ -85,10 +124,27 @@ describe.skipIf(unavailable !== undefined)('a Ray replica across two namespaced 
       expect(canConnect(fleet.network, bystander, leader.host.address, headPort)).toBe(false);
     };
     guarded();
+
+    // Every other port Ray listens on, on both hosts (a worker holding an actor too): the peer
+    // reaches the leader's, the stranger none.
+    startActor(leader.host, `${leader.host.address}:${headPort}`);
+    const rayGuarded = (): void => {
+      const [atLeader, atWorker] = [rayPorts(leader.host), rayPorts(worker.host)];
+      expect(atLeader.ports.length, 'gcs, raylet, object manager').toBeGreaterThanOrEqual(3);
+      expect(atWorker.ports.length, 'raylet, object manager').toBeGreaterThanOrEqual(2);
+      expect(atLeader.workers + atWorker.workers, 'a Ray worker listening').toBeGreaterThan(0);
+      expect(reachablePorts(fleet.network, bystander, leader.host.address, atLeader.ports)).toEqual([]);
+      expect(reachablePorts(fleet.network, bystander, worker.host.address, atWorker.ports)).toEqual([]);
+      expect(reachablePorts(fleet.network, worker.host, leader.host.address, atLeader.ports)).toEqual(
+        [...atLeader.ports].sort((a, b) => a - b),
+      );
+    };
+    rayGuarded();
     // A restarted agent adopts the replica and keeps its rules; the replica still serves.
     await fleet.restartAgent(leader);
     await eventually('the restarted agent to adopt the Ray head', () => /recovered: 1 adopted/.test(leader.proc.output()), 60_000);
     guarded();
+    rayGuarded();
     await serve();
 
     // Undeployed: the leader's host carries no llmgw rules any more.

@@ -8,7 +8,11 @@ import { createRendezvousFirewall, renderRules, tableName } from '../../agent/ho
 const opening = {
   replicaId: 'replica/big/3',
   shardId: 'big-3-r0-1',
-  port: 30007,
+  // The head's rendezvous port, and the shard's block of Ray ports.
+  ports: [
+    { from: 30007, to: 30007 },
+    { from: 10256, to: 10511 },
+  ],
   peers: ['198.18.4.10', '198.18.4.11', 'fd00::11'],
 };
 
@@ -28,9 +32,10 @@ describe('rendezvous firewall rules', () => {
     expect(table).toMatch(/^llmgw_gpu_07_example_[0-9a-f]{6}$/);
     expect(tableName('gpu-07.example')).not.toBe(tableName('gpu_07_example'));
     const script = renderRules(table, [opening]);
-    expect(script).toContain(`tcp dport 30007 ip saddr { 198.18.4.10, 198.18.4.11 } accept`);
-    expect(script).toContain(`tcp dport 30007 ip6 saddr { fd00::11 } accept`);
-    expect(script).toContain(`tcp dport 30007 counter drop`);
+    // Sorted, so one opening's set reads the same whatever order its ports came in.
+    expect(script).toContain(`tcp dport { 10256-10511, 30007 } ip saddr { 198.18.4.10, 198.18.4.11 } accept`);
+    expect(script).toContain(`tcp dport { 10256-10511, 30007 } ip6 saddr { fd00::11 } accept`);
+    expect(script).toContain(`tcp dport { 10256-10511, 30007 } counter drop`);
     // Only its own table: nothing else on the host is named.
     expect([...script.matchAll(/table inet (\S+)/g)].every((m) => m[1] === table)).toBe(true);
     // The accept of the peers comes before the drop.

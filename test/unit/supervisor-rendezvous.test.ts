@@ -40,7 +40,7 @@ describe('rendezvous rules follow the shards', () => {
     const started = await sup.start(leaderSpec(host.node, PEERS));
     const port = started.spec!.leaderPort;
     expect(port).toBeGreaterThanOrEqual(host.portRange.from);
-    const opening = { replicaId: 'replica/demo/1', shardId: 'big.1.r0.a1', port, peers: PEERS };
+    const opening = { replicaId: 'replica/demo/1', shardId: 'big.1.r0.a1', ports: [{ from: port, to: port }], peers: PEERS };
     expect(seenAtSpawn).toEqual([[opening]]);
 
     // The next agent adopts the engine and its rules (none of the previous agent's are assumed).
@@ -61,6 +61,6 @@ describe('rendezvous rules follow the shards', () => {
     const { sup, logs } = host.startAgent({ rendezvousFirewall: firewall });
     const started = await sup.start(leaderSpec(host.node, undefined));
     expect(applied.at(-1)).toEqual([]);
-    expect(logs.join('\n')).toContain(`its rendezvous port ${started.spec!.leaderPort} is open to anyone`);
+    expect(logs.join('\n')).toContain(`its rendezvous port(s) ${started.spec!.leaderPort} are open to anyone`);
   });
 });

@@ -11,6 +11,13 @@ import { childProcessLauncher, type Launcher } from './launcher.js';
  */
 export const PORT_MARKER_ENV = 'LLMGW_HTTP_PORT';
 
+/**
+ * `from-to`: the block of Ray ports (start/ports.ts chooseRayPorts) a Ray process of ours was
+ * given, so that agents with other claim directories on this host do not choose the same block
+ * while its raylet has not bound it yet.
+ */
+export const RAY_PORTS_MARKER_ENV = 'LLMGW_RAY_PORTS';
+
 export interface MarkedProcess {
   pid: number;
   ppid: number;
@@ -75,4 +82,19 @@ export function portsMarkedOnHost(launcher: Launcher = childProcessLauncher): Se
     if (stat && stat.state !== 'Z') ports.add(Number(value));
   }
   return ports;
+}
+
+/** Blocks of Ray ports that Ray processes started by any llmgw agent on this host were given. */
+export function rayPortsMarkedOnHost(launcher: Launcher = childProcessLauncher): { from: number; to: number }[] {
+  const skip = launcher.selfAndAncestors();
+  const spans = new Map<string, { from: number; to: number }>();
+  for (const pid of launcher.listPids()) {
+    if (skip.has(pid)) continue;
+    const value = launcher.readEnviron(pid)?.[RAY_PORTS_MARKER_ENV];
+    const span = value === undefined ? undefined : /^(\d+)-(\d+)$/.exec(value);
+    if (!span || spans.has(value!)) continue;
+    const stat = launcher.readStat(pid);
+    if (stat && stat.state !== 'Z') spans.set(value!, { from: Number(span[1]), to: Number(span[2]) });
+  }
+  return [...spans.values()];
 }

@@ -1,5 +1,6 @@
 // Where an engine's ports are chosen, claims included. Agent side. A start gets the engine's
-// HTTP port and, for rank 0 of a multi-node replica, the rendezvous port the other ranks join.
+// HTTP port; rank 0 of a multi-node replica the rendezvous port(s) the other ranks join; and a
+// Ray shard a block of ports for everything its Ray processes listen on (engines/ray-ports.ts).
 // Several agents (simulated ones, tests, `llmgw up`, other programs) can share a host, so a
 // port is taken only when no engine of ours or of another agent on this host carries it (its
 // LLMGW_HTTP_PORT marker), it binds now, and its claim file is ours.
@@ -16,9 +17,10 @@ import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { FailureType } from '../../../common/failures.js';
 import { isPortFree } from '../../../common/ports.js';
-import type { StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
+import { Engine, Launcher, type StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
+import { DEFAULT_RAY_PORT_BLOCK, SGLANG_RENDEZVOUS_SPAN } from '../../engines/ray-ports.js';
 import type { SupervisorCore } from '../core.js';
-import { portsMarkedOnHost } from '../processes/markers.js';
+import { portsMarkedOnHost, rayPortsMarkedOnHost } from '../processes/markers.js';
 import type { Shard } from '../shard.js';
 
 export interface PortRange {
@@ -51,7 +53,10 @@ export async function choosePort(core: SupervisorCore, spec: StartShard, existin
   });
 }
 
-/** A second port of the agent's range for rank 0's rendezvous, kept across restarts when free. */
+/**
+ * Rank 0's rendezvous: a port of the agent's range (and, for SGLang, the ports just above it that
+ * SGLang opens too: rendezvousSpan), kept across restarts when free.
+ */
 export async function chooseRendezvousPort(
   core: SupervisorCore,
   spec: StartShard,
@@ -60,29 +65,93 @@ export async function chooseRendezvousPort(
 ): Promise<number> {
   return core.locks.run(PORT_LOCK, async () => {
     const inUse = portsInUse(core, existing, [httpPort]);
-    for (const s of core.shards.values()) if (s !== existing && s.spec.leaderPort > 0 && s.spec.rank === 0) inUse.add(s.spec.leaderPort);
     const { from, to } = core.options.portRange;
-    return takePort(core, inUse, existing?.spec.leaderPort ?? 0, `${core.nodeId}/${spec.shardId}/rendezvous`, () => {
-      return `shard ${spec.shardId}: no free port in ${from}-${to} for the rendezvous of its ${spec.nnodes} ranks`;
+    const size = rendezvousSpan(spec);
+    const shape = { range: core.options.portRange, size, step: 1 };
+    const owner = `${core.nodeId}/${spec.shardId}/rendezvous`;
+    const span = await takeSpan(core, shape, inUse, existing?.spec.leaderPort ?? 0, owner, () => {
+      return `shard ${spec.shardId}: no ${size} free port(s) in ${from}-${to} for the rendezvous of its ${spec.nnodes} ranks`;
+    });
+    return span.from;
+  });
+}
+
+/**
+ * How many ports from rank 0's leader port up its rendezvous holds: SGLang listens on a span
+ * above its --dist-init-addr port (engines/ray-ports.ts), Ray's head and the fake leader on one.
+ */
+export function rendezvousSpan(spec: StartShard): number {
+  return spec.profile?.engine === Engine.SGLANG ? SGLANG_RENDEZVOUS_SPAN : 1;
+}
+
+/** The ports rank 0's rendezvous holds, or undefined for a shard with none. */
+export function rendezvousPorts(spec: StartShard): PortRange | undefined {
+  if (spec.rank !== 0 || spec.nnodes <= 1 || spec.leaderPort <= 0) return undefined;
+  return { from: spec.leaderPort, to: spec.leaderPort + rendezvousSpan(spec) - 1 };
+}
+
+/**
+ * A block of the agent's Ray range (--ray-worker-ports) for every port this shard's Ray processes
+ * listen on, kept across restarts when free. Blocks are aligned to the range, so two shards'
+ * blocks never overlap, and no block of another shard, another agent's claim, or a bound port is
+ * taken. Undefined when the agent has no Ray range (its Ray then picks ports itself).
+ */
+export async function chooseRayPorts(core: SupervisorCore, spec: StartShard, existing: Shard | undefined): Promise<PortRange | undefined> {
+  const range = core.options.engineContext.rayWorkerPorts;
+  if (!range) return undefined;
+  const size = Math.min(core.options.rayPortsPerShard ?? DEFAULT_RAY_PORT_BLOCK, range.to - range.from + 1);
+  return core.locks.run(PORT_LOCK, async () => {
+    const inUse = new Set<number>(core.reservedPorts);
+    for (const s of core.shards.values()) if (s !== existing && s.record.rayPorts) addSpan(inUse, s.record.rayPorts);
+    // Other agents' Ray processes on this host, whose raylets may not have bound their block yet.
+    for (const span of rayPortsMarkedOnHost(core.launcher)) if (span.from !== existing?.record.rayPorts?.from) addSpan(inUse, span);
+    const owner = `${core.nodeId}/${spec.shardId}/ray`;
+    return takeSpan(core, { range, size, step: size }, inUse, existing?.record.rayPorts?.from ?? 0, owner, (held) => {
+      return `shard ${spec.shardId}: no free block of ${size} Ray ports in ${range.from}-${range.to} (${held} held by this agent's shards)`;
     });
   });
+}
+
+/**
+ * A Ray shard's own block of ports (every port its Ray processes listen on, guarded by the
+ * firewall like the rendezvous), and whether a head pins the Ray Client's port in it too.
+ */
+export async function rayContext(
+  core: SupervisorCore,
+  spec: StartShard,
+  existing: Shard | undefined,
+): Promise<{ rayPorts?: { from: number; to: number }; rayClient?: boolean }> {
+  if (spec.profile?.launcher !== Launcher.RAY || spec.nnodes <= 1) return {};
+  const rayPorts = await chooseRayPorts(core, spec, existing);
+  if (!rayPorts) return {};
+  const rayClient = spec.rank === 0 && (await core.options.rayHasClient?.()) === true;
+  return { rayPorts, rayClient };
+}
+
+/** Gives back what a start reserved, once its record holds it (or the start failed). */
+export function releaseSpan(core: SupervisorCore, span: PortRange | undefined): void {
+  if (span) for (let port = span.from; port <= span.to; port++) core.reservedPorts.delete(port);
+}
+
+function addSpan(ports: Set<number>, span: PortRange): void {
+  for (let port = span.from; port <= span.to; port++) ports.add(port);
 }
 
 /** Ports promised to starts in flight, carried by our other shards, or marked by other agents' engines. */
 function portsInUse(core: SupervisorCore, existing: Shard | undefined, extra: number[]): Set<number> {
   const inUse = new Set<number>([...core.reservedPorts, ...extra]);
-  for (const s of core.shards.values()) if (s !== existing && s.record.httpPort > 0) inUse.add(s.record.httpPort);
+  for (const s of core.shards.values()) {
+    if (s === existing) continue;
+    if (s.record.httpPort > 0) inUse.add(s.record.httpPort);
+    // A rendezvous (SGLang's whole span) is held even while nothing binds part of it yet.
+    const rendezvous = rendezvousPorts(s.spec);
+    if (rendezvous) addSpan(inUse, rendezvous);
+  }
   // Engines of other agents on this host that were given a port but may not bind it yet.
   for (const p of portsMarkedOnHost(core.launcher)) inUse.add(p);
   return inUse;
 }
 
-/**
- * `previous` when it still binds (a restart keeps its port: clients and logs stay easy to
- * follow, and the port is ours already), else the first port of the range that binds and whose
- * claim we win. Reserves the port for the start. Throws a non-retryable NoFreePort failure
- * with `noneFree(held)` once every port of the range is held or claimed.
- */
 async function takePort(
   core: SupervisorCore,
   inUse: Set<number>,
@@ -90,20 +159,42 @@ async function takePort(
   owner: string,
   noneFree: (held: number) => string,
 ): Promise<number> {
-  const { portRange } = core.options;
+  const span = await takeSpan(core, { range: core.options.portRange, size: 1, step: 1 }, inUse, previous, owner, noneFree);
+  return span.from;
+}
+
+/**
+ * `size` ports from `previous` when they all still bind (a restart keeps its ports: clients and
+ * logs stay easy to follow, and the ports are ours already), else the first run of `size` ports
+ * (one starting every `step` ports of the range) that all bind and whose claim we win. Reserves
+ * them for the start. Throws a non-retryable NoFreePort failure with `noneFree(held)` once none is.
+ */
+async function takeSpan(
+  core: SupervisorCore,
+  shape: { range: PortRange; size: number; step: number },
+  inUse: Set<number>,
+  previous: number,
+  owner: string,
+  noneFree: (held: number) => string,
+): Promise<PortRange> {
+  const { range, size, step } = shape;
   const held = inUse.size;
-  const reserve = (port: number): number => {
-    core.reservedPorts.add(port);
-    return port;
+  const free = async (from: number): Promise<boolean> => {
+    if (from < range.from || from + size - 1 > range.to) return false;
+    for (let port = from; port < from + size; port++) if (inUse.has(port)) return false;
+    for (let port = from; port < from + size; port++) if (!(await bindsNow(core, port))) return false;
+    return true;
   };
-  if (previous > 0 && !inUse.has(previous)) {
-    if (await bindsNow(core, previous)) return reserve(previous);
-    inUse.add(previous);
-  }
-  // A port whose claim another agent on this host has just won is skipped like a bound one.
-  for (let port = portRange.from; port <= portRange.to; port++) {
-    if (inUse.has(port) || !(await bindsNow(core, port))) continue;
-    if (claim(core, port, owner)) return reserve(port);
+  const reserve = (from: number): PortRange => {
+    const span = { from, to: from + size - 1 };
+    addSpan(core.reservedPorts, span);
+    return span;
+  };
+  if (previous > 0 && (await free(previous))) return reserve(previous);
+  // A span whose claim another agent on this host has just won is skipped like a bound one.
+  for (let from = range.from; from + size - 1 <= range.to; from += step) {
+    if (from === previous || !(await free(from))) continue;
+    if (claim(core, from, owner)) return reserve(from);
   }
   throw ApplicationFailure.nonRetryable(noneFree(held), FailureType.NoFreePort);
 }

@@ -10,8 +10,8 @@ import { buildEngineLaunch, type EngineLaunch, type ProcessSpec } from '../../en
 import { hostEnvironment, resolveHostReferences, type HostEnvSource } from '../../engines/host-variables.js';
 import { errorText, type SupervisorCore } from '../core.js';
 import { appendLogLine } from '../logs/logs.js';
-import { PORT_MARKER_ENV } from '../processes/markers.js';
-import { choosePort, chooseRendezvousPort } from './ports.js';
+import { PORT_MARKER_ENV, RAY_PORTS_MARKER_ENV } from '../processes/markers.js';
+import { choosePort, chooseRendezvousPort, rayContext, releaseSpan, rendezvousPorts } from './ports.js';
 import { sameProcess } from '../processes/process-table.js';
 import { exitDetails, type Shard, type ShardProcess } from '../shard.js';
 import { specDifferences } from './spec-diff.js';
@@ -102,8 +102,11 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   }
   let launch: EngineLaunch;
   let shard: Shard;
+  let rayPorts: { from: number; to: number } | undefined;
   try {
-    launch = buildEngineLaunch(spec, { ...core.options.engineContext, advertiseAddress, httpPort: port });
+    const ray = await rayContext(core, spec, existing);
+    rayPorts = ray.rayPorts;
+    launch = buildEngineLaunch(spec, { ...core.options.engineContext, ...ray, advertiseAddress, httpPort: port });
     for (const p of launch.processes) {
       if (!p.blocking) {
         throw ApplicationFailure.nonRetryable(
@@ -120,6 +123,7 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
       processes: [],
       startedAt: new Date().toISOString(),
     };
+    if (rayPorts) record.rayPorts = rayPorts;
     // Chosen with no await before core.shards.set below, so no other start can take it too.
     const uid = chooseEngineUid(core, existing);
     if (uid !== undefined) {
@@ -133,7 +137,8 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
     core.shards.set(id, shard);
   } finally {
     core.reservedPorts.delete(port);
-    if (spec.rank === 0 && spec.nnodes > 1) core.reservedPorts.delete(spec.leaderPort);
+    releaseSpan(core, rendezvousPorts(spec));
+    releaseSpan(core, rayPorts);
   }
 
   // What must wait for a Ray cluster (rank 0's engine) starts in the background: the other
@@ -142,8 +147,8 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   const now = waitAt < 0 ? launch.processes : launch.processes.slice(0, waitAt);
   const later = waitAt < 0 ? [] : launch.processes.slice(waitAt);
   try {
-    // Before the leader listens: its rendezvous port is open to the placement's peers only.
-    await guardRendezvous(core, spec);
+    // Before anything listens: its rendezvous and Ray ports are open to the placement's peers only.
+    await guardRendezvous(core, shard);
     for (const p of now) {
       throwIfStartCut(shard);
       await core.options.beforeSpawn?.({ shardId: id, recordFile: recordPath(stateDir, id), process: p });
@@ -186,7 +191,7 @@ export async function spawnProcess(core: SupervisorCore, shard: Shard, p: Proces
   const id = shard.spec.shardId;
   if (p.argv[0] === undefined)
     throw ApplicationFailure.nonRetryable(`shard ${id}: the ${p.role} has an empty command`, FailureType.InvalidSpec);
-  const env = processEnv(core, shard.spec, p, shard.record.httpPort);
+  const env = processEnv(core, shard.spec, p, shard.record);
   appendLogLine(
     shard.logFile,
     `--- llmgw agent ${core.nodeId} starting the ${p.role} of shard ${id} at ${new Date().toISOString()}: ${p.argv.join(' ')} ---`,
@@ -245,7 +250,8 @@ function hostSource(core: SupervisorCore): HostEnvSource {
  * A few basics of the agent's own environment, the --pass-env variables, the values of the
  * profile's host references, then the shard's own variables, which win (markers, GPUs).
  */
-function processEnv(core: SupervisorCore, spec: StartShard, p: ProcessSpec, port: number): Record<string, string> {
+function processEnv(core: SupervisorCore, spec: StartShard, p: ProcessSpec, record: ShardRecord): Record<string, string> {
+  const port = record.httpPort;
   const env: Record<string, string> = {};
   for (const name of BASE_ENV) {
     const value = process.env[name];
@@ -256,6 +262,7 @@ function processEnv(core: SupervisorCore, spec: StartShard, p: ProcessSpec, port
   Object.assign(env, resolveHostReferences(spec, source));
   Object.assign(env, p.env);
   if (port > 0) env[PORT_MARKER_ENV] = String(port);
+  if (record.rayPorts) env[RAY_PORTS_MARKER_ENV] = `${record.rayPorts.from}-${record.rayPorts.to}`;
   return env;
 }
 

@@ -4,6 +4,7 @@
 // workers and the router are reached from inside. Needs root; names carry the test process's
 // pid, so parallel files never collide and a later run can sweep what a crashed one left.
 import { execFileSync } from 'node:child_process';
+import { isIP } from 'node:net';
 
 /** Every namespace, bridge and veth this harness makes starts with these. */
 const NS_PREFIX = 'llmgw-net-';
@@ -210,4 +211,19 @@ export function canConnect(network: Network, host: NetHost, address: string, por
   } catch {
     return false;
   }
+}
+
+/**
+ * Which of `ports` at `address` a host's namespace can open a TCP connection to, all tried at
+ * once (a dropped SYN costs the whole `timeoutS`, so one at a time would add up).
+ */
+export function reachablePorts(network: Network, host: NetHost, address: string, ports: number[], timeoutS = 2): number[] {
+  if (!isIP(address) || ports.some((p) => !Number.isInteger(p))) throw new Error(`not an address and ports: ${address} ${ports.join(',')}`);
+  const tries = ports.map((p) => `(timeout ${timeoutS} bash -c 'exec 3<>/dev/tcp/${address}/${p}' 2>/dev/null && echo ${p}) &`);
+  const out = network.exec(host, ['bash', '-c', `${tries.join(' ')} wait`]);
+  return out
+    .split('\n')
+    .filter(Boolean)
+    .map(Number)
+    .sort((a, b) => a - b);
 }
