@@ -23,6 +23,7 @@ import { FailureType } from '../../common/failures.js';
 import { StartShardSchema, type StartShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { ProcessRole } from '../engines/types.js';
 import { removeEngineConfig } from './start/engine-key.js';
+import { removeEngineTls } from './start/engine-tls.js';
 
 const ProcessRoleSchema = z.enum(['engine', 'ray-head', 'ray-worker']);
 // Fails to compile when a role is added to the engines' ProcessRole but not here.
@@ -62,6 +63,10 @@ const ShardRecordFile = z.object({
   startedAt: z.string(),
   adoptedAt: z.string().optional(),
   uid: z.number().int().min(1000).optional(),
+  tlsFingerprint: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
 });
 
 export interface ShardRecord {
@@ -79,6 +84,11 @@ export interface ShardRecord {
    * later agents too, and given to no other shard while this record exists.
    */
   uid?: number;
+  /**
+   * The pin (SHA-256 of the certificate) of the HTTPS its engine serves (--engine-tls,
+   * start/engine-tls.ts): health checks and the endpoint attestation read it, later agents too.
+   */
+  tlsFingerprint?: string;
 }
 
 export interface UnreadableRecord {
@@ -130,6 +140,7 @@ export function writeRecordAtomic(stateDir: string, record: ShardRecord): void {
   };
   if (record.adoptedAt !== undefined) body.adoptedAt = record.adoptedAt;
   if (record.uid !== undefined) body.uid = record.uid;
+  if (record.tlsFingerprint !== undefined) body.tlsFingerprint = record.tlsFingerprint;
   // 0600: a spec names no secret's value, but it is the agent's business alone.
   const fd = openSync(tmp, 'w', 0o600);
   try {
@@ -165,6 +176,7 @@ export function parseRecord(text: string, expectedShardId: string): ShardRecord 
   };
   if (file.adoptedAt !== undefined) record.adoptedAt = file.adoptedAt;
   if (file.uid !== undefined) record.uid = file.uid;
+  if (file.tlsFingerprint !== undefined) record.tlsFingerprint = file.tlsFingerprint;
   return record;
 }
 
@@ -196,6 +208,7 @@ export function readAllRecords(stateDir: string): { records: ShardRecord[]; unre
 export function removeRecord(stateDir: string, shardId: string): void {
   // The engine's config file (its key, for SGLang) goes with the record that explains it.
   removeEngineConfig(stateDir, shardId);
+  removeEngineTls(stateDir, shardId);
   rmSync(recordPath(stateDir, shardId), { force: true });
   fsyncDir(shardsDir(stateDir));
 }
