@@ -7,13 +7,15 @@
 import type { Client } from '@temporalio/client';
 import { enrollmentProblem } from '../common/agent-identity.js';
 import type { CatalogKey } from '../common/catalog-key.js';
-import { endpointAttestationProblem } from '../common/endpoint-attestation.js';
+import { attestedTlsFingerprint, endpointAttestationProblem } from '../common/endpoint-attestation.js';
+import { isTlsPin } from '../common/engine-tls.js';
 import { nodeWorkflowId } from '../common/names.js';
 import type { PlacementTicket } from '../common/placement-ticket.js';
 import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery } from '../workflows/definitions.js';
 
-export type EndpointVerdict = { attested: true } | { attested: false; trusted: string } | { refused: string };
+/** `tlsPin`: the engine serves HTTPS with the certificate of this pin, in the agent's own word. */
+export type EndpointVerdict = { attested: true; tlsPin?: string } | { attested: false; trusted: string } | { refused: string };
 
 /** The node's enrolled agent key, verified against the catalog key, or why there is none. */
 async function enrolledKey(
@@ -68,5 +70,9 @@ export async function checkAttestedEndpoint(
     port: Number(url.port),
     ticketIssuedAt: ticket.issuedAt,
   });
-  return problem ? { refused: `${replicaId}'s endpoint ${url.origin} is not attested by its agent: ${problem}` } : { attested: true };
+  if (problem) return { refused: `${replicaId}'s endpoint ${url.origin} is not attested by its agent: ${problem}` };
+  const tlsPin = attestedTlsFingerprint(leader.attestation!);
+  if (tlsPin === undefined) return { attested: true };
+  if (!isTlsPin(tlsPin)) return { refused: `${replicaId}'s endpoint ${url.origin} is attested with a malformed certificate pin` };
+  return { attested: true, tlsPin };
 }

@@ -11,6 +11,7 @@ import { readCatalogKeys } from '../common/catalog-key.js';
 import { verifyPlacementTicket } from '../common/placement-ticket.js';
 import { ROUTABLE_PHASES, type DeploymentView, type ShardPlacement } from '../common/replica-types.js';
 import { signRoute } from '../common/route-signature.js';
+import { httpsOf } from '../common/engine-tls.js';
 import { checkAttestedEndpoint } from './endpoint-check.js';
 import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
 import { nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
@@ -73,7 +74,7 @@ export async function trueRoute(
 ): Promise<Verdict> {
   if (catalogKeyFile === undefined) return { route: entry };
   // Whatever key chain the entry claims is dropped too: only rank 0's ticket says it (below).
-  const { signature: _ignored, keyChain: _claimed, ...claimed } = entry;
+  const { signature: _ignored, keyChain: _claimed, tlsPin: _pinned, ...claimed } = entry;
   const handle = client.workflow.getHandle(entry.replicaId);
   let description;
   try {
@@ -169,8 +170,12 @@ export async function trueRoute(
   const revoked = revisionRefusal(deployment, ticket.revision, options.catalog?.get(), keys.all);
   if (revoked) return { route: { ...truth, phase: 'Stopped' }, withdrawn: revoked };
   // The engine's key is its start's chain's (common/engine-keys.ts): routers derive what they send from it.
+  // An engine with TLS (its agent's --engine-tls) is routed over https, to the certificate its
+  // agent attested and no other: the pin is signed with the route (common/engine-tls.ts).
+  const tlsPin = 'tlsPin' in endpoint ? endpoint.tlsPin : undefined;
   const route: RouteEntry = {
     ...truth,
+    ...(tlsPin !== undefined ? { endpoint: httpsOf(truth.endpoint), tlsPin } : {}),
     deployment: ticket.deployment,
     servedName: ticket.servedName,
     ...(ticket.keyChain ? { keyChain: ticket.keyChain } : {}),

@@ -147,6 +147,8 @@ export const AgentFlags = z
     engineUidRange: UidRange.optional(),
     /** The API key engines require (first line of this file); routers are given the same file. */
     engineKeyFile: z.string().min(1, '--engine-key-file must name a file').optional(),
+    /** Engines serve HTTPS with a certificate this agent issues per start; routers pin it from the signed route. */
+    engineTls: z.boolean().default(false),
     /** The host's weights cache, in the Hugging Face cache layout (default <state dir>/weights). */
     weightsDir: z.string().min(1, '--weights-dir must name a directory').optional(),
     /** How much of it weights may fill: a size (500G, 2T) or a share of its disk (80%). */

@@ -11,6 +11,8 @@ import {
   type DrainShardResult,
   type ShardStatus,
 } from '../proto/gen/llmgw/v1/shard_pb.js';
+import { httpsOf, pinnedDispatcher } from '../common/engine-tls.js';
+import { fetch as pinnedFetch } from 'undici';
 
 const POLL_MS = 200;
 const FETCH_TIMEOUT_MS = 2_000;
@@ -39,6 +41,8 @@ export function inFlightFromMetrics(text: string): number | undefined {
 export interface DrainerDeps {
   /** The shard's current status (its endpoint and pid), undefined when the agent does not run it. */
   statusOf(shardId: string): ShardStatus | undefined;
+  /** The pin of the shard's engine certificate (--engine-tls); undefined: it serves plain HTTP. */
+  tlsPinOf?(shardId: string): string | undefined;
   /** Sends a transition to the shard's replica (the agent's notifier). */
   send(status: ShardStatus): void;
   log(line: string): void;
@@ -47,9 +51,13 @@ export interface DrainerDeps {
 export function createDrainer(deps: DrainerDeps) {
   const watching = new Map<string, AbortController>();
 
-  const readInFlight = async (endpoint: string, signal: AbortSignal): Promise<number | undefined> => {
+  const readInFlight = async (endpoint: string, signal: AbortSignal, pin: string | undefined): Promise<number | undefined> => {
     const url = endpoint.startsWith('http') ? `${endpoint}/metrics` : `http://${endpoint}/metrics`;
-    const response = await fetch(url, { signal: AbortSignal.any([signal, AbortSignal.timeout(FETCH_TIMEOUT_MS)]) });
+    const timed = AbortSignal.any([signal, AbortSignal.timeout(FETCH_TIMEOUT_MS)]);
+    // An engine with TLS is read over it, from the certificate its agent issued and nothing else.
+    const response = pin
+      ? await pinnedFetch(httpsOf(url), { signal: timed, dispatcher: pinnedDispatcher(pin) })
+      : await fetch(url, { signal: timed });
     if (!response.ok) return undefined;
     return inFlightFromMetrics(await response.text());
   };
@@ -62,7 +70,8 @@ export function createDrainer(deps: DrainerDeps) {
       watching.get(request.shardId)?.abort();
       const controller = new AbortController();
       watching.set(request.shardId, controller);
-      const first = await readInFlight(status.endpoint, controller.signal).catch(() => undefined);
+      const pin = deps.tlsPinOf?.(request.shardId);
+      const first = await readInFlight(status.endpoint, controller.signal, pin).catch(() => undefined);
       if (first === undefined) {
         watching.delete(request.shardId);
         return create(DrainShardResultSchema, { requestsInFlight: -1 });
@@ -86,7 +95,7 @@ export function createDrainer(deps: DrainerDeps) {
       void (async () => {
         while (!controller.signal.aborted && Date.now() < deadline) {
           await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-          const now = await readInFlight(status.endpoint, controller.signal).catch(() => undefined);
+          const now = await readInFlight(status.endpoint, controller.signal, pin).catch(() => undefined);
           if (now === 0) {
             deps.log(`drained ${request.shardId}: no request in flight`);
             idle();

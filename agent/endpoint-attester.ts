@@ -28,7 +28,13 @@ function callingExecution(): { workflowId: string; runId: string } | undefined {
  */
 export function createEndpointAttester(
   identity: AgentIdentity,
-  facts: { nodeId: string; address: string; client: () => Client | undefined },
+  facts: {
+    nodeId: string;
+    address: string;
+    client: () => Client | undefined;
+    /** The pin of the certificate a shard's engine serves HTTPS with (--engine-tls), if it does. */
+    tlsFingerprint?: (shardId: string) => string | undefined;
+  },
   log: LineLog,
 ): EndpointAttester {
   const keyring = { file: AGENT_KEY_FILE, signing: identity.key, all: [identity.key] };
@@ -42,6 +48,7 @@ export function createEndpointAttester(
     }
     const description = await client.workflow.getHandle(execution.workflowId, execution.runId).describe();
     const chain = description.raw.workflowExecutionInfo?.firstRunId || execution.runId;
+    const tlsFingerprint = facts.tlsFingerprint?.(status.shardId);
     const endpointAttestation = signEndpointAttestation(
       {
         nodeId: facts.nodeId,
@@ -51,6 +58,7 @@ export function createEndpointAttester(
         address: facts.address,
         port: status.httpPort,
         issuedAt: Date.now(),
+        ...(tlsFingerprint !== undefined ? { tlsFingerprint } : {}),
       },
       keyring,
     );

@@ -27,13 +27,22 @@ export interface EndpointAttestation {
   port: number;
   /** When it was signed (ms since the epoch). */
   issuedAt: number;
+  /**
+   * The SHA-256 pin of the certificate the engine serves HTTPS with (--engine-tls): the route
+   * signer carries it into the signed route, and routers accept that certificate alone.
+   */
+  tlsFingerprint?: string;
 }
 
-const FIELDS: (keyof EndpointAttestation)[] = ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port', 'issuedAt'];
+const FIELDS = ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port', 'issuedAt'] as const;
+/** Signed after the others, and only when set: every attestation made before it still verifies. */
+const TLS_FIELD = 'tlsFingerprint';
 
 /** The signed bytes: every field, in one fixed order. */
 function canonical(attestation: EndpointAttestation): string {
-  return JSON.stringify(FIELDS.map((field) => [field, attestation[field]]));
+  const pairs: [string, unknown][] = FIELDS.map((field) => [field, attestation[field]]);
+  if (attestation.tlsFingerprint !== undefined) pairs.push([TLS_FIELD, attestation.tlsFingerprint]);
+  return JSON.stringify(pairs);
 }
 
 /** `<base64url JSON>.<signature>`: readable by anyone, made only with the agent's key. */
@@ -45,12 +54,14 @@ export function signEndpointAttestation(attestation: EndpointAttestation, agentK
 function parse(body: string): EndpointAttestation | undefined {
   try {
     const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
-    if (!Array.isArray(pairs) || pairs.length !== FIELDS.length) return undefined;
+    if (!Array.isArray(pairs) || (pairs.length !== FIELDS.length && pairs.length !== FIELDS.length + 1)) return undefined;
+    const names: readonly string[] = [...FIELDS, TLS_FIELD];
     const out: Record<string, unknown> = {};
     for (const [index, pair] of pairs.entries()) {
-      if (!Array.isArray(pair) || pair[0] !== FIELDS[index]) return undefined;
-      out[FIELDS[index]!] = pair[1];
+      if (!Array.isArray(pair) || pair[0] !== names[index]) return undefined;
+      out[names[index]!] = pair[1];
     }
+    if (out[TLS_FIELD] !== undefined && typeof out[TLS_FIELD] !== 'string') return undefined;
     return out as unknown as EndpointAttestation;
   } catch {
     return undefined;
@@ -91,4 +102,13 @@ export function endpointAttestationProblem(text: string | undefined, agentKey: s
       `it was signed at ${Number.isFinite(said.issuedAt) ? new Date(said.issuedAt).toISOString() : String(said.issuedAt)}, before its placement ticket was last renewed (an earlier engine's)`,
     );
   return problems.length ? `its endpoint attestation ${problems.join('; ')}` : undefined;
+}
+
+/**
+ * The certificate pin `text` attests (undefined: the engine serves plain HTTP). Read it only from
+ * an attestation endpointAttestationProblem accepted: unverified, it is anyone's word.
+ */
+export function attestedTlsFingerprint(text: string): string | undefined {
+  const dot = text.indexOf('.');
+  return dot > 0 ? parse(text.slice(0, dot))?.tlsFingerprint : undefined;
 }

@@ -23,13 +23,17 @@ export interface SignedRouteFields {
   chain?: string;
   /** The chain the endpoint's engine key is derived from, when not `chain` (common/engine-keys.ts). */
   keyChain?: string;
+  /** The pin of the endpoint's TLS certificate (common/engine-tls.ts), when it serves HTTPS. */
+  tlsPin?: string;
   signature?: string;
 }
 
 function canonical(route: SignedRouteFields): string {
   const fields = [route.replicaId, route.deployment, route.servedName, route.endpoint, route.revision ?? '', route.chain ?? ''];
-  // Only when set, so that every route signed before it existed still verifies.
+  // Only when set, so that every route signed before it existed still verifies; the pin is
+  // labelled, so that it cannot be read as a key chain nor one as it.
   if (route.keyChain) fields.push(route.keyChain);
+  if (route.tlsPin) fields.push(`tls:${route.tlsPin}`);
   return JSON.stringify(fields);
 }
 

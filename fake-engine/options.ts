@@ -52,6 +52,8 @@ export interface FakeEngineOptions {
   leader: LeaderAddress | undefined;
   /** As vLLM's --api-key (or VLLM_API_KEY): /v1/* answers 401 without `Authorization: Bearer <key>`. */
   apiKey?: string;
+  /** As vLLM's --ssl-certfile and --ssl-keyfile (PEM files): serve HTTPS with them. */
+  tls?: { certFile: string; keyFile: string };
 }
 
 export class FakeEngineArgsError extends Error {
@@ -102,6 +104,8 @@ const VALUE_FLAGS = {
   '--max-loras': 'maxLoras',
   '--max-lora-rank': 'maxLoraRank',
   '--lora-load-time': 'loraLoadTime',
+  '--ssl-certfile': 'sslCertfile',
+  '--ssl-keyfile': 'sslKeyfile',
 } as const;
 
 type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
@@ -152,6 +156,8 @@ const RawOptions = z.object({
   maxLoras: count('--max-loras', 1).optional(),
   maxLoraRank: count('--max-lora-rank', 1).optional(),
   loraLoadTime: seconds('--lora-load-time').optional(),
+  sslCertfile: z.string().min(1, '--ssl-certfile must name a file').optional(),
+  sslKeyfile: z.string().min(1, '--ssl-keyfile must name a file').optional(),
 });
 
 /**
@@ -239,6 +245,9 @@ function optionsFrom(
   const leader = o.leader === undefined ? undefined : parseLeader(o.leader);
   if (nnodes > 1 && leader === undefined) throw new FakeEngineArgsError('--leader HOST:PORT is required when --nnodes > 1');
 
+  if ((o.sslCertfile === undefined) !== (o.sslKeyfile === undefined))
+    throw new FakeEngineArgsError('--ssl-certfile and --ssl-keyfile go together');
+
   let kvEvents: KvEventsSettings | undefined;
   try {
     kvEvents = o.kvEventsConfig === undefined ? undefined : parseKvEventsConfig(o.kvEventsConfig);
@@ -280,6 +289,7 @@ function optionsFrom(
     nodeRank,
     leader,
     ...(o.apiKey !== undefined ? { apiKey: o.apiKey } : {}),
+    ...(o.sslCertfile !== undefined && o.sslKeyfile !== undefined ? { tls: { certFile: o.sslCertfile, keyFile: o.sslKeyfile } } : {}),
   };
 }
 

@@ -1,7 +1,9 @@
 // The fake engine put together: its prefix cache, metrics, routes, HTTP listener, multi-node
 // membership, load and health clocks, and a graceful close. Engine side. Usable in-process
 // (tests, benchmarks) through startFakeEngine; main.ts wraps it into the `llmgw fake-engine` process.
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import { randomBytes } from 'node:crypto';
 import type { CompletionContext } from './completion.js';
 import { engineRequestHandler, InFlight } from './http.js';
@@ -67,18 +69,20 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
     lifecycle.leader = await listenForWorkers(opts.leader, opts.nnodes, { log, changed: () => lifecycle.announce() });
   }
 
-  let server: http.Server | undefined;
+  let server: http.Server | https.Server | undefined;
   let port = 0;
   if (opts.port !== undefined) {
     try {
-      server = await listen(opts.port, opts.host, handle);
+      server = await listen(opts.port, opts.host, handle, opts.tls);
     } catch (err) {
       await lifecycle.leader?.close();
       throw err;
     }
     const bound = server.address();
     port = typeof bound === 'object' && bound !== null ? bound.port : opts.port;
-    log(`fake-engine: listening on http://${opts.host}:${port} (rank ${opts.nodeRank} of ${opts.nnodes}, model ${opts.model})`);
+    log(
+      `fake-engine: listening on ${opts.tls ? 'https' : 'http'}://${opts.host}:${port} (rank ${opts.nodeRank} of ${opts.nnodes}, model ${opts.model})`,
+    );
   }
 
   if (isWorker && opts.leader) {
@@ -119,8 +123,17 @@ function requestIds(): (prefix: string) => string {
   return (prefix) => `${prefix}-${idPrefix}${(++requestCount).toString(16)}`;
 }
 
-async function listen(port: number, host: string, handle: http.RequestListener): Promise<http.Server> {
-  const server = http.createServer({ noDelay: true, keepAliveTimeout: 65_000 }, handle);
+async function listen(
+  port: number,
+  host: string,
+  handle: http.RequestListener,
+  tls: FakeEngineOptions['tls'],
+): Promise<http.Server | https.Server> {
+  const settings = { noDelay: true, keepAliveTimeout: 65_000 };
+  // Read at start, as vLLM reads its files: a key the engine cannot read stops it here.
+  const server = tls
+    ? https.createServer({ ...settings, cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) }, handle)
+    : http.createServer(settings, handle);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
@@ -150,7 +163,7 @@ function startTimers(opts: FakeEngineOptions, lifecycle: EngineLifecycle, log: (
 interface Running {
   lifecycle: EngineLifecycle;
   timers: NodeJS.Timeout[];
-  server: http.Server | undefined;
+  server: http.Server | https.Server | undefined;
   inFlight: InFlight;
   kvEvents: KvEventPublisher | undefined;
 }

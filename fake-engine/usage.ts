@@ -24,6 +24,8 @@ const FLAG_HELP: Record<FakeEngineFlag, string> = {
   '--max-lora-rank': 'the highest adapter rank accepted',
   '--lora-load-time': 'seconds an adapter takes to load',
   '--api-key': '/v1/* requires `Authorization: Bearer KEY` (or VLLM_API_KEY)',
+  '--ssl-certfile': 'serve HTTPS with this PEM certificate (with --ssl-keyfile), as vLLM does',
+  '--ssl-keyfile': "the certificate's PEM private key",
   '--crash-after': 'exit with an error after this many seconds',
   '--unhealthy-after': '/health answers 503 after this many seconds',
   '--hang': 'never become healthy',

@@ -8,7 +8,7 @@ import { sglangLaunch } from './sglang.js';
 import type { EngineContext, EngineLaunch } from './types.js';
 import { vllmLaunch } from './vllm.js';
 
-export type { EngineContext, EngineLaunch, ProcessRole, ProcessSpec } from './types.js';
+export type { EngineContext, EngineLaunch, EngineTlsFiles, ProcessRole, ProcessSpec } from './types.js';
 export { engineEnv } from './env.js';
 export { parseRayStatusNodeCount, rayStatusArgs } from './ray.js';
 

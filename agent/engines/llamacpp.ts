@@ -47,6 +47,13 @@ export function llamacppLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunc
   const { profile, spec } = plan;
   if (plan.nnodes > 1) throw invalidSpec(spec, `profile ${profile.name}: llama.cpp runs on one node, not ${plan.nnodes}`);
   if (!ctx.llamaServerCommand) throw invalidSpec(spec, `this host has ${LLAMA_SERVER_MISSING}`);
+  // llama-server takes --ssl-cert-file only when built with LLAMA_OPENSSL, and the one the agent
+  // builds (llamacpp-binary.ts) is not: refusing is better than serving plain HTTP unannounced.
+  if (ctx.tls)
+    throw invalidSpec(
+      spec,
+      `profile ${profile.name}: this agent runs engines with TLS (--engine-tls), and llama-server here is built without SSL; run llama.cpp profiles on agents without --engine-tls`,
+    );
   const local = localModelPath(profile.modelSource, ctx.weightsDir);
   if (local === undefined)
     throw invalidSpec(

@@ -28,6 +28,8 @@ export function sglangLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch 
     // Worker ranks serve no HTTP, but SGLang derives internal ports from --port on every
     // rank, so each is given the one its agent reserved.
     ...(plan.httpPort !== undefined ? ['--port', String(plan.httpPort)] : []),
+    // Only rank 0 serves HTTP, so only it is given the certificate.
+    ...(plan.rank === 0 && ctx.tls ? ['--ssl-certfile', ctx.tls.certFile, '--ssl-keyfile', ctx.tls.keyFile] : []),
     // SGLang's --tp is the size across all nodes, as the catalog's tensor_parallel is.
     '--tp',
     String(plan.tensorParallel),

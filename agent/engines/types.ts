@@ -81,4 +81,14 @@ export interface EngineContext {
   /** The host's CPU cores and GPUs, to give a CPU-bound engine its share of the cores. */
   hostCpus?: number;
   hostGpus?: number;
+  /**
+   * The certificate and key the agent issued for this start (--engine-tls): rank 0 serves HTTPS
+   * with them (agent/supervisor/start/engine-tls.ts). Absent: plain HTTP.
+   */
+  tls?: EngineTlsFiles;
+}
+
+export interface EngineTlsFiles {
+  certFile: string;
+  keyFile: string;
 }

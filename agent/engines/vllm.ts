@@ -33,6 +33,8 @@ export function servingFlags(plan: ShardPlan, ctx: EngineContext, port: number |
     String(plan.tensorParallel),
     '--pipeline-parallel-size',
     String(plan.pipelineParallel),
+    // vLLM's (uvicorn's) own flags; the fake engine takes the same. Only where HTTP is served.
+    ...(port !== undefined && ctx.tls ? ['--ssl-certfile', ctx.tls.certFile, '--ssl-keyfile', ctx.tls.keyFile] : []),
   ];
 }
 

@@ -114,7 +114,12 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   const reports = { ...hostReports, describe, survey };
   const attestEndpoint = createEndpointAttester(
     identity,
-    { nodeId: config.nodeId, address: config.advertiseAddr, client: () => signals.client() },
+    {
+      nodeId: config.nodeId,
+      address: config.advertiseAddr,
+      client: () => signals.client(),
+      tlsFingerprint: (shardId) => supervisor.tlsFingerprint(shardId),
+    },
     log,
   );
   const served = await createHostWorker({

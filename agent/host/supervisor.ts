@@ -70,6 +70,7 @@ export async function createHostSupervisor(deps: HostSupervisorDeps): Promise<Su
     logRetentionMs: config.logRetention,
     ...(config.envFile !== undefined ? { envFile: config.envFile } : {}),
     ...engineIdentity(config, log),
+    ...engineTls(config, log),
     dryRun: config.reconcile === 'dry-run',
     foreignGpuProcesses: config.foreignGpuProcesses,
     checkRevision: createRevisionCheck(deps.revisionPolicy, { ownAddress: config.advertiseAddr, client: deps.temporalClient }),
@@ -95,6 +96,13 @@ export async function recoverHost(
     `recovered: ${recovered.adopted.length} adopted, ${recovered.exited.length} found exited, ${killed} unidentified killed, ${recovered.foreign.length} foreign on our GPUs${dry}`,
   );
   return recovered;
+}
+
+/** --engine-tls, said once at start: an operator reading the log learns how engines are reached. */
+function engineTls(config: AgentConfig, log: LineLog): { engineTls?: boolean } {
+  if (!config.engineTls) return {};
+  log('engines serve HTTPS with a certificate this agent issues for each start (--engine-tls); llama.cpp profiles are refused');
+  return { engineTls: true };
 }
 
 /** Who engines run as and the key file they require, checked now: a bad user or key file stops the agent. */

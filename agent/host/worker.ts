@@ -40,7 +40,12 @@ export interface HostWorkerDeps {
 /** The worker, and the drainer it serves (closed when the worker has stopped). */
 export async function createHostWorker(deps: HostWorkerDeps): Promise<{ worker: Worker; close(): void }> {
   const { config, supervisor, gpuHealth, reports, signals, registration, log } = deps;
-  const drainer = createDrainer({ statusOf: (shardId) => supervisor.status(shardId), send: signals.notify, log });
+  const drainer = createDrainer({
+    statusOf: (shardId) => supervisor.status(shardId),
+    tlsPinOf: (shardId) => supervisor.tlsFingerprint(shardId),
+    send: signals.notify,
+    log,
+  });
   const activities = createAgentActivities({
     supervisor,
     ...(deps.attestEndpoint ? { attestEndpoint: deps.attestEndpoint } : {}),

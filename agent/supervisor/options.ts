@@ -62,6 +62,11 @@ export interface SupervisorOptions {
   engineUids?: import('../engine-identity.js').UidRange;
   /** The file engines' API key is read from at every spawn (--engine-key-file); absent: engines take no key. */
   engineKeyFile?: string;
+  /**
+   * --engine-tls: each start gets a certificate the agent issues (start/engine-tls.ts) and its
+   * engine serves HTTPS; health checks pin it. Absent: plain HTTP.
+   */
+  engineTls?: boolean;
   /** Called only on transitions (Ready, unhealthy, back to Ready, exited), never on every poll. */
   onTransition?: (status: ShardStatus) => void;
   /** Narration of what the supervisor does; warnings carry level 'warn'. */

@@ -146,6 +146,11 @@ export class Supervisor {
     return shard ? this.core.statusOf(shard) : undefined;
   }
 
+  /** The pin of the certificate the shard's engine serves HTTPS with (--engine-tls); undefined: plain HTTP. */
+  tlsFingerprint(shardId: string): string | undefined {
+    return this.core.shards.get(shardId)?.record.tlsFingerprint;
+  }
+
   logFile(shardId: string): string {
     return logPath(this.core.options.stateDir, shardId);
   }

@@ -81,6 +81,10 @@ export function register(program: Command): void {
     )
     .option('--engine-key-file <file>', 'the API key engines require (vLLM/SGLang --api-key); give routers the same file')
     .option(
+      '--engine-tls',
+      'engines serve HTTPS with a certificate this agent issues at each start; routers accept only that certificate (its pin is in the signed route)',
+    )
+    .option(
       '--metrics-addr <host:port|off>',
       'Prometheus /metrics: Temporal SDK and agent metrics (default LLMGW_METRICS_ADDR, else 127.0.0.1:9465)',
     )

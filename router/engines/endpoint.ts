@@ -103,6 +103,8 @@ export class Endpoint implements Candidate {
     readonly pool: Pool,
     /** The engine's key as headers: every call to it, proxied or the router's own, carries them. */
     readonly auth: EngineAuth = NO_ENGINE_KEY,
+    /** The pin of its TLS certificate (its signed route's); undefined: plain HTTP. */
+    readonly tlsPin?: string,
   ) {}
 
   score(): number {

@@ -82,19 +82,22 @@ export class RoutingState {
     const wanted = new Set<string>();
     for (const route of routes.values()) for (const url of route.endpoints) wanted.add(url);
     const auths = this.endpointAuths(entries, wanted);
+    const pins = endpointPins(entries, wanted);
 
     // Endpoints that left the table (drained, stopped) take no new request; their pools close
     // once the requests already there have finished. So does one whose route now names another
-    // key chain (another replica run on the same port): it is opened anew with that run's key.
+    // key chain (another replica run on the same port): it is opened anew with that run's key;
+    // and one whose route names another certificate, anew with that pin.
     for (const [url, endpoint] of this.endpoints) {
-      if (wanted.has(url) && endpoint.auth === auths.get(url)) continue;
+      if (wanted.has(url) && endpoint.auth === auths.get(url) && endpoint.tlsPin === pins.get(url)) continue;
       this.endpoints.delete(url);
       endpoint.kv?.close();
       void endpoint.pool.close().catch(() => undefined);
     }
     for (const url of wanted) {
       if (this.endpoints.has(url)) continue;
-      const endpoint = new Endpoint(url, createUpstreamPool(url, this.upstream), auths.get(url));
+      const pin = pins.get(url);
+      const endpoint = new Endpoint(url, createUpstreamPool(url, this.upstream, pin), auths.get(url), pin);
       const address = this.routing.kvEvents?.(url);
       if (address !== undefined) {
         const kv = new KvEventStream(address);
@@ -181,4 +184,18 @@ export class RoutingState {
     this.models = new Map();
     await Promise.all(pools.map((p) => p.destroy().catch(() => undefined)));
   }
+}
+
+/**
+ * Each wanted endpoint's certificate pin, from the routable entries that name it (the first by
+ * replica id where two disagree, as for keys: a stale route's pin fails closed, never open).
+ * An endpoint whose routes name none is reached over plain HTTP, as before pins.
+ */
+function endpointPins(entries: readonly RouteEntry[], wanted: ReadonlySet<string>): Map<string, string> {
+  const pins = new Map<string, string>();
+  for (const entry of [...entries].sort((a, b) => (a.replicaId < b.replicaId ? -1 : a.replicaId > b.replicaId ? 1 : 0))) {
+    if (!wanted.has(entry.endpoint) || !isRoutable(entry.phase) || entry.tlsPin === undefined || pins.has(entry.endpoint)) continue;
+    pins.set(entry.endpoint, entry.tlsPin);
+  }
+  return pins;
 }

@@ -4,6 +4,7 @@
 // is never cut). Also names the ways talking to an engine fails. Router side.
 import { Pool } from 'undici';
 import { engineKeyFor, keyChainOf } from '../../common/engine-keys.js';
+import { pinnedConnector } from '../../common/engine-tls.js';
 
 export interface UpstreamOptions {
   /** How long a connection attempt may take before the request goes to another replica. */
@@ -30,13 +31,18 @@ export const DEFAULT_IDLE_TIMEOUT_MS = 600_000;
 
 export const DEFAULT_UPSTREAM: UpstreamOptions = { connectTimeoutMs: 3000, keepAliveMs: 4000, idleTimeoutMs: DEFAULT_IDLE_TIMEOUT_MS };
 
-export function createUpstreamPool(url: string, options: UpstreamOptions): Pool {
+/**
+ * `tlsPin`: the engine serves HTTPS (its signed route's pin): every connection is TLS, and is
+ * used only once the engine has shown that very certificate (common/engine-tls.ts).
+ */
+export function createUpstreamPool(url: string, options: UpstreamOptions, tlsPin?: string): Pool {
+  const connect = { timeout: options.connectTimeoutMs, noDelay: true };
   return new Pool(url, {
     // No cap: a request queued inside the router is hidden from the engine's scheduler and its
     // metrics; the engine's own queue is the one that should hold it.
     connections: null,
     pipelining: 1,
-    connect: { timeout: options.connectTimeoutMs, noDelay: true },
+    connect: tlsPin === undefined ? connect : pinnedConnector(tlsPin, connect),
     keepAliveTimeout: options.keepAliveMs,
     keepAliveMaxTimeout: options.keepAliveMs,
     headersTimeout: options.idleTimeoutMs,
@@ -51,6 +57,8 @@ export type UpstreamFailure =
 export function classifyUpstreamError(err: unknown): UpstreamFailure {
   const code = typeof err === 'object' && err !== null ? (err as { code?: unknown }).code : undefined;
   switch (code) {
+    // Another certificate than the signed route's: not this replica's engine, so try another.
+    case 'LLMGW_TLS_PIN_MISMATCH':
     case 'ECONNREFUSED':
     case 'EHOSTUNREACH':
     case 'ENETUNREACH':

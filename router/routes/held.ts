@@ -11,7 +11,9 @@
 // fails two checks in a row, or for ten minutes at most. Reconciliation rebuilds a lost replica
 // from its agent's report well inside that bound, and kills an engine it cannot describe, which
 // ends its hold at the next check.
+import { fetch as undiciFetch } from 'undici';
 import { keyChainOf } from '../../common/engine-keys.js';
+import { pinnedDispatcher } from '../../common/engine-tls.js';
 import { EngineAuths } from '../engines/upstream.js';
 import { isRoutable, type HeldRouteView, type RouteEntry, type RouteSnapshot, type RouteSource } from './table.js';
 
@@ -40,9 +42,19 @@ interface HeldRoute {
   failures: number;
 }
 
-async function answersHealth(endpoint: string, signal: AbortSignal, headers: Readonly<Record<string, string>>): Promise<boolean> {
+async function answersHealth(
+  endpoint: string,
+  signal: AbortSignal,
+  headers: Readonly<Record<string, string>>,
+  tlsPin: string | undefined,
+): Promise<boolean> {
   try {
-    const res = await fetch(`${endpoint}/health`, { signal, headers });
+    // A route with a pin is checked over TLS with it, as every call there is: an engine showing
+    // another certificate does not answer for the held one.
+    const res =
+      tlsPin === undefined
+        ? await fetch(`${endpoint}/health`, { signal, headers })
+        : await undiciFetch(`${endpoint}/health`, { signal, headers, dispatcher: pinnedDispatcher(tlsPin) });
     await res.body?.cancel();
     return res.ok;
   } catch {
@@ -173,8 +185,10 @@ export class HoldingRouteSource implements RouteSource {
     this.auths.keepOnly(new Set([...this.held.values()].flatMap((h) => keyChainOf(h.entry) ?? [])));
     const probe =
       this.options.probe ??
-      ((endpoint: string, signal: AbortSignal) =>
-        answersHealth(endpoint, signal, this.auths.for(this.held.get(endpoint)?.entry ?? {}).own));
+      ((endpoint: string, signal: AbortSignal) => {
+        const entry = this.held.get(endpoint)?.entry;
+        return answersHealth(endpoint, signal, this.auths.for(entry ?? {}).own, entry?.tlsPin);
+      });
     const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.settings.checkIntervalMs)]);
     const round = [...this.held.entries()];
     const answers = await Promise.all(round.map(([endpoint]) => probe(endpoint, signal).catch(() => false)));

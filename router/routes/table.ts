@@ -74,6 +74,8 @@ export interface StaticRoute {
   phase?: ReplicaPhase;
   /** The replica run chain its engine's key is derived from (common/engine-keys.ts); none: the fleet key. */
   chain?: string;
+  /** The pin of the engine's TLS certificate (common/engine-tls.ts): reached over https, that certificate alone. */
+  tlsPin?: string;
 }
 
 /** A fixed list of routes that tests and the benchmark can change at will. */
@@ -98,6 +100,7 @@ export class StaticRouteSource implements RouteSource {
       phase: route.phase ?? 'Ready',
       replicaId: `static/${route.deployment ?? route.servedName}/${i}`,
       ...(route.chain !== undefined ? { chain: route.chain } : {}),
+      ...(route.tlsPin !== undefined ? { tlsPin: route.tlsPin } : {}),
     }));
   }
 
@@ -185,9 +188,12 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
 
 /** A stable text of a table, to tell a changed table from the same one polled again. */
 export function routesSignature(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): string {
-  // The key chain too: an endpoint whose route names another run's key is opened anew with it.
+  // The key chain and pin too: an endpoint whose route names another run's key, or another
+  // certificate, is opened anew with it.
   const routes = entries
-    .map((e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}\t${keyChainOf(e) ?? ''}`)
+    .map(
+      (e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}\t${keyChainOf(e) ?? ''}\t${e.tlsPin ?? ''}`,
+    )
     .sort();
   // What autoscaling reads (desired, bounds, phase) is part of the table too: a new desired
   // count must reach the autoscaler, which sees only tables that differ.

@@ -5,12 +5,18 @@
 // the agent's own endpoint attestation, while the genuine one is. Revocation: a hand-started
 // replica carrying an earlier signed revision of its served name is placed nowhere, and a
 // revision the catalog revokes is withdrawn from every router and not restarted after a crash.
+// And an agent with --engine-tls: the route signer signs its engine's certificate pin, from the
+// attestation, into the route, and the router serves over TLS to that certificate.
 import { readFileSync, writeFileSync } from 'node:fs';
+import { once } from 'node:events';
 import { join } from 'node:path';
+import { connect } from 'node:tls';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signalGroup } from '../../agent/supervisor/processes/proc.js';
 import { readCatalogKeys } from '../../common/catalog-key.js';
+import { attestedTlsFingerprint } from '../../common/endpoint-attestation.js';
+import { peerPin } from '../../common/engine-tls.js';
 import type { ReplicaInput } from '../../common/replica-types.js';
 import { signSnapshot } from '../../common/revision-signature.js';
 import { RunningShardSchema, ShardState, ShardStatusSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -177,6 +183,34 @@ describe('routes only to attested endpoints of live revisions', () => {
     } finally {
       writeFileSync(catalogFile, original);
     }
+    await undeploy(name);
+  });
+
+  it("routes an --engine-tls agent's engine over TLS, pinned to the certificate its agent attested", async () => {
+    const tlsNode = uniqueId('sig-tls');
+    raceNodes.push(tlsNode);
+    // RACE: only this agent has the class, so the deployment lands on it.
+    await startAgent(tlsNode, join(inventoryDir, 'racex8.yaml'), {}, true, ['--engine-tls']);
+    await eventually('the TLS node enrolled', async () => (await nodeView(tlsNode)).enrolled, 30_000);
+    const name = uniqueId('sig-tls');
+    const view = await deploy('race', name, 1, 'one-gpu');
+    expect(await routed(name)).toBe(true);
+    const replicaId = view.replicas[0]!.replicaId;
+    const leader = (await withClient((client) => client.workflow.getHandle(replicaId).query(replicaStatusQuery))).shards.find(
+      (s) => s.rank === 0,
+    )!;
+    const pin = attestedTlsFingerprint(leader.attestation!);
+    expect(pin).toMatch(/^[0-9a-f]{64}$/);
+    const table = await withClient((client) => client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery));
+    const route = table.routes.find((r) => r.replicaId === replicaId)!;
+    expect(route.tlsPin).toBe(pin);
+    expect(route.endpoint).toMatch(/^https:\/\//);
+    // The pin is the certificate the engine serves.
+    const url = new URL(route.endpoint);
+    const socket = connect({ host: url.hostname, port: Number(url.port), rejectUnauthorized: false });
+    await once(socket, 'secureConnect');
+    expect(peerPin(socket)).toBe(pin);
+    socket.destroy();
     await undeploy(name);
   });
 });

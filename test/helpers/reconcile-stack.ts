@@ -59,6 +59,7 @@ export async function startAgent(
   inventory: string,
   agentEnv: Record<string, string> = {},
   wait = true,
+  extra: string[] = [],
 ): Promise<LlmgwProcess> {
   const known = agents.get(nodeId);
   // A restarted agent keeps its state dir and port range, as on a real host.
@@ -66,7 +67,7 @@ export async function startAgent(
     inventory,
     stateDir: known?.stateDir,
     range: known?.range,
-    extra: ['--lost-grace-seconds', '300', '--engine-key-file', engineKeyFile],
+    extra: ['--lost-grace-seconds', '300', '--engine-key-file', engineKeyFile, ...extra],
     env: { ...env, ...agentEnv },
     wait,
   });

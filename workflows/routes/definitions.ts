@@ -28,6 +28,12 @@ export interface RouteEntry {
    * rebuilt replica adopted: common/engine-keys.ts). Routers derive the key they send from it.
    */
   keyChain?: string;
+  /**
+   * The SHA-256 pin of the certificate the endpoint's engine serves HTTPS with (its agent's
+   * --engine-tls, read from the agent's attestation); routers accept that certificate alone.
+   * Absent: plain HTTP.
+   */
+  tlsPin?: string;
   /** The control worker's signature (common/route-signature.ts): routers install a routable entry only with it. */
   signature?: string;
 }

@@ -19,6 +19,7 @@ import { checkStateDirWritable, recordPath, writeRecordAtomic, type ShardRecord 
 import { checkPlacement } from './start-checks.js';
 import { readEngineKey } from '../../engine-identity.js';
 import { engineKeyDelivery, shardEngineKey, writeEngineConfig } from './engine-key.js';
+import { engineTlsFiles, shardCertificate } from './engine-tls.js';
 import { chooseEngineUid, prepareEngineHome, shardUser } from './engine-uid.js';
 import { guardRendezvous } from './rendezvous.js';
 import { startAfterRay } from './start-ray.js';
@@ -102,11 +103,18 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   }
   let launch: EngineLaunch;
   let shard: Shard;
+<<<<<<< HEAD
   let rayPorts: { from: number; to: number } | undefined;
   try {
     const ray = await rayContext(core, spec, existing);
     rayPorts = ray.rayPorts;
     launch = buildEngineLaunch(spec, { ...core.options.engineContext, ...ray, advertiseAddress, httpPort: port });
+=======
+  // --engine-tls: the files' paths are fixed by the shard id, so the launch can name them now.
+  const tls = core.options.engineTls ? engineTlsFiles(stateDir, id) : undefined;
+  try {
+    launch = buildEngineLaunch(spec, { ...core.options.engineContext, advertiseAddress, httpPort: port, ...(tls ? { tls } : {}) });
+>>>>>>> h5
     for (const p of launch.processes) {
       if (!p.blocking) {
         throw ApplicationFailure.nonRetryable(
@@ -130,6 +138,10 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
       record.uid = uid;
       const user = shardUser(core, uid);
       if (user) prepareEngineHome(stateDir, user, existing?.record.uid === undefined);
+    }
+    if (tls && launch.servesHttp) {
+      const user = shardUser(core, record.uid);
+      record.tlsFingerprint = shardCertificate(stateDir, id, advertiseAddress, user, existing?.record.tlsFingerprint).fingerprint;
     }
     // Before any spawn: an agent that dies right after spawning must find the spec.
     writeRecordAtomic(stateDir, record);

@@ -1,6 +1,8 @@
 // One HTTP health probe of an engine. Agent side: the agent checks its engines locally and
 // tells the control plane only about transitions, so a probe must be cheap and bounded.
 import { Agent, request, type ClientRequest } from 'node:http';
+import { request as undiciRequest } from 'undici';
+import { pinnedDispatcher } from '../../../common/engine-tls.js';
 
 export type ProbeResult = { ok: true } | { ok: false; error: string };
 
@@ -12,8 +14,12 @@ export type ProbeResult = { ok: true } | { ok: false; error: string };
  */
 const keepAlive = new Agent({ keepAlive: true, maxFreeSockets: 1, scheduling: 'lifo' });
 
-/** GET `url`; ok only on a 200 within `timeoutMs`. */
-export async function probeHealth(url: string, timeoutMs: number): Promise<ProbeResult> {
+/**
+ * GET `url`; ok only on a 200 within `timeoutMs`. With `pin` (an engine started with
+ * --engine-tls) over https, and only from the certificate the agent issued it.
+ */
+export async function probeHealth(url: string, timeoutMs: number, pin?: string): Promise<ProbeResult> {
+  if (pin !== undefined) return probePinned(url, timeoutMs, pin);
   const first = await probeOnce(url, timeoutMs, keepAlive);
   // An engine may close an idle connection just as a probe reuses it: that says nothing of its
   // health, so such a failure is asked again on a fresh connection before it counts.
@@ -48,6 +54,21 @@ function probeOnce(url: string, timeoutMs: number, agent: Agent | false): Promis
     });
     req.end();
   });
+}
+
+async function probePinned(url: string, timeoutMs: number, pin: string): Promise<ProbeResult> {
+  try {
+    const res = await undiciRequest(url, {
+      dispatcher: pinnedDispatcher(pin),
+      signal: AbortSignal.timeout(timeoutMs),
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
+    await res.body.dump();
+    return res.statusCode === 200 ? { ok: true } : { ok: false, error: `GET ${url} answered ${res.statusCode}` };
+  } catch (err) {
+    return { ok: false, error: `GET ${url}: ${(err as Error).message}` };
+  }
 }
 
 /** The address to probe an engine bound to `host`: a wildcard bind is reached on loopback. */

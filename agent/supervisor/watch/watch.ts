@@ -70,7 +70,7 @@ async function tick(core: SupervisorCore, shard: Shard): Promise<void> {
     }
   }
   if (shard.record.launch.servesHttp) {
-    const result = await probeHealth(healthUrl(core, shard), core.options.healthTimeoutMs);
+    const result = await probeHealth(healthUrl(core, shard), core.options.healthTimeoutMs, shard.record.tlsFingerprint);
     if (!watching(core, shard)) return;
     applyProbe(core, shard, result);
   } else if (shard.state !== ShardState.READY && Date.now() - (shard.runningSince ?? 0) >= core.options.workerReadyAfterMs) {
@@ -87,7 +87,8 @@ async function tick(core: SupervisorCore, shard: Shard): Promise<void> {
 
 function healthUrl(core: SupervisorCore, shard: Shard): string {
   const host = probeHost(core.options.advertiseAddress);
-  return `http://${hostPort(host, shard.record.httpPort)}${shard.record.launch.healthPath}`;
+  const scheme = shard.record.tlsFingerprint === undefined ? 'http' : 'https';
+  return `${scheme}://${hostPort(host, shard.record.httpPort)}${shard.record.launch.healthPath}`;
 }
 
 function applyProbe(core: SupervisorCore, shard: Shard, result: ProbeResult): void {
