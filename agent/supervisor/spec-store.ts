@@ -63,15 +63,13 @@ const ShardRecordFile = z.object({
   startedAt: z.string(),
   adoptedAt: z.string().optional(),
   uid: z.number().int().min(1000).optional(),
-<<<<<<< HEAD
   rayPorts: z
     .object({ from: z.number().int().min(1024).max(65535), to: z.number().int().min(1024).max(65535) })
     .refine((span) => span.from <= span.to, 'rayPorts: from must not be above to')
-=======
+    .optional(),
   tlsFingerprint: z
     .string()
     .regex(/^[0-9a-f]{64}$/)
->>>>>>> h5
     .optional(),
 });
 
@@ -91,17 +89,15 @@ export interface ShardRecord {
    */
   uid?: number;
   /**
-<<<<<<< HEAD
    * A Ray shard's block of ports (start/ports.ts chooseRayPorts): every port its Ray processes
    * listen on, which the firewall guards, and later agents too, from this record.
    */
   rayPorts?: { from: number; to: number };
-=======
+  /**
    * The pin (SHA-256 of the certificate) of the HTTPS its engine serves (--engine-tls,
    * start/engine-tls.ts): health checks and the endpoint attestation read it, later agents too.
    */
   tlsFingerprint?: string;
->>>>>>> h5
 }
 
 export interface UnreadableRecord {
@@ -153,11 +149,8 @@ export function writeRecordAtomic(stateDir: string, record: ShardRecord): void {
   };
   if (record.adoptedAt !== undefined) body.adoptedAt = record.adoptedAt;
   if (record.uid !== undefined) body.uid = record.uid;
-<<<<<<< HEAD
   if (record.rayPorts !== undefined) body.rayPorts = { from: record.rayPorts.from, to: record.rayPorts.to };
-=======
   if (record.tlsFingerprint !== undefined) body.tlsFingerprint = record.tlsFingerprint;
->>>>>>> h5
   // 0600: a spec names no secret's value, but it is the agent's business alone.
   const fd = openSync(tmp, 'w', 0o600);
   try {
@@ -193,11 +186,8 @@ export function parseRecord(text: string, expectedShardId: string): ShardRecord 
   };
   if (file.adoptedAt !== undefined) record.adoptedAt = file.adoptedAt;
   if (file.uid !== undefined) record.uid = file.uid;
-<<<<<<< HEAD
   if (file.rayPorts !== undefined) record.rayPorts = file.rayPorts;
-=======
   if (file.tlsFingerprint !== undefined) record.tlsFingerprint = file.tlsFingerprint;
->>>>>>> h5
   return record;
 }
 

@@ -103,18 +103,19 @@ async function startChecked(core: SupervisorCore, spec: StartShard, existing: Sh
   }
   let launch: EngineLaunch;
   let shard: Shard;
-<<<<<<< HEAD
   let rayPorts: { from: number; to: number } | undefined;
-  try {
-    const ray = await rayContext(core, spec, existing);
-    rayPorts = ray.rayPorts;
-    launch = buildEngineLaunch(spec, { ...core.options.engineContext, ...ray, advertiseAddress, httpPort: port });
-=======
   // --engine-tls: the files' paths are fixed by the shard id, so the launch can name them now.
   const tls = core.options.engineTls ? engineTlsFiles(stateDir, id) : undefined;
   try {
-    launch = buildEngineLaunch(spec, { ...core.options.engineContext, advertiseAddress, httpPort: port, ...(tls ? { tls } : {}) });
->>>>>>> h5
+    const ray = await rayContext(core, spec, existing);
+    rayPorts = ray.rayPorts;
+    launch = buildEngineLaunch(spec, {
+      ...core.options.engineContext,
+      ...ray,
+      advertiseAddress,
+      httpPort: port,
+      ...(tls ? { tls } : {}),
+    });
     for (const p of launch.processes) {
       if (!p.blocking) {
         throw ApplicationFailure.nonRetryable(
