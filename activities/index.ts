@@ -56,7 +56,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
     ...createWeightsNodeActivities(deps.client),
     ...createFleetSilenceActivities(deps.liveness),
     ...createCarriedStateActivities(deps.client, deps.catalogKeyFile),
-    ...createReconcileActivities(catalog, deps.client),
+    ...createReconcileActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createRegistrationCheckActivities(deps.catalogKeyFile),
     ...routes,
     ...signing,
