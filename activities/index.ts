@@ -16,6 +16,7 @@ import { createRegistrationCheckActivities } from './registration-check.js';
 import { createRoutesActivities } from './routes.js';
 import { createRouteSigningActivities } from './route-signing.js';
 import { createWeightsNodeActivities } from './weights-nodes.js';
+import { createWeightsPermitActivities } from './weights-permits.js';
 
 export interface ControlActivityDeps {
   catalogFile: string;
@@ -54,9 +55,10 @@ export function createControlActivities(deps: ControlActivityDeps) {
     ...createCapacityActivities(deps.client),
     ...createDeploymentActivities(deps.client),
     ...createWeightsNodeActivities(deps.client),
+    ...createWeightsPermitActivities(catalog, deps.catalogKeyFile),
     ...createFleetSilenceActivities(deps.liveness),
     ...createCarriedStateActivities(deps.client, deps.catalogKeyFile),
-    ...createReconcileActivities(catalog, deps.client),
+    ...createReconcileActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createRegistrationCheckActivities(deps.catalogKeyFile),
     ...routes,
     ...signing,

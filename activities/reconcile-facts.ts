@@ -1,7 +1,9 @@
 // Reconciliation's control activity inspectNode, and the presence check rebuildReplica shares:
-// what Temporal and the catalog know about the replicas an agent's report names.
+// what Temporal and the catalog know about the replicas an agent's report names, and which of
+// them run a revision that is no longer live (revoked-replicas.ts).
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
+import { revokedReplicas } from './revoked-replicas.js';
 import { deploymentWorkflowId, nodeWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
 import { FailureType } from '../common/failures.js';
 import type { NodeView } from '../common/node-types.js';
@@ -50,7 +52,12 @@ async function endedToBeAdopted(client: Client, workflowId: string, runId: strin
 }
 
 /** What Temporal and the catalog say about the replicas a node's report names. */
-export async function inspectNode(catalog: CatalogSource, client: Client, request: InspectRequest): Promise<ReconcileFacts> {
+export async function inspectNode(
+  catalog: CatalogSource,
+  client: Client,
+  request: InspectRequest,
+  catalogKeyFile?: string,
+): Promise<ReconcileFacts> {
   const node = await client.workflow
     .getHandle(nodeWorkflowId(request.nodeId))
     .query(describeNodeQuery)
@@ -79,6 +86,10 @@ export async function inspectNode(catalog: CatalogSource, client: Client, reques
     replicas[replicaId] = { replica, deployment, ...(view ? { view } : {}) };
   }
   const current = catalog.get();
+  if (catalogKeyFile !== undefined) {
+    for (const [replicaId, why] of Object.entries(await revokedReplicas(client, replicas, current, catalogKeyFile)))
+      replicas[replicaId] = { ...replicas[replicaId]!, revoked: why };
+  }
   const inCatalog: Record<string, boolean> = {};
   for (const { model, profile } of request.profiles) {
     inCatalog[`${model}/${profile}`] = Boolean(current.models.find((m) => m.name === model)?.profiles.some((p) => p.name === profile));

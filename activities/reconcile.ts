@@ -13,9 +13,9 @@ import { inspectNode, type InspectRequest } from './reconcile-facts.js';
 import { rebuildReplica, type RebuildOutcome, type RebuildRequest } from './reconcile-rebuild.js';
 import { createReconcileScheduleActivities } from './reconcile-schedule.js';
 
-export function createReconcileActivities(catalog: CatalogSource, client: Client) {
+export function createReconcileActivities(catalog: CatalogSource, client: Client, catalogKeyFile?: string) {
   return {
-    inspectNode: (request: InspectRequest) => inspectNode(catalog, client, request),
+    inspectNode: (request: InspectRequest) => inspectNode(catalog, client, request, catalogKeyFile),
     rebuildReplica: (request: RebuildRequest): Promise<RebuildOutcome> => rebuildReplica(client, request),
 
     async reconcileAllocations(request: { nodeId: string } & ReconcileAllocationsRequest): Promise<ReconcileAllocationsResult> {

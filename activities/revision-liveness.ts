@@ -20,6 +20,13 @@ export function catalogRefusal(catalog: Catalog, model: string, profile: string,
   return undefined;
 }
 
+/** Why a revision signed `signature` is no longer live for its key alone (the key left the key file), or undefined. */
+export function keyRefusal(signature: string, keys: CatalogKey[]): string | undefined {
+  const keyId = /^v[12]\.([0-9a-f]{12})\./.exec(signature)?.[1];
+  if (keyId && keys.some((k) => k.id === keyId)) return undefined;
+  return `its revision was signed with key ${keyId ?? '(none)'}, which is no longer in the control worker's key file`;
+}
+
 /**
  * Why the revision signed `signature` may not start, restart or be routed for the deployment
  * `view` shows, or undefined when it may. An unsigned revision is left to the agent (only one
@@ -32,10 +39,8 @@ export function revisionRefusal(
   keys: CatalogKey[],
 ): string | undefined {
   if (signature === '') return undefined;
-  const keyId = /^v[12]\.([0-9a-f]{12})\./.exec(signature)?.[1];
-  if (!keyId || !keys.some((k) => k.id === keyId)) {
-    return `its revision was signed with key ${keyId ?? '(none)'}, which is no longer in the control worker's key file`;
-  }
+  const keyGone = keyRefusal(signature, keys);
+  if (keyGone) return keyGone;
   // A deployment run of a build before revocation does not list its revisions: the catalog alone.
   if (view.revisions === undefined) return catalog && catalogRefusal(catalog, view.model, view.profile, view.revision ?? '');
   const live = view.revisions.find((r) => r.signature === signature);

@@ -32,6 +32,12 @@ export interface ReplicaFacts {
   /** The running replica's own view (its shards); absent unless running and answering. */
   view?: ReplicaView;
   deployment: WorkflowPresence;
+  /**
+   * Why the revision it runs is no longer live (revoked in the catalog, its model or profile
+   * gone, its key gone, or no longer run by its deployment): its engines are stopped and the
+   * replica ends saying so. Absent when live, or when it cannot be told (no ticket yet).
+   */
+  revoked?: string;
 }
 
 export interface ReconcileFacts {

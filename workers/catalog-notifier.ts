@@ -7,8 +7,11 @@
 // signalled, so steady state and restarts of the worker cost nothing per deployment.
 // A change to what the catalog allows at all (a model or profile gone, the `revoked` list) also
 // has the routes workflow resync, so routes of a revision no longer live are withdrawn now
-// (activities/revision-liveness.ts), not at their replica's next change.
+// (activities/revision-liveness.ts), not at their replica's next change, and has every node
+// reconciled, which stops the engines of such revisions (activities/revoked-replicas.ts).
 import type { Client } from '@temporalio/client';
+import { CONTROL_TASK_QUEUE } from '../common/names.js';
+import type { ReconcileNodeInput } from '../common/reconcile-types.js';
 import type { CatalogSource } from '../catalog/watch.js';
 import { profileSnapshot } from '../catalog/lookup.js';
 import { everyWithoutOverlap } from '../common/every.js';
@@ -73,7 +76,8 @@ export function catalogAllows(catalog: CatalogSource): string {
 
 /**
  * Has the routes workflow sign its table again when what the catalog allows changed, or, at the
- * worker's start, when the catalog revokes anything (it may have while no worker watched).
+ * worker's start, when the catalog revokes anything (it may have while no worker watched); and
+ * then, when it allows less, every node reconciled.
  */
 async function withdrawRevoked(
   client: Client,
@@ -90,7 +94,41 @@ async function withdrawRevoked(
     .signal(resyncRoutesSignal, { reason: 'what the catalog allows changed: routes of revisions it no longer allows are withdrawn' })
     .then(() => log('catalog: what it allows changed: routes are signed again, and those of revoked revisions withdrawn'))
     .catch((error: unknown) => log(`catalog: could not have the routes signed again: ${String(error)}`));
+  // Only a withdrawal can leave engines running that must stop; an added profile stops nothing.
+  if (first || withdraws(last, allows)) await reconcileEveryNode(client, log);
   return allows;
+}
+
+/** Whether `after` allows less than `before`: a model or profile gone, or a revision newly revoked. */
+export function withdraws(before: string, after: string): boolean {
+  const [profilesBefore, revokedBefore] = JSON.parse(before) as [string[], string[]];
+  const [profilesAfter, revokedAfter] = JSON.parse(after) as [string[], string[]];
+  return profilesBefore.some((p) => !profilesAfter.includes(p)) || revokedAfter.some((r) => !revokedBefore.includes(r));
+}
+
+/**
+ * One reconcileNode per node: each stops the engines of revisions no longer live and ends their
+ * replicas saying so. O(hosts) once per change of what the catalog allows; nothing otherwise.
+ */
+async function reconcileEveryNode(client: Client, log: (line: string) => void): Promise<void> {
+  const nodes: string[] = [];
+  for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` }))
+    nodes.push(execution.workflowId.replace(/^node\//, ''));
+  const at = Date.now();
+  for (const nodeId of nodes) {
+    const input: ReconcileNodeInput = { nodeId, trigger: 'catalog: what it allows changed (revocation)' };
+    await client.workflow
+      .start('reconcileNode', {
+        workflowId: `reconcile/${nodeId}/revocation-${at}`,
+        taskQueue: CONTROL_TASK_QUEUE,
+        args: [input],
+        workflowExecutionTimeout: '5 minutes',
+        staticSummary: `reconcile ${nodeId}: the catalog's revocations changed`,
+      })
+      .catch((error: unknown) => log(`catalog: could not reconcile ${nodeId} after a revocation: ${String(error)}`));
+  }
+  if (nodes.length)
+    log(`catalog: what it allows changed: reconciling ${nodes.length} node(s) to stop engines of revisions it no longer allows`);
 }
 
 /** Starts watching; returns a function that stops it. */

@@ -16,6 +16,10 @@ export interface FetchWeightsInput {
    * agent with a catalog key fetches nothing else (fetch-check.ts).
    */
   profile?: ProfileSnapshot;
+  /** A replica's fetch: its placement ticket for this node (signed only for a live revision). */
+  ticket?: string;
+  /** A prefetch's: the control worker's weights permit for this node (common/weights-permit.ts). */
+  permit?: string;
 }
 
 export interface FetchWeightsResult {

@@ -172,10 +172,10 @@ describe('routes only to attested endpoints of live revisions', () => {
       await expect.poll(routeOf, { timeout: 30_000, interval: 500 }).toBe('withdrawn');
       await expect.poll(() => routed(name).catch(() => false), { timeout: 15_000, interval: 500 }).toBe(false);
 
-      // Its engine crashes: the replica asks for its tickets again, and gets none.
+      // Reconciliation stops its engine within seconds (test/e2e/revocation.test.ts); if it has
+      // not yet, the engine crashes: the replica asks for its tickets again, and gets none.
       const engine = enginesOf(nodeIds).find((e) => e.env.LLMGW_REPLICA_ID === replicaId);
-      expect(engine).toBeDefined();
-      signalGroup(engine!.pid, 'SIGKILL');
+      if (engine) signalGroup(engine.pid, 'SIGKILL');
       await sleep(15_000);
       const again = enginesOf(nodeIds).filter((e) => e.env.LLMGW_REPLICA_ID?.startsWith(`replica/${name}/`));
       expect(again).toEqual([]);

@@ -175,6 +175,20 @@ describe('planReconcile', () => {
     expect(plan.releases).toEqual([shard.spec!.shardId]);
   });
 
+  it('stops the engine of a revoked revision, telling its replica to end saying why and what to do', () => {
+    const shard = running('revoked', 1, [0]);
+    const why = 'revision r-0123456789 is revoked in the catalog';
+    const plan = planReconcile(
+      report([shard]),
+      facts(nodeWith([{ shard }]), { 'replica/revoked/1': { ...runningReplica([shard]), revoked: why } }),
+    );
+    expect(plan.actions).toMatchObject([{ kind: 'stop', stopReplica: true, shardId: shard.spec!.shardId }]);
+    expect(plan.actions[0]!.reason).toBe(
+      `revoked: ${why}; its engines are stopped. Roll deployment revoked to a live revision (llmgw rollout revoked) or undeploy it`,
+    );
+    expect(plan.releases).toEqual([shard.spec!.shardId]);
+  });
+
   it('stops a shard whose replica closed, one whose rank another shard serves, and one its replica does not expect', () => {
     const closed = running('closed', 1, [0]);
     const stale = running('moved', 1, [1]);

@@ -82,6 +82,15 @@ function planShard(planning: Planning, shard: RunningShard): void {
     const why = profile ? `model ${profile.model} profile ${profile.name} is no longer in the catalog` : 'its spec names no profile';
     return stop(why, replica.replica === 'running');
   }
+  if (replica.replica === 'running' && replica.revoked) {
+    // Withdrawn from every router already and never restarted; now stopped, and the replica ends
+    // saying why rather than coming back (facts gathered before revocation carry no `revoked`).
+    const deployment = spec.deployment;
+    return stop(
+      `revoked: ${replica.revoked}; its engines are stopped. Roll deployment ${deployment} to a live revision (llmgw rollout ${deployment}) or undeploy it`,
+      true,
+    );
+  }
   if (replica.replica === 'closed') {
     // A replica that ends normally reports Stopped to its deployment first; one whose
     // shard is still here may have been terminated, and its deployment may still count

@@ -49,8 +49,10 @@ export async function fetchWeights(run: ReplicaContext, options: { timeoutSecond
           fetchOn(nodeId, `fetchWeights ${what} on ${nodeId}`, timeoutSeconds).fetchWeights({
             modelSource: run.profile.modelSource,
             replicaId: run.replicaId,
-            // The signed revision: the agent fetches only for one (agent/weights/fetch-check.ts).
+            // The signed revision and this host's placement ticket (signed only for a live
+            // revision): the agent fetches only with both (agent/weights/fetch-check.ts).
             profile: run.profile,
+            ...ticketOn(run, nodeId),
           }),
         ),
       ),
@@ -76,4 +78,10 @@ export async function fetchWeights(run: ReplicaContext, options: { timeoutSecond
     return failureOutcome(error, nodeId, `fetching weights on ${nodeId}`);
   }
   return 'fetched';
+}
+
+/** The placement ticket of the replica's shard on `nodeId`, when placement signed one. */
+function ticketOn(run: ReplicaContext, nodeId: string): { ticket?: string } {
+  const ticket = run.state.shards.find((s) => s.nodeId === nodeId && s.ticket)?.ticket;
+  return ticket ? { ticket } : {};
 }

@@ -2,12 +2,15 @@
 // workflow behind `llmgw weights prefetch` (weights/prefetch/<id>), and the step a rollout
 // takes before it drains (deploy-model/rollout-steps.ts). Each host's fetchWeights heartbeats
 // its progress, which the CLI and the Web UI show. Workflow side.
-import { ActivityFailure, ApplicationFailure, setCurrentDetails } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, patched, setCurrentDetails } from '@temporalio/workflow';
 import { FailureType } from '../../common/failures.js';
 import { isFetched, modelSourceOf } from '../../common/model-source.js';
 import { fetchOn } from '../replica/fetch.js';
 import { controlActivities } from '../toolkit.js';
 import type { ProfileSnapshot } from '../../common/replica-types.js';
+
+/** Marks runs that ask the control worker for weights permits before they fetch. */
+const WEIGHTS_PERMITS_PATCH = 'weights-permits';
 
 export interface WeightsPrefetchInput {
   /** A catalog model; its profile's source is resolved (pinned) when `modelSource` is absent. */
@@ -44,13 +47,29 @@ export async function prefetchOnHosts(
   /** The signed revision naming `modelSource`: an agent with a catalog key fetches for nothing else. */
   profile?: ProfileSnapshot,
 ): Promise<HostFetch[]> {
+  // A signature never expires: each host also needs a permit the control worker signs only while
+  // the revision is live (activities/weights-permits.ts). Runs recorded before permits fetch without.
+  let permits: Record<string, string> = {};
+  if (profile && patched(WEIGHTS_PERMITS_PATCH)) {
+    try {
+      permits = await controlActivities(`signWeightsPermits: may ${nodes.join(', ')} fetch ${modelSource} now`, {
+        retry: { maximumAttempts: 3, nonRetryableErrorTypes: [FailureType.UnsignedRevision] },
+      }).signWeightsPermits({ nodes, profile });
+    } catch (error) {
+      const cause = error instanceof ActivityFailure ? (error.cause ?? error) : error;
+      const why = cause instanceof Error ? cause.message : String(cause);
+      return nodes.map((nodeId) => ({ nodeId, ok: false, error: why }));
+    }
+  }
   return Promise.all(
     nodes.map(async (nodeId): Promise<HostFetch> => {
       try {
+        const permit = permits[nodeId];
         const result = await fetchOn(nodeId, `fetchWeights ${modelSource} on ${nodeId} (${who})`, 24 * 3600).fetchWeights({
           modelSource,
           replicaId: who,
           ...(profile ? { profile } : {}),
+          ...(permit ? { permit } : {}),
         });
         return { nodeId, ok: true, bytesFetched: result.bytesFetched, bytesTotal: result.bytesTotal, seconds: result.seconds };
       } catch (error) {

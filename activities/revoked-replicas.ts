@@ -1,0 +1,67 @@
+// Revocation of what already runs, control side: which running replicas a node's report names
+// run a revision the catalog or the key file took away (activities/revision-liveness.ts), so that
+// reconciliation stops their engines and the replica ends saying why. Asked by inspectNode on
+// every reconcile, which the catalog notifier starts for each node when what the catalog allows
+// changes. A model or profile gone from the catalog is reconcile's own rule (plan.ts); here, a
+// revision the catalog revokes or whose key is gone. Nothing is asked of Temporal beyond what
+// reconcile asks already unless a replica is such a suspect.
+import { Context } from '@temporalio/activity';
+import type { Client } from '@temporalio/client';
+import type { Catalog } from '../catalog/schema.js';
+import { readCatalogKeys } from '../common/catalog-key.js';
+import { verifyPlacementTicket } from '../common/placement-ticket.js';
+import type { ReplicaFacts } from '../common/reconcile-types.js';
+import type { DeploymentView } from '../common/replica-types.js';
+import { keyRefusal, revisionRefusal, runningDeployment } from './revision-liveness.js';
+
+function activityQueue(): string | undefined {
+  try {
+    return Context.current().info.taskQueue;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * replica id → why its revision is no longer live, for the running replicas in `replicas` whose
+ * rank 0 ticket verifies (the revision is read from the ticket the control worker signed, never
+ * from the replica's word) and whose deployment runs here.
+ */
+export async function revokedReplicas(
+  client: Client,
+  replicas: Record<string, ReplicaFacts>,
+  catalog: Catalog,
+  catalogKeyFile: string,
+): Promise<Record<string, string>> {
+  const keys = readCatalogKeys(catalogKeyFile).all;
+  const queue = activityQueue();
+  const deployments = new Map<string, Promise<DeploymentView | undefined>>();
+  const revoked: Record<string, string> = {};
+  for (const [replicaId, facts] of Object.entries(replicas)) {
+    const view = facts.view;
+    // A replica already draining is ending anyway: its requests in flight are let finish.
+    if (facts.replica !== 'running' || !view || view.phase === 'Draining' || view.phase === 'Stopped') continue;
+    const leader = view.shards.find((s) => s.rank === 0) ?? view.shards[0];
+    const verdict = verifyPlacementTicket(leader?.ticket ?? '', keys);
+    // No ticket yet (or one of 0.2.0): its next renewal is checked instead (placement-tickets.ts).
+    if (!verdict.ok || verdict.ticket.replicaId !== replicaId) continue;
+    const { ticket } = verdict;
+    // Only a suspect is checked against its deployment, so a fleet with nothing revoked pays nothing.
+    const suspect =
+      ticket.revision !== '' && (keyRefusal(ticket.revision, keys) || (view.revision && catalog.revoked?.includes(view.revision)));
+    if (!suspect) continue;
+    if (!deployments.has(ticket.deployment))
+      deployments.set(
+        ticket.deployment,
+        runningDeployment(client, ticket.deployment, queue).catch(() => undefined),
+      );
+    const deployment = await deployments.get(ticket.deployment);
+    if (!deployment) continue;
+    // A revision its deployment no longer runs is the deployment's to stop (a finished rollout
+    // drains it, requests in flight and all); here only what the catalog or the key file revoked.
+    if (deployment.revisions !== undefined && !deployment.revisions.some((r) => r.signature === ticket.revision)) continue;
+    const why = revisionRefusal(deployment, ticket.revision, catalog, keys);
+    if (why) revoked[replicaId] = why;
+  }
+  return revoked;
+}
