@@ -2,15 +2,12 @@
 // workflow behind `llmgw weights prefetch` (weights/prefetch/<id>), and the step a rollout
 // takes before it drains (deploy-model/rollout-steps.ts). Each host's fetchWeights heartbeats
 // its progress, which the CLI and the Web UI show. Workflow side.
-import { ActivityFailure, ApplicationFailure, patched, setCurrentDetails } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, setCurrentDetails } from '@temporalio/workflow';
 import { FailureType } from '../../common/failures.js';
 import { isFetched, modelSourceOf } from '../../common/model-source.js';
 import { fetchOn } from '../replica/fetch.js';
 import { controlActivities } from '../toolkit.js';
 import type { ProfileSnapshot } from '../../common/replica-types.js';
-
-/** Marks runs that ask the control worker for weights permits before they fetch. */
-const WEIGHTS_PERMITS_PATCH = 'weights-permits';
 
 export interface WeightsPrefetchInput {
   /** A catalog model; its profile's source is resolved (pinned) when `modelSource` is absent. */
@@ -48,9 +45,10 @@ export async function prefetchOnHosts(
   profile?: ProfileSnapshot,
 ): Promise<HostFetch[]> {
   // A signature never expires: each host also needs a permit the control worker signs only while
-  // the revision is live (activities/weights-permits.ts). Runs recorded before permits fetch without.
+  // the revision is live (activities/weights-permits.ts). Both callers are Pinned (a run of an
+  // earlier build keeps its code, so no patch): a 0.2.0 run fetches without, and 0.3.0 agents refuse it.
   let permits: Record<string, string> = {};
-  if (profile && patched(WEIGHTS_PERMITS_PATCH)) {
+  if (profile) {
     try {
       permits = await controlActivities(`signWeightsPermits: may ${nodes.join(', ')} fetch ${modelSource} now`, {
         retry: { maximumAttempts: 3, nonRetryableErrorTypes: [FailureType.UnsignedRevision] },
