@@ -43,9 +43,15 @@ function oid(dotted: string): Buffer {
   return tlv(0x06, Buffer.from(bytes));
 }
 
-/** A non-negative INTEGER from big-endian bytes (a leading zero where the top bit is set). */
-function integer(bytes: Buffer): Buffer {
-  return tlv(0x02, bytes[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), bytes]) : bytes);
+/**
+ * A non-negative INTEGER from big-endian bytes, in DER's one encoding: no leading zero bytes
+ * (OpenSSL refuses them as "illegal padding"), one added where the top bit is set.
+ */
+export function derInteger(bytes: Buffer): Buffer {
+  let start = 0;
+  while (start < bytes.length - 1 && bytes[start] === 0) start++;
+  const minimal = bytes.subarray(start);
+  return tlv(0x02, minimal[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), minimal]) : minimal);
 }
 
 /** UTCTime before 2050, GeneralizedTime after (RFC 5280 4.1.2.5). */
@@ -101,8 +107,8 @@ export function issueEngineCertificate(address: string, now = new Date()): Engin
   const serial = randomBytes(16);
   serial[0] = serial[0]! & 0x7f;
   const tbs = sequence(
-    tlv(0xa0, integer(Buffer.from([2]))),
-    integer(serial),
+    tlv(0xa0, derInteger(Buffer.from([2]))),
+    derInteger(serial),
     ecdsaWithSha256,
     name,
     sequence(time(new Date(now.getTime() - 60_000)), time(new Date(now.getTime() + VALID_DAYS * 86_400_000))),

@@ -23,7 +23,7 @@ import {
 } from '../../common/endpoint-attestation.js';
 import { pinnedDispatcher } from '../../common/engine-tls.js';
 import { signRoute, verifyRoute, type SignedRouteFields } from '../../common/route-signature.js';
-import { issueEngineCertificate, type EngineCertificate } from '../../common/self-signed-cert.js';
+import { derInteger, issueEngineCertificate, type EngineCertificate } from '../../common/self-signed-cert.js';
 import { Engine } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { createUpstreamPool, DEFAULT_UPSTREAM } from '../../router/engines/upstream.js';
 import { ctx, expectInvalidSpec, shard } from '../helpers/engine-launch.js';
@@ -57,6 +57,15 @@ describe('the certificate the agent issues', () => {
       expect(createHash('sha256').update(cert.raw).digest('hex')).toBe(issued.fingerprint);
     }
     expect(issueEngineCertificate('198.18.0.7').fingerprint).not.toBe(issueEngineCertificate('198.18.0.7').fingerprint);
+  });
+
+  it("encodes its serial as DER's one INTEGER (a random serial with a leading zero byte broke 1 start in 230)", () => {
+    const hex = (bytes: number[]) => derInteger(Buffer.from(bytes)).toString('hex');
+    expect(hex([0x00, 0x12, 0x34])).toBe('02021234');
+    expect(hex([0x00, 0x00, 0x92])).toBe('02020092');
+    expect(hex([0x92, 0x01])).toBe('0203009201');
+    expect(hex([0x00])).toBe('020100');
+    expect(hex([0x7f])).toBe('02017f');
   });
 });
 
