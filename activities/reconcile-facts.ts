@@ -8,6 +8,8 @@ import type { NodeView } from '../common/node-types.js';
 import type { ReplicaView } from '../common/replica-types.js';
 import { ENDED_TO_BE_ADOPTED, type ReconcileFacts, type ReplicaFacts, type WorkflowPresence } from '../common/reconcile-types.js';
 import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
+import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
+import { shardReportRefusal, type ReportTrust } from './report-check.js';
 
 export interface InspectRequest {
   nodeId: string;
@@ -50,7 +52,17 @@ async function endedToBeAdopted(client: Client, workflowId: string, runId: strin
 }
 
 /** What Temporal and the catalog say about the replicas a node's report names. */
-export async function inspectNode(catalog: CatalogSource, client: Client, request: InspectRequest): Promise<ReconcileFacts> {
+/**
+ * `report`: the report the run is about to act on (absent from runs before signed reports); when
+ * it is not the agent's own word (report-check.ts) the facts say so and the run acts on nothing.
+ */
+export async function inspectNode(
+  catalog: CatalogSource,
+  client: Client,
+  request: InspectRequest,
+  report?: Register,
+  trust?: ReportTrust,
+): Promise<ReconcileFacts> {
   const node = await client.workflow
     .getHandle(nodeWorkflowId(request.nodeId))
     .query(describeNodeQuery)
@@ -58,6 +70,11 @@ export async function inspectNode(catalog: CatalogSource, client: Client, reques
       if (error instanceof WorkflowNotFoundError) return undefined;
       throw error;
     });
+  const refused = report && trust ? shardReportRefusal(request.nodeId, node, report, trust) : undefined;
+  if (refused) {
+    trust!.log(`not reconciling node ${request.nodeId} on this report: ${refused}`);
+    return { node, replicas: {}, catalog: {}, drainGraceSeconds: 0, checkedAt: new Date().toISOString(), reportRefused: refused };
+  }
   const replicaIds = new Set([...request.replicaIds, ...(node?.allocations ?? []).map((a) => a.replicaId)]);
   const replicas: Record<string, ReplicaFacts> = {};
   // Replicas of one deployment share its answer: ask once per deployment.
