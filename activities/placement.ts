@@ -29,7 +29,7 @@ import { wakeWaitersFor } from './capacity.js';
 import { placementsInFlight, type PlacementsInFlight } from './placement-inflight.js';
 import { createWeightsTrust, type WeightsTrust } from './weights-verdict.js';
 import { rankCandidates, readCapacityIndex, refreshIndexed, refreshTop, REFRESHED, type IndexedNode } from './placement-index.js';
-import { renewTickets, ticketNames, withTickets } from './placement-tickets.js';
+import { enrolledLeaderKey, renewTickets, ticketNames, withTickets } from './placement-tickets.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -90,7 +90,8 @@ export function createPlacementActivities(
         // Who asks and for what is settled before any GPU is reserved: a refusal holds nothing.
         const names = await ticketNames(client, request, options.catalogKeyFile, options.catalog);
         const placed = await placeOnIndex(client, inFlight, request, options.trustUnenrolled === true, trustWeights);
-        const result = withTickets(placed, request, names, options.catalogKeyFile);
+        const leaderKey = await enrolledLeaderKey(placed, (nodeId) => inFlight.describe(nodeId), options.catalogKeyFile);
+        const result = withTickets(placed, request, names, options.catalogKeyFile, leaderKey);
         metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
         return result;
       } catch (error) {

@@ -22,7 +22,7 @@ import { createNodeSignals } from './node-signals.js';
 import { createReportSigner } from '../report-signer.js';
 import { createRegistration } from './registration.js';
 import { loadAgentIdentity } from './identity.js';
-import { createEndpointAttester } from '../endpoint-attester.js';
+import { createEndpointAttester, createRendezvousAttester } from '../endpoint-attester.js';
 import { createHostSupervisor, recoverHost } from './supervisor.js';
 import { createHostWorker } from './worker.js';
 
@@ -135,6 +135,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
     log,
     revisionPolicy,
     attestEndpoint,
+    attestRendezvous: createRendezvousAttester(identity, { nodeId: config.nodeId, address: config.advertiseAddr }),
   });
   registration.soon();
   registration.watch();
