@@ -51,10 +51,10 @@ async function endedToBeAdopted(client: Client, workflowId: string, runId: strin
   return (last?.workflowExecutionTerminatedEventAttributes?.reason ?? '').startsWith(ENDED_TO_BE_ADOPTED);
 }
 
-/** What Temporal and the catalog say about the replicas a node's report names. */
 /**
- * `report`: the report the run is about to act on (absent from runs before signed reports); when
- * it is not the agent's own word (report-check.ts) the facts say so and the run acts on nothing.
+ * What Temporal and the catalog say about the replicas a node's report names. `report`: the
+ * report the run is about to act on (absent from runs before signed reports); when it is not the
+ * agent's own word (report-check.ts) the facts say so and the run acts on nothing.
  */
 export async function inspectNode(
   catalog: CatalogSource,
