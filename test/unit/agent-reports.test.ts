@@ -122,8 +122,8 @@ describe('weights reports and placement', () => {
   const held: HeldWeights[] = [
     { source, repo: 'org/model', commit: '0123456789abcdef0123456789abcdef01234567', bytes: 1, lastUsedAt: '', inUseBy: [] },
   ];
-  const request = { replicaId: 'replica/chat/1', deployment: 'chat', gpusPerNode: 1, modelSource: source } as PlaceRequest;
-  // Equal in all but the weights; the rotation alone puts node-a first.
+  const request = { replicaId: 'replica/chat/2', deployment: 'chat', gpusPerNode: 1, modelSource: source } as PlaceRequest;
+  // Equal in all but the weights; for replica 2 the rotation alone puts node-a first.
   const candidates: IndexedNode[] = [
     { nodeId: 'node-a', state: 'Ready', free: 2, siblings: 0 },
     { nodeId: 'node-b', state: 'Ready', free: 2, siblings: 0 },
