@@ -38,6 +38,7 @@ function ticket(rank: number, over: Partial<PlacementTicket> = {}): PlacementTic
     leaderAddress: LEADER.address,
     leaderNode: LEADER.nodeId,
     peers: [LEADER.address, '198.18.0.8'],
+    servedName: '',
     ...over,
   });
 }
