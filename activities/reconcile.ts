@@ -11,13 +11,12 @@ import { reconcileAllocationsUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
 import { inspectNode, type InspectRequest } from './reconcile-facts.js';
 import type { ReportTrust } from './report-check.js';
-import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import { rebuildReplica, type RebuildOutcome, type RebuildRequest } from './reconcile-rebuild.js';
 import { createReconcileScheduleActivities } from './reconcile-schedule.js';
 
 export function createReconcileActivities(catalog: CatalogSource, client: Client, trust: ReportTrust) {
   return {
-    inspectNode: (request: InspectRequest, report?: Register) => inspectNode(catalog, client, request, report, trust),
+    inspectNode: (request: InspectRequest) => inspectNode(catalog, client, request, trust),
     rebuildReplica: (request: RebuildRequest): Promise<RebuildOutcome> => rebuildReplica(client, request),
 
     async reconcileAllocations(request: { nodeId: string } & ReconcileAllocationsRequest): Promise<ReconcileAllocationsResult> {
