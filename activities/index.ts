@@ -3,6 +3,7 @@
 import type { Client } from '@temporalio/client';
 import { createCatalogSource, type CatalogSource } from '../catalog/watch.js';
 import type { LineLog } from '../common/logger.js';
+import { readCatalogKeys } from '../common/catalog-key.js';
 import { createCatalogActivities } from './catalog.js';
 import { createCapacityActivities } from './capacity.js';
 import { createCarriedStateActivities } from './carried-state.js';
@@ -58,7 +59,12 @@ export function createControlActivities(deps: ControlActivityDeps) {
     ...createWeightsPermitActivities(catalog, deps.catalogKeyFile),
     ...createFleetSilenceActivities(deps.liveness),
     ...createCarriedStateActivities(deps.client, deps.catalogKeyFile),
-    ...createReconcileActivities(catalog, deps.client, deps.catalogKeyFile),
+    ...createReconcileActivities(catalog, deps.client, {
+      catalogKeys: () => (deps.catalogKeyFile ? readCatalogKeys(deps.catalogKeyFile).all : []),
+      trustUnenrolled,
+      ...(deps.catalogKeyFile ? { catalogKeyFile: deps.catalogKeyFile } : {}),
+      log: (line) => deps.log(line, 'warn'),
+    }),
     ...createRegistrationCheckActivities(deps.catalogKeyFile),
     ...routes,
     ...signing,

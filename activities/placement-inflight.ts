@@ -18,7 +18,8 @@ export interface PlacementsInFlight {
   reserve<T>(nodeId: string, gpus: number, run: () => Promise<T>): Promise<T>;
 }
 
-export function placementsInFlight(client: Client): PlacementsInFlight {
+/** `trust`: what of a view placement may believe (its weights only where the agent signed them). */
+export function placementsInFlight(client: Client, trust: (view: NodeView) => NodeView = (view) => view): PlacementsInFlight {
   const queries = new Map<string, Promise<NodeView | undefined>>();
   const pending = new Map<string, number>();
   return {
@@ -28,6 +29,7 @@ export function placementsInFlight(client: Client): PlacementsInFlight {
       const asked = client.workflow
         .getHandle(nodeWorkflowId(nodeId))
         .query(describeNodeQuery)
+        .then(trust)
         .catch(() => undefined)
         .finally(() => queries.delete(nodeId));
       queries.set(nodeId, asked);

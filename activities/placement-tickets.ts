@@ -15,6 +15,8 @@ import { signPlacementTicket, verifyPlacementTicket, type PlacementTicket } from
 import type { ShardPlacement } from '../common/replica-types.js';
 import type { DeploymentView } from '../common/replica-types.js';
 import { describeNodeQuery } from '../workflows/definitions.js';
+import { enrollmentProblem } from '../common/agent-identity.js';
+import type { NodeView } from '../common/node-types.js';
 import type { PlaceRequest, PlaceResult } from './placement.js';
 import { revisionRefusal, runningDeployment } from './revision-liveness.js';
 
@@ -119,12 +121,30 @@ export async function ticketNames(
   return { ...(await resolveNames(client, request, run, liveness(catalogKeyFile, catalog))), run };
 }
 
+/**
+ * A multi-node placement's rank 0 agent key, when its node's enrollment is the operator's (checked
+ * against the catalog key): the tickets name it, and worker ranks then join only the rendezvous
+ * port that agent signed for. Undefined for an unenrolled leader, whose gang starts as before.
+ */
+export async function enrolledLeaderKey(
+  result: PlaceResult,
+  describe: (nodeId: string) => Promise<NodeView | undefined>,
+  catalogKeyFile: string | undefined,
+): Promise<string | undefined> {
+  if (!result.ok || result.shards.length < 2 || catalogKeyFile === undefined) return undefined;
+  const leader = result.shards.find((s) => s.rank === 0);
+  const enrollment = leader ? (await describe(leader.nodeId))?.enrollment : undefined;
+  if (!leader || !enrollment) return undefined;
+  return enrollmentProblem(leader.nodeId, enrollment, readCatalogKeys(catalogKeyFile).all) ? undefined : enrollment.publicKey;
+}
+
 /** Signs every shard of a successful placement (unchanged when `names` is undefined: no key file). */
 export function withTickets(
   result: PlaceResult,
   request: PlaceRequest,
   names: TicketNames | undefined,
   catalogKeyFile: string | undefined,
+  leaderKey?: string,
 ): PlaceResult {
   if (!result.ok || names === undefined || catalogKeyFile === undefined) return result;
   const { run } = names;
@@ -156,6 +176,7 @@ export function withTickets(
           deployment: names.deployment,
           servedName: names.servedName,
           peers: multiNode ? [...result.shards].sort((a, b) => a.rank - b.rank).map((s) => s.managementAddress) : [],
+          ...(multiNode && leaderKey ? { leaderKey } : {}),
         },
         keyring,
       ),

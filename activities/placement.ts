@@ -27,8 +27,9 @@ import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
 import { placementsInFlight, type PlacementsInFlight } from './placement-inflight.js';
+import { createWeightsTrust, type WeightsTrust } from './weights-verdict.js';
 import { rankCandidates, readCapacityIndex, refreshIndexed, refreshTop, REFRESHED, type IndexedNode } from './placement-index.js';
-import { renewTickets, ticketNames, withTickets } from './placement-tickets.js';
+import { enrolledLeaderKey, renewTickets, ticketNames, withTickets } from './placement-tickets.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -80,15 +81,17 @@ export function createPlacementActivities(
 ) {
   const log = options.log ?? (() => undefined);
   const metric = options.metric ?? (() => undefined);
-  const inFlight = placementsInFlight(client);
+  const trustWeights = createWeightsTrust(options.catalogKeyFile, options.trustUnenrolled === true, log);
+  const inFlight = placementsInFlight(client, trustWeights);
   return {
     async placeReplica(request: PlaceRequest): Promise<PlaceResult> {
       const started = performance.now();
       try {
         // Who asks and for what is settled before any GPU is reserved: a refusal holds nothing.
         const names = await ticketNames(client, request, options.catalogKeyFile, options.catalog);
-        const placed = await placeOnIndex(client, inFlight, request, options.trustUnenrolled === true);
-        const result = withTickets(placed, request, names, options.catalogKeyFile);
+        const placed = await placeOnIndex(client, inFlight, request, options.trustUnenrolled === true, trustWeights);
+        const leaderKey = await enrolledLeaderKey(placed, (nodeId) => inFlight.describe(nodeId), options.catalogKeyFile);
+        const result = withTickets(placed, request, names, options.catalogKeyFile, leaderKey);
         metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
         return result;
       } catch (error) {
@@ -160,6 +163,7 @@ async function placeOnIndex(
   inFlight: PlacementsInFlight,
   request: PlaceRequest,
   trustUnenrolled: boolean,
+  trustWeights: WeightsTrust,
 ): Promise<PlaceResult> {
   const index = await readCapacityIndex(client, request);
   // A worker that trusts unenrolled agents (an upgrade from 0.2.0, whose agents sign nothing;
@@ -191,7 +195,7 @@ async function placeOnIndex(
   const candidates = rankCandidates(index.filter(usable), request);
   if (candidates.length < needHosts) return shortOfRoom(request, ready, candidates.length, needHosts);
   const reserve: Reserve = (nodeId, req, rank) => reserveOn(client, inFlight, nodeId, req, rank, trustUnenrolled);
-  if (request.nodes > 1) return placeGang(client, request, candidates, reserve, shardPlacement);
+  if (request.nodes > 1) return placeGang(client, request, candidates, reserve, shardPlacement, trustWeights);
   const reasons: string[] = [];
   for (const candidate of await refreshTop(inFlight, request, candidates)) {
     const result = await reserve(candidate.nodeId, request, 0);
@@ -233,11 +237,12 @@ async function placeGang(
   candidates: IndexedNode[],
   reserveOn: Reserve,
   makePlacement: MakePlacement,
+  trustWeights: WeightsTrust,
 ): Promise<PlaceResult> {
   // Gangs need each host's fabric and free HCAs, which only the node knows: ask the few that fit.
   const hosts: GangHost[] = [];
   for (const candidate of candidates) {
-    const view = await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery);
+    const view = trustWeights(await client.workflow.getHandle(nodeWorkflowId(candidate.nodeId)).query(describeNodeQuery));
     const host = gangHostFromView(
       view,
       candidate.siblings,

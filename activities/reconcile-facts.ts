@@ -10,6 +10,9 @@ import type { NodeView } from '../common/node-types.js';
 import type { ReplicaView } from '../common/replica-types.js';
 import { ENDED_TO_BE_ADOPTED, type ReconcileFacts, type ReplicaFacts, type WorkflowPresence } from '../common/reconcile-types.js';
 import { describeNodeQuery, replicaStatusQuery } from '../workflows/definitions.js';
+import { create } from '@bufbuild/protobuf';
+import { RegisterSchema, type Register } from '../proto/gen/llmgw/v1/register_pb.js';
+import { shardReportRefusal, type ReportTrust } from './report-check.js';
 
 export interface InspectRequest {
   nodeId: string;
@@ -17,6 +20,21 @@ export interface InspectRequest {
   replicaIds: string[];
   /** `${model}/${profile}` pairs the reported shards run. */
   profiles: { model: string; profile: string }[];
+  /**
+   * The report the run is about to act on (absent from runs before signed reports), as plain
+   * JSON: one handed to reconcileNode may predate fields, which a protobuf payload cannot carry.
+   */
+  report?: unknown;
+}
+
+/** The Register `value` was, its missing fields at their defaults; undefined when it is none. */
+function registerOf(value: unknown): Register | undefined {
+  try {
+    const plain = JSON.parse(JSON.stringify(value), (key, v: unknown) => (key === '$typeName' ? undefined : v)) as object;
+    return create(RegisterSchema, plain);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Whether a workflow runs, has closed, or is missing: a run ended to move it to a new build counts as missing. */
@@ -51,12 +69,15 @@ async function endedToBeAdopted(client: Client, workflowId: string, runId: strin
   return (last?.workflowExecutionTerminatedEventAttributes?.reason ?? '').startsWith(ENDED_TO_BE_ADOPTED);
 }
 
-/** What Temporal and the catalog say about the replicas a node's report names. */
+/**
+ * What Temporal and the catalog say about the replicas a node's report names; when the report is
+ * not the agent's own word (report-check.ts) the facts say so and the run acts on nothing.
+ */
 export async function inspectNode(
   catalog: CatalogSource,
   client: Client,
   request: InspectRequest,
-  catalogKeyFile?: string,
+  trust?: ReportTrust,
 ): Promise<ReconcileFacts> {
   const node = await client.workflow
     .getHandle(nodeWorkflowId(request.nodeId))
@@ -65,6 +86,17 @@ export async function inspectNode(
       if (error instanceof WorkflowNotFoundError) return undefined;
       throw error;
     });
+  const report = request.report === undefined ? undefined : registerOf(request.report);
+  const refused =
+    request.report === undefined || !trust
+      ? undefined
+      : report
+        ? shardReportRefusal(request.nodeId, node, report, trust)
+        : 'the report is not a Register';
+  if (refused) {
+    trust!.log(`not reconciling node ${request.nodeId} on this report: ${refused}`);
+    return { node, replicas: {}, catalog: {}, drainGraceSeconds: 0, checkedAt: new Date().toISOString(), reportRefused: refused };
+  }
   const replicaIds = new Set([...request.replicaIds, ...(node?.allocations ?? []).map((a) => a.replicaId)]);
   const replicas: Record<string, ReplicaFacts> = {};
   // Replicas of one deployment share its answer: ask once per deployment.
@@ -86,8 +118,8 @@ export async function inspectNode(
     replicas[replicaId] = { replica, deployment, ...(view ? { view } : {}) };
   }
   const current = catalog.get();
-  if (catalogKeyFile !== undefined) {
-    for (const [replicaId, why] of Object.entries(await revokedReplicas(client, replicas, current, catalogKeyFile)))
+  if (trust?.catalogKeyFile !== undefined) {
+    for (const [replicaId, why] of Object.entries(await revokedReplicas(client, replicas, current, trust.catalogKeyFile)))
       replicas[replicaId] = { ...replicas[replicaId]!, revoked: why };
   }
   const inCatalog: Record<string, boolean> = {};

@@ -10,12 +10,13 @@ import type { ReconcileAllocationsRequest, ReconcileAllocationsResult } from '..
 import { reconcileAllocationsUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
 import { inspectNode, type InspectRequest } from './reconcile-facts.js';
+import type { ReportTrust } from './report-check.js';
 import { rebuildReplica, type RebuildOutcome, type RebuildRequest } from './reconcile-rebuild.js';
 import { createReconcileScheduleActivities } from './reconcile-schedule.js';
 
-export function createReconcileActivities(catalog: CatalogSource, client: Client, catalogKeyFile?: string) {
+export function createReconcileActivities(catalog: CatalogSource, client: Client, trust: ReportTrust) {
   return {
-    inspectNode: (request: InspectRequest) => inspectNode(catalog, client, request, catalogKeyFile),
+    inspectNode: (request: InspectRequest) => inspectNode(catalog, client, request, trust),
     rebuildReplica: (request: RebuildRequest): Promise<RebuildOutcome> => rebuildReplica(client, request),
 
     async reconcileAllocations(request: { nodeId: string } & ReconcileAllocationsRequest): Promise<ReconcileAllocationsResult> {

@@ -17,7 +17,7 @@ import type {
 } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { AgentActivities, ClearGpuFaultInput, PresenceInput } from './activity-types.js';
 import type { Supervisor } from './supervisor/supervisor.js';
-import type { EndpointAttester } from './endpoint-attester.js';
+import type { EndpointAttester, RendezvousAttester } from './endpoint-attester.js';
 
 export interface AgentActivityDeps {
   supervisor: Supervisor;
@@ -29,6 +29,8 @@ export interface AgentActivityDeps {
   drain(request: DrainShard): Promise<DrainShardResult>;
   /** Adds the agent's signed endpoint attestation to waitHealthy's answer (agent/endpoint-attester.ts). */
   attestEndpoint?: EndpointAttester;
+  /** Signs rank 0's rendezvous port in startShard's answer (agent/endpoint-attester.ts). */
+  attestRendezvous?: RendezvousAttester;
   /** GPUs held out for faults found while serving (agent/gpu-health.ts). */
   gpuHealth?: { refusal(gpuIndices: number[]): string | undefined; clear(index: number): boolean };
 }
@@ -58,7 +60,9 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
       // A GPU found lost is refused, not retried: the replica is placed elsewhere.
       const refusal = deps.gpuHealth?.refusal(spec.gpuIndices);
       if (refusal) throw ApplicationFailure.nonRetryable(refusal, FailureType.PlacementRefused);
-      return beating({ starting: spec.shardId }, () => deps.supervisor.start(spec));
+      const running = await beating({ starting: spec.shardId }, () => deps.supervisor.start(spec));
+      // Rank 0's port reaches the worker ranks through the replica: they join only the one signed here.
+      return deps.attestRendezvous ? deps.attestRendezvous(running) : running;
     },
 
     async stopShard(request: StopShard): Promise<StopShardResult> {

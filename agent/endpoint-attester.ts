@@ -6,9 +6,10 @@
 import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { AGENT_KEY_FILE, type AgentIdentity } from '../common/agent-identity.js';
-import { signEndpointAttestation } from '../common/endpoint-attestation.js';
+import { RENDEZVOUS_DOMAIN, signEndpointAttestation } from '../common/endpoint-attestation.js';
+import { readPlacementTicket } from '../common/placement-ticket.js';
 import type { LineLog } from '../common/logger.js';
-import type { ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
+import type { RunningShard, ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
 
 export type EndpointAttester = (status: ShardStatus) => Promise<ShardStatus>;
 
@@ -63,5 +64,39 @@ export function createEndpointAttester(
       keyring,
     );
     return { ...status, endpointAttestation };
+  };
+}
+
+export type RendezvousAttester = (running: RunningShard) => RunningShard;
+
+/**
+ * Rank 0's answer to startShard with its agent's signature over the rendezvous address and port
+ * it chose, for the replica and chain its ticket names (which the start was just checked
+ * against). The port goes from here to the worker ranks through the replica's workflow, where
+ * anyone who completes startShard could name another; a ticket that names the leader's key makes
+ * the worker ranks' agents join only the port signed here. Without such a ticket: as it is.
+ */
+export function createRendezvousAttester(identity: AgentIdentity, facts: { nodeId: string; address: string }): RendezvousAttester {
+  const keyring = { file: AGENT_KEY_FILE, signing: identity.key, all: [identity.key] };
+  return (running) => {
+    const { spec, status } = running;
+    if (!spec || !status || spec.rank !== 0 || spec.nnodes < 2) return running;
+    const ticket = readPlacementTicket(spec.placementTicket);
+    const port = status.leaderPort || spec.leaderPort;
+    if (!ticket?.leaderKey || port === 0) return running;
+    const leaderAttestation = signEndpointAttestation(
+      {
+        nodeId: facts.nodeId,
+        replicaId: spec.replicaId,
+        chain: ticket.chain,
+        shardId: spec.shardId,
+        address: facts.address,
+        port,
+        issuedAt: Date.now(),
+      },
+      keyring,
+      RENDEZVOUS_DOMAIN,
+    );
+    return { ...running, status: { ...status, leaderAttestation } };
   };
 }

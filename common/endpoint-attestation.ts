@@ -8,6 +8,11 @@ import { parseKeyLine } from './catalog-key.js';
 import { signStatement, verifyStatement } from './signature.js';
 
 const DOMAIN = 'llmgw endpoint attestation v1';
+/**
+ * Rank 0's rendezvous address and port (Ray's head, SGLang's --dist-init-addr), signed the same
+ * way under a domain of its own, so that an engine's attested endpoint never passes for it.
+ */
+export const RENDEZVOUS_DOMAIN = 'llmgw rendezvous attestation v1';
 
 /**
  * How far an attestation may predate its placement ticket's renewal (hosts' clocks differ): a
@@ -46,9 +51,9 @@ function canonical(attestation: EndpointAttestation): string {
 }
 
 /** `<base64url JSON>.<signature>`: readable by anyone, made only with the agent's key. */
-export function signEndpointAttestation(attestation: EndpointAttestation, agentKey: CatalogKeyring): string {
+export function signEndpointAttestation(attestation: EndpointAttestation, agentKey: CatalogKeyring, domain = DOMAIN): string {
   const body = Buffer.from(canonical(attestation), 'utf8').toString('base64url');
-  return `${body}.${signStatement(DOMAIN, canonical(attestation), agentKey)}`;
+  return `${body}.${signStatement(domain, canonical(attestation), agentKey)}`;
 }
 
 function parse(body: string): EndpointAttestation | undefined {
@@ -73,12 +78,19 @@ function parse(body: string): EndpointAttestation | undefined {
  * `ticketIssuedAt` is the rank 0 ticket's issuedAt: the attestation answers a start or adoption after it.
  */
 export type AttestedEndpoint = Omit<EndpointAttestation, 'issuedAt'> & { ticketIssuedAt: number };
+/** A worker rank does not know rank 0's shard id: the rest binds the rendezvous. */
+export type AttestedRendezvous = Omit<AttestedEndpoint, 'shardId'>;
 
 /**
  * Why `text` does not attest `expected` under the enrolled `agentKey` (`ed25519-public:…`), or
  * undefined when it does: its signature, then every field, each mismatch named.
  */
-export function endpointAttestationProblem(text: string | undefined, agentKey: string, expected: AttestedEndpoint): string | undefined {
+export function endpointAttestationProblem(
+  text: string | undefined,
+  agentKey: string,
+  expected: AttestedEndpoint | AttestedRendezvous,
+  domain = DOMAIN,
+): string | undefined {
   if (!text)
     return `no endpoint attestation from node ${expected.nodeId}'s agent (an agent older than this check, or not its agent at all)`;
   const dot = text.indexOf('.');
@@ -90,12 +102,13 @@ export function endpointAttestationProblem(text: string | undefined, agentKey: s
   } catch (error) {
     return (error as Error).message;
   }
-  const verdict = verifyStatement(DOMAIN, canonical(said), text.slice(dot + 1), [key]);
+  const verdict = verifyStatement(domain, canonical(said), text.slice(dot + 1), [key]);
   if (!verdict.ok) return `its endpoint attestation does not verify against node ${expected.nodeId}'s enrolled key (${verdict.why})`;
   const problems: string[] = [];
   for (const field of ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port'] as const) {
-    if (said[field] !== expected[field])
-      problems.push(`it attests ${field} ${JSON.stringify(said[field])}, not ${JSON.stringify(expected[field])}`);
+    const wanted = (expected as Partial<AttestedEndpoint>)[field];
+    if (wanted === undefined) continue;
+    if (said[field] !== wanted) problems.push(`it attests ${field} ${JSON.stringify(said[field])}, not ${JSON.stringify(wanted)}`);
   }
   if (!(said.issuedAt >= expected.ticketIssuedAt - ATTESTATION_CLOCK_SKEW_MS))
     problems.push(

@@ -157,6 +157,10 @@ export interface NodeView {
   registrations: number;
   /** The weights its host's cache holds, as last reported; absent until the agent reports them. */
   weights?: HeldWeights[];
+  /** The agent's signature over `weights` (common/agent-report.ts): placement trusts the list only where it verifies. */
+  weightsProof?: string;
+  /** When the registration the node acted on last was signed: a weights report signed before it is an old one. */
+  registrationSignedAt?: string;
   /** The agent public key the operator enrolled (`ed25519-public:…`); absent: unenrolled. */
   agentKey?: string;
   /** That enrollment as the operator signed it: the route signer verifies it before it trusts the key. */

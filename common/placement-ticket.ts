@@ -7,6 +7,7 @@
 import type { StartShard } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { CatalogKey, CatalogKeyring } from './catalog-key.js';
 import { signStatement, verifyStatement, type SignatureVerdict } from './signature.js';
+import { endpointAttestationProblem, RENDEZVOUS_DOMAIN } from './endpoint-attestation.js';
 
 const DOMAIN = 'llmgw placement v1';
 
@@ -52,7 +53,16 @@ export interface PlacementTicket {
    * that started them, since an engine's key cannot change while it runs. Signed only when set.
    */
   keyChain?: string;
+  /**
+   * A multi-node replica whose rank 0's agent is enrolled: that key (`ed25519-public:…`). A
+   * worker rank then joins only the rendezvous port rank 0's agent signed for (its start's
+   * leaderAttestation). Signed only when set, so an unenrolled leader's gang starts as before.
+   */
+  leaderKey?: string;
 }
+
+/** Signed after FIELDS, in this order, each only when set. */
+const OPTIONAL: ('keyChain' | 'leaderKey')[] = ['keyChain', 'leaderKey'];
 
 const FIELDS: (keyof PlacementTicket)[] = [
   'replicaId',
@@ -78,7 +88,7 @@ const FIELDS: (keyof PlacementTicket)[] = [
 /** The signed bytes: every field, in one fixed order; keyChain last and only when set. */
 function canonical(ticket: PlacementTicket): string {
   const pairs: [string, unknown][] = FIELDS.map((field) => [field, ticket[field]]);
-  if (ticket.keyChain) pairs.push(['keyChain', ticket.keyChain]);
+  for (const field of OPTIONAL) if (ticket[field]) pairs.push([field, ticket[field]]);
   return JSON.stringify(pairs);
 }
 
@@ -93,14 +103,21 @@ export type TicketVerdict = { ok: true; ticket: PlacementTicket; legacy: boolean
 function parse(body: string): PlacementTicket | undefined {
   try {
     const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
-    if (!Array.isArray(pairs) || (pairs.length !== FIELDS.length && pairs.length !== FIELDS.length + 1)) return undefined;
+    if (!Array.isArray(pairs) || pairs.length < FIELDS.length || pairs.length > FIELDS.length + OPTIONAL.length) return undefined;
     const ticket: Record<string, unknown> = {};
+    let optional = 0;
     for (const [index, pair] of pairs.entries()) {
-      const field = index < FIELDS.length ? FIELDS[index] : 'keyChain';
-      if (!Array.isArray(pair) || pair[0] !== field) return undefined;
-      ticket[field!] = pair[1];
+      if (!Array.isArray(pair)) return undefined;
+      if (index < FIELDS.length) {
+        if (pair[0] !== FIELDS[index]) return undefined;
+      } else {
+        // The optional fields keep their order; one left out is skipped.
+        while (optional < OPTIONAL.length && OPTIONAL[optional] !== pair[0]) optional++;
+        if (optional === OPTIONAL.length || typeof pair[1] !== 'string' || pair[1] === '') return undefined;
+        optional++;
+      }
+      ticket[pair[0] as string] = pair[1];
     }
-    if (ticket.keyChain !== undefined && (typeof ticket.keyChain !== 'string' || ticket.keyChain === '')) return undefined;
     return ticket as unknown as PlacementTicket;
   } catch {
     return undefined;
@@ -204,5 +221,21 @@ export function ticketMismatches(ticket: PlacementTicket, spec: StartShard, fact
   differs('revision', spec.profile?.signature ?? '', ticket.revision);
   differs('served name', spec.profile?.servedName ?? '', ticket.servedName);
   differs('deployment', spec.deployment, ticket.deployment);
+  if (ticket.leaderKey && spec.rank > 0) {
+    const problem = endpointAttestationProblem(
+      spec.leaderAttestation || undefined,
+      ticket.leaderKey,
+      {
+        nodeId: ticket.leaderNode,
+        replicaId: ticket.replicaId,
+        chain: ticket.chain,
+        address: ticket.leaderAddress,
+        port: spec.leaderPort,
+        ticketIssuedAt: ticket.issuedAt,
+      },
+      RENDEZVOUS_DOMAIN,
+    );
+    if (problem) problems.push(`its leader port ${spec.leaderPort} is not the one rank 0's agent chose: ${problem}`);
+  }
   return problems;
 }

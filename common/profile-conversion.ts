@@ -99,6 +99,8 @@ export interface StartShardContext {
   snapshot: ProfileSnapshot;
   shards: ShardPlacement[];
   leaderPort: number;
+  /** Rank 0's agent's signature over `leaderPort` (its startShard answer), for the worker ranks. */
+  leaderAttestation?: string;
 }
 
 export function startShardFor(shard: ShardPlacement, context: StartShardContext): StartShard {
@@ -119,5 +121,6 @@ export function startShardFor(shard: ShardPlacement, context: StartShardContext)
     nodeId: shard.nodeId,
     notifyWorkflowId: context.replicaId,
     placementTicket: shard.ticket ?? '',
+    leaderAttestation: shard.rank > 0 ? (context.leaderAttestation ?? '') : '',
   });
 }

@@ -48,6 +48,8 @@ export interface ReconcileFacts {
   drainGraceSeconds: number;
   /** When these facts were gathered (ISO); allocations younger than the grace are left alone. */
   checkedAt: string;
+  /** Why the report is not the agent's own word (activities/report-check.ts): the run acts on nothing. */
+  reportRefused?: string;
 }
 
 export type ReconcileAction =

@@ -33,7 +33,8 @@ export const agentHeardSignal = defineSignal<[Record<string, never>]>('agentHear
 export const runningShardsSignal = defineSignal<[{ shardIds: string[]; at: string }]>('runningShards');
 /** The agent is shutting down on purpose: NotReady now rather than after a heartbeat timeout. */
 /** The agent's weights cache changed (a fetch completed, an eviction, a shard started or stopped using one). */
-export const weightsHeldSignal = defineSignal<[{ weights: HeldWeights[]; at: string }]>('weightsHeld');
+/** `proof`: the agent's signature over `weights` (common/agent-report.ts); placement verifies it, the node only keeps it. */
+export const weightsHeldSignal = defineSignal<[{ weights: HeldWeights[]; at: string; proof?: string }]>('weightsHeld');
 export const agentStoppingSignal = defineSignal<[{ reason: string }]>('agentStopping');
 export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');
 export const releaseUpdate = defineUpdate<boolean, [ReleaseRequest]>('release');

@@ -34,7 +34,8 @@ export interface NodeSignals {
   close(): void;
 }
 
-export function createNodeSignals(nodeId: string, log: LineLog): NodeSignals {
+/** `signWeights`: the agent's signature over a weights report (agent/report-signer.ts); absent, it goes unsigned. */
+export function createNodeSignals(nodeId: string, log: LineLog, signWeights?: (held: HeldWeights[]) => string): NodeSignals {
   let client: Client | undefined;
   let dead = false;
   const live = (): Client | undefined => (dead ? undefined : client);
@@ -68,7 +69,8 @@ export function createNodeSignals(nodeId: string, log: LineLog): NodeSignals {
         what: 'weights held',
         read: sources.heldWeights,
         key: heldKey,
-        send: async (held) => node()?.signal(weightsHeldSignal, { weights: held, at: at() }),
+        send: async (held) =>
+          node()?.signal(weightsHeldSignal, { weights: held, at: at(), ...(signWeights ? { proof: signWeights(held) } : {}) }),
         log: warn,
         afterChangeMs: 500,
       });

@@ -19,9 +19,10 @@ import type { SupervisorOptions } from '../supervisor/supervisor.js';
 import { startHostAdmin } from './admin.js';
 import { createHostReports } from './describe-and-survey.js';
 import { createNodeSignals } from './node-signals.js';
+import { createReportSigner } from '../report-signer.js';
 import { createRegistration } from './registration.js';
 import { loadAgentIdentity } from './identity.js';
-import { createEndpointAttester } from '../endpoint-attester.js';
+import { createEndpointAttester, createRendezvousAttester } from '../endpoint-attester.js';
 import { createHostSupervisor, recoverHost } from './supervisor.js';
 import { createHostWorker } from './worker.js';
 
@@ -71,7 +72,8 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   const problems = host.problems.length ? `; problems: ${host.problems.join('; ')}` : '';
   log(`host: ${host.gpus.length}× ${host.gpuClass || 'no GPU'}${problems}`);
 
-  const signals = createNodeSignals(config.nodeId, log);
+  const reportSigner = createReportSigner(identity, config.nodeId);
+  const signals = createNodeSignals(config.nodeId, log, reportSigner.weights);
   const supervisor = await createHostSupervisor({
     ...deps,
     host,
@@ -87,7 +89,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   const gpuHealth = startAgentGpuHealth(config, host, supervisor, () => registration.soon(), signals.notify, log);
   const describe = async (): Promise<Register> => gpuHealth.withFaults(await hostReports.describe());
   const survey = async (): Promise<Register> => gpuHealth.withFaults(await hostReports.survey());
-  const admin = await startHostAdmin(config, describe, log);
+  const admin = await startHostAdmin(config, async () => reportSigner.shards(await describe()), log);
   adminAddress = admin.address;
   const observe = (): void => deps.metrics?.observe(hostReports.view());
   const gauges = setInterval(observe, 5_000);
@@ -111,7 +113,12 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
   }
   signals.connect(link.client);
   await registration.decidePresence(link.client);
-  const reports = { ...hostReports, describe, survey };
+  // What reconciliation acts on is signed for the run that asked (agent/report-signer.ts).
+  const reports = {
+    ...hostReports,
+    describe: async () => reportSigner.shards(await describe()),
+    survey: async () => reportSigner.shards(await survey()),
+  };
   const attestEndpoint = createEndpointAttester(
     identity,
     {
@@ -133,6 +140,7 @@ export async function startAgentHost(deps: AgentHostDeps): Promise<AgentHost> {
     log,
     revisionPolicy,
     attestEndpoint,
+    attestRendezvous: createRendezvousAttester(identity, { nodeId: config.nodeId, address: config.advertiseAddr }),
   });
   registration.soon();
   registration.watch();

@@ -9,7 +9,7 @@ import { llmgwDataConverter } from '../../temporal/connection.js';
 import { createAgentActivities } from '../activities.js';
 import type { AgentConfig } from '../config.js';
 import { createDrainer } from '../drain.js';
-import type { EndpointAttester } from '../endpoint-attester.js';
+import type { EndpointAttester, RendezvousAttester } from '../endpoint-attester.js';
 import type { GpuHealth } from '../gpu-health.js';
 import type { RevisionPolicy } from '../revision-check.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
@@ -35,6 +35,8 @@ export interface HostWorkerDeps {
   revisionPolicy: RevisionPolicy;
   /** Signs the endpoint in waitHealthy's answer with the agent's key (agent/endpoint-attester.ts). */
   attestEndpoint?: EndpointAttester;
+  /** Signs rank 0's rendezvous port in startShard's answer (agent/endpoint-attester.ts). */
+  attestRendezvous?: RendezvousAttester;
 }
 
 /** The worker, and the drainer it serves (closed when the worker has stopped). */
@@ -49,6 +51,7 @@ export async function createHostWorker(deps: HostWorkerDeps): Promise<{ worker: 
   const activities = createAgentActivities({
     supervisor,
     ...(deps.attestEndpoint ? { attestEndpoint: deps.attestEndpoint } : {}),
+    ...(deps.attestRendezvous ? { attestRendezvous: deps.attestRendezvous } : {}),
     gpuHealth: {
       refusal: (gpuIndices) => gpuHealth.refusal(gpuIndices),
       clear: (index) => {

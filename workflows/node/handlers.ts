@@ -47,8 +47,11 @@ export function registerAgentHandlers(ctx: NodeContext, publishWeights: () => vo
   );
   registerEnrollHandler(ctx, apply);
   setHandler(runningShardsSignal, ({ shardIds }) => void (ctx.reported = [...shardIds].sort()));
-  setHandler(weightsHeldSignal, ({ weights }) => {
+  // Kept as it came, signature and all: placement takes the list only where it verifies
+  // (activities/weights-verdict.ts); the workflow sandbox has no Ed25519.
+  setHandler(weightsHeldSignal, ({ weights, proof }) => {
     state.weights = weights.map((w) => ({ ...w, inUseBy: [...w.inUseBy] }));
+    state.weightsProof = proof;
     publishWeights();
   });
   setHandler(agentStoppingSignal, ({ reason }) => ctx.markNotReady?.(`the agent is stopping: ${reason}`));

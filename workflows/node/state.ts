@@ -50,6 +50,8 @@ export interface NodeState {
   released: string[];
   /** The weights the host's cache holds, as its agent last reported (weightsHeld signal). */
   weights?: HeldWeights[];
+  /** The agent's signature over `weights`, as it came (absent: unsigned). */
+  weightsProof?: string;
   /** The operator's enrollment of the agent's key (enrollment.ts); absent: unenrolled. */
   enrollment?: AgentEnrollment;
   /** The inventory came from a registration the enrolled key signed: only then is anything placed here. */
@@ -258,6 +260,8 @@ export function viewOf(state: NodeState): NodeView {
     notReadySince: state.notReadySince,
     registrations: state.registrations,
     ...(state.weights ? { weights: state.weights } : {}),
+    ...(state.weightsProof ? { weightsProof: state.weightsProof } : {}),
+    ...(state.lastSignedAt ? { registrationSignedAt: state.lastSignedAt } : {}),
     enrolled: state.enrolled === true,
     ...(state.enrollment ? { agentKey: state.enrollment.publicKey, enrollment: state.enrollment } : {}),
     ...(state.offeredKey ? { offeredKey: state.offeredKey } : {}),

@@ -46,12 +46,21 @@ export async function reconcileNode(input: ReconcileNodeInput): Promise<Reconcil
     shards.flatMap(({ spec }) => (spec!.profile ? [spec!.profile] : [])).map((p) => [catalogKey(p.model, p.name), p]),
   );
   show(`checking ${shards.length} reported shard(s) against Temporal and the catalog`);
+  // The report goes along so the control worker can check it is the agent's own (signed for this
+  // run): anyone may start this workflow with a report, or answer the survey in the agent's place.
   const facts = await control(`inspectNode ${nodeId}: ${shards.length} shard(s)`).inspectNode({
     nodeId,
     replicaIds: [...new Set(shards.map((s) => s.spec!.replicaId))],
     profiles: [...profiles.values()].map((p) => ({ model: p.model, profile: p.name })),
+    report,
   });
   result.allocationsBefore = facts.node?.allocations ?? [];
+  if (facts.reportRefused) {
+    result.skipped = `not acted on: ${facts.reportRefused}`;
+    show(result.skipped);
+    log.warn(result.skipped);
+    return result;
+  }
   const plan = planReconcile(report, facts);
   result.unchanged = plan.unchanged;
   if (input.dryRun) {

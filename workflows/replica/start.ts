@@ -32,6 +32,7 @@ export async function startAndWait(ctx: ReplicaContext): Promise<Outcome | 'read
   const refused = await renewTickets(ctx);
   if (refused) return refused;
   let leaderPort = 0;
+  let leaderAttestation = '';
   for (const shard of [...state.shards].sort((a, b) => a.rank - b.rank)) {
     void ctx.setPhase('Starting', `startShard rank ${shard.rank} on ${shard.nodeId}, GPUs ${shard.gpuIndices.join(',')}`);
     // A host whose agent is known to be gone for good (Lost) does not get to run out a start
@@ -55,6 +56,7 @@ export async function startAndWait(ctx: ReplicaContext): Promise<Outcome | 'read
             snapshot: ctx.profile,
             shards: state.shards,
             leaderPort: shard.rank === 0 ? 0 : leaderPort,
+            ...(shard.rank === 0 ? {} : { leaderAttestation }),
           }),
         ),
       );
@@ -64,6 +66,8 @@ export async function startAndWait(ctx: ReplicaContext): Promise<Outcome | 'read
       shard.pid = running.status?.pid ?? 0;
       shard.state = 'Starting';
       if (shard.rank === 0) leaderPort = running.status?.leaderPort ?? 0;
+      // Its agent's signature over that port: worker ranks join only the port it names.
+      if (shard.rank === 0) leaderAttestation = running.status?.leaderAttestation ?? '';
       startDone = true;
     } catch (error) {
       startDone = true;

@@ -13,6 +13,8 @@ function normalisedPair(recorded: StartShard, recordedPort: number, requested: S
   // The ticket is the start's authority, checked on its own against every field here: one
   // renewed for the same placement (a restart, a run continued as new) changes nothing that runs.
   a.placementTicket = requested.placementTicket;
+  // So is rank 0's signature over the leader port (checked with the ticket): signed afresh each time.
+  a.leaderAttestation = requested.leaderAttestation;
   a.httpPort = requested.httpPort === 0 ? 0 : a.httpPort || recordedPort;
   // Likewise rank 0's leader port 0: the agent chose the rendezvous port (and its own address).
   if (requested.rank === 0 && requested.leaderPort === 0) {
