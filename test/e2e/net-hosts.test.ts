@@ -15,7 +15,7 @@ import { servedWithoutFailure, startLoad, summarise } from '../helpers/load.js';
 import { networkUnavailable, listeners } from '../helpers/netns/network.js';
 import { skipReason } from '../helpers/skips.js';
 import { cutFromControlPlane, cutFromRouter, healCuts } from '../helpers/netns/faults.js';
-import { deploymentView, replicasReady, startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
+import { deploymentView, replicasReady, servedByRouter, startNetFleet, type NetFleet } from '../helpers/netns/fleet.js';
 import { chromiumPath, renderedText, workflowPageUrl } from '../helpers/netns/web-ui.js';
 
 const unavailable = skipReason(networkUnavailable());
@@ -65,6 +65,7 @@ describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => 
     const nodes = await runLlmgw(['nodes']);
     for (const agent of fleet.agents) expect(nodes.output).toContain(agent.host.address);
 
+    await servedByRouter(fleet, name);
     const samples = await servedWithoutFailure(
       { routerUrl: fleet.routerUrl, model: name, plainClients: 4, streamClients: 2, streamTokens: 20 },
       3_000,

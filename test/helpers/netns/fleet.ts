@@ -158,6 +158,23 @@ export function deploymentView(fleet: NetFleet, name: string): Promise<Deploymen
   return fleet.client.client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
 }
 
+/**
+ * Once the router serves `name` (within 30 s): a deployment Ready in Temporal reaches the router
+ * at its next poll of the routes workflow, seconds later on a loaded machine, and until then
+ * every request is answered 503 at once.
+ */
+export function servedByRouter(fleet: NetFleet, name: string): Promise<true> {
+  return eventually(
+    `the router to serve ${name}`,
+    async () => {
+      const res = await fetch(`${fleet.routerUrl}/v1/models/${encodeURIComponent(name)}`).catch(() => undefined);
+      await res?.body?.cancel();
+      return res?.ok ? true : undefined;
+    },
+    30_000,
+  );
+}
+
 /** The deployment's view once `count` of its replicas are Ready (within 90 s). */
 export function replicasReady(fleet: NetFleet, name: string, count: number): Promise<DeploymentView> {
   return eventually(
