@@ -4,7 +4,7 @@
 // types on our queue with whatever it likes to carry. The MAC is the control worker's
 // (activities/carried-state.ts), run as a local activity: one marker event each side of a
 // continue-as-new, and the state itself is never written to the history twice.
-import { log, proxyLocalActivities, workflowInfo } from '@temporalio/workflow';
+import { allHandlersFinished, condition, log, proxyLocalActivities, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/index.js';
 import type { SealBinding } from '../common/carried-seal.js';
 
@@ -30,14 +30,17 @@ function binding(runId: string): SealBinding {
 
 /**
  * The next run's input, as `build` makes it, sealed for it. A handler may change the state while
- * the seal is made: then it is made again, so what is sealed is what is carried, all of it.
+ * the seal is made: then it is made again, so what is sealed is what is carried, all of it. One
+ * that began meanwhile and still waits (a registration being verified) is let finish first:
+ * the continue-as-new that follows would cut it off, and what it was told would be lost.
  */
 export async function sealForNextRun<T extends SealedInput>(build: () => T): Promise<T> {
   for (;;) {
+    await condition(allHandlersFinished);
     const text = JSON.stringify(build());
     const { seal: _previous, ...rest } = JSON.parse(text) as T;
     const seal = await localSeal().sealCarriedState({ binding: binding(workflowInfo().runId), input: rest });
-    if (JSON.stringify(build()) === text) return (seal ? { ...rest, seal } : rest) as T;
+    if (allHandlersFinished() && JSON.stringify(build()) === text) return (seal ? { ...rest, seal } : rest) as T;
   }
 }
 

@@ -4,7 +4,9 @@
 // into `routes` (the table with that replica's old signed route). Neither forgery yields a
 // signed route: the replica run ends, refused, and the routes run rebuilds its table from the
 // replicas themselves. And a replica of ours whose run refuses what it was handed is rebuilt by
-// reconciliation around its engine, which never stops.
+// reconciliation around its engine, which never stops. A forged hand-over into `node` (another
+// address, the GPUs a live engine holds freed) is never shown: the node starts from nothing and
+// gets its agent's signed registration, and the engine's allocation, back.
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NativeConnection, Worker } from '@temporalio/worker';
@@ -13,6 +15,8 @@ import { llmgwDataConverter } from '../../temporal/connection.js';
 import { ROUTES_WORKFLOW_ID, routesQuery, type RouteEntry } from '../../workflows/routes/definitions.js';
 import { replicaStatusQuery } from '../../workflows/definitions.js';
 import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
+import type { NodeView } from '../../common/node-types.js';
+import type { NodeState } from '../../workflows/node/state.js';
 import type { ForgeInput } from '../workflows/forge-carried.js';
 import { eventually, runLlmgw, sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
@@ -20,6 +24,7 @@ import {
   actionOfAnyRun,
   deploy,
   env,
+  nodeView,
   port,
   reconcile,
   routed,
@@ -58,10 +63,10 @@ function signedRoutes(routes: RouteEntry[]): string[] {
   return routes.filter((r) => r.signature && (r.phase === 'Ready' || r.phase === 'Unknown')).map((r) => `${r.replicaId} ${r.endpoint}`);
 }
 
-async function startInput(client: Client, workflowId: string): Promise<ReplicaInput> {
+async function startInput<T = ReplicaInput>(client: Client, workflowId: string): Promise<T> {
   const history = await client.workflow.getHandle(workflowId).fetchHistory();
   const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
-  return JSON.parse(Buffer.from(payload!.data!).toString('utf8')) as ReplicaInput;
+  return JSON.parse(Buffer.from(payload!.data!).toString('utf8')) as T;
 }
 
 /** Deploys one replica of `life`, notes its state, ticket and signed route, and scales it to zero. */
@@ -230,5 +235,68 @@ describe('carried state', () => {
       }),
     );
     expect(view.shards[0]!.pid).toBe(leader.pid);
+  });
+
+  it("a forged hand-over into node (another address, a live engine's GPUs freed) is never shown, and the agent registers again", async () => {
+    const shard = (await status(keep)).replicas[0]!.shards[0]!;
+    const nodeId = shard.nodeId;
+    const workflowId = `node/${nodeId}`;
+    const genuine = await nodeView(nodeId);
+    const address = genuine.inventory!.managementAddress;
+    const forgedAddress = address === '127.0.0.2' ? '127.0.0.3' : '127.0.0.2';
+    const held = (v: NodeView): boolean =>
+      v.allocations.some((a) => a.shardId === shard.shardId && a.gpuIndices.join() === shard.gpuIndices.join());
+    expect(held(genuine)).toBe(true);
+    const carried: NodeState = {
+      nodeId,
+      phase: 'Ready',
+      reason: 'agent registered',
+      cordoned: false,
+      inventory: { ...genuine.inventory!, managementAddress: forgedAddress },
+      allocations: [],
+      lastRegisteredAt: genuine.lastRegisteredAt,
+      notReadySince: undefined,
+      registrations: genuine.registrations,
+      waiters: [],
+      released: [],
+      enrolled: true,
+      // Every genuine registration from now on would look like a replay.
+      lastSignedAt: '9999-01-01T00:00:00.000Z',
+    };
+    const input = await withClient((client) => startInput<Record<string, unknown>>(client, workflowId));
+    const forged: ForgeInput = { workflowType: 'node', taskQueue: 'llmgw', input: { ...input, carried } };
+    const forgedAt = Date.now();
+    await withClient((client) =>
+      client.workflow.start('forgeCarried', {
+        taskQueue: attackerQueue,
+        workflowId,
+        workflowIdConflictPolicy: 'TERMINATE_EXISTING',
+        args: [forged],
+      }),
+    );
+    await eventually('the node workflow running our own code again', () =>
+      withClient(async (client) => ((await client.workflow.getHandle(workflowId).describe()).type === 'node' ? true : undefined)),
+    );
+    const isBack = (v: NodeView): boolean =>
+      v.phase === 'Ready' && v.enrolled === true && v.inventory?.managementAddress === address && held(v);
+    // What placement, the ticket signer and the route signer read: never the forged address, and
+    // never a schedulable node that shows the engine's GPUs free.
+    const shown: string[] = [];
+    let backAfterMs: number | undefined;
+    for (let i = 0; i < 20; i++) {
+      const view = await nodeView(nodeId).catch(() => undefined);
+      if (view?.inventory?.managementAddress === forgedAddress) shown.push(`address ${forgedAddress}`);
+      if (view?.phase === 'Ready' && view.enrolled && !held(view)) shown.push(`GPUs ${shard.gpuIndices.join(',')} free`);
+      if (view && backAfterMs === undefined && isBack(view)) backAfterMs = Date.now() - forgedAt;
+      await sleep(500);
+    }
+    expect(shown).toEqual([]);
+    // The refused run asked its agent to register: back within the window, not at a watchdog's leisure.
+    expect(backAfterMs, 'the agent registered again within 10 s').toBeLessThan(10_000);
+    console.log(`node back at the agent's address with the engine's allocation ${backAfterMs} ms after the forged hand-over`);
+    const back = await nodeView(nodeId);
+    expect(back.allocations.filter((a) => a.gpuIndices.some((g) => shard.gpuIndices.includes(g)))).toHaveLength(1);
+    expect(await routed(keep)).toBe(true);
+    expect((await status(keep)).phase).toBe('Ready');
   });
 });

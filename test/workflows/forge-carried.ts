@@ -5,7 +5,7 @@
 import { makeContinueAsNewFunc } from '@temporalio/workflow';
 
 export interface ForgeInput {
-  workflowType: 'replica' | 'routes';
+  workflowType: 'replica' | 'routes' | 'node';
   taskQueue: string;
   /** The input the continued run receives, `carried` (and anything else) included. */
   input: unknown;

@@ -2,7 +2,7 @@
 // liveness sweep tell it (registration, running shards, held weights, silence), and the GPU
 // Updates placement, replicas and operators send (reserve, release, claim, cordon, clear).
 // Workflow side; the rules they apply live in state.ts, the loops they wake in watchers.ts.
-import { log, setHandler } from '@temporalio/workflow';
+import { condition, log, setHandler } from '@temporalio/workflow';
 import {
   agentHeardSignal,
   agentSilentSignal,
@@ -90,9 +90,12 @@ function heard(ctx: NodeContext): void {
 /** The Updates that move GPUs between free, reserved and claimed, and the node's view. */
 export function registerGpuHandlers(ctx: NodeContext): void {
   const { state } = ctx;
+  // Until a carried state's seal is checked (workflows/carried.ts) nothing reads or changes it:
+  // an Update waits (inline, so an opened run answers in the same step as before), the view throws.
   setHandler(
     reserveUpdate,
-    (request) => {
+    async (request) => {
+      if (!ctx.opened) await condition(() => ctx.opened);
       const result = reserve(state, request, now());
       if (result.ok) ctx.publish();
       return result;
@@ -106,35 +109,46 @@ export function registerGpuHandlers(ctx: NodeContext): void {
     },
   );
   // Waiting replicas are woken by the releaseGpus activity that sent this Update.
-  setHandler(releaseUpdate, (request) => {
+  setHandler(releaseUpdate, async (request) => {
+    if (!ctx.opened) await condition(() => ctx.opened);
     const released = release(state, request.shardId);
     if (released) ctx.publish();
     return released;
   });
-  setHandler(claimUpdate, (request) => {
+  setHandler(claimUpdate, async (request) => {
+    if (!ctx.opened) await condition(() => ctx.opened);
     const result = claim(state, request, now());
     if (result.ok) ctx.publish();
     return result;
   });
-  setHandler(cordonUpdate, ({ reason }) => {
+  setHandler(cordonUpdate, async ({ reason }) => {
+    if (!ctx.opened) await condition(() => ctx.opened);
     state.cordoned = true;
     state.reason = reason ? `cordoned: ${reason}` : 'cordoned';
     ctx.publish();
     return viewOf(state);
   });
-  setHandler(clearGpuUpdate, ({ gpuIndex }) => clearGpu(state.nodeId, gpuIndex));
-  setHandler(uncordonUpdate, () => {
+  setHandler(clearGpuUpdate, async ({ gpuIndex }) => {
+    if (!ctx.opened) await condition(() => ctx.opened);
+    return clearGpu(state.nodeId, gpuIndex);
+  });
+  setHandler(uncordonUpdate, async () => {
+    if (!ctx.opened) await condition(() => ctx.opened);
     state.cordoned = false;
     state.reason = 'uncordoned';
     ctx.publish();
     ctx.wakeWanted = true;
     return viewOf(state);
   });
-  setHandler(reconcileAllocationsUpdate, (request) => {
+  setHandler(reconcileAllocationsUpdate, async (request) => {
+    if (!ctx.opened) await condition(() => ctx.opened);
     const result = reconcileAllocations(state, request, now());
     if (result.claimed.length || result.released.length) ctx.publish();
     for (const conflict of result.conflicts) log.warn(conflict, { nodeId: state.nodeId });
     return result;
   });
-  setHandler(describeNodeQuery, () => viewOf(state));
+  setHandler(describeNodeQuery, () => {
+    if (!ctx.opened) throw new Error(`node ${state.nodeId} has not verified the state it was handed yet`);
+    return viewOf(state);
+  });
 }

@@ -39,8 +39,15 @@ export interface NodeContext {
    * continue-as-new; the presence activity remains the backstop.
    */
   silenceClaimed?: number;
-  /** The run is parked for an upgrade: it issues no commands (workflows/upgrade.ts). */
+  /**
+   * The run is parked for an upgrade, or its carried state is not checked yet: it issues no
+   * commands (workflows/upgrade.ts) and acts on no registration.
+   */
   parked?: boolean;
+  /** Whether `state` is this run's to act on: false while a carried state's seal is unchecked (workflows/carried.ts). */
+  opened: boolean;
+  /** This run refused the state it was handed: its first presence asks the agent to register at once. */
+  askToRegister?: boolean;
   /** The latest registration applied unenrolled, for an enrollment that comes next (enrollment.ts). */
   heldRegistration?: HeldRegistration;
   /** The refusals of registrations this run logged (each once). */
@@ -122,7 +129,9 @@ async function watchPresence(ctx: NodeContext): Promise<void> {
   // A run continued from a Ready node needs no new registration for its first presence.
   let register = !(ctx.continued && state.phase === 'Ready');
   for (;;) {
-    if (ctx.registerSeq === 0 && state.phase === 'Registering') await condition(() => ctx.registerSeq > 0);
+    // A fresh node waits for the registration that started it; one that refused its carried
+    // state has none coming unless it asks: a presence activity makes the agent register.
+    if (ctx.registerSeq === 0 && state.phase === 'Registering' && !ctx.askToRegister) await condition(() => ctx.registerSeq > 0);
     const seqAtStart = ctx.registerSeq;
     const heartbeatSeconds = state.settings!.presenceHeartbeatSeconds;
     // No agent picking it up, or an agent that stops heartbeating, fails it within one
