@@ -32,15 +32,18 @@ function binding(runId: string): SealBinding {
  * The next run's input, as `build` makes it, sealed for it. A handler may change the state while
  * the seal is made: then it is made again, so what is sealed is what is carried, all of it. One
  * that began meanwhile and still waits (a registration being verified) is let finish first:
- * the continue-as-new that follows would cut it off, and what it was told would be lost.
+ * the continue-as-new that follows would cut it off, and what it was told would be lost. So is
+ * whatever `sent` says is still on its way: a signal to another workflow that this run has not
+ * seen delivered is dropped by the server once the run has continued as new.
  */
-export async function sealForNextRun<T extends SealedInput>(build: () => T): Promise<T> {
+export async function sealForNextRun<T extends SealedInput>(build: () => T, sent: () => boolean = () => true): Promise<T> {
+  const settled = (): boolean => allHandlersFinished() && sent();
   for (;;) {
-    await condition(allHandlersFinished);
+    await condition(settled);
     const text = JSON.stringify(build());
     const { seal: _previous, ...rest } = JSON.parse(text) as T;
     const seal = await localSeal().sealCarriedState({ binding: binding(workflowInfo().runId), input: rest });
-    if (allHandlersFinished() && JSON.stringify(build()) === text) return (seal ? { ...rest, seal } : rest) as T;
+    if (settled() && JSON.stringify(build()) === text) return (seal ? { ...rest, seal } : rest) as T;
   }
 }
 

@@ -4,11 +4,12 @@
 import type { SearchAttributeUpdatePair } from '@temporalio/common';
 import { autoscalePolicy } from '../../common/autoscale.js';
 import { notifyDeploymentChanged } from '../routes/notify.js';
+import type { SignalsInFlight } from '../signals-in-flight.js';
 import { SA } from '../../common/search-attributes.js';
 import { createPublication } from '../publish.js';
 import { deploymentDetails, deploymentPhase, deploymentView, type DeploymentState } from './state.js';
 
-export function createDeploymentPublisher(deployment: DeploymentState): () => void {
+export function createDeploymentPublisher(deployment: DeploymentState, routesInFlight: SignalsInFlight): () => void {
   const shown = createPublication();
   let published = '';
   return () => {
@@ -23,7 +24,7 @@ export function createDeploymentPublisher(deployment: DeploymentState): () => vo
       desired: deployment.desired,
       ...(deployment.autoscale ? { autoscale: autoscalePolicy(deployment.autoscale) } : {}),
     };
-    if (shown.due('routes', JSON.stringify(entry))) notifyDeploymentChanged(entry);
+    if (shown.due('routes', JSON.stringify(entry))) notifyDeploymentChanged(entry, routesInFlight);
     const view = deploymentView(deployment);
     const key = JSON.stringify([
       view.phase,

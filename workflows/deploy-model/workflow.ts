@@ -9,6 +9,7 @@ import { allHandlersFinished, condition } from '@temporalio/workflow';
 import type { DeployModelInput, DeploymentView } from '../../common/replica-types.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import { refusedCarried, sealForNextRun } from '../carried.js';
+import { signalsInFlight } from '../signals-in-flight.js';
 import { handOverDue as handOverDueFor } from '../toolkit.js';
 import { createDeploymentContext, registerDeploymentHandlers } from './handlers.js';
 import { createDeploymentPublisher } from './publish.js';
@@ -30,7 +31,9 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
   if (input.carried !== undefined && (await refusedCarried(rawInput)) === undefined) ctx.state = input.carried as DeploymentState;
   const deployment = await resolveOrResume(ctx, input, name);
 
-  const publish = createDeploymentPublisher(deployment);
+  // What the routes workflow was told goes out before this run ends or hands over (routes/notify.ts).
+  const routesInFlight = signalsInFlight();
+  const publish = createDeploymentPublisher(deployment, routesInFlight);
   const handOverDue = handOverDueFor(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT);
   const records = { routedAsked: {}, prefetches: {} };
   for (;;) {
@@ -40,11 +43,11 @@ export async function deployModel(rawInput: DeployModelInput): Promise<Deploymen
     if (deployment.undeploying && !activeReplicas(deployment).length) break;
     if (handOverDue() && !ctx.dirty) {
       await condition(allHandlersFinished);
-      const next = await sealForNextRun(() => ({ ...input, carried: deployment, upgrading: upgrade.requested() }));
+      const next = await sealForNextRun(() => ({ ...input, carried: deployment, upgrading: upgrade.requested() }), routesInFlight.allSent);
       await continueAsNewWith<typeof deployModel>(next.upgrading)(next);
     }
     await condition(() => ctx.dirty || handOverDue(), waitMs);
   }
-  await condition(allHandlersFinished);
+  await condition(() => allHandlersFinished() && routesInFlight.allSent());
   return deploymentView(deployment);
 }

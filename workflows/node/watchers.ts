@@ -16,6 +16,7 @@ import {
 import type { ControlActivities } from '../../activities/index.js';
 import type { NodeStatusSignal } from '../../common/node-types.js';
 import { nodeStatusSignal } from '../definitions.js';
+import type { SignalsInFlight } from '../signals-in-flight.js';
 import type { reconcileNode } from '../reconcile/workflow.js';
 import { freeGpus, lostHeldBecause, type NodeState } from './state.js';
 import { agentActivities, controlActivities } from '../toolkit.js';
@@ -32,6 +33,11 @@ export interface NodeContext {
   wakeWanted: boolean;
   publish(): void;
   tellReplicas?: () => void;
+  /**
+   * Tells not yet sent. The run waits for them before it continues as new (signals-in-flight.ts):
+   * a replica never told its node is back stays Unknown.
+   */
+  tellsInFlight: SignalsInFlight;
   markNotReady?: (reason: string) => void;
   /**
    * A silence the liveness sweep reported although the agent registered more recently (its
@@ -67,9 +73,7 @@ export function addNodeActions(ctx: NodeContext): void {
   ctx.tellReplicas = () => {
     const status: NodeStatusSignal = { nodeId: state.nodeId, phase: state.phase, reason: state.reason, at: now() };
     for (const replicaId of new Set(state.allocations.map((allocation) => allocation.replicaId))) {
-      void getExternalWorkflowHandle(replicaId)
-        .signal(nodeStatusSignal, status)
-        .catch(() => undefined);
+      ctx.tellsInFlight.track(getExternalWorkflowHandle(replicaId).signal(nodeStatusSignal, status));
     }
   };
   ctx.markNotReady = (reason) => {

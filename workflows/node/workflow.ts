@@ -9,6 +9,7 @@ import { allHandlersFinished, CancellationScope, condition, workflowInfo } from 
 import { DEFAULT_LOST_GRACE_SECONDS, type AgentSettings } from '../../common/node-types.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import { refusedCarried, sealForNextRun, type SealedInput } from '../carried.js';
+import { signalsInFlight } from '../signals-in-flight.js';
 import { handOverDue as handOverDueFor } from '../toolkit.js';
 import { registerAgentHandlers, registerGpuHandlers } from './handlers.js';
 import { createNodeOutbox } from './publish.js';
@@ -59,6 +60,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
     publish: outbox.publish,
     parked: held,
     opened: carried === undefined,
+    tellsInFlight: signalsInFlight(),
   };
   // Every handler before the first await: a signal delivered with the run's first task runs
   // its handler before any loop starts.
@@ -87,7 +89,7 @@ export async function node(input: NodeWorkflowInput): Promise<void> {
   scope.cancel();
   await watchers.catch(() => undefined);
   await condition(allHandlersFinished);
-  const next = await sealForNextRun(() => ({ ...input, carried: state, upgrading: upgrade.requested() }));
+  const next = await sealForNextRun(() => ({ ...input, carried: state, upgrading: upgrade.requested() }), ctx.tellsInFlight.allSent);
   await continueAsNewWith<typeof node>(next.upgrading === true)(next);
 }
 

@@ -22,6 +22,7 @@ import { replicaStatusSignal } from '../definitions.js';
 import { replicaDetails } from './details.js';
 import { createPublication } from '../publish.js';
 import { notifyRouteChanged } from '../routes/notify.js';
+import type { SignalsInFlight } from '../signals-in-flight.js';
 import { endpointOf, replicaView, type ReplicaState } from './state.js';
 import type { Next } from './steps.js';
 
@@ -59,6 +60,7 @@ export function createPublisher(
   state: ReplicaState,
   now: () => string,
   alreadyPublished: boolean,
+  routesInFlight: SignalsInFlight,
 ): ReplicaContext['setPhase'] {
   const profile = input.profile;
   // A phase and reason that did not change publish nothing, not even a log line.
@@ -112,7 +114,7 @@ export function createPublisher(
     shown.attributes(attributesOf());
     shown.details(replicaDetails(replicaId, profile, state));
     // Routers learn routes from the routes workflow (workflows/routes/), told of what they act on.
-    if (shown.due('routes', routeKeyOf())) notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) });
+    if (shown.due('routes', routeKeyOf())) notifyRouteChanged({ ...route, revision: revisionOfSnapshot(profile) }, routesInFlight);
     if (!shown.due('deployment', toldKeyOf())) return;
     try {
       await getExternalWorkflowHandle(input.deploymentWorkflowId).signal(

@@ -10,6 +10,7 @@ import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
 import { capacityChangedSignal, nodeStatusSignal, replicaStatusQuery, shardTransitionSignal, stopReplicaSignal } from '../definitions.js';
 import { continueAsNewWith, watchUpgrades } from '../upgrade.js';
 import { refusedCarried, sealForNextRun } from '../carried.js';
+import { signalsInFlight } from '../signals-in-flight.js';
 import { createPublisher, type ReplicaContext, type ReplicaEvent } from './context.js';
 import { ReplicaInputSchema } from './input.js';
 import { describeIssues, handOverDue } from '../toolkit.js';
@@ -61,6 +62,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     return replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile));
   });
   const upgrade = watchUpgrades();
+  const routesInFlight = signalsInFlight();
 
   const ctx: ReplicaContext = {
     input,
@@ -73,11 +75,14 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     handOverDue: handOverDue(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT),
     async handOver(resume) {
       await condition(allHandlersFinished);
-      const next = await sealForNextRun(() => ({ ...input, carried: { ...state, resume }, upgrading: upgrade.requested() }));
+      const next = await sealForNextRun(
+        () => ({ ...input, carried: { ...state, resume }, upgrading: upgrade.requested() }),
+        routesInFlight.allSent,
+      );
       return continueAsNewWith<typeof replica>(next.upgrading)(next);
     },
     // A continued run starts with the memo and search attributes its predecessor wrote.
-    setPhase: createPublisher(input, replicaId, state, now, carried && info.memo?.route !== undefined),
+    setPhase: createPublisher(input, replicaId, state, now, carried && info.memo?.route !== undefined, routesInFlight),
     view: () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)),
   };
   await upgrade.park(input.upgrading);
@@ -97,5 +102,10 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
   if (carried) void ctx.setPhase(state.phase, state.reason);
   const first = firstStep(state, { carried, adopting: Boolean(input.adopt?.length) });
   state.resume = undefined;
-  return runSteps(ctx, first);
+  try {
+    return await runSteps(ctx, first);
+  } finally {
+    // A Stopped or Failed route not yet told to the routes workflow would be dropped with this run.
+    await condition(routesInFlight.allSent);
+  }
 }
