@@ -7,11 +7,9 @@
 import { createHash } from 'node:crypto';
 import { toBinary } from '@bufbuild/protobuf';
 import { RegisterSchema, type Register } from '../proto/gen/llmgw/v1/register_pb.js';
-import { parseKeyLine, type CatalogKeyring } from './catalog-key.js';
+import type { CatalogKeyring } from './catalog-key.js';
 import type { HeldWeights } from './node-types.js';
-import { signStatement, verifyStatement } from './signature.js';
-
-const DOMAIN = 'llmgw agent report v1';
+import { fieldMismatches, openingProblem, openStatement, signedStatement, windowProblems, type StatementForm } from './signed-statement.js';
 
 /** A shard report is acted on by the run that asked within seconds; after this it is an old one replayed. */
 export const SHARD_REPORT_TTL_MS = 10 * 60_000;
@@ -32,11 +30,10 @@ export interface ReportHeader {
   digest: string;
 }
 
-const FIELDS: (keyof ReportHeader)[] = ['kind', 'nodeId', 'workflowId', 'runId', 'signedAt', 'expiresAt', 'digest'];
-
-function canonical(header: ReportHeader): string {
-  return JSON.stringify(FIELDS.map((field) => [field, header[field]]));
-}
+const FORM: StatementForm<ReportHeader> = {
+  domain: 'llmgw agent report v1',
+  fields: ['kind', 'nodeId', 'workflowId', 'runId', 'signedAt', 'expiresAt', 'digest'],
+};
 
 const sha256 = (bytes: Uint8Array | string): string => createHash('sha256').update(bytes).digest('base64url');
 
@@ -52,23 +49,7 @@ export function weightsDigest(weights: HeldWeights[]): string {
 }
 
 export function signReport(header: ReportHeader, agentKey: CatalogKeyring): string {
-  const body = Buffer.from(canonical(header), 'utf8').toString('base64url');
-  return `${body}.${signStatement(DOMAIN, canonical(header), agentKey)}`;
-}
-
-function parse(body: string): ReportHeader | undefined {
-  try {
-    const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
-    if (!Array.isArray(pairs) || pairs.length !== FIELDS.length) return undefined;
-    const out: Record<string, unknown> = {};
-    for (const [index, pair] of pairs.entries()) {
-      if (!Array.isArray(pair) || pair[0] !== FIELDS[index]) return undefined;
-      out[FIELDS[index]!] = pair[1];
-    }
-    return out as unknown as ReportHeader;
-  } catch {
-    return undefined;
-  }
+  return signedStatement(FORM, header, agentKey);
 }
 
 /** What the verifier expects a report's header to say; `notBefore`: a genuine one is signed after it. */
@@ -85,30 +66,21 @@ export interface ExpectedReport {
 /** Why `text` is not node `expected.nodeId`'s agent's word for this report under `agentKey`, or undefined when it is. */
 export function reportProblem(text: string | undefined, agentKey: string, expected: ExpectedReport): string | undefined {
   if (!text) return `it is unsigned (an agent older than signed reports, or not node ${expected.nodeId}'s agent at all)`;
-  const dot = text.indexOf('.');
-  const said = dot > 0 ? parse(text.slice(0, dot)) : undefined;
-  if (!said) return 'its signature is malformed';
-  let key;
-  try {
-    key = parseKeyLine(agentKey, 'the enrolled agent key');
-  } catch (error) {
-    return (error as Error).message;
-  }
-  const verdict = verifyStatement(DOMAIN, canonical(said), text.slice(dot + 1), [key]);
-  if (!verdict.ok) return `its signature does not verify against node ${expected.nodeId}'s enrolled key (${verdict.why})`;
-  const problems: string[] = [];
-  for (const field of ['kind', 'nodeId', 'digest'] as const) {
-    if (said[field] !== expected[field])
-      problems.push(`it names ${field} ${JSON.stringify(said[field])}, not ${JSON.stringify(expected[field])}`);
-  }
+  const opened = openStatement(FORM, text, agentKey);
+  if (!opened.ok) return openingProblem(opened, 'its signature', `node ${expected.nodeId}'s enrolled key`);
+  const said = opened.statement;
+  const problems = fieldMismatches(said, expected, ['kind', 'nodeId', 'digest'], 'names');
   if (expected.callers && !expected.callers.some((c) => c.workflowId === said.workflowId && c.runId === said.runId))
     problems.push(`it was signed for ${said.workflowId || 'nobody'} run ${said.runId || '-'}, not this run (replayed)`);
-  if (!Number.isFinite(said.signedAt) || said.signedAt > expected.now + REPORT_CLOCK_SKEW_MS)
-    problems.push('it was signed in the future (the host clock is off)');
-  if (said.expiresAt !== 0 && !(said.expiresAt > expected.now)) problems.push(`it expired at ${new Date(said.expiresAt).toISOString()}`);
-  if (expected.notBefore !== undefined && !(said.signedAt >= expected.notBefore))
-    problems.push(
-      `it was signed at ${new Date(said.signedAt).toISOString()}, before the agent's latest registration (an old one replayed)`,
-    );
+  const notBefore = expected.notBefore;
+  problems.push(
+    ...windowProblems(said.signedAt, {
+      now: expected.now,
+      clockSkewMs: REPORT_CLOCK_SKEW_MS,
+      expiresAt: said.expiresAt !== 0 ? said.expiresAt : undefined,
+      notBefore:
+        notBefore !== undefined ? { at: notBefore, earlier: "before the agent's latest registration (an old one replayed)" } : undefined,
+    }),
+  );
   return problems.length ? problems.join('; ') : undefined;
 }

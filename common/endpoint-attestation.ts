@@ -4,8 +4,15 @@
 // whose attestation verifies against the node's enrolled key (activities/endpoint-check.ts), so a
 // port altered between the agent and the route signer moves no traffic. Process side.
 import type { CatalogKeyring } from './catalog-key.js';
-import { parseKeyLine } from './catalog-key.js';
-import { signStatement, verifyStatement } from './signature.js';
+import {
+  fieldMismatches,
+  openingProblem,
+  openStatement,
+  readStatement,
+  signedStatement,
+  windowProblems,
+  type StatementForm,
+} from './signed-statement.js';
 
 const DOMAIN = 'llmgw endpoint attestation v1';
 /**
@@ -39,38 +46,17 @@ export interface EndpointAttestation {
   tlsFingerprint?: string;
 }
 
-const FIELDS = ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port', 'issuedAt'] as const;
-/** Signed after the others, and only when set: every attestation made before it still verifies. */
-const TLS_FIELD = 'tlsFingerprint';
-
-/** The signed bytes: every field, in one fixed order. */
-function canonical(attestation: EndpointAttestation): string {
-  const pairs: [string, unknown][] = FIELDS.map((field) => [field, attestation[field]]);
-  if (attestation.tlsFingerprint !== undefined) pairs.push([TLS_FIELD, attestation.tlsFingerprint]);
-  return JSON.stringify(pairs);
-}
+/** The signed fields, in one fixed order; the rendezvous attestation signs the same under its own domain. */
+const form = (domain: string): StatementForm<EndpointAttestation> => ({
+  domain,
+  fields: ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port', 'issuedAt'],
+  // Signed after the others, and only when set: every attestation made before it still verifies.
+  optional: ['tlsFingerprint'],
+});
 
 /** `<base64url JSON>.<signature>`: readable by anyone, made only with the agent's key. */
 export function signEndpointAttestation(attestation: EndpointAttestation, agentKey: CatalogKeyring, domain = DOMAIN): string {
-  const body = Buffer.from(canonical(attestation), 'utf8').toString('base64url');
-  return `${body}.${signStatement(domain, canonical(attestation), agentKey)}`;
-}
-
-function parse(body: string): EndpointAttestation | undefined {
-  try {
-    const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
-    if (!Array.isArray(pairs) || (pairs.length !== FIELDS.length && pairs.length !== FIELDS.length + 1)) return undefined;
-    const names: readonly string[] = [...FIELDS, TLS_FIELD];
-    const out: Record<string, unknown> = {};
-    for (const [index, pair] of pairs.entries()) {
-      if (!Array.isArray(pair) || pair[0] !== names[index]) return undefined;
-      out[names[index]!] = pair[1];
-    }
-    if (out[TLS_FIELD] !== undefined && typeof out[TLS_FIELD] !== 'string') return undefined;
-    return out as unknown as EndpointAttestation;
-  } catch {
-    return undefined;
-  }
+  return signedStatement(form(domain), attestation, agentKey);
 }
 
 /**
@@ -93,27 +79,18 @@ export function endpointAttestationProblem(
 ): string | undefined {
   if (!text)
     return `no endpoint attestation from node ${expected.nodeId}'s agent (an agent older than this check, or not its agent at all)`;
-  const dot = text.indexOf('.');
-  const said = dot > 0 ? parse(text.slice(0, dot)) : undefined;
-  if (!said) return 'its endpoint attestation is malformed';
-  let key;
-  try {
-    key = parseKeyLine(agentKey, 'the enrolled agent key');
-  } catch (error) {
-    return (error as Error).message;
-  }
-  const verdict = verifyStatement(domain, canonical(said), text.slice(dot + 1), [key]);
-  if (!verdict.ok) return `its endpoint attestation does not verify against node ${expected.nodeId}'s enrolled key (${verdict.why})`;
-  const problems: string[] = [];
-  for (const field of ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port'] as const) {
-    const wanted = (expected as Partial<AttestedEndpoint>)[field];
-    if (wanted === undefined) continue;
-    if (said[field] !== wanted) problems.push(`it attests ${field} ${JSON.stringify(said[field])}, not ${JSON.stringify(wanted)}`);
-  }
-  if (!(said.issuedAt >= expected.ticketIssuedAt - ATTESTATION_CLOCK_SKEW_MS))
-    problems.push(
-      `it was signed at ${Number.isFinite(said.issuedAt) ? new Date(said.issuedAt).toISOString() : String(said.issuedAt)}, before its placement ticket was last renewed (an earlier engine's)`,
-    );
+  const opened = openStatement(form(domain), text, agentKey);
+  if (!opened.ok) return openingProblem(opened, 'its endpoint attestation', `node ${expected.nodeId}'s enrolled key`);
+  const said = opened.statement;
+  const problems = [
+    ...fieldMismatches(said, expected, ['nodeId', 'replicaId', 'chain', 'shardId', 'address', 'port'], 'attests'),
+    ...windowProblems(said.issuedAt, {
+      notBefore: {
+        at: expected.ticketIssuedAt - ATTESTATION_CLOCK_SKEW_MS,
+        earlier: "before its placement ticket was last renewed (an earlier engine's)",
+      },
+    }),
+  ];
   return problems.length ? `its endpoint attestation ${problems.join('; ')}` : undefined;
 }
 
@@ -122,6 +99,5 @@ export function endpointAttestationProblem(
  * an attestation endpointAttestationProblem accepted: unverified, it is anyone's word.
  */
 export function attestedTlsFingerprint(text: string): string | undefined {
-  const dot = text.indexOf('.');
-  return dot > 0 ? parse(text.slice(0, dot))?.tlsFingerprint : undefined;
+  return readStatement(form(DOMAIN), text)?.tlsFingerprint;
 }

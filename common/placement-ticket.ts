@@ -6,10 +6,8 @@
 // Process side.
 import type { StartShard } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type { CatalogKey, CatalogKeyring } from './catalog-key.js';
-import { signStatement, verifyStatement, type SignatureVerdict } from './signature.js';
+import { openStatement, readStatement, signedStatement, type OpenedStatement, type StatementForm } from './signed-statement.js';
 import { endpointAttestationProblem, RENDEZVOUS_DOMAIN } from './endpoint-attestation.js';
-
-const DOMAIN = 'llmgw placement v1';
 
 export interface PlacementTicket {
   /** The replica workflow the shard belongs to: the only workflow whose startShard may carry it. */
@@ -61,71 +59,55 @@ export interface PlacementTicket {
   leaderKey?: string;
 }
 
-/** Signed after FIELDS, in this order, each only when set. */
-const OPTIONAL: ('keyChain' | 'leaderKey')[] = ['keyChain', 'leaderKey'];
+/** The signed fields, in one fixed order; keyChain and leaderKey after them, each only when set. */
+const FORM: StatementForm<PlacementTicket> = {
+  domain: 'llmgw placement v1',
+  fields: [
+    'replicaId',
+    'placedByRun',
+    'chain',
+    'issuedAt',
+    'shardId',
+    'nodeId',
+    'rank',
+    'nnodes',
+    'gpus',
+    'hcas',
+    'httpPort',
+    'leaderAddress',
+    'leaderNode',
+    'revision',
+    'address',
+    'deployment',
+    'servedName',
+    'peers',
+  ],
+  optional: ['keyChain', 'leaderKey'],
+};
 
-const FIELDS: (keyof PlacementTicket)[] = [
-  'replicaId',
-  'placedByRun',
-  'chain',
-  'issuedAt',
-  'shardId',
-  'nodeId',
-  'rank',
-  'nnodes',
-  'gpus',
-  'hcas',
-  'httpPort',
-  'leaderAddress',
-  'leaderNode',
-  'revision',
-  'address',
-  'deployment',
-  'servedName',
-  'peers',
-];
-
-/** The signed bytes: every field, in one fixed order; keyChain last and only when set. */
-function canonical(ticket: PlacementTicket): string {
-  const pairs: [string, unknown][] = FIELDS.map((field) => [field, ticket[field]]);
-  for (const field of OPTIONAL) if (ticket[field]) pairs.push([field, ticket[field]]);
-  return JSON.stringify(pairs);
-}
+/**
+ * The optional fields are signed only when non-empty, as they always were: '' is not set, so a
+ * ticket signed with `keyChain: ''` is the same bytes as one without.
+ */
+const withoutEmpty = (ticket: PlacementTicket): PlacementTicket => ({
+  ...ticket,
+  keyChain: ticket.keyChain || undefined,
+  leaderKey: ticket.leaderKey || undefined,
+});
 
 /** `<base64url JSON>.<signature>`: readable by anyone, made only by the control worker. */
 export function signPlacementTicket(ticket: PlacementTicket, keyring: CatalogKeyring): string {
-  const body = Buffer.from(canonical(ticket), 'utf8').toString('base64url');
-  return `${body}.${signStatement(DOMAIN, canonical(ticket), keyring)}`;
+  return signedStatement(FORM, withoutEmpty(ticket), keyring);
 }
 
 export type TicketVerdict = { ok: true; ticket: PlacementTicket; legacy: boolean } | { ok: false; why: string };
 
-function parse(body: string): PlacementTicket | undefined {
-  try {
-    const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
-    if (!Array.isArray(pairs) || pairs.length < FIELDS.length || pairs.length > FIELDS.length + OPTIONAL.length) return undefined;
-    const ticket: Record<string, unknown> = {};
-    let optional = 0;
-    for (const [index, pair] of pairs.entries()) {
-      if (!Array.isArray(pair)) return undefined;
-      if (index < FIELDS.length) {
-        if (pair[0] !== FIELDS[index]) return undefined;
-      } else {
-        // The optional fields keep their order; one left out is skipped.
-        while (optional < OPTIONAL.length && OPTIONAL[optional] !== pair[0]) optional++;
-        if (optional === OPTIONAL.length || typeof pair[1] !== 'string' || pair[1] === '') return undefined;
-        optional++;
-      }
-      ticket[pair[0] as string] = pair[1];
-    }
-    return ticket as unknown as PlacementTicket;
-  } catch {
-    return undefined;
-  }
-}
-
-function verdictWhy(verdict: Exclude<SignatureVerdict, { ok: true }>): string {
+function verdictWhy(verdict: Exclude<OpenedStatement<PlacementTicket>, { ok: true }>): string {
   switch (verdict.why) {
+    case 'unreadable':
+      return 'its placement ticket is malformed';
+    case 'bad-key':
+      return verdict.message;
     case 'unsigned':
       return 'its placement ticket is unsigned';
     case 'malformed':
@@ -146,18 +128,17 @@ function verdictWhy(verdict: Exclude<SignatureVerdict, { ok: true }>): string {
  * before it started the shard (the spec in its own state dir), e.g. to learn its peers.
  */
 export function readPlacementTicket(text: string): PlacementTicket | undefined {
-  const dot = text.indexOf('.');
-  return dot > 0 ? parse(text.slice(0, dot)) : undefined;
+  const ticket = readStatement(FORM, text);
+  // An optional field of '' is never signed (withoutEmpty), so a ticket naming one was not made here.
+  return ticket && ticket.keyChain !== '' && ticket.leaderKey !== '' ? ticket : undefined;
 }
 
 export function verifyPlacementTicket(text: string, keys: CatalogKey[]): TicketVerdict {
   if (text === '') return { ok: false, why: 'it carries no placement ticket (only placements the control worker made start here)' };
-  const dot = text.indexOf('.');
-  const ticket = dot > 0 ? parse(text.slice(0, dot)) : undefined;
-  if (!ticket) return { ok: false, why: 'its placement ticket is malformed' };
-  const verdict = verifyStatement(DOMAIN, canonical(ticket), text.slice(dot + 1), keys);
-  if (!verdict.ok) return { ok: false, why: verdictWhy(verdict) };
-  return { ok: true, ticket, legacy: verdict.legacy };
+  if (!readPlacementTicket(text)) return { ok: false, why: 'its placement ticket is malformed' };
+  const opened = openStatement(FORM, text, keys);
+  if (!opened.ok) return { ok: false, why: verdictWhy(opened) };
+  return { ok: true, ticket: opened.statement, legacy: opened.legacy };
 }
 
 /** A ticket older than this starts no new engine (a running one is adopted on its recorded ticket). */

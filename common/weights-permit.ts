@@ -4,9 +4,7 @@
 // (activities/weights-permits.ts), checked by the agent before it writes a byte
 // (agent/weights/fetch-check.ts). Process side.
 import type { CatalogKey, CatalogKeyring } from './catalog-key.js';
-import { signStatement, verifyStatement } from './signature.js';
-
-const DOMAIN = 'llmgw weights permit v1';
+import { openingProblem, openStatement, signedStatement, windowProblems, type StatementForm } from './signed-statement.js';
 
 /** How long a permit lets its host start (or resume) the fetch: a rerun of the prefetch signs anew. */
 export const WEIGHTS_PERMIT_TTL_MS = 60 * 60_000;
@@ -28,30 +26,14 @@ export interface WeightsPermit {
   expiresAt: number;
 }
 
-const FIELDS: (keyof WeightsPermit)[] = ['nodeId', 'revision', 'modelSource', 'issuedAt', 'expiresAt'];
-
-function canonical(permit: WeightsPermit): string {
-  return JSON.stringify(FIELDS.map((field) => [field, permit[field]]));
-}
+const FORM: StatementForm<WeightsPermit> = {
+  domain: 'llmgw weights permit v1',
+  fields: ['nodeId', 'revision', 'modelSource', 'issuedAt', 'expiresAt'],
+};
 
 /** `<base64url JSON>.<signature>`, like a placement ticket. */
 export function signWeightsPermit(permit: WeightsPermit, keyring: CatalogKeyring): string {
-  return `${Buffer.from(canonical(permit), 'utf8').toString('base64url')}.${signStatement(DOMAIN, canonical(permit), keyring)}`;
-}
-
-function parse(body: string): WeightsPermit | undefined {
-  try {
-    const pairs = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown;
-    if (!Array.isArray(pairs) || pairs.length !== FIELDS.length) return undefined;
-    const permit: Record<string, unknown> = {};
-    for (const [index, pair] of pairs.entries()) {
-      if (!Array.isArray(pair) || pair[0] !== FIELDS[index]) return undefined;
-      permit[FIELDS[index]!] = pair[1];
-    }
-    return permit as unknown as WeightsPermit;
-  } catch {
-    return undefined;
-  }
+  return signedStatement(FORM, permit, keyring);
 }
 
 /** Why `text` does not let `nodeId` fetch `modelSource` of the revision signed `revision` at `now`, or undefined when it does. */
@@ -60,14 +42,11 @@ export function weightsPermitRefusal(
   keys: CatalogKey[],
   want: { nodeId: string; revision: string; modelSource: string; now: number },
 ): string | undefined {
-  const dot = text.indexOf('.');
-  const permit = dot > 0 ? parse(text.slice(0, dot)) : undefined;
-  if (!permit) return 'its weights permit is malformed';
-  const verdict = verifyStatement(DOMAIN, canonical(permit), text.slice(dot + 1), keys);
-  if (!verdict.ok) return `its weights permit does not verify (${verdict.why})`;
+  const opened = openStatement(FORM, text, keys);
+  if (!opened.ok) return openingProblem(opened, 'its weights permit');
+  const permit = opened.statement;
   if (permit.nodeId !== want.nodeId) return `its weights permit is for node ${permit.nodeId}`;
   if (permit.revision !== want.revision) return 'its weights permit is for another revision';
   if (permit.modelSource !== want.modelSource) return `its weights permit is for ${permit.modelSource}`;
-  if (want.now >= permit.expiresAt) return `its weights permit expired at ${new Date(permit.expiresAt).toISOString()}`;
-  return undefined;
+  return windowProblems(permit.issuedAt, { now: want.now, expiresAt: permit.expiresAt }, 'its weights permit')[0];
 }

@@ -1,35 +1,20 @@
 // An agent's endpoint attestation, as the route signer checks it: it survives the trip through
 // Temporal's payloads (waitHealthy's ShardStatus), verifies only under the enrolled key, and binds
 // node, replica, run chain, shard, address and the exact port (common/endpoint-attestation.ts).
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { ShardStatusSchema, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { payloadConverter } from '../../common/payload-converter.js';
-import { AGENT_KEY_FILE, loadOrCreateAgentKey, type AgentIdentity } from '../../common/agent-identity.js';
 import {
   ATTESTATION_CLOCK_SKEW_MS,
   endpointAttestationProblem,
   signEndpointAttestation,
   type AttestedEndpoint,
-  type EndpointAttestation,
 } from '../../common/endpoint-attestation.js';
-
-const agent = (): AgentIdentity => loadOrCreateAgentKey(mkdtempSync(join(tmpdir(), 'llmgw-attest-')));
-const ring = (identity: AgentIdentity) => ({ file: AGENT_KEY_FILE, signing: identity.key, all: [identity.key] });
+import { agentRing as ring, chatAttestation, newAgent as agent } from '../helpers/signers.js';
 
 const now = Date.now();
-const said: EndpointAttestation = {
-  nodeId: 'gpu-5',
-  replicaId: 'replica/chat/3',
-  chain: 'run-first',
-  shardId: 'chat.3.r0.a1',
-  address: '10.0.0.5',
-  port: 30007,
-  issuedAt: now,
-};
+const said = chatAttestation(now);
 const expected: AttestedEndpoint = { ...said, ticketIssuedAt: now - 1_000 };
 
 describe('endpoint attestation', () => {

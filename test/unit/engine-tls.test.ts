@@ -5,28 +5,19 @@
 import { X509Certificate, createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:https';
-import { mkdtempSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { fetch as undiciFetch } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildEngineLaunch } from '../../agent/engines/index.js';
 import { probeHealth } from '../../agent/supervisor/watch/health.js';
-import { AGENT_KEY_FILE, loadOrCreateAgentKey } from '../../common/agent-identity.js';
-import { ensureCatalogKeyFile, readCatalogKeys } from '../../common/catalog-key.js';
-import {
-  attestedTlsFingerprint,
-  endpointAttestationProblem,
-  signEndpointAttestation,
-  type EndpointAttestation,
-} from '../../common/endpoint-attestation.js';
+import { attestedTlsFingerprint, endpointAttestationProblem, signEndpointAttestation } from '../../common/endpoint-attestation.js';
 import { pinnedDispatcher } from '../../common/engine-tls.js';
 import { signRoute, verifyRoute, type SignedRouteFields } from '../../common/route-signature.js';
 import { derInteger, issueEngineCertificate, type EngineCertificate } from '../../common/self-signed-cert.js';
 import { Engine } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { createUpstreamPool, DEFAULT_UPSTREAM } from '../../router/engines/upstream.js';
 import { ctx, expectInvalidSpec, shard } from '../helpers/engine-launch.js';
+import { agentRing, chatAttestation, newAgent, workerKey } from '../helpers/signers.js';
 
 const servers: Server[] = [];
 afterEach(async () => {
@@ -113,18 +104,10 @@ describe('pinning', () => {
 });
 
 describe('the pin, signed', () => {
-  const identity = loadOrCreateAgentKey(mkdtempSync(join(tmpdir(), 'llmgw-tls-attest-')));
-  const ring = { file: AGENT_KEY_FILE, signing: identity.key, all: [identity.key] };
+  const identity = newAgent();
+  const ring = agentRing(identity);
   const now = Date.now();
-  const said: EndpointAttestation = {
-    nodeId: 'gpu-5',
-    replicaId: 'replica/chat/3',
-    chain: 'run-first',
-    shardId: 'chat.3.r0.a1',
-    address: '10.0.0.5',
-    port: 30007,
-    issuedAt: now,
-  };
+  const said = chatAttestation(now);
   const expected = { ...said, ticketIssuedAt: now - 1000 };
   const pin = issueEngineCertificate('10.0.0.5').fingerprint;
 
@@ -150,9 +133,7 @@ describe('the pin, signed', () => {
   });
 
   it('is covered by the route signature; a route without one verifies as it did', () => {
-    const file = join(mkdtempSync(join(tmpdir(), 'llmgw-tls-route-')), 'catalog.key');
-    ensureCatalogKeyFile(file);
-    const keys = readCatalogKeys(file);
+    const { keys } = workerKey();
     const plain: SignedRouteFields = {
       replicaId: 'replica/chat/3',
       deployment: 'chat',

@@ -7,29 +7,22 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ensureCatalogKeyFile, newKeyPairLines, publicKeyFileOf, readCatalogKeys } from '../../common/catalog-key.js';
+import { newKeyPairLines, publicKeyFileOf, readCatalogKeys } from '../../common/catalog-key.js';
 import { autoscalePolicy } from '../../common/autoscale.js';
 import { signDeployment, signRoute } from '../../common/route-signature.js';
 import { parseRouterFlags } from '../../router/flags.js';
 import { buildModelRoutes, type DeploymentEntry } from '../../router/routes/table.js';
 import { VerifiedRouteSource } from '../../router/routes/verify.js';
 import type { RouteEntry, RouteSnapshot, RouteSource } from '../../router/routes/table.js';
+import { workerKey } from '../helpers/signers.js';
 
 function sourceOf(routes: RouteEntry[], deployments: DeploymentEntry[] = []): RouteSource {
   return { description: 'test', fetch: async (): Promise<RouteSnapshot> => ({ routes, deployments }), close: async () => undefined };
 }
 
-function workerKey(): { file: string; keys: ReturnType<typeof readCatalogKeys> } {
-  const file = join(mkdtempSync(join(tmpdir(), 'llmgw-route-sig-')), 'catalog.key');
-  ensureCatalogKeyFile(file);
-  return { file, keys: readCatalogKeys(file) };
-}
-
 describe('signed routes at the router', () => {
   it('installs signed routes only', async () => {
-    const file = join(mkdtempSync(join(tmpdir(), 'llmgw-route-sig-')), 'catalog.key');
-    ensureCatalogKeyFile(file);
-    const worker = readCatalogKeys(file);
+    const { file, keys: worker } = workerKey();
     const genuine: RouteEntry = {
       replicaId: 'replica/demo/1',
       deployment: 'demo',
