@@ -2,8 +2,9 @@
 // run a revision the catalog or the key file took away (activities/revision-liveness.ts), so that
 // reconciliation stops their engines and the replica ends saying why. Asked by inspectNode on
 // every reconcile, which the catalog notifier starts for each node when what the catalog allows
-// changes. A model or profile gone from the catalog is reconcile's own rule (plan.ts); here, a
-// revision the catalog revokes or whose key is gone. Nothing is asked of Temporal beyond what
+// changes or a key leaves the key file. A model or profile gone from the catalog is reconcile's
+// own rule (plan.ts); here, a revision the catalog revokes or whose key is gone, and a placement
+// made with a key that is gone. Nothing is asked of Temporal beyond what
 // reconcile asks already unless a replica is such a suspect.
 import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
