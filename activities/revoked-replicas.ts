@@ -2,13 +2,14 @@
 // run a revision the catalog or the key file took away (activities/revision-liveness.ts), so that
 // reconciliation stops their engines and the replica ends saying why. Asked by inspectNode on
 // every reconcile, which the catalog notifier starts for each node when what the catalog allows
-// changes. A model or profile gone from the catalog is reconcile's own rule (plan.ts); here, a
-// revision the catalog revokes or whose key is gone. Nothing is asked of Temporal beyond what
+// changes or a key leaves the key file. A model or profile gone from the catalog is reconcile's
+// own rule (plan.ts); here, a revision the catalog revokes or whose key is gone, and a placement
+// made with a key that is gone. Nothing is asked of Temporal beyond what
 // reconcile asks already unless a replica is such a suspect.
 import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import type { Catalog } from '../catalog/schema.js';
-import { readCatalogKeys } from '../common/catalog-key.js';
+import { readCatalogKeys, type CatalogKey } from '../common/catalog-key.js';
 import { verifyPlacementTicket } from '../common/placement-ticket.js';
 import type { ReplicaFacts } from '../common/reconcile-types.js';
 import type { DeploymentView } from '../common/replica-types.js';
@@ -43,8 +44,15 @@ export async function revokedReplicas(
     if (facts.replica !== 'running' || !view || view.phase === 'Draining' || view.phase === 'Stopped') continue;
     const leader = view.shards.find((s) => s.rank === 0) ?? view.shards[0];
     const verdict = verifyPlacementTicket(leader?.ticket ?? '', keys);
-    // No ticket yet (or one of 0.2.0): its next renewal is checked instead (placement-tickets.ts).
-    if (!verdict.ok || verdict.ticket.replicaId !== replicaId) continue;
+    if (!verdict.ok) {
+      // Placed with a key since taken out of the key file (a rotation's old key): the engine runs
+      // on a ticket nothing here vouches for any more, and that renews nothing, so it stops now.
+      // No ticket yet (or one of 0.2.0), or a malformed one: its next renewal is checked instead.
+      const gone = ticketKeyGone(leader?.ticket ?? '', keys);
+      if (gone) revoked[replicaId] = gone;
+      continue;
+    }
+    if (verdict.ticket.replicaId !== replicaId) continue;
     const { ticket } = verdict;
     // Only a suspect is checked against its deployment, so a fleet with nothing revoked pays nothing.
     const suspect =
@@ -64,4 +72,11 @@ export async function revokedReplicas(
     if (why) revoked[replicaId] = why;
   }
   return revoked;
+}
+
+/** Why a ticket signed with a key the file no longer holds is void, or undefined for any other ticket. */
+export function ticketKeyGone(ticket: string, keys: CatalogKey[]): string | undefined {
+  const keyId = /\.(v[12])\.([0-9a-f]{12})\.[A-Za-z0-9_-]+$/.exec(ticket)?.[2];
+  if (keyId === undefined || keys.some((k) => k.id === keyId)) return undefined;
+  return `it was placed with key ${keyId}, which is no longer in the control worker's key file`;
 }

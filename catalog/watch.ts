@@ -54,8 +54,8 @@ export function createCatalogSource(path: string, options: CatalogSourceOptions 
 }
 
 // Size and inode alongside the mtime catch two writes within one timestamp tick and a
-// file replaced by rename with a preserved mtime.
-function stampOf(path: string): string {
+// file replaced by rename with a preserved mtime. Also the catalog key file's (workers/key-file-watch.ts).
+export function stampOf(path: string): string {
   try {
     const stat = statSync(path);
     return `${stat.mtimeMs}:${stat.ctimeMs}:${stat.size}:${stat.ino}`;

@@ -8,11 +8,13 @@
 // A change to what the catalog allows at all (a model or profile gone, the `revoked` list) also
 // has the routes workflow resync, so routes of a revision no longer live are withdrawn now
 // (activities/revision-liveness.ts), not at their replica's next change, and has every node
-// reconciled, which stops the engines of such revisions (activities/revoked-replicas.ts).
+// reconciled, which stops the engines of such revisions (activities/revoked-replicas.ts). A key
+// gone from the worker's key file (key-file-watch.ts) revokes what it signed: the same, at once.
 import type { Client } from '@temporalio/client';
 import { CONTROL_TASK_QUEUE } from '../common/names.js';
 import type { ReconcileNodeInput } from '../common/reconcile-types.js';
 import type { CatalogSource } from '../catalog/watch.js';
+import type { KeyFileRemovals } from './key-file-watch.js';
 import { profileSnapshot } from '../catalog/lookup.js';
 import { everyWithoutOverlap } from '../common/every.js';
 import { revisionOf } from '../common/revision.js';
@@ -76,26 +78,32 @@ export function catalogAllows(catalog: CatalogSource): string {
 
 /**
  * Has the routes workflow sign its table again when what the catalog allows changed, or, at the
- * worker's start, when the catalog revokes anything (it may have while no worker watched); and
- * then, when it allows less, every node reconciled.
+ * worker's start, when the catalog revokes anything (it may have while no worker watched), or when
+ * keys left the key file; and then, when it allows less or a key went, every node reconciled.
+ * A catalog edit and a key removal seen on one tick make one round, not two.
  */
 async function withdrawRevoked(
   client: Client,
   catalog: CatalogSource,
   last: string | undefined,
+  keysGone: string[],
   log: (line: string) => void,
 ): Promise<string> {
   const allows = catalogAllows(catalog);
   const first = last === undefined;
-  if (first ? !catalog.get().revoked?.length : allows === last) return allows;
+  const catalogNews = first ? Boolean(catalog.get().revoked?.length) : allows !== last;
+  if (!catalogNews && keysGone.length === 0) return allows;
+  const why = keysGone.length
+    ? `key(s) ${keysGone.join(', ')} left the catalog key file: what they signed is revoked`
+    : 'what the catalog allows changed';
   // No routes workflow yet: the one that starts seeds its table through the same check.
   await client.workflow
     .getHandle(ROUTES_WORKFLOW_ID)
-    .signal(resyncRoutesSignal, { reason: 'what the catalog allows changed: routes of revisions it no longer allows are withdrawn' })
-    .then(() => log('catalog: what it allows changed: routes are signed again, and those of revoked revisions withdrawn'))
+    .signal(resyncRoutesSignal, { reason: `${why}: routes of revisions no longer live are withdrawn` })
+    .then(() => log(`catalog: ${why}: routes are signed again, and those of revoked revisions withdrawn`))
     .catch((error: unknown) => log(`catalog: could not have the routes signed again: ${String(error)}`));
   // Only a withdrawal can leave engines running that must stop; an added profile stops nothing.
-  if (first || withdraws(last, allows)) await reconcileEveryNode(client, log);
+  if (keysGone.length || first || withdraws(last, allows)) await reconcileEveryNode(client, why, log);
   return allows;
 }
 
@@ -108,36 +116,45 @@ export function withdraws(before: string, after: string): boolean {
 
 /**
  * One reconcileNode per node: each stops the engines of revisions no longer live and ends their
- * replicas saying so. O(hosts) once per change of what the catalog allows; nothing otherwise.
+ * replicas saying so. O(hosts) once per change of what the catalog allows or of the keys it is
+ * signed with; nothing otherwise.
  */
-async function reconcileEveryNode(client: Client, log: (line: string) => void): Promise<void> {
+async function reconcileEveryNode(client: Client, why: string, log: (line: string) => void): Promise<void> {
   const nodes: string[] = [];
   for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` }))
     nodes.push(execution.workflowId.replace(/^node\//, ''));
   const at = Date.now();
   for (const nodeId of nodes) {
-    const input: ReconcileNodeInput = { nodeId, trigger: 'catalog: what it allows changed (revocation)' };
+    const input: ReconcileNodeInput = { nodeId, trigger: `revocation: ${why}` };
     await client.workflow
       .start('reconcileNode', {
         workflowId: `reconcile/${nodeId}/revocation-${at}`,
         taskQueue: CONTROL_TASK_QUEUE,
         args: [input],
         workflowExecutionTimeout: '5 minutes',
-        staticSummary: `reconcile ${nodeId}: the catalog's revocations changed`,
+        staticSummary: `reconcile ${nodeId}: ${why}`,
       })
       .catch((error: unknown) => log(`catalog: could not reconcile ${nodeId} after a revocation: ${String(error)}`));
   }
-  if (nodes.length)
-    log(`catalog: what it allows changed: reconciling ${nodes.length} node(s) to stop engines of revisions it no longer allows`);
+  if (nodes.length) log(`catalog: ${why}: reconciling ${nodes.length} node(s) to stop engines of revisions no longer live`);
 }
 
-/** Starts watching; returns a function that stops it. */
-export function watchCatalogForDeployments(client: Client, catalog: CatalogSource, log: (line: string) => void): () => void {
+/** Starts watching (and `keys`, the worker's key file, when it signs); returns a function that stops it. */
+export function watchCatalogForDeployments(
+  client: Client,
+  catalog: CatalogSource,
+  log: (line: string) => void,
+  keys?: KeyFileRemovals,
+): () => void {
   let last = '';
   let allowed: string | undefined;
+  // Removals seen but not yet acted on: a tick that fails (Temporal away) leaves them to the next.
+  let keysGone: string[] = [];
   return everyWithoutOverlap(CHECK_EVERY_MS, async () => {
     try {
-      allowed = await withdrawRevoked(client, catalog, allowed, log);
+      keysGone = [...new Set([...keysGone, ...(keys?.removed() ?? [])])];
+      allowed = await withdrawRevoked(client, catalog, allowed, keysGone, log);
+      keysGone = [];
       const revisions = catalogSnapshots(catalog);
       const key = JSON.stringify([...revisions.entries()]);
       if (key === last) return;

@@ -13,6 +13,7 @@ import { createControlActivities } from '../activities/index.js';
 import { createLivenessBoard } from '../activities/fleet-silence.js';
 import { createCatalogSource } from '../catalog/watch.js';
 import { watchCatalogForDeployments } from './catalog-notifier.js';
+import { watchKeyFileRemovals } from './key-file-watch.js';
 import { keepRoutesWorkflow } from './ensure-routes.js';
 import { watchAgentLiveness } from './liveness.js';
 import {
@@ -87,7 +88,9 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
   const running = worker.run();
-  const stopWatchingCatalog = watchCatalogForDeployments(client, catalog, log);
+  // A key taken out of the key file revokes what it signed: the notifier stops it at once.
+  const keyRemovals = catalogKeyFile === undefined ? undefined : watchKeyFileRemovals(catalogKeyFile, log);
+  const stopWatchingCatalog = watchCatalogForDeployments(client, catalog, log, keyRemovals);
   const stopWatchingAgents = watchAgentLiveness(client, log, { onView: liveness.set });
   const stopKeepingRoutes = keepRoutesWorkflow(client, log);
   await announceVersion(client, version, options.makeCurrent, log);

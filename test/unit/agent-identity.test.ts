@@ -1,7 +1,7 @@
 // An agent's signature over its registration, as the control worker checks it: it survives the
 // trip through Temporal's payloads, binds the address and the node, expires, and is acted on
 // only under a key the catalog key enrolled (common/agent-identity.ts, activities/registration-check.ts).
-import { mkdtempSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
@@ -111,6 +111,20 @@ describe('agent identity', () => {
     expect(
       await check.checkRegistration({ nodeId: 'n1', enrollment: forged, proof: signRegistration(genuine, attacker, forged) }, genuine),
     ).toMatchObject({ verdict: 'unenrolled' });
+  });
+
+  it('no longer takes an enrollment once its key left the worker\'s key file, without a restart', async () => {
+    const { file } = catalogRing();
+    const kept = readFileSync(file, 'utf8');
+    const removed = newKeyPairLines().privateLine;
+    writeFileSync(file, `${kept}${removed}\n`);
+    const check = createRegistrationCheckActivities(file);
+    const identity = loadOrCreateAgentKey(mkdtempSync(join(tmpdir(), 'llmgw-agent-')));
+    const key = parseKeyLine(removed, 'test');
+    const enrollment = signEnrollment('n1', identity.publicKey, { file, signing: key, all: [key] });
+    expect(await check.checkEnrollment({ nodeId: 'n1', enrollment })).toEqual({ ok: true });
+    writeFileSync(file, kept);
+    expect(await check.checkEnrollment({ nodeId: 'n1', enrollment })).toMatchObject({ ok: false });
   });
 
   it('places nothing on an unenrolled node, and says how to enroll it', () => {
