@@ -113,7 +113,7 @@ describe('agent identity', () => {
     ).toMatchObject({ verdict: 'unenrolled' });
   });
 
-  it('no longer takes an enrollment once its key left the worker\'s key file, without a restart', async () => {
+  it("no longer takes an enrollment once its key left the worker's key file, without a restart", async () => {
     const { file } = catalogRing();
     const kept = readFileSync(file, 'utf8');
     const removed = newKeyPairLines().privateLine;
