@@ -1,5 +1,6 @@
 // The replica and deployment domain: states, inputs and views, as plain JSON (they
 // cross continue-as-new and show in the Web UI). Safe to import from workflows.
+import type { SleepPolicy } from './sleep-types.js';
 
 /**
  * Every phase of a replica, in lifecycle order, defined once: the type is derived from the list,
@@ -13,6 +14,7 @@ export const REPLICA_PHASES = [
   'Starting',
   'Loading',
   'Ready',
+  'Sleeping',
   'Unknown',
   'Draining',
   'Stopped',
@@ -65,6 +67,8 @@ export interface ProfileSnapshot {
    * of the revision: it does not change what engines run.
    */
   sourceAsWritten?: string;
+  /** The profile's sleep policy (common/sleep-types.ts); absent: its replicas never sleep. */
+  sleep?: SleepPolicy;
 }
 
 export interface ShardPlacement {

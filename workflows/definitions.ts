@@ -57,6 +57,15 @@ export const replicaStatusQuery = defineQuery<import('../common/replica-types.js
 // deployment/<name>
 export const replicaStatusSignal = defineSignal<[import('../common/replica-types.js').ReplicaView]>('replicaStatus');
 export const scaleUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, [number]>('scale');
+/** A replica's engines to sleep and back (issue 38, common/sleep-types.ts); each is in its history with who asked. */
+export const sleepReplicaUpdate = defineUpdate<
+  import('../common/replica-types.js').ReplicaView,
+  [import('../common/sleep-types.js').SleepRequest]
+>('sleepReplica');
+export const wakeReplicaUpdate = defineUpdate<
+  import('../common/sleep-types.js').WakeResult,
+  [import('../common/sleep-types.js').WakeRequest]
+>('wakeReplica');
 export const undeployUpdate = defineUpdate<import('../common/replica-types.js').DeploymentView, []>('undeploy');
 /** Roll to another revision (plain JSON `{"profile": "P"}`, or `{}` for the catalog's current one), pause, resume or undo. */
 export const rolloutUpdate = defineUpdate<
