@@ -121,6 +121,17 @@ export async function ticketNames(
   return { ...(await resolveNames(client, request, run, liveness(catalogKeyFile, catalog))), run };
 }
 
+const LEADER_VIEW_TRIES = 4;
+
+/** The rank 0 node's view did not answer: its enrollment, and so the tickets' leader key, is unknown. */
+export class LeaderUnreadable extends Error {
+  constructor(readonly nodeId: string) {
+    super(
+      `the view of ${nodeId}, the placement's rank 0, did not answer: its agent key is unknown, so no ticket is signed; placement is retried`,
+    );
+  }
+}
+
 /**
  * A multi-node placement's rank 0 agent key, when its node's enrollment is the operator's (checked
  * against the catalog key): the tickets name it, and worker ranks then join only the rendezvous
@@ -133,8 +144,17 @@ export async function enrolledLeaderKey(
 ): Promise<string | undefined> {
   if (!result.ok || result.shards.length < 2 || catalogKeyFile === undefined) return undefined;
   const leader = result.shards.find((s) => s.rank === 0);
-  const enrollment = leader ? (await describe(leader.nodeId))?.enrollment : undefined;
-  if (!leader || !enrollment) return undefined;
+  if (!leader) return undefined;
+  // A view that does not answer is not "unenrolled": leaving the key out would let worker ranks
+  // join any port. A few tries, then the caller gives the GPUs back and placement is retried.
+  let view: NodeView | undefined;
+  for (let attempt = 1; attempt <= LEADER_VIEW_TRIES && view === undefined; attempt++) {
+    if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, 500));
+    view = await describe(leader.nodeId);
+  }
+  if (view === undefined) throw new LeaderUnreadable(leader.nodeId);
+  const enrollment = view.enrollment;
+  if (!enrollment) return undefined;
   return enrollmentProblem(leader.nodeId, enrollment, readCatalogKeys(catalogKeyFile).all) ? undefined : enrollment.publicKey;
 }
 

@@ -17,6 +17,7 @@
 //  6. Multi-node profiles are placed as a gang on hosts of one fabric (and pool), all or
 //     nothing (common/placement/choose-hosts.ts).
 // The node itself checks health, memory, NVLink and NUMA when it picks the GPUs.
+import { ApplicationFailure } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import type { CatalogSource } from '../catalog/watch.js';
 import { nodeWorkflowId, shardId as makeShardId } from '../common/names.js';
@@ -29,7 +30,7 @@ import { wakeWaitersFor } from './capacity.js';
 import { placementsInFlight, type PlacementsInFlight } from './placement-inflight.js';
 import { createWeightsTrust, type WeightsTrust } from './weights-verdict.js';
 import { rankCandidates, readCapacityIndex, refreshIndexed, refreshTop, REFRESHED, type IndexedNode } from './placement-index.js';
-import { enrolledLeaderKey, renewTickets, ticketNames, withTickets } from './placement-tickets.js';
+import { enrolledLeaderKey, LeaderUnreadable, renewTickets, ticketNames, withTickets } from './placement-tickets.js';
 
 export interface PlaceRequest {
   replicaId: string;
@@ -90,7 +91,21 @@ export function createPlacementActivities(
         // Who asks and for what is settled before any GPU is reserved: a refusal holds nothing.
         const names = await ticketNames(client, request, options.catalogKeyFile, options.catalog);
         const placed = await placeOnIndex(client, inFlight, request, options.trustUnenrolled === true, trustWeights);
-        const leaderKey = await enrolledLeaderKey(placed, (nodeId) => inFlight.describe(nodeId), options.catalogKeyFile);
+        const leaderKey = await enrolledLeaderKey(placed, (nodeId) => inFlight.describe(nodeId), options.catalogKeyFile).catch(
+          async (error: unknown) => {
+            if (!(error instanceof LeaderUnreadable) || !placed.ok) throw error;
+            // Nothing is signed, so nothing may stay reserved: the retry places afresh.
+            await Promise.all(
+              placed.shards.map((s) =>
+                client.workflow
+                  .getHandle(nodeWorkflowId(s.nodeId))
+                  .executeUpdate(releaseUpdate, { args: [{ shardId: s.shardId }] })
+                  .catch(() => undefined),
+              ),
+            );
+            throw ApplicationFailure.retryable(error.message, 'LeaderUnreadable');
+          },
+        );
         const result = withTickets(placed, request, names, options.catalogKeyFile, leaderKey);
         metric(result.ok ? 'placed' : 'unschedulable', performance.now() - started);
         return result;

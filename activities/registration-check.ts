@@ -4,8 +4,7 @@
 // `unenrolled` node shows its inventory but gets nothing placed (docs/signed-statements.md, "Agent identity").
 import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import { enrollmentProblem, registrationProblem } from '../common/agent-identity.js';
-import { readCatalogKeys, type CatalogKey } from '../common/catalog-key.js';
-import { stampOf } from '../catalog/watch.js';
+import { freshCatalogKeys } from './catalog-keys.js';
 import type { AgentEnrollment, RegisterProof } from '../common/node-types.js';
 
 /** What the node holds and what came with the report (which travels as its own argument, a protobuf message). */
@@ -29,15 +28,9 @@ export type RegistrationVerdict =
 export type EnrollmentVerdict = { ok: true } | { ok: false; why: string };
 
 export function createRegistrationCheckActivities(catalogKeyFile: string | undefined) {
-  let keys: { stamp: string; all: CatalogKey[] } | undefined;
   // Read again only when the file changed (the worker checked it at start): an enrollment signed
   // with a key taken out of the file no longer vouches for its agent, as for what else it signed.
-  const catalogKeys = (): CatalogKey[] => {
-    if (catalogKeyFile === undefined) return [];
-    const stamp = stampOf(catalogKeyFile);
-    if (keys?.stamp !== stamp) keys = { stamp, all: readCatalogKeys(catalogKeyFile).all };
-    return keys.all;
-  };
+  const catalogKeys = freshCatalogKeys(catalogKeyFile);
 
   /** The newest enrollment of the two that verifies, or why neither does. */
   const enrollmentOf = (nodeId: string, held?: AgentEnrollment, carried?: AgentEnrollment): AgentEnrollment | string => {

@@ -6,7 +6,7 @@
 // own rule (plan.ts); here, a revision the catalog revokes or whose key is gone, and a placement
 // made with a key that is gone. Nothing is asked of Temporal beyond what
 // reconcile asks already unless a replica is such a suspect.
-import { Context } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import type { Catalog } from '../catalog/schema.js';
 import { readCatalogKeys, type CatalogKey } from '../common/catalog-key.js';
@@ -15,11 +15,30 @@ import type { ReplicaFacts } from '../common/reconcile-types.js';
 import type { DeploymentView } from '../common/replica-types.js';
 import { keyRefusal, revisionRefusal, runningDeployment } from './revision-liveness.js';
 
+/** Tries of inspectNode in which an unreadable suspect's deployment fails it (retried) rather than being skipped. */
+const DEPLOYMENT_LOOKUP_ATTEMPTS = 5;
+
 function activityQueue(): string | undefined {
   try {
     return Context.current().info.taskQueue;
   } catch {
     return undefined;
+  }
+}
+
+function warn(message: string): void {
+  try {
+    Context.current().log.warn(message);
+  } catch {
+    console.warn(message);
+  }
+}
+
+function activityAttempt(): number {
+  try {
+    return Context.current().info.attempt;
+  } catch {
+    return DEPLOYMENT_LOOKUP_ATTEMPTS;
   }
 }
 
@@ -58,12 +77,23 @@ export async function revokedReplicas(
     const suspect =
       ticket.revision !== '' && (keyRefusal(ticket.revision, keys) || (view.revision && catalog.revoked?.includes(view.revision)));
     if (!suspect) continue;
-    if (!deployments.has(ticket.deployment))
-      deployments.set(
-        ticket.deployment,
-        runningDeployment(client, ticket.deployment, queue).catch(() => undefined),
+    if (!deployments.has(ticket.deployment)) deployments.set(ticket.deployment, runningDeployment(client, ticket.deployment, queue));
+    let deployment: DeploymentView | undefined;
+    try {
+      deployment = await deployments.get(ticket.deployment);
+    } catch (error) {
+      // Unreadable now (a run checking its seal, a revision not resolved yet): skipping it would
+      // leave a revoked engine running until the node's next scheduled reconcile, so the
+      // reconcile is retried, a few times; after that this replica waits for the next one.
+      if (activityAttempt() < DEPLOYMENT_LOOKUP_ATTEMPTS)
+        throw ApplicationFailure.retryable(
+          `deployment ${ticket.deployment} of suspect ${replicaId} could not be read (${String(error)}); retrying`,
+        );
+      warn(
+        `revoked-replicas: deployment ${ticket.deployment} of ${replicaId} could not be read: ${String(error)}; left to the next reconcile`,
       );
-    const deployment = await deployments.get(ticket.deployment);
+      continue;
+    }
     if (!deployment) continue;
     // A revision its deployment no longer runs is the deployment's to stop (a finished rollout
     // drains it, requests in flight and all); here only what the catalog or the key file revoked.

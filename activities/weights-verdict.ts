@@ -6,7 +6,7 @@
 // is a replay). Control side (docs/signed-statements.md, "Agent reports").
 import { enrollmentProblem } from '../common/agent-identity.js';
 import { reportProblem, weightsDigest } from '../common/agent-report.js';
-import { readCatalogKeys, type CatalogKey } from '../common/catalog-key.js';
+import { freshCatalogKeys } from './catalog-keys.js';
 import type { NodeView } from '../common/node-types.js';
 
 /** `view` with `weights` as far as placement may believe them: all, or none. */
@@ -17,8 +17,8 @@ export function createWeightsTrust(
   trustUnenrolled: boolean,
   log: (line: string) => void,
 ): WeightsTrust {
-  let keys: CatalogKey[] | undefined;
-  const catalogKeys = (): CatalogKey[] => (keys ??= catalogKeyFile ? readCatalogKeys(catalogKeyFile).all : []);
+  // As the registration check: a key gone from the file no longer vouches, one added does at once.
+  const catalogKeys = freshCatalogKeys(catalogKeyFile);
   const logged = new Set<string>();
   const refuse = (view: NodeView, why: string): NodeView => {
     const line = `not counting the weights node ${view.nodeId} reports held: ${why}`;

@@ -169,6 +169,8 @@ export interface NodeView {
   enrolled?: boolean;
   /** The key the latest registration that was not verified was signed with (what to enroll). */
   offeredKey?: string;
+  /** The agent runs `--reconcile dry-run`: a reconciliation of this node only shows what it would do. */
+  reconcileDryRun?: boolean;
 }
 
 /**

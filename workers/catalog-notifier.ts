@@ -19,7 +19,7 @@ import { profileSnapshot } from '../catalog/lookup.js';
 import { everyWithoutOverlap } from '../common/every.js';
 import { revisionOf } from '../common/revision.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
-import { catalogChangedSignal } from '../workflows/definitions.js';
+import { catalogChangedSignal, describeNodeQuery } from '../workflows/definitions.js';
 import { resyncRoutesSignal, ROUTES_WORKFLOW_ID } from '../workflows/routes/definitions.js';
 
 const CHECK_EVERY_MS = 5_000;
@@ -88,10 +88,16 @@ async function withdrawRevoked(
   last: string | undefined,
   keysGone: string[],
   log: (line: string) => void,
+  retry: Map<string, string>,
 ): Promise<string> {
   const allows = catalogAllows(catalog);
   const first = last === undefined;
   const catalogNews = first ? Boolean(catalog.get().revoked?.length) : allows !== last;
+  // Nodes a revocation could not reach on an earlier tick: tried again, each for its own news.
+  for (const [nodeId, why] of retry) {
+    retry.delete(nodeId);
+    for (const failed of await reconcileEveryNode(client, why, log, [nodeId])) retry.set(failed, why);
+  }
   if (!catalogNews && keysGone.length === 0) return allows;
   const why = keysGone.length
     ? `key(s) ${keysGone.join(', ')} left the catalog key file: what they signed is revoked`
@@ -103,7 +109,8 @@ async function withdrawRevoked(
     .then(() => log(`catalog: ${why}: routes are signed again, and those of revoked revisions withdrawn`))
     .catch((error: unknown) => log(`catalog: could not have the routes signed again: ${String(error)}`));
   // Only a withdrawal can leave engines running that must stop; an added profile stops nothing.
-  if (keysGone.length || first || withdraws(last, allows)) await reconcileEveryNode(client, why, log);
+  if (keysGone.length || first || withdraws(last, allows))
+    for (const failed of await reconcileEveryNode(client, why, log)) retry.set(failed, why);
   return allows;
 }
 
@@ -117,26 +124,41 @@ export function withdraws(before: string, after: string): boolean {
 /**
  * One reconcileNode per node: each stops the engines of revisions no longer live and ends their
  * replicas saying so. O(hosts) once per change of what the catalog allows or of the keys it is
- * signed with; nothing otherwise.
+ * signed with; nothing otherwise. A node whose agent runs `--reconcile dry-run` gets a dry run,
+ * as its own reconciles are. Returns the nodes it could not start one for (their view did not
+ * answer, or the start failed), for the next tick to try again.
  */
-async function reconcileEveryNode(client: Client, why: string, log: (line: string) => void): Promise<void> {
+export async function reconcileEveryNode(
+  client: Client,
+  why: string,
+  log: (line: string) => void,
+  only?: readonly string[],
+): Promise<string[]> {
   const nodes: string[] = [];
-  for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` }))
-    nodes.push(execution.workflowId.replace(/^node\//, ''));
+  if (only) nodes.push(...only);
+  else
+    for await (const execution of client.workflow.list({ query: `WorkflowType = 'node' AND ExecutionStatus = 'Running'` }))
+      nodes.push(execution.workflowId.replace(/^node\//, ''));
   const at = Date.now();
+  const failed: string[] = [];
   for (const nodeId of nodes) {
-    const input: ReconcileNodeInput = { nodeId, trigger: `revocation: ${why}` };
-    await client.workflow
-      .start('reconcileNode', {
+    try {
+      const view = await client.workflow.getHandle(`node/${nodeId}`).query(describeNodeQuery);
+      const input: ReconcileNodeInput = { nodeId, trigger: `revocation: ${why}`, ...(view.reconcileDryRun ? { dryRun: true } : {}) };
+      await client.workflow.start('reconcileNode', {
         workflowId: `reconcile/${nodeId}/revocation-${at}`,
         taskQueue: CONTROL_TASK_QUEUE,
         args: [input],
         workflowExecutionTimeout: '5 minutes',
         staticSummary: `reconcile ${nodeId}: ${why}`,
-      })
-      .catch((error: unknown) => log(`catalog: could not reconcile ${nodeId} after a revocation: ${String(error)}`));
+      });
+    } catch (error) {
+      failed.push(nodeId);
+      log(`catalog: could not reconcile ${nodeId} after a revocation (tried again in ${CHECK_EVERY_MS / 1000} s): ${String(error)}`);
+    }
   }
-  if (nodes.length) log(`catalog: ${why}: reconciling ${nodes.length} node(s) to stop engines of revisions no longer live`);
+  if (nodes.length) log(`catalog: ${why}: reconciling ${nodes.length - failed.length} node(s) to stop engines of revisions no longer live`);
+  return failed;
 }
 
 /** Starts watching (and `keys`, the worker's key file, when it signs); returns a function that stops it. */
@@ -150,10 +172,11 @@ export function watchCatalogForDeployments(
   let allowed: string | undefined;
   // Removals seen but not yet acted on: a tick that fails (Temporal away) leaves them to the next.
   let keysGone: string[] = [];
+  const retryNodes = new Map<string, string>();
   return everyWithoutOverlap(CHECK_EVERY_MS, async () => {
     try {
       keysGone = [...new Set([...keysGone, ...(keys?.removed() ?? [])])];
-      allowed = await withdrawRevoked(client, catalog, allowed, keysGone, log);
+      allowed = await withdrawRevoked(client, catalog, allowed, keysGone, log, retryNodes);
       keysGone = [];
       const revisions = catalogSnapshots(catalog);
       const key = JSON.stringify([...revisions.entries()]);

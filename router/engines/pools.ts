@@ -2,6 +2,7 @@
 // endpoints that may take its requests, each endpoint one shared object (pool, load, health)
 // however many models or table refreshes refer to it, and each model's cache-affinity memory,
 // which outlives table changes. Rebuilt from the route table only when it changes. Router side.
+import { isTlsPin } from '../../common/engine-tls.js';
 import { AFFINITY_ON, type AffinitySettings } from '../policies/affinity-settings.js';
 import { Endpoint } from './endpoint.js';
 import { KvEventStream } from '../kv/events.js';
@@ -194,7 +195,9 @@ export class RoutingState {
 function endpointPins(entries: readonly RouteEntry[], wanted: ReadonlySet<string>): Map<string, string> {
   const pins = new Map<string, string>();
   for (const entry of [...entries].sort((a, b) => (a.replicaId < b.replicaId ? -1 : a.replicaId > b.replicaId ? 1 : 0))) {
-    if (!wanted.has(entry.endpoint) || !isRoutable(entry.phase) || entry.tlsPin === undefined || pins.has(entry.endpoint)) continue;
+    // Only a well-formed pin makes an endpoint HTTPS: '' (which the route's signature does not
+    // cover) or anything else would throw in the connector while the table is applied.
+    if (!wanted.has(entry.endpoint) || !isRoutable(entry.phase) || !isTlsPin(entry.tlsPin) || pins.has(entry.endpoint)) continue;
     pins.set(entry.endpoint, entry.tlsPin);
   }
   return pins;

@@ -265,6 +265,7 @@ export function viewOf(state: NodeState): NodeView {
     enrolled: state.enrolled === true,
     ...(state.enrollment ? { agentKey: state.enrollment.publicKey, enrollment: state.enrollment } : {}),
     ...(state.offeredKey ? { offeredKey: state.offeredKey } : {}),
+    ...(state.settings?.reconcileDryRun ? { reconcileDryRun: true } : {}),
   };
 }
 

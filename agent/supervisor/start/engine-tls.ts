@@ -4,7 +4,19 @@
 // nowhere else: not into the spec record, a log line or any report; only the certificate's
 // fingerprint does (the record, the endpoint attestation). Agent side.
 import { X509Certificate, createHash } from 'node:crypto';
-import { chmodSync, chownSync, closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { issueEngineCertificate } from '../../../common/self-signed-cert.js';
 import type { EngineUser } from '../../engine-identity.js';
@@ -57,7 +69,7 @@ export function shardCertificate(
   kept: string | undefined,
 ): { files: EngineTlsFiles; fingerprint: string } {
   const files = engineTlsFiles(stateDir, shardId);
-  if (kept !== undefined && fingerprintOf(files.certFile) === kept) {
+  if (kept !== undefined && fingerprintOf(files.certFile) === kept && existsSync(files.keyFile)) {
     // The engine's user may have changed (a uid range given since): the key must stay its alone.
     if (user) chownSync(files.keyFile, user.uid, user.gid);
     return { files, fingerprint: kept };
@@ -73,6 +85,7 @@ export function shardCertificate(
 
 export function removeEngineTls(stateDir: string, shardId: string): void {
   const files = engineTlsFiles(stateDir, shardId);
-  rmSync(files.keyFile, { force: true });
+  // The certificate first: one left without its key would be kept by the next start, which then fails.
   rmSync(files.certFile, { force: true });
+  rmSync(files.keyFile, { force: true });
 }
