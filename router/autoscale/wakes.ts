@@ -51,7 +51,7 @@ function isWakeAnswer(m: unknown): m is WakeAnswer {
 }
 
 /** In the primary: answers a worker's ask with `call` (the shared, deduplicated Update), or says it cannot wake. */
-export function answerWake(worker: Worker, ask: WakeAsk, call: WakeCaller | undefined): void {
+export function answerWake(worker: Pick<Worker, 'isConnected' | 'send'>, ask: WakeAsk, call: WakeCaller | undefined): void {
   const reply = (answer: Omit<WakeAnswer, 'type' | 'id'>) => {
     if (worker.isConnected()) worker.send({ type: WAKE_ANSWER, id: ask.id, ...answer } satisfies WakeAnswer);
   };
@@ -62,11 +62,18 @@ export function answerWake(worker: Worker, ask: WakeAsk, call: WakeCaller | unde
   );
 }
 
+/** A worker's channel to its primary: the process itself in a cluster worker; a pair of functions in a test. */
+export interface PrimaryChannel {
+  readonly connected: boolean;
+  send?(message: unknown): boolean;
+  on(event: 'message', listener: (message: unknown) => void): unknown;
+}
+
 /** In a cluster worker: a WakeCaller that asks the primary, which holds the Temporal client. */
-export function wakeThroughPrimary(deadlineMs = WAKE_DEADLINE_MS + 5_000): WakeCaller {
+export function wakeThroughPrimary(channel: PrimaryChannel = process, deadlineMs = WAKE_DEADLINE_MS + 5_000): WakeCaller {
   let next = 0;
   const pending = new Map<number, { resolve(r: WakeResult): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
-  process.on('message', (message: unknown) => {
+  channel.on('message', (message: unknown) => {
     if (!isWakeAnswer(message)) return;
     const waiter = pending.get(message.id);
     if (waiter === undefined) return;
@@ -77,7 +84,7 @@ export function wakeThroughPrimary(deadlineMs = WAKE_DEADLINE_MS + 5_000): WakeC
   });
   return (replicaId, request) =>
     new Promise<WakeResult>((resolve, reject) => {
-      if (!process.connected) return reject(new Error('the router primary is gone'));
+      if (!channel.connected) return reject(new Error('the router primary is gone'));
       const id = next++;
       const timer = setTimeout(() => {
         pending.delete(id);
@@ -85,6 +92,6 @@ export function wakeThroughPrimary(deadlineMs = WAKE_DEADLINE_MS + 5_000): WakeC
       }, deadlineMs);
       timer.unref();
       pending.set(id, { resolve, reject, timer });
-      process.send?.({ type: WAKE_ASK, id, replicaId, request } satisfies WakeAsk);
+      channel.send?.({ type: WAKE_ASK, id, replicaId, request } satisfies WakeAsk);
     });
 }

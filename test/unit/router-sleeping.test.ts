@@ -2,7 +2,8 @@
 // (docs/sleep.md, "The router"): its requests are held, not refused; one wakeReplica Update is
 // asked for many of them; they go as soon as the route turns Ready; a failed wake answers them as
 // a hold past its bound is answered; a key scoped elsewhere wakes nothing; a Ready replica beside
-// a sleeping one serves with no wake; and which sleeper is woken, by replica id and revision.
+// a sleeping one serves with no wake; which sleeper is woken, by replica id and revision; one
+// Update per replica however many ask, a cluster's workers through their primary included.
 import { afterEach, describe, expect, it } from 'vitest';
 import type { WakeRequest, WakeResult } from '../../common/sleep-types.js';
 import { fakeEngineOptions } from '../../fake-engine/options.js';
@@ -10,7 +11,7 @@ import { startFakeEngine, type FakeEngine } from '../../fake-engine/server.js';
 import { ApiKeys, parseKeyEntry } from '../../router/http/auth.js';
 import { buildModelRoutes, StaticRouteSource, type RouteEntry, type StaticRoute } from '../../router/routes/table.js';
 import { startRouter, type Router, type RouterOptions } from '../../router/http/server.js';
-import { oneWakePerReplica } from '../../router/autoscale/wakes.js';
+import { answerWake, isWakeAsk, oneWakePerReplica, wakeThroughPrimary } from '../../router/autoscale/wakes.js';
 import { VerifiedRouteSource } from '../../router/routes/verify.js';
 import { signRoute } from '../../common/route-signature.js';
 import { publicKeyFileOf } from '../../common/catalog-key.js';
@@ -189,6 +190,42 @@ describe('the wakes a router sends', () => {
     answer({ replicaId: 'replica/sleepy/2', wokeInMs: 700, alreadyAwake: false });
     expect((await Promise.all(asks)).map((r) => r.wokeInMs)).toEqual([700, 700, 700]);
     expect(calls).toBe(1);
+  });
+
+  it('a cluster: workers ask the primary, which sends one Update for all of them and hands each the answer', async () => {
+    const asked: string[] = [];
+    let answer: (r: WakeResult) => void = () => undefined;
+    const primary = oneWakePerReplica((replicaId, request) => {
+      asked.push(`${replicaId} ${request.by}`);
+      return new Promise<WakeResult>((resolve) => (answer = resolve));
+    });
+    // Each worker's channel to the primary, and the primary's handle on that worker, wired in memory.
+    const workers = [0, 1, 2].map(() => {
+      const listeners: Array<(m: unknown) => void> = [];
+      const handle = { isConnected: () => true, send: (m: unknown) => (listeners.forEach((l) => l(m)), true) };
+      const channel = {
+        connected: true,
+        on: (_event: 'message', l: (m: unknown) => void) => listeners.push(l),
+        send: (m: unknown) => (isWakeAsk(m) && answerWake(handle, m, primary), true),
+      };
+      return wakeThroughPrimary(channel);
+    });
+    const asks = workers.map((wake) => wake('replica/sleepy/1', { by: 'router:primary' }));
+    answer({ replicaId: 'replica/sleepy/1', wokeInMs: 650, alreadyAwake: false });
+    expect((await Promise.all(asks)).map((r) => r.wokeInMs)).toEqual([650, 650, 650]);
+    expect(asked).toEqual(['replica/sleepy/1 router:primary']);
+    // A primary with no Temporal client says so, and one that does not answer is given up on:
+    // either way the worker answers what waits as a failed wake.
+    const listeners: Array<(m: unknown) => void> = [];
+    const handle = { isConnected: () => true, send: (m: unknown) => (listeners.forEach((l) => l(m)), true) };
+    const noClient = wakeThroughPrimary({
+      connected: true,
+      on: (_event, l) => listeners.push(l),
+      send: (m) => (isWakeAsk(m) && answerWake(handle, m, undefined), true),
+    });
+    await expect(noClient('replica/sleepy/1', { by: 'router:x' })).rejects.toThrow(/no Temporal client/);
+    const silent = wakeThroughPrimary({ connected: true, on: () => undefined, send: () => true }, 50);
+    await expect(silent('replica/sleepy/1', { by: 'router:x' })).rejects.toThrow(/did not answer/);
   });
 
   it('only for a sleeping route the control worker signed: a forged one would have routers send wakes', async () => {
