@@ -10,6 +10,8 @@ import type { Autoscaler } from './autoscale/autoscaler.js';
 import { broadcastRoutes, type RouteBroadcaster } from './routes/cluster.js';
 import { isHoldMessage, isLoadMessage, REPORT_STALE_MS, type LoadReport } from './autoscale/load-report.js';
 import type { RouteSource } from './routes/table.js';
+import { answerWake, isWakeAsk } from './autoscale/wakes.js';
+import type { WakeCaller } from './engines/wake.js';
 
 const METRICS_REQUEST = 'llmgw-router:metrics?';
 const METRICS_RESPONSE = 'llmgw-router:metrics';
@@ -56,6 +58,8 @@ export interface ClusterOptions {
   registry?: Registry;
   /** The primary's autoscaler: it hears every table, and the workers' held requests. */
   autoscaler?: Autoscaler;
+  /** Wakes a sleeping replica for a worker that holds requests for it (one Update per replica for all of them). */
+  wake?: WakeCaller | undefined;
 }
 
 export async function startRouterCluster(
@@ -82,6 +86,10 @@ export async function startRouterCluster(
     }
     if (isHoldMessage(message)) {
       autoscaler?.hold(message.model);
+      return;
+    }
+    if (isWakeAsk(message)) {
+      answerWake(worker, message, options.wake);
       return;
     }
     if (!isMetricsRequest(message)) return;

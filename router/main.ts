@@ -10,6 +10,8 @@ import { createCatalogSource } from '../catalog/watch.js';
 import { Autoscaler } from './autoscale/autoscaler.js';
 import { holdToPrimary, reportToPrimary, type LoadReport } from './autoscale/load-report.js';
 import { TemporalDeploymentControl } from './autoscale/temporal.js';
+import { oneWakePerReplica, temporalWakeCaller, wakeThroughPrimary } from './autoscale/wakes.js';
+import type { WakeCaller } from './engines/wake.js';
 import { announceListening, clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
 import { parseRouterFlags, type RouterFlags, type RouterSettings } from './flags.js';
 import { prepareAdminSocket } from './http/admin.js';
@@ -41,6 +43,10 @@ interface TemporalSide {
   autoscaler: Autoscaler | undefined;
   /** Where the autoscaler reads load from: this process's router, or every worker's. */
   reports: () => LoadReport[];
+  /** Wakes sleeping replicas, one Update per replica at a time (undefined without Temporal: static routes). */
+  wake: WakeCaller | undefined;
+  /** Who this router is, in its Updates. */
+  routerId: string;
 }
 
 /**
@@ -72,6 +78,8 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
     source: temporal.routes,
     extraMetrics: temporal.registry,
     onHold: (model) => autoscaler?.hold(model),
+    ...(temporal.wake !== undefined ? { wakeReplica: temporal.wake } : {}),
+    routerId: temporal.routerId,
     onTable: autoscaler ? (snapshot) => autoscaler.setTable(snapshot) : undefined,
   });
   temporal.reports = () => [router.loadReport()];
@@ -97,6 +105,8 @@ async function runWorker(settings: RouterSettings, log: Log): Promise<Router> {
     source: new PrimaryRouteSource(),
     metricsText: () => (cluster.metricsText as () => Promise<string>)(),
     onHold: holdToPrimary,
+    // The primary holds the Temporal client, and sends one wake per replica for all workers.
+    wakeReplica: wakeThroughPrimary(),
   });
   reportToPrimary(() => router.loadReport());
   announceListening(router.port, router.adminPort);
@@ -130,10 +140,19 @@ function temporalSide(settings: RouterSettings, log: Log): TemporalSide {
     },
     log,
   );
-  const side: TemporalSide = { registry, routes, autoscaler: undefined, reports: () => [] };
-  if (f.autoscale === 'off') return side;
-  // The autoscaler's Updates share the route source's client.
+  // The autoscaler's and the wakes' Updates share the route source's client.
   const client = routes.temporalClient?.bind(routes);
+  const wake = client === undefined ? undefined : oneWakePerReplica(temporalWakeCaller(client));
+  const side: TemporalSide = {
+    registry,
+    routes,
+    autoscaler: undefined,
+    reports: () => [],
+    // Whichever process asked, the wake is this router's, in the replica's history.
+    wake: wake === undefined ? undefined : (replicaId, request) => wake(replicaId, { ...request, by: `router:${routerId}` }),
+    routerId,
+  };
+  if (f.autoscale === 'off') return side;
   side.autoscaler = new Autoscaler({
     control: client ? new TemporalDeploymentControl(client) : undefined,
     registry,

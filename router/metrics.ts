@@ -30,6 +30,8 @@ export class RouterMetrics {
   private readonly keyOutOfScope: Counter<'key'>;
   private readonly keyTokens: Counter<'key' | 'kind'>;
   private readonly busy: Counter;
+  /** Requests held while a sleeping replica wakes, and the wakes this router asked for (docs/sleep.md). */
+  readonly wakes: WakeMetrics;
 
   constructor(endpoints: () => Iterable<InflightView>, options: { processMetrics?: boolean } = {}) {
     const series = new Series(this.registry);
@@ -110,6 +112,7 @@ export class RouterMetrics {
       'llmgw_router_held_bytes_refused_total',
       'Requests refused with 503 because their body would pass the budget for request bodies in memory (--held-bytes).',
     );
+    this.wakes = new WakeMetrics(series);
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'llmgw_router_' });
   }
 
@@ -157,6 +160,45 @@ export class RouterMetrics {
 
   ejected(endpoint: string): void {
     this.ejections.inc({ endpoint });
+  }
+}
+
+/** Wake seconds: about one for vLLM's level 1, a few for level 2 or a GPU that must first put another engine to sleep. */
+const WAKE_HELD_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 30, 60, 120, 300];
+
+/** The router's side of sleep and wake: what it held, what it asked, how long its clients waited. */
+export class WakeMetrics {
+  private readonly held: Counter<'model'>;
+  private readonly asked: Counter<'deployment' | 'result'>;
+  private readonly heldSeconds: Histogram<'model' | 'outcome'>;
+
+  constructor(series: Series) {
+    this.held = series.counter('llmgw_router_wake_held_total', 'Requests held because every replica of their model was asleep, by model.', [
+      'model',
+    ]);
+    this.asked = series.counter(
+      'llmgw_router_wakes_total',
+      'wakeReplica Updates this router sent, by deployment and result (woken; awake: it was already; failed).',
+      ['deployment', 'result'],
+    );
+    this.heldSeconds = series.histogram(
+      'llmgw_router_wake_held_seconds',
+      'Time requests spent held for a sleeping replica to wake, by model and how the wait ended (sent, timeout, gone, removed, stopping).',
+      ['model', 'outcome'],
+      WAKE_HELD_BUCKETS,
+    );
+  }
+
+  heldFor(model: string): void {
+    this.held.inc({ model });
+  }
+
+  wakeAsked(deployment: string, result: 'woken' | 'awake' | 'failed'): void {
+    this.asked.inc({ deployment, result });
+  }
+
+  waited(model: string, outcome: string, seconds: number): void {
+    this.heldSeconds.observe({ model, outcome }, seconds);
   }
 }
 

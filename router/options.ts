@@ -10,6 +10,7 @@ import type { AdapterRouterOptions } from './adapters/placement.js';
 import type { PolicyName } from './policies/policy.js';
 import type { RouteSnapshot, RouteSource } from './routes/table.js';
 import type { QueueSettings } from './engines/waiting-room.js';
+import type { WakeCaller } from './engines/wake.js';
 
 export interface RouterOptions {
   source: RouteSource;
@@ -57,6 +58,13 @@ export interface RouterOptions {
   queue?: Partial<QueueSettings>;
   /** Requests are held for a model with no routable replica: wake its deployment (the autoscaler). */
   onHold?: (model: string) => void;
+  /**
+   * Wakes a sleeping replica (the `wakeReplica` Update; in a cluster worker, through the primary).
+   * Undefined (static routes, no Temporal): a model whose replicas all sleep is answered 503 at once.
+   */
+  wakeReplica?: WakeCaller;
+  /** Who this router is, in the wakes it asks (`router:<routerId>`); default host/pid. */
+  routerId?: string;
   /** Hears every table installed (the autoscaler reads desired counts and bounds from it). */
   onTable?: (snapshot: RouteSnapshot) => void;
   log?: (line: string) => void;

@@ -5,6 +5,7 @@ import type { ModelMetrics } from '../metrics.js';
 import { pickLeastLoaded } from '../policies/least-loaded.js';
 import type { PickRequest, RoutingPolicy } from '../policies/policy.js';
 import type { Endpoint } from './endpoint.js';
+import type { SleepingReplica } from '../routes/table.js';
 import { ModelQueue } from './queue.js';
 
 export class ModelPool {
@@ -20,10 +21,12 @@ export class ModelPool {
     readonly metrics: ModelMetrics,
     /** Its waiting line at this router, which outlives table changes. */
     readonly queue: ModelQueue = new ModelQueue(servedName),
-    /** Autoscaled: with no routable replica, a request is held (and wakes it) rather than refused. */
+    /** Autoscaled or asleep: with no routable replica, a request is held (and wakes it) rather than refused. */
     readonly holds: boolean = false,
     /** The deployments behind it (their names are aliases of it): what an API key's scope may name. */
     readonly deployments: readonly string[] = [],
+    /** Its sleeping replicas (routes/table.ts), the one to wake first; with no routable replica, a request is held and wakes it. */
+    readonly sleepers: readonly SleepingReplica[] = [],
   ) {
     this.servedNameJson = Buffer.from(JSON.stringify(servedName));
   }

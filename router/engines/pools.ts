@@ -24,6 +24,8 @@ export interface RoutingOptions {
   queueFor?: (servedName: string) => ModelQueue;
   /** Where an engine publishes its KV-cache events (kv/events.ts: parseKvEventsSpec); undefined: nowhere. */
   kvEvents?: ((url: string) => string | undefined) | undefined;
+  /** This router can wake a sleeping replica (it has a way to Temporal): a model asleep holds its requests; else they are told at once. */
+  wakes?: boolean;
 }
 
 export const DEFAULT_ROUTING: RoutingOptions = { affinity: AFFINITY_ON, guard: DEFAULT_GUARD, policy: undefined };
@@ -120,7 +122,9 @@ export class RoutingState {
           counted: (result) => metrics.affinity(result),
         });
         const queue = this.routing.queueFor?.(route.servedName);
-        pool = new ModelPool(route.servedName, endpoints, policy, metrics, queue, route.autoscaled, route.deployments);
+        const sleepers = this.routing.wakes === true ? route.sleepers : [];
+        const holds = route.autoscaled || sleepers.length > 0;
+        pool = new ModelPool(route.servedName, endpoints, policy, metrics, queue, holds, route.deployments, sleepers);
         built.set(route.servedName, pool);
       }
       models.set(name, pool);
@@ -129,7 +133,8 @@ export class RoutingState {
     for (const name of this.tables.keys()) if (!built.has(name)) this.tables.delete(name);
 
     const created = Math.floor(Date.now() / 1000);
-    const listed = new Set([...routes.values()].filter((r) => r.listed).map((r) => r.servedName));
+    // A model asleep is listed too: a request for it is held while it wakes, not refused.
+    const listed = new Set([...routes.values()].filter((r) => r.listed || r.sleepers.length > 0).map((r) => r.servedName));
     const data = [...built.values()]
       .filter((pool) => pool.endpoints.length > 0 || listed.has(pool.servedName))
       .map((pool) => ({ id: pool.servedName, object: 'model', created, owned_by: 'llmgw' }));

@@ -4,8 +4,8 @@
 // side; the waiting room (engines/waiting-room.ts) decides when a request joins and leaves.
 import type { ExchangeResponse, RoutedRequest } from './routed-request.js';
 
-/** Why a request was held: no replica to send it to, or every replica's engine has a line. */
-export type HoldReason = 'no_replica' | 'saturated';
+/** Why a request was held: no replica to send it to, every one asleep (being woken), or every replica's engine has a line. */
+export type HoldReason = 'no_replica' | 'sleeping' | 'saturated';
 
 /** A request waiting at the router: everything needed to send it once a replica can take it. */
 export interface Held {

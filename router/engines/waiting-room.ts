@@ -1,6 +1,6 @@
 // Where the router holds requests instead of refusing them or piling them onto engines: for an
 // autoscaled deployment with no routable replica (at zero, or starting: the first request wakes
-// it), and for any deployment whose every replica is saturated (flow control). Bounded in count
+// it), for a model whose replicas all sleep (engines/wake.ts wakes one), and for any deployment whose every replica is saturated (flow control). Bounded in count
 // and wait per deployment; over either limit a clean 429 or 503 with Retry-After. Requests leave
 // as soon as a replica can take them: a new route table, a finished request, a scrape. Router side.
 import type { Counter, Histogram, Registry } from 'prom-client';
@@ -11,6 +11,7 @@ import type { ModelPool } from './model-pool.js';
 import { Exchange, type ProxySettings } from './exchange.js';
 import { ModelQueue, type Held, type HoldReason } from './queue.js';
 import type { ExchangeResponse, RoutedRequest } from './routed-request.js';
+import type { WakeMetrics } from '../metrics.js';
 
 export interface QueueSettings {
   /** Requests one router process holds per deployment (served name). */
@@ -24,7 +25,7 @@ export interface QueueSettings {
 export const DEFAULT_QUEUE: QueueSettings = { maxPerModel: 1000, maxWaitMs: 300_000, saturatedWaiting: 8 };
 
 /** A cold start takes seconds to minutes; a saturated replica frees a slot within a generation. */
-const RETRY_AFTER_S: Record<HoldReason, number> = { no_replica: 5, saturated: 1 };
+const RETRY_AFTER_S: Record<HoldReason, number> = { no_replica: 5, sleeping: 5, saturated: 1 };
 const WAIT_BUCKETS = [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600];
 /** How often a router process says again that it holds requests for a deployment with no replica. */
 const NOTIFY_EVERY_MS = 1000;
@@ -36,6 +37,10 @@ export interface WaitingRoomHooks {
   proxy(): ProxySettings;
   /** Requests are held for a model with no routable replica: wake its deployment. */
   onHold(model: string): void;
+  /** Requests are held for a model whose replicas all sleep: wake one (engines/wake.ts); undefined: this router cannot. */
+  onSleeping?(pool: ModelPool): void;
+  /** Where requests held for a wake are counted and timed. */
+  readonly wakeMetrics?: WakeMetrics;
 }
 
 export class WaitingRoom {
@@ -72,7 +77,7 @@ export class WaitingRoom {
     );
     this.held = series.counter(
       'llmgw_router_queued_total',
-      'Requests the router held, by model and reason (no_replica: at zero or starting; saturated: flow control).',
+      'Requests the router held, by model and reason (no_replica: at zero or starting; sleeping: being woken; saturated: flow control).',
       ['model', 'reason'],
     );
     this.refusedCount = series.counter(
@@ -112,7 +117,7 @@ export class WaitingRoom {
   hold(pool: ModelPool, res: ExchangeResponse, request: RoutedRequest, noReplica: boolean): void {
     const q = pool.queue;
     const model = pool.servedName;
-    const reason: HoldReason = noReplica ? 'no_replica' : 'saturated';
+    const reason: HoldReason = noReplica ? (pool.sleepers.length > 0 ? 'sleeping' : 'no_replica') : 'saturated';
     const held: Held = {
       model,
       res,
@@ -133,7 +138,10 @@ export class WaitingRoom {
     held.timer = setTimeout(() => this.expire(held), this.settings.maxWaitMs);
     held.timer.unref();
     held.res.once('close', () => this.gone(held));
-    if (held.reason === 'no_replica') this.notify(model);
+    if (held.reason === 'sleeping') {
+      this.hooks.wakeMetrics?.heldFor(model);
+      this.hooks.onSleeping?.(pool);
+    } else if (held.reason === 'no_replica') this.notify(model);
     // Queued behind others while a replica may have room (since the last event): try now.
     else this.drain(model);
   }
@@ -159,7 +167,8 @@ export class WaitingRoom {
     if (pool.endpoints.length === 0) {
       if (!pool.holds) {
         for (const held of q.takeAll()) this.answer(held, 'timeout', 'no_replica', `No replica of model \`${model}\` is ready.`);
-      } else this.notify(model);
+      } else if (pool.sleepers.length > 0) this.hooks.onSleeping?.(pool);
+      else this.notify(model);
       return;
     }
     const threshold = this.settings.saturatedWaiting;
@@ -169,10 +178,24 @@ export class WaitingRoom {
       const held = q.shift() as Held;
       this.leave(held);
       const queuedMs = now - held.heldAt;
-      this.wait.observe({ model, outcome: 'sent' }, queuedMs / 1000);
+      this.observe(held, 'sent', queuedMs);
       const exchange = new Exchange(this.hooks.proxy(), held.res, pool, held.request);
       exchange.queuedMs = queuedMs;
       exchange.start();
+    }
+  }
+
+  /**
+   * The wake of the model's sleeping replica failed (engines/wake.ts): what waits for it is
+   * answered as a hold past its bound is, 503 and the same words, with the reason added.
+   */
+  wakeFailed(model: string): void {
+    const q = this.queues.get(model);
+    if (q === undefined) return;
+    for (const held of q.takeAll()) {
+      const waited = Math.round((performance.now() - held.heldAt) / 1000);
+      const message = `The request waited ${waited} s for a replica of model \`${model}\` and was not sent: its sleeping replica could not be woken.`;
+      this.answer(held, 'timeout', 'queue_timeout', message);
     }
   }
 
@@ -212,7 +235,12 @@ export class WaitingRoom {
   private gone(held: Held): void {
     if (held.line === undefined || !held.line.remove(held)) return;
     this.leave(held);
-    this.wait.observe({ model: held.model, outcome: 'gone' }, (performance.now() - held.heldAt) / 1000);
+    this.observe(held, 'gone', performance.now() - held.heldAt);
+  }
+
+  private observe(held: Held, outcome: string, waitedMs: number): void {
+    this.wait.observe({ model: held.model, outcome }, waitedMs / 1000);
+    if (held.reason === 'sleeping') this.hooks.wakeMetrics?.waited(held.model, outcome, waitedMs / 1000);
   }
 
   /** Answers a request already taken off its line with an error. */
@@ -223,7 +251,7 @@ export class WaitingRoom {
     message: string,
   ): void {
     this.leave(held);
-    this.wait.observe({ model: held.model, outcome }, (performance.now() - held.heldAt) / 1000);
+    this.observe(held, outcome, performance.now() - held.heldAt);
     this.refusedCount.inc({ model: held.model, reason: outcome });
     sendError(held.res, kind, message, false, RETRY_AFTER_S[held.reason]);
   }

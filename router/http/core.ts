@@ -24,6 +24,8 @@ import { DEFAULT_UPSTREAM, type UpstreamOptions } from '../engines/upstream.js';
 import { parseKvEventsSpec } from '../kv/events.js';
 import { reportOf, type LoadReport } from '../autoscale/load-report.js';
 import { DEFAULT_QUEUE, WaitingRoom } from '../engines/waiting-room.js';
+import { SleeperWaker } from '../engines/wake.js';
+import { hostname } from 'node:os';
 import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from '../adapters/router.js';
 
 const PATH_CHAT = '/v1/chat/completions';
@@ -58,12 +60,15 @@ export class RouterCore {
 
   constructor(options: RouterOptions, log: (line: string) => void) {
     this.metrics = new RouterMetrics(() => this.state.liveEndpoints(), { processMetrics: options.processMetrics ?? false });
+    const waker = this.sleeperWaker(options, log);
     this.waiting = new WaitingRoom(
       { ...DEFAULT_QUEUE, ...options.queue },
       {
         lookup: (model) => this.state.lookup(model),
         proxy: () => this.proxy,
         onHold: (model) => options.onHold?.(model),
+        ...(waker !== undefined ? { onSleeping: (pool) => waker.ensure(pool) } : {}),
+        wakeMetrics: this.metrics.wakes,
       },
       this.metrics.registry,
     );
@@ -75,6 +80,7 @@ export class RouterCore {
       guard: options.guard ?? DEFAULT_GUARD,
       policy: options.policy,
       queueFor: (model) => this.waiting.queueFor(model),
+      wakes: waker !== undefined,
       kvEvents: typeof options.kvEvents === 'function' ? options.kvEvents : parseKvEventsSpec(options.kvEvents),
     });
     this.proxy = {
@@ -139,6 +145,19 @@ export class RouterCore {
       // A scrape may show an engine's line shorter: what waits for a saturated replica may go.
       () => this.waiting.drainAll(),
     );
+  }
+
+  /** The waker of sleeping replicas, when this router has a way to ask for a wake. */
+  private sleeperWaker(options: RouterOptions, log: (line: string) => void): SleeperWaker | undefined {
+    const call = options.wakeReplica;
+    if (call === undefined) return undefined;
+    const by = `router:${options.routerId ?? `${hostname()}/${process.pid}`}`;
+    return new SleeperWaker(call, by, this.metrics.wakes, {
+      lookup: (model) => this.state.lookup(model),
+      drain: (model) => this.waiting.drain(model),
+      failed: (model) => this.waiting.wakeFailed(model),
+      log,
+    });
   }
 
   /** `expectContinue`: the client waits for 100 Continue before it sends the body (Expect: 100-continue). */

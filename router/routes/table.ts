@@ -3,6 +3,7 @@
 // cluster worker, a static list in tests and benchmarks), read in a loop and kept as it was while
 // the source cannot be reached. Router side.
 import { keyChainOf } from '../../common/engine-keys.js';
+import { parseReplicaWorkflowId } from '../../common/names.js';
 import { ROUTABLE_PHASES, type ReplicaPhase } from '../../common/replica-types.js';
 import type { DeploymentEntry, RouteEntry } from '../../workflows/routes/definitions.js';
 
@@ -140,6 +141,19 @@ export interface ModelRoute {
   listed: boolean;
   /** One of its deployments is autoscaled: with no routable replica, requests are held and wake it. */
   autoscaled: boolean;
+  /**
+   * Its replicas asleep (docs/sleep.md) of each deployment's serving revision, by replica id:
+   * with no routable replica, the first is woken for a request.
+   */
+  sleepers: SleepingReplica[];
+}
+
+/** A replica whose engine sleeps: not routable, but woken in about a second (the `wakeReplica` Update). */
+export interface SleepingReplica {
+  /** Its workflow id, which the wake is sent to. */
+  replicaId: string;
+  deployment: string;
+  endpoint: string;
 }
 
 /**
@@ -152,7 +166,7 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
   for (const d of deployments) {
     let route = byName.get(d.servedName);
     if (!route) {
-      route = { servedName: d.servedName, deployments: [], endpoints: [], listed: true, autoscaled: false };
+      route = { servedName: d.servedName, deployments: [], endpoints: [], listed: true, autoscaled: false, sleepers: [] };
       byName.set(d.servedName, route);
     }
     route.listed = true;
@@ -160,10 +174,11 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
     if (d.autoscale !== undefined && d.phase !== 'Undeploying' && d.phase !== 'Undeployed') route.autoscaled = true;
     if (!route.deployments.includes(d.name)) route.deployments.push(d.name);
   }
+  const serving = servingRevisions(entries);
   for (const entry of entries) {
     let route = byName.get(entry.servedName);
     if (!route) {
-      route = { servedName: entry.servedName, deployments: [], endpoints: [], listed: false, autoscaled: false };
+      route = { servedName: entry.servedName, deployments: [], endpoints: [], listed: false, autoscaled: false, sleepers: [] };
       byName.set(entry.servedName, route);
     }
     if (!route.deployments.includes(entry.deployment)) route.deployments.push(entry.deployment);
@@ -171,10 +186,20 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
     if (entry.endpoint !== '' && isRoutable(entry.phase) && !route.endpoints.includes(entry.endpoint) && isEndpointUrl(entry.endpoint)) {
       route.endpoints.push(entry.endpoint);
     }
+    const revision = serving.get(entry.deployment);
+    if (
+      entry.phase === 'Sleeping' &&
+      isEndpointUrl(entry.endpoint) &&
+      (entry.revision === undefined || revision === undefined || entry.revision === revision)
+    ) {
+      route.sleepers.push({ replicaId: entry.replicaId, deployment: entry.deployment, endpoint: entry.endpoint });
+    }
   }
   for (const route of byName.values()) {
     route.endpoints.sort();
     route.deployments.sort();
+    // Deterministic, the same at every router: the first by replica id is the one woken.
+    route.sleepers.sort((a, b) => (a.replicaId < b.replicaId ? -1 : a.replicaId > b.replicaId ? 1 : 0));
   }
   const aliases: Array<[string, ModelRoute]> = [];
   for (const route of byName.values()) {
@@ -186,14 +211,27 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
   return byName;
 }
 
+/**
+ * Each deployment's serving revision: that of its newest replica (the highest sequence number).
+ * A rollout starts its new replicas after the old ones, so a sleeper of an older revision, which
+ * the rollout replaces without waking (issue 38), is not woken for a request either.
+ */
+function servingRevisions(entries: readonly RouteEntry[]): Map<string, string | undefined> {
+  const newest = new Map<string, { seq: number; revision: string | undefined }>();
+  for (const entry of entries) {
+    const seq = parseReplicaWorkflowId(entry.replicaId)?.seq ?? -1;
+    const seen = newest.get(entry.deployment);
+    if (seen === undefined || seq > seen.seq) newest.set(entry.deployment, { seq, revision: entry.revision });
+  }
+  return new Map([...newest].map(([deployment, n]) => [deployment, n.revision]));
+}
+
 /** A stable text of a table, to tell a changed table from the same one polled again. */
 export function routesSignature(entries: readonly RouteEntry[], deployments: readonly DeploymentEntry[] = []): string {
   // The key chain and pin too: an endpoint whose route names another run's key, or another
   // certificate, is opened anew with it.
   const routes = entries
-    .map(
-      (e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${isRoutable(e.phase) ? 1 : 0}\t${keyChainOf(e) ?? ''}\t${e.tlsPin ?? ''}`,
-    )
+    .map((e) => `${e.servedName}\t${e.deployment}\t${e.endpoint}\t${routeState(e)}\t${keyChainOf(e) ?? ''}\t${e.tlsPin ?? ''}`)
     .sort();
   // What autoscaling reads (desired, bounds, phase) is part of the table too: a new desired
   // count must reach the autoscaler, which sees only tables that differ.
@@ -201,4 +239,10 @@ export function routesSignature(entries: readonly RouteEntry[], deployments: rea
     .map((d) => `=${d.servedName}\t${d.name}\t${d.phase}\t${d.desired}\t${d.autoscale ? JSON.stringify(d.autoscale) : ''}`)
     .sort();
   return [...routes, ...listed].join('\n');
+}
+
+/** What of a route's phase the router acts on: routable (1), asleep (woken for a request: its id and revision too), or neither (0). */
+function routeState(e: RouteEntry): string {
+  if (isRoutable(e.phase)) return '1';
+  return e.phase === 'Sleeping' ? `z ${e.replicaId} ${e.revision ?? ''}` : '0';
 }

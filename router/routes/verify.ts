@@ -37,7 +37,8 @@ export class VerifiedRouteSource implements RouteSource {
     // Read on every table, so a rotated key file needs no restart.
     const keys = readVerifyingKeys(this.keyFile).all;
     const routes = snapshot.routes.filter((route) => {
-      if (!isRoutable(route.phase) || route.endpoint === '') return true;
+      // A sleeping route is checked too: a forged one would have this router send wakes.
+      if ((!isRoutable(route.phase) && route.phase !== 'Sleeping') || route.endpoint === '') return true;
       const verdict = verifyRoute(route, keys);
       if (verdict.ok) return true;
       const key = `${route.replicaId} ${route.endpoint}`;
