@@ -1,4 +1,4 @@
-// A workflow used only by test/unit/router-wake-temporal.test.ts: a replica's `wakeReplica`
+// A workflow used only by test/e2e/router-wake-temporal.test.ts: a replica's `wakeReplica`
 // Update and nothing else, answering who asked, so the router's Temporal wake caller can be
 // checked against a real server without the replica workflow (built elsewhere).
 import { condition, defineQuery, setHandler, workflowInfo } from '@temporalio/workflow';
