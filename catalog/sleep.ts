@@ -8,7 +8,9 @@ import type { SleepPolicy } from '../common/sleep-types.js';
 export const CatalogSleep = z.strictObject(
   {
     afterSeconds: z.int().min(1, 'sleep.afterSeconds must be at least 1'),
-    level: z.union([z.literal(1), z.literal(2)], { error: 'sleep.level must be 1 (weights to host RAM) or 2 (weights dropped)' }).default(1),
+    level: z
+      .union([z.literal(1), z.literal(2)], { error: 'sleep.level must be 1 (weights to host RAM) or 2 (weights dropped)' })
+      .default(1),
     stopAfterSeconds: z.int().min(1, 'sleep.stopAfterSeconds must be at least 1').optional(),
     minAwakeSeconds: z.int().min(0, 'sleep.minAwakeSeconds must be >= 0').default(60),
   },
