@@ -7,6 +7,7 @@ import type { DiscoveredHost } from '../discovery/inventory.js';
 import { discoverHost } from '../discovery/discover-host.js';
 import type { AgentView } from '../metrics.js';
 import { buildRegister } from './register-message.js';
+import { gpuUsedMib, simulatedLedgerDir } from '../../common/sim-gpu-ledger.js';
 import type { GpuProcess } from '../supervisor/recovery/strangers.js';
 import type { RecoveryReport, Supervisor } from '../supervisor/supervisor.js';
 
@@ -46,6 +47,7 @@ export function createHostReports(deps: {
 
   const refresh = async (): Promise<void> => {
     if (config.gpus === 'real') host = await discoverHost(config);
+    else host = withSimulatedUse(deps.host, simulatedLedgerDir(config.stateDir));
   };
   return {
     async describe() {
@@ -67,6 +69,17 @@ export function createHostReports(deps: {
       gpus: host.gpus,
       managedGpus: config.managedGpus ?? host.gpus.map((gpu) => gpu.index),
       foreign,
+    }),
+  };
+}
+
+/** A simulated host with each GPU's memory used as its engines hold it now (sleepers hold none). */
+function withSimulatedUse(host: DiscoveredHost, ledgerDir: string): DiscoveredHost {
+  return {
+    ...host,
+    gpus: host.gpus.map((gpu) => {
+      const used = gpuUsedMib(ledgerDir, gpu.index);
+      return used === undefined ? gpu : { ...gpu, memoryUsedMib: used };
     }),
   };
 }

@@ -1,0 +1,204 @@
+// vLLM's sleep mode in the fake engine: POST /sleep?level=1|2, POST /wake_up[?tags=…] and
+// GET /is_sleeping, served only with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 as vLLM
+// serves them. Asleep, the engine frees its simulated GPU memory (level 1 keeps the weights in
+// host RAM); a wake takes --wake-seconds (level 2: plus the load time) and fails like CUDA's
+// out-of-memory when the GPU's awake engines leave too little (common/sim-gpu-ledger.ts).
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { entries, gpuTotal, removeEntry, withLedgerLock, writeEntry, type LedgerEntry } from '../common/sim-gpu-ledger.js';
+import type { FakeEngineOptions } from './options.js';
+import { sendError } from './requests.js';
+
+type Tag = 'weights' | 'kv_cache';
+const TAGS: readonly Tag[] = ['weights', 'kv_cache'];
+
+/** What the engine allocates on one GPU: its pool (--gpu-memory-utilization of the GPU), weights first. */
+interface GpuShare {
+  gpu: number;
+  totalMib: number;
+  weightsMib: number;
+  kvMib: number;
+}
+
+export class OutOfMemory extends Error {
+  override name = 'OutOfMemoryError';
+}
+
+export class EngineSleep {
+  /** Tags not on the GPU now; empty: awake. */
+  private readonly asleep = new Set<Tag>();
+  private level: 1 | 2 = 1;
+  private readonly waiters: (() => void)[] = [];
+  private waking: Promise<void> | undefined;
+  private readonly shares: GpuShare[];
+
+  constructor(
+    private readonly opts: FakeEngineOptions,
+    private readonly log: (line: string) => void,
+  ) {
+    this.shares = shares(opts);
+  }
+
+  /** vLLM attaches these routes only in dev mode, and they work only with sleep mode enabled. */
+  get served(): boolean {
+    return this.opts.devMode === true;
+  }
+
+  get sleeping(): boolean {
+    return this.asleep.size > 0;
+  }
+
+  /** Resolves when the engine is awake: vLLM schedules nothing while it sleeps, so requests wait. */
+  awake(): Promise<void> {
+    if (!this.sleeping) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Takes the engine's memory at start, as vLLM profiles and reserves it; throws OutOfMemory when it does not fit. */
+  async allocateAtStart(): Promise<void> {
+    await this.allocate(TAGS, true);
+  }
+
+  /** Gives back what the ledger holds for this engine (a stop). */
+  release(): void {
+    const ledger = this.opts.simulatedGpus;
+    if (ledger === undefined) return;
+    for (const share of this.shares) removeEntry(ledger.ledgerDir, share.gpu, ledger.key);
+  }
+
+  /** Serves the three routes; false for any other path. */
+  route(path: string, req: IncomingMessage, res: ServerResponse): boolean {
+    if (!this.served || (path !== '/sleep' && path !== '/wake_up' && path !== '/is_sleeping')) return false;
+    req.resume();
+    const query = new URL(req.url ?? '/', 'http://engine').searchParams;
+    if (path === '/is_sleeping') {
+      if (req.method !== 'GET') return (sendError(res, 'MethodNotAllowedError', 'Method Not Allowed'), true);
+      return (json(res, 200, { is_sleeping: this.sleeping }), true);
+    }
+    if (req.method !== 'POST') return (sendError(res, 'MethodNotAllowedError', 'Method Not Allowed'), true);
+    if (!this.opts.sleepMode) {
+      // vLLM's engine refuses to sleep when it was not started able to (its allocator is not CuMem).
+      return (sendError(res, 'InternalServerError', 'Sleep mode is not enabled. Start the engine with --enable-sleep-mode.'), true);
+    }
+    if (path === '/sleep') {
+      const level = query.get('level') ?? '1';
+      if (level !== '1' && level !== '2') return (sendError(res, 'BadRequestError', `level must be 1 or 2, got ${level}`), true);
+      void this.sleep(Number(level) as 1 | 2).then(() => ok(res));
+      return true;
+    }
+    const tags = query.getAll('tags');
+    const unknown = tags.filter((tag) => !TAGS.includes(tag as Tag));
+    if (unknown.length > 0) return (sendError(res, 'BadRequestError', `unknown tags ${unknown.join(', ')} (weights, kv_cache)`), true);
+    this.wake(tags.length === 0 ? TAGS : (tags as Tag[])).then(
+      () => ok(res),
+      (err: unknown) => sendError(res, 'InternalServerError', (err as Error).message),
+    );
+    return true;
+  }
+
+  private async sleep(level: 1 | 2): Promise<void> {
+    if (this.sleeping) return;
+    this.level = level;
+    for (const tag of TAGS) this.asleep.add(tag);
+    await this.record();
+    this.log(
+      `fake-engine: asleep at level ${level} (${level === 1 ? 'weights in host RAM, KV cache freed' : 'weights and KV cache freed'})`,
+    );
+  }
+
+  private async wake(tags: readonly Tag[]): Promise<void> {
+    // One wake at a time, as the engine's own calls are one at a time.
+    while (this.waking) await this.waking;
+    const wanted = tags.filter((tag) => this.asleep.has(tag));
+    if (wanted.length === 0) return;
+    const started = Date.now();
+    const run = (async () => {
+      await this.allocate(wanted);
+      // Level 2 dropped the weights: they are read again, as a load is.
+      const seconds = this.opts.wakeSeconds + (this.level === 2 && wanted.includes('weights') ? this.opts.loadTimeS : 0);
+      if (seconds > 0) await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+      for (const tag of wanted) this.asleep.delete(tag);
+      await this.record();
+    })();
+    this.waking = run;
+    try {
+      await run;
+    } finally {
+      this.waking = undefined;
+    }
+    this.log(`fake-engine: woke ${wanted.join(', ')} in ${Date.now() - started} ms`);
+    if (!this.sleeping) for (const resolve of this.waiters.splice(0)) resolve();
+  }
+
+  /** Reserves `tags` on every GPU, or throws OutOfMemory naming the first that cannot hold them. */
+  private async allocate(tags: readonly Tag[], atStart = false): Promise<void> {
+    const ledger = this.opts.simulatedGpus;
+    if (ledger === undefined || this.shares.length === 0) return;
+    await withLedgerLock(ledger.ledgerDir, () => {
+      for (const share of this.shares) {
+        const others = [...entries(ledger.ledgerDir, share.gpu)].filter(([key]) => key !== ledger.key).map(([, entry]) => entry);
+        const base = gpuTotal(ledger.ledgerDir, share.gpu)?.baseUsedMib ?? 0;
+        const held = atStart ? 0 : this.gpuMib(share);
+        const free = share.totalMib - base - others.reduce((sum, entry) => sum + entry.gpuMib, 0) - held;
+        const need = tags.reduce((sum, tag) => sum + (tag === 'weights' ? share.weightsMib : share.kvMib), 0);
+        if (need > free) {
+          throw new OutOfMemory(
+            `CUDA out of memory. Tried to allocate ${need} MiB. GPU ${share.gpu} has a total capacity of ${share.totalMib} MiB of which ${Math.max(0, free)} MiB is free.`,
+          );
+        }
+      }
+      for (const share of this.shares) {
+        const entry = this.entry(share);
+        const need = tags.reduce((sum, tag) => sum + (tag === 'weights' ? share.weightsMib : share.kvMib), 0);
+        entry.gpuMib = (atStart ? 0 : this.gpuMib(share)) + need;
+        if (tags.includes('weights')) entry.hostMib = 0;
+        writeEntry(ledger.ledgerDir, share.gpu, ledger.key, entry);
+      }
+    });
+  }
+
+  /** Writes what the engine holds now to the ledger. */
+  private async record(): Promise<void> {
+    const ledger = this.opts.simulatedGpus;
+    if (ledger === undefined) return;
+    await withLedgerLock(ledger.ledgerDir, () => {
+      for (const share of this.shares) writeEntry(ledger.ledgerDir, share.gpu, ledger.key, this.entry(share));
+    });
+  }
+
+  private gpuMib(share: GpuShare): number {
+    return (this.asleep.has('weights') ? 0 : share.weightsMib) + (this.asleep.has('kv_cache') ? 0 : share.kvMib);
+  }
+
+  private entry(share: GpuShare): LedgerEntry {
+    return {
+      pid: this.opts.simulatedGpus?.pid ?? process.pid,
+      gpuMib: this.gpuMib(share),
+      // Level 1 keeps a copy of the weights in host RAM while they are off the GPU.
+      hostMib: this.asleep.has('weights') && this.level === 1 ? share.weightsMib : 0,
+      sleeping: this.sleeping,
+    };
+  }
+}
+
+function shares(opts: FakeEngineOptions): GpuShare[] {
+  const ledger = opts.simulatedGpus;
+  if (ledger === undefined) return [];
+  return ledger.gpus.flatMap((gpu) => {
+    const total = gpuTotal(ledger.ledgerDir, gpu);
+    if (total === undefined) return [];
+    const pool = Math.round(total.totalMib * opts.gpuMemoryUtilization);
+    const weightsMib = Math.min(pool, opts.weightsMib ?? Math.round(pool / 2));
+    return [{ gpu, totalMib: total.totalMib, weightsMib, kvMib: pool - weightsMib }];
+  });
+}
+
+function ok(res: ServerResponse): void {
+  res.writeHead(200, { 'content-length': 0 });
+  res.end();
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
