@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { entries, gpuTotal, removeEntry, withLedgerLock, writeEntry, type LedgerEntry } from '../common/sim-gpu-ledger.js';
 import type { FakeEngineOptions } from './options.js';
-import { sendError } from './requests.js';
+import { sendError, type ErrorType } from './requests.js';
 
 type Tag = 'weights' | 'kv_cache';
 const TAGS: readonly Tag[] = ['weights', 'kv_cache'];
@@ -26,7 +26,9 @@ export class OutOfMemory extends Error {
 export class EngineSleep {
   /** Tags not on the GPU now; empty: awake. */
   private readonly asleep = new Set<Tag>();
-  private level: 1 | 2 = 1;
+  private level: 0 | 1 | 2 = 1;
+  /** Level 0: paused, nothing freed. */
+  private paused = false;
   private readonly waiters: (() => void)[] = [];
   private waking: Promise<void> | undefined;
   private readonly shares: GpuShare[];
@@ -44,7 +46,7 @@ export class EngineSleep {
   }
 
   get sleeping(): boolean {
-    return this.asleep.size > 0;
+    return this.paused || this.asleep.size > 0;
   }
 
   /** Resolves when the engine is awake: vLLM schedules nothing while it sleeps, so requests wait. */
@@ -69,35 +71,55 @@ export class EngineSleep {
   route(path: string, req: IncomingMessage, res: ServerResponse): boolean {
     if (!this.served || (path !== '/sleep' && path !== '/wake_up' && path !== '/is_sleeping')) return false;
     req.resume();
-    const query = new URL(req.url ?? '/', 'http://engine').searchParams;
-    if (path === '/is_sleeping') {
-      if (req.method !== 'GET') return (sendError(res, 'MethodNotAllowedError', 'Method Not Allowed'), true);
-      return (json(res, 200, { is_sleeping: this.sleeping }), true);
-    }
-    if (req.method !== 'POST') return (sendError(res, 'MethodNotAllowedError', 'Method Not Allowed'), true);
-    if (!this.opts.sleepMode) {
-      // vLLM's engine refuses to sleep when it was not started able to (its allocator is not CuMem).
-      return (sendError(res, 'InternalServerError', 'Sleep mode is not enabled. Start the engine with --enable-sleep-mode.'), true);
-    }
-    if (path === '/sleep') {
-      const level = query.get('level') ?? '1';
-      if (level !== '1' && level !== '2') return (sendError(res, 'BadRequestError', `level must be 1 or 2, got ${level}`), true);
-      void this.sleep(Number(level) as 1 | 2).then(() => ok(res));
+    const refusal = this.refusal(path, req);
+    if (refusal !== undefined) {
+      sendError(res, refusal.type, refusal.message);
       return true;
     }
-    const tags = query.getAll('tags');
-    const unknown = tags.filter((tag) => !TAGS.includes(tag as Tag));
-    if (unknown.length > 0) return (sendError(res, 'BadRequestError', `unknown tags ${unknown.join(', ')} (weights, kv_cache)`), true);
-    this.wake(tags.length === 0 ? TAGS : (tags as Tag[])).then(
-      () => ok(res),
-      (err: unknown) => sendError(res, 'InternalServerError', (err as Error).message),
-    );
+    const query = new URL(req.url ?? '/', 'http://engine').searchParams;
+    if (path === '/is_sleeping') json(res, 200, { is_sleeping: this.sleeping });
+    else if (path === '/sleep') {
+      const level = Number(query.get('level') ?? '1') as 0 | 1 | 2;
+      void this.sleep(level).then(() => json(res, 200, { status: 'sleeping', level }));
+    } else {
+      const tags = query.getAll('tags') as Tag[];
+      this.wake(tags.length === 0 ? TAGS : tags).then(
+        () => json(res, 200, { status: this.sleeping ? 'sleeping' : 'awake', tags_woken: tags.length === 0 ? null : tags }),
+        (err: unknown) => sendError(res, 'InternalServerError', (err as Error).message),
+      );
+    }
     return true;
   }
 
-  private async sleep(level: 1 | 2): Promise<void> {
+  /** Why a call is refused, as vLLM v0.34.0 refuses it: level 0..2, mode abort|wait|keep, known tags. */
+  private refusal(path: string, req: IncomingMessage): { type: ErrorType; message: string } | undefined {
+    const query = new URL(req.url ?? '/', 'http://engine').searchParams;
+    if (req.method !== (path === '/is_sleeping' ? 'GET' : 'POST')) return { type: 'MethodNotAllowedError', message: 'Method Not Allowed' };
+    if (path === '/is_sleeping') return undefined;
+    // vLLM's engine refuses to sleep when it was not started able to (its allocator is not CuMem).
+    if (!this.opts.sleepMode)
+      return { type: 'InternalServerError', message: 'Sleep mode is not enabled. Start the engine with --enable-sleep-mode.' };
+    if (path === '/sleep') {
+      const level = query.get('level') ?? '1';
+      const mode = query.get('mode') ?? 'abort';
+      if (!['0', '1', '2'].includes(level)) return { type: 'BadRequestError', message: `level must be 0, 1 or 2, got ${level}` };
+      if (!['abort', 'wait', 'keep'].includes(mode))
+        return { type: 'BadRequestError', message: `mode must be abort, wait or keep, got ${mode}` };
+      return undefined;
+    }
+    const unknown = query.getAll('tags').filter((tag) => !TAGS.includes(tag as Tag));
+    if (unknown.length > 0) return { type: 'BadRequestError', message: `unknown tags ${unknown.join(', ')} (weights, kv_cache)` };
+    return undefined;
+  }
+
+  private async sleep(level: 0 | 1 | 2): Promise<void> {
     if (this.sleeping) return;
     this.level = level;
+    if (level === 0) {
+      this.paused = true;
+      this.log('fake-engine: paused (level 0: nothing freed)');
+      return;
+    }
     for (const tag of TAGS) this.asleep.add(tag);
     await this.record();
     this.log(
@@ -108,8 +130,12 @@ export class EngineSleep {
   private async wake(tags: readonly Tag[]): Promise<void> {
     // One wake at a time, as the engine's own calls are one at a time.
     while (this.waking) await this.waking;
+    this.paused = false;
     const wanted = tags.filter((tag) => this.asleep.has(tag));
-    if (wanted.length === 0) return;
+    if (wanted.length === 0) {
+      if (!this.sleeping) for (const resolve of this.waiters.splice(0)) resolve();
+      return;
+    }
     const started = Date.now();
     const run = (async () => {
       await this.allocate(wanted);
@@ -190,11 +216,6 @@ function shares(opts: FakeEngineOptions): GpuShare[] {
     const weightsMib = Math.min(pool, opts.weightsMib ?? Math.round(pool / 2));
     return [{ gpu, totalMib: total.totalMib, weightsMib, kvMib: pool - weightsMib }];
   });
-}
-
-function ok(res: ServerResponse): void {
-  res.writeHead(200, { 'content-length': 0 });
-  res.end();
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {

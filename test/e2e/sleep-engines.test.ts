@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { ApplicationFailure } from '@temporalio/common';
 import { describe, expect, it } from 'vitest';
 import { createSleepActivities } from '../../agent/sleep.js';
+import { runningWithSleep } from '../../agent/host/describe-and-survey.js';
 import { entries, gpuUsedMib, writeGpuTotal } from '../../common/sim-gpu-ledger.js';
 import { FailureType } from '../../common/failures.js';
 import { Engine } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -98,6 +99,9 @@ describe('fake engines asleep and awake on one simulated GPU', () => {
     // An engine started without sleep mode is refused, saying what to set.
     await sup.start(fakeSpec(host.node, 'c', [], [1]));
     await sup.waitHealthy('c', 20);
+    // The agent's reports (registration, survey: what adoption reads) say which engines sleep.
+    const reported = new Map((await runningWithSleep(sup)).map((shard) => [shard.spec?.shardId, shard.sleeping]));
+    expect(Object.fromEntries(reported)).toEqual({ a: false, b: true, c: undefined });
     const refused = await failureOf(activities.sleepShard({ shardId: 'c', level: 1 }));
     expect(refused.type).toBe(FailureType.SleepUnsupported);
     expect(refused.nonRetryable).toBe(true);
