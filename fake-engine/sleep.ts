@@ -60,11 +60,25 @@ export class EngineSleep {
     await this.allocate(TAGS, true);
   }
 
+  /**
+   * A ledger the engine cannot use (unwritable, say) turns the accounting off rather than the
+   * engine: the simulation is a convenience, serving is the engine's job.
+   */
+  private ledgerFailed(err: unknown): void {
+    if (err instanceof OutOfMemory) throw err;
+    this.log(`fake-engine: simulated GPU ledger not used: ${(err as Error).message}`);
+    this.shares.length = 0;
+  }
+
   /** Gives back what the ledger holds for this engine (a stop). */
   release(): void {
     const ledger = this.opts.simulatedGpus;
     if (ledger === undefined) return;
-    for (const share of this.shares) removeEntry(ledger.ledgerDir, share.gpu, ledger.key);
+    try {
+      for (const share of this.shares) removeEntry(ledger.ledgerDir, share.gpu, ledger.key);
+    } catch (err) {
+      this.log(`fake-engine: simulated GPU ledger not cleared: ${(err as Error).message}`);
+    }
   }
 
   /** Serves the three routes; false for any other path. */
@@ -160,35 +174,39 @@ export class EngineSleep {
     const ledger = this.opts.simulatedGpus;
     if (ledger === undefined || this.shares.length === 0) return;
     await withLedgerLock(ledger.ledgerDir, () => {
-      for (const share of this.shares) {
-        const others = [...entries(ledger.ledgerDir, share.gpu)].filter(([key]) => key !== ledger.key).map(([, entry]) => entry);
-        const base = gpuTotal(ledger.ledgerDir, share.gpu)?.baseUsedMib ?? 0;
-        const held = atStart ? 0 : this.gpuMib(share);
-        const free = share.totalMib - base - others.reduce((sum, entry) => sum + entry.gpuMib, 0) - held;
-        const need = tags.reduce((sum, tag) => sum + (tag === 'weights' ? share.weightsMib : share.kvMib), 0);
-        if (need > free) {
-          throw new OutOfMemory(
-            `CUDA out of memory. Tried to allocate ${need} MiB. GPU ${share.gpu} has a total capacity of ${share.totalMib} MiB of which ${Math.max(0, free)} MiB is free.`,
-          );
-        }
+      this.reserve(ledger, tags, atStart);
+    }).catch((err: unknown) => this.ledgerFailed(err));
+  }
+
+  /** Checks every GPU has room for `tags`, then records them held (inside the ledger's lock). */
+  private reserve(ledger: NonNullable<FakeEngineOptions['simulatedGpus']>, tags: readonly Tag[], atStart: boolean): void {
+    const needOf = (share: GpuShare) => tags.reduce((sum, tag) => sum + (tag === 'weights' ? share.weightsMib : share.kvMib), 0);
+    for (const share of this.shares) {
+      const others = [...entries(ledger.ledgerDir, share.gpu)].filter(([key]) => key !== ledger.key).map(([, entry]) => entry);
+      const base = gpuTotal(ledger.ledgerDir, share.gpu)?.baseUsedMib ?? 0;
+      const held = atStart ? 0 : this.gpuMib(share);
+      const free = share.totalMib - base - others.reduce((sum, entry) => sum + entry.gpuMib, 0) - held;
+      if (needOf(share) > free) {
+        throw new OutOfMemory(
+          `CUDA out of memory. Tried to allocate ${needOf(share)} MiB. GPU ${share.gpu} has a total capacity of ${share.totalMib} MiB of which ${Math.max(0, free)} MiB is free.`,
+        );
       }
-      for (const share of this.shares) {
-        const entry = this.entry(share);
-        const need = tags.reduce((sum, tag) => sum + (tag === 'weights' ? share.weightsMib : share.kvMib), 0);
-        entry.gpuMib = (atStart ? 0 : this.gpuMib(share)) + need;
-        if (tags.includes('weights')) entry.hostMib = 0;
-        writeEntry(ledger.ledgerDir, share.gpu, ledger.key, entry);
-      }
-    });
+    }
+    for (const share of this.shares) {
+      const entry = this.entry(share);
+      entry.gpuMib = (atStart ? 0 : this.gpuMib(share)) + needOf(share);
+      if (tags.includes('weights')) entry.hostMib = 0;
+      writeEntry(ledger.ledgerDir, share.gpu, ledger.key, entry);
+    }
   }
 
   /** Writes what the engine holds now to the ledger. */
   private async record(): Promise<void> {
     const ledger = this.opts.simulatedGpus;
-    if (ledger === undefined) return;
+    if (ledger === undefined || this.shares.length === 0) return;
     await withLedgerLock(ledger.ledgerDir, () => {
       for (const share of this.shares) writeEntry(ledger.ledgerDir, share.gpu, ledger.key, this.entry(share));
-    });
+    }).catch((err: unknown) => this.ledgerFailed(err));
   }
 
   private gpuMib(share: GpuShare): number {

@@ -1,7 +1,8 @@
 // The agent host's engine supervisor, set up from the agent's flags and its discovered host,
 // and its first act: recovery, before anything can start a new engine. Agent side.
 import { availableParallelism } from 'node:os';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { simulatedLedgerDir, writeGpuTotal } from '../../common/sim-gpu-ledger.js';
 import type { Client } from '@temporalio/client';
 import type { LineLog } from '../../common/logger.js';
@@ -130,6 +131,12 @@ function engineIdentity(config: AgentConfig, log: LineLog): { engineUser?: Engin
 function simulatedLedger(config: AgentConfig, host: DiscoveredHost): string {
   const dir = simulatedLedgerDir(config.stateDir);
   mkdirSync(dir, { recursive: true });
-  for (const gpu of host.gpus) writeGpuTotal(dir, gpu.index, gpu.memoryTotalMib, gpu.memoryUsedMib);
+  // Engines run as their own users (host-safety.md) and each writes its entry here. A simulated
+  // host only: nothing real is accounted, so any local user writing here fakes only a simulation.
+  chmodSync(dir, 0o777);
+  for (const gpu of host.gpus) {
+    writeGpuTotal(dir, gpu.index, gpu.memoryTotalMib, gpu.memoryUsedMib);
+    chmodSync(join(dir, `gpu-${gpu.index}`), 0o777);
+  }
   return dir;
 }
