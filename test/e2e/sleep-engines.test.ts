@@ -96,6 +96,10 @@ describe('fake engines asleep and awake on one simulated GPU', () => {
     expect((await chat(a)).status).toBe(200);
     expect(gpuUsedMib(ledger, 0)).toBe(600);
 
+    // Only engines able to sleep share a GPU: one that cannot is refused where they run.
+    const shared = await failureOf(sup.start(fakeSpec(host.node, 'c', [], [0])));
+    expect(shared.type).toBe(FailureType.PlacementRefused);
+    expect(shared.message).toMatch(/GPU 0 is held by shard a/);
     // An engine started without sleep mode is refused, saying what to set.
     await sup.start(fakeSpec(host.node, 'c', [], [1]));
     await sup.waitHealthy('c', 20);
