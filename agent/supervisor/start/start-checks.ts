@@ -37,7 +37,8 @@ export function placementProblems(core: SupervisorCore, spec: StartShard, existi
   }
   for (const gpu of gpus) {
     const holder = core.reservedGpus.get(gpu);
-    if (holder !== undefined && holder !== spec.shardId && !sleeper)
+    const shareable = sleeper && holder !== undefined && core.reservedSleepers.has(holder);
+    if (holder !== undefined && holder !== spec.shardId && !shareable)
       problems.push(`GPU ${gpu} is being given to shard ${holder}, starting now`);
   }
   problems.push(...portProblems(core, 'httpPort', spec.httpPort));
@@ -69,8 +70,11 @@ export function checkPlacement(core: SupervisorCore, spec: StartShard, existing:
     // Checked and reserved in one synchronous step: no other start can pass in between.
     const reserved = spec.gpuIndices.filter((gpu) => !core.reservedGpus.has(gpu));
     for (const gpu of reserved) core.reservedGpus.set(gpu, spec.shardId);
+    const sleeper = startsAbleToSleep(spec);
+    if (sleeper) core.reservedSleepers.add(spec.shardId);
     return () => {
       for (const gpu of reserved) if (core.reservedGpus.get(gpu) === spec.shardId) core.reservedGpus.delete(gpu);
+      if (sleeper) core.reservedSleepers.delete(spec.shardId);
     };
   }
   core.log(`refused shard ${spec.shardId} of ${spec.replicaId}: ${problems.join('; ')}`, 'warn');
