@@ -18,6 +18,8 @@ import type {
 import type { AgentActivities, ClearGpuFaultInput, PresenceInput } from './activity-types.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 import type { EndpointAttester, RendezvousAttester } from './endpoint-attester.js';
+import { createSleepActivities } from './sleep.js';
+import type { SleepShardRequest, WakeShardRequest } from '../common/sleep-types.js';
 
 export interface AgentActivityDeps {
   supervisor: Supervisor;
@@ -53,7 +55,13 @@ async function beating<T>(details: Record<string, unknown>, work: () => Promise<
 
 /** Every agent activity but the weights' (agent/weights/activity.ts). */
 export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivities, 'fetchWeights' | 'removeWeights'> {
+  const sleep = createSleepActivities(deps.supervisor);
   return {
+    // A wake may read weights for minutes: heartbeats say the agent is still at it.
+    sleepShard: (request: SleepShardRequest) => beating({ sleeping: request.shardId }, () => sleep.sleepShard(request)),
+    wakeShard: (request: WakeShardRequest) => beating({ waking: request.shardId }, () => sleep.wakeShard(request)),
+    shardSleepState: (request: { shardId: string }) => sleep.shardSleepState(request),
+
     async startShard(spec: StartShard): Promise<RunningShard> {
       // Heartbeats, so that an agent that dies mid-start is noticed in one heartbeat timeout
       // and the retry reaches the restarted agent (which finds the spec and starts once).

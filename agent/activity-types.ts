@@ -1,5 +1,6 @@
 // The node-local activities an agent serves on its task queue `agent/<nodeId>`, as a
 // type that workflows import (type only) to call them.
+import type { SleepActivities } from '../common/sleep-types.js';
 import type { FetchWeightsInput, FetchWeightsResult } from './weights/activity.js';
 import type { RemoveWeightsInput, RemoveWeightsResult } from './weights/remove.js';
 import type { DrainShard, DrainShardResult } from '../proto/gen/llmgw/v1/shard_pb.js';
@@ -20,7 +21,8 @@ export interface ClearGpuFaultInput {
   gpuIndex: number;
 }
 
-export interface AgentActivities {
+/** sleepShard, wakeShard and shardSleepState come from SleepActivities (agent/sleep.ts, docs/sleep.md). */
+export interface AgentActivities extends SleepActivities {
   /**
    * Makes a pinned revision's weights complete in this host's cache (once per host and
    * revision, resumable, verified), heartbeating its progress; agent/weights/.

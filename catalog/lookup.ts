@@ -6,6 +6,7 @@ import { engineProfileFromSnapshot } from '../common/profile-conversion.js';
 import type { ProfileSnapshot } from '../common/replica-types.js';
 import type { Catalog, CatalogModel, CatalogProfile } from './schema.js';
 import { adapterEngineArgs } from './adapters.js';
+import { sleepEngineArgs, sleepPolicy } from './sleep.js';
 
 export function findModel(catalog: Catalog, name: string): CatalogModel | undefined {
   return catalog.models.find((model) => model.name === name);
@@ -96,6 +97,9 @@ export function chooseProfile(catalog: Catalog, model: string, request: ProfileR
 export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): ProfileSnapshot {
   // Adapter flags before the profile's own args, so that the catalog can still override them.
   const lora = adapterEngineArgs(profile.engine, profile.adapters, model.adapters);
+  // Sleep flags go before the profile's args too; the policy's timings travel beside them.
+  const sleep = sleepPolicy(profile.sleep);
+  const sleepArgs = sleepEngineArgs(profile.engine, sleep);
   return {
     model: model.name,
     modelSource: model.source,
@@ -108,15 +112,16 @@ export function profileSnapshot(model: CatalogModel, profile: CatalogProfile): P
     pipelineParallel: profile.pipelineParallel,
     gpusPerNode: profile.gpusPerNode,
     nodes: profile.nodes,
-    args: [...lora.args, ...profile.args],
+    args: [...lora.args, ...sleepArgs.args, ...profile.args],
     env: Object.fromEntries(
-      Object.entries({ ...lora.env, ...profile.env }).map(([name, value]) => [
+      Object.entries({ ...lora.env, ...sleepArgs.env, ...profile.env }).map(([name, value]) => [
         name,
         typeof value === 'string' ? value : { fromHost: value.fromHost },
       ]),
     ),
     startupTimeoutSeconds: profile.startupTimeoutSeconds,
     minGpuMemoryMib: profile.minGpuMemoryMib ?? 0,
+    ...(sleep !== undefined ? { sleep } : {}),
   };
 }
 

@@ -6,6 +6,7 @@ import { ENGINE_MARKER_ENV } from '../common/names.js';
 import { AutoscaleSchema } from '../common/autoscale.js';
 import { CatalogAdapter, ProfileAdapters, checkAdapterNames, checkModelAdapters } from './adapters.js';
 import { parseModelSource } from '../common/model-source.js';
+import { CatalogSleep, sleepRefusal } from './sleep.js';
 
 export const ENGINES = ['vllm', 'sglang', 'fake', 'llamacpp'] as const;
 export type EngineName = (typeof ENGINES)[number];
@@ -134,6 +135,8 @@ export const CatalogProfile = strictObject('a profile', {
   autoscale: AutoscaleSchema.optional(),
   /** LoRA adapters an engine of this profile may hold at once (and their highest rank); absent: none. */
   adapters: ProfileAdapters.optional(),
+  /** Idle replicas of this profile sleep, and wake on a request (catalog/sleep.ts, docs/sleep.md); absent: never. */
+  sleep: CatalogSleep.optional(),
 }).superRefine(
   (profile, ctx) => {
     const parallel = profile.tensorParallel * profile.pipelineParallel;
@@ -167,6 +170,8 @@ export const CatalogProfile = strictObject('a profile', {
           'engine llamacpp loads LoRA adapters only at start (--lora), not at run time: remove adapters, or give the adapter as an arg',
       });
     }
+    const cannotSleep = profile.sleep === undefined ? undefined : sleepRefusal(profile.engine);
+    if (cannotSleep !== undefined) ctx.addIssue({ code: 'custom', path: ['sleep'], message: cannotSleep });
     if (profile.engine === 'vllm' && profile.nodes > 1 && profile.launcher === 'native') {
       ctx.addIssue({
         code: 'custom',

@@ -43,6 +43,13 @@ export const FailureType = {
    * acting on it, and reconciliation rebuilds the replica from what the agents report.
    */
   CarriedStateRefused: 'CarriedStateRefused',
+  /** sleepShard on an engine not started able to sleep (no sleep policy in its profile, or SGLang). */
+  SleepUnsupported: 'SleepUnsupported',
+  /**
+   * A wake found too little GPU memory (awake engines hold it): the engine stays asleep, and the
+   * node workflow puts another to sleep first (docs/sleep.md).
+   */
+  WakeOutOfMemory: 'WakeOutOfMemory',
 } as const;
 
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];
@@ -61,4 +68,5 @@ export const NON_RETRYABLE_AGENT_FAILURES: FailureType[] = [
   FailureType.PlacementRefused,
   FailureType.WeightsUnavailable,
   FailureType.WeightsNoSpace,
+  FailureType.SleepUnsupported,
 ];

@@ -97,3 +97,10 @@ export function shardId(replicaId: string, rank: number, attempt: number): strin
 export function isSafeShardId(id: string): boolean {
   return /^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$/.test(id);
 }
+
+/**
+ * A simulated host's GPU memory ledger (common/sim-gpu-ledger.ts): the agent of a simulated
+ * inventory hands its folder to the fake engines it starts, so the awake engines of one
+ * simulated GPU see each other and a wake that would not fit fails as CUDA's out-of-memory does.
+ */
+export const SIM_GPU_LEDGER_ENV = 'LLMGW_SIM_GPU_LEDGER';

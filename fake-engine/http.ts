@@ -8,6 +8,7 @@ import type { LoraAdapters } from './lora.js';
 import type { EngineMetrics } from './metrics.js';
 import type { FakeEngineOptions } from './options.js';
 import { sendError } from './requests.js';
+import type { EngineSleep } from './sleep.js';
 
 const MAX_BODY_BYTES = 16 * 1024 * 1024;
 
@@ -42,6 +43,7 @@ export interface EngineHttpParts {
   routes: InferenceRoutes;
   lora: LoraAdapters | undefined;
   inFlight: InFlight;
+  sleep: EngineSleep;
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
@@ -68,6 +70,8 @@ export function engineRequestHandler(parts: EngineHttpParts): Handler {
       res.writeHead(401, { 'content-type': 'application/json' });
       return res.end(JSON.stringify({ error: 'Unauthorized' }));
     }
+    // vLLM's dev routes, like /health, sit outside /v1 and so outside its --api-key.
+    if (parts.sleep.route(path, req, res)) return;
     if (lora?.route(path, req, res, (then) => withJson(req, res, then))) return;
     switch (path) {
       case '/v1/chat/completions':
@@ -98,7 +102,7 @@ export function engineRequestHandler(parts: EngineHttpParts): Handler {
 type Route = (res: ServerResponse, body: unknown) => void;
 
 /** An inference request: counted in flight, refused while the engine cannot serve, then routed. */
-function inferenceHandler({ opts, lifecycle, inFlight }: EngineHttpParts) {
+function inferenceHandler({ opts, lifecycle, inFlight, sleep }: EngineHttpParts) {
   return (req: IncomingMessage, res: ServerResponse, route: Route): void => {
     if (req.method !== 'POST') return sendError(res, 'MethodNotAllowedError', 'Method Not Allowed');
     if (opts.hang) {
@@ -123,7 +127,9 @@ function inferenceHandler({ opts, lifecycle, inFlight }: EngineHttpParts) {
       } catch (err) {
         return sendError(res, 'BadRequestError', `Invalid JSON body: ${(err as Error).message}`);
       }
-      route(res, json);
+      // Asleep, vLLM takes the request but schedules nothing until it wakes: it waits.
+      if (sleep.sleeping) void sleep.awake().then(() => !res.destroyed && route(res, json));
+      else route(res, json);
     });
   };
 }

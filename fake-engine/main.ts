@@ -1,7 +1,7 @@
 // `llmgw fake-engine …`: the fake engine as a process. Parses a vLLM-style argv, starts the
 // server, applies the fault injections that need a process (crash, fail to start, lose the
 // leader) and shuts down cleanly on SIGTERM. Engine side; the agent spawns it.
-import { LORA_SOURCES_ENV } from '../common/names.js';
+import { ENGINE_MARKER_ENV, LORA_SOURCES_ENV, SIM_GPU_LEDGER_ENV } from '../common/names.js';
 import { loraSources } from './lora.js';
 import { FakeEngineArgsError, parseFakeEngineArgs, type FakeEngineOptions } from './options.js';
 import { startFakeEngine, type FakeEngine } from './server.js';
@@ -53,6 +53,10 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
     opts = parseFakeEngineArgs(argv);
     // Like vLLM, the key may come from the environment, where other local users cannot read it.
     if (opts.apiKey === undefined && proc.env.VLLM_API_KEY) opts.apiKey = proc.env.VLLM_API_KEY;
+    // As vLLM reads it: the dev routes (sleep among them) only with VLLM_SERVER_DEV_MODE=1.
+    if (proc.env.VLLM_SERVER_DEV_MODE === '1') opts.devMode = true;
+    const ledger = simulatedGpus(proc);
+    if (ledger !== undefined) opts.simulatedGpus = ledger;
     const sources = proc.env[LORA_SOURCES_ENV];
     if (opts.lora !== undefined && sources !== undefined) {
       const allowedSources = loraSources(sources);
@@ -112,6 +116,17 @@ export async function runFakeEngine(argv: string[], proc: FakeEngineProcess = no
   };
   proc.onSignal('SIGTERM', shutdown('SIGTERM'));
   proc.onSignal('SIGINT', shutdown('SIGINT'));
+}
+
+/** The simulated GPUs this engine's memory is accounted on: its agent's ledger and CUDA_VISIBLE_DEVICES. */
+function simulatedGpus(proc: FakeEngineProcess): FakeEngineOptions['simulatedGpus'] {
+  const ledgerDir = proc.env[SIM_GPU_LEDGER_ENV];
+  const visible = proc.env.CUDA_VISIBLE_DEVICES;
+  if (!ledgerDir || !visible) return undefined;
+  const gpus = visible.split(',').map(Number);
+  if (gpus.some((gpu) => !Number.isInteger(gpu) || gpu < 0)) return undefined;
+  const pid = proc.pid ?? process.pid;
+  return { ledgerDir, gpus, key: proc.env[ENGINE_MARKER_ENV.shardId] ?? `pid-${pid}`, pid };
 }
 
 interface Ending {

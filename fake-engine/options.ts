@@ -54,6 +54,18 @@ export interface FakeEngineOptions {
   apiKey?: string;
   /** As vLLM's --ssl-certfile and --ssl-keyfile (PEM files): serve HTTPS with them. */
   tls?: { certFile: string; keyFile: string };
+  /** vLLM's --enable-sleep-mode: the engine can be put to sleep (fake-engine/sleep.ts). */
+  sleepMode?: boolean;
+  /** VLLM_SERVER_DEV_MODE=1 in its environment: the dev routes (/sleep, /wake_up, /is_sleeping) are served. */
+  devMode?: boolean;
+  /** Seconds a wake takes (level 2: plus the load time). */
+  wakeSeconds: number;
+  /** vLLM's --gpu-memory-utilization: the share of each GPU the engine takes (weights and KV cache). */
+  gpuMemoryUtilization: number;
+  /** MiB of that share that are weights (the rest is KV cache); default half of it. */
+  weightsMib?: number;
+  /** A simulated host's GPU ledger (common/sim-gpu-ledger.ts): where this engine's memory is accounted. */
+  simulatedGpus?: { ledgerDir: string; gpus: number[]; key: string; pid: number };
 }
 
 export class FakeEngineArgsError extends Error {
@@ -73,6 +85,8 @@ const DEFAULTS = {
   maxModelLen: 32768,
   nnodes: 1,
   nodeRank: 0,
+  wakeSeconds: 0.5,
+  gpuMemoryUtilization: 0.9,
 } as const;
 
 // Flags whose value we use. Two SGLang spellings mean exactly what ours do, so they are
@@ -106,11 +120,19 @@ const VALUE_FLAGS = {
   '--lora-load-time': 'loraLoadTime',
   '--ssl-certfile': 'sslCertfile',
   '--ssl-keyfile': 'sslKeyfile',
+  '--wake-seconds': 'wakeSeconds',
+  '--gpu-memory-utilization': 'gpuMemoryUtilization',
+  '--weights-mib': 'weightsMib',
 } as const;
 
 type ValueKey = (typeof VALUE_FLAGS)[keyof typeof VALUE_FLAGS];
 
-const BOOLEAN_FLAGS = { '--hang': 'hang', '--fail-start': 'failStart', '--enable-lora': 'enableLora' } as const;
+const BOOLEAN_FLAGS = {
+  '--hang': 'hang',
+  '--fail-start': 'failStart',
+  '--enable-lora': 'enableLora',
+  '--enable-sleep-mode': 'enableSleepMode',
+} as const;
 
 /** Every flag the fake engine reads; fake-engine/usage.ts describes each one. */
 export type FakeEngineFlag = keyof typeof VALUE_FLAGS | keyof typeof BOOLEAN_FLAGS | '--served-model-name';
@@ -158,6 +180,13 @@ const RawOptions = z.object({
   loraLoadTime: seconds('--lora-load-time').optional(),
   sslCertfile: z.string().min(1, '--ssl-certfile must name a file').optional(),
   sslKeyfile: z.string().min(1, '--ssl-keyfile must name a file').optional(),
+  wakeSeconds: seconds('--wake-seconds').optional(),
+  gpuMemoryUtilization: z.coerce
+    .number({ error: '--gpu-memory-utilization must be a number' })
+    .gt(0, '--gpu-memory-utilization must be > 0')
+    .max(1, '--gpu-memory-utilization must be <= 1')
+    .optional(),
+  weightsMib: count('--weights-mib', 0).optional(),
 });
 
 /**
@@ -173,6 +202,7 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
   let hang = false;
   let failStart = false;
   let enableLora = false;
+  let enableSleepMode = false;
 
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
@@ -191,6 +221,7 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
       const which = BOOLEAN_FLAGS[flag as keyof typeof BOOLEAN_FLAGS];
       if (which === 'hang') hang = true;
       else if (which === 'failStart') failStart = true;
+      else if (which === 'enableSleepMode') enableSleepMode = true;
       else enableLora = true;
       continue;
     }
@@ -224,14 +255,14 @@ export function parseFakeEngineArgs(argv: string[]): FakeEngineOptions {
   }
   if (positionals[0] !== undefined && raw.model === undefined) raw.model = positionals[0];
 
-  return optionsFrom(raw, served, { hang, failStart, enableLora });
+  return optionsFrom(raw, served, { hang, failStart, enableLora, enableSleepMode });
 }
 
 /** The flags' values checked (ranges, rank against node count, leader, KV-events) and defaulted. */
 function optionsFrom(
   raw: Partial<Record<ValueKey, string>>,
   served: string[],
-  { hang, failStart, enableLora }: { hang: boolean; failStart: boolean; enableLora: boolean },
+  { hang, failStart, enableLora, enableSleepMode }: { hang: boolean; failStart: boolean; enableLora: boolean; enableSleepMode: boolean },
 ): FakeEngineOptions {
   const parsed = RawOptions.safeParse(raw);
   if (!parsed.success) {
@@ -290,6 +321,10 @@ function optionsFrom(
     leader,
     ...(o.apiKey !== undefined ? { apiKey: o.apiKey } : {}),
     ...(o.sslCertfile !== undefined && o.sslKeyfile !== undefined ? { tls: { certFile: o.sslCertfile, keyFile: o.sslKeyfile } } : {}),
+    ...(enableSleepMode ? { sleepMode: true } : {}),
+    wakeSeconds: o.wakeSeconds ?? DEFAULTS.wakeSeconds,
+    gpuMemoryUtilization: o.gpuMemoryUtilization ?? DEFAULTS.gpuMemoryUtilization,
+    ...(o.weightsMib !== undefined ? { weightsMib: o.weightsMib } : {}),
   };
 }
 
@@ -319,6 +354,8 @@ export function fakeEngineOptions(overrides: Partial<FakeEngineOptions> = {}): F
     nnodes: DEFAULTS.nnodes,
     nodeRank: DEFAULTS.nodeRank,
     leader: undefined,
+    wakeSeconds: DEFAULTS.wakeSeconds,
+    gpuMemoryUtilization: DEFAULTS.gpuMemoryUtilization,
     ...overrides,
   };
 }

@@ -46,7 +46,13 @@ export const EmbeddingRequest = z.looseObject({
 });
 export type EmbeddingRequest = z.infer<typeof EmbeddingRequest>;
 
-export type ErrorType = 'BadRequestError' | 'NotFoundError' | 'MethodNotAllowedError' | 'PayloadTooLargeError' | 'ServiceUnavailableError';
+export type ErrorType =
+  | 'BadRequestError'
+  | 'NotFoundError'
+  | 'MethodNotAllowedError'
+  | 'PayloadTooLargeError'
+  | 'ServiceUnavailableError'
+  | 'InternalServerError';
 
 function statusOf(type: ErrorType): number {
   switch (type) {
@@ -60,6 +66,8 @@ function statusOf(type: ErrorType): number {
       return 413;
     case 'ServiceUnavailableError':
       return 503;
+    case 'InternalServerError':
+      return 500;
   }
 }
 

@@ -15,6 +15,7 @@ import { EngineMetrics, Slots } from './metrics.js';
 import type { FakeEngineOptions } from './options.js';
 import { joinLeader, listenForWorkers } from './rendezvous.js';
 import { PrefixCache } from './prefix-cache.js';
+import { EngineSleep } from './sleep.js';
 
 export interface FakeEngineHooks {
   /** Lines for the shard log (listening, loaded, membership). Silent by default. */
@@ -62,7 +63,10 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
   const lora = opts.lora === undefined || isWorker ? undefined : new LoraAdapters(opts.lora, opts.servedModelNames[0]);
   const inFlight = new InFlight();
   const routes = inferenceRoutes(opts, ctx, requestIds(), lora);
-  const handle = engineRequestHandler({ opts, lifecycle, metrics, routes, lora, inFlight });
+  const sleep = new EngineSleep(opts, log);
+  // Its memory is taken before it serves, as vLLM's is; on a simulated GPU that cannot hold it, the start fails.
+  if (!isWorker) await sleep.allocateAtStart();
+  const handle = engineRequestHandler({ opts, lifecycle, metrics, routes, lora, inFlight, sleep });
 
   // Membership first, so a worker that joins while rank 0 is still binding HTTP is counted.
   if (!isWorker && opts.nnodes > 1 && opts.leader) {
@@ -76,6 +80,7 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
       server = await listen(opts.port, opts.host, handle, opts.tls);
     } catch (err) {
       await lifecycle.leader?.close();
+      sleep.release();
       throw err;
     }
     const bound = server.address();
@@ -99,7 +104,8 @@ export async function startFakeEngine(opts: FakeEngineOptions, hooks: FakeEngine
 
   const timers = startTimers(opts, lifecycle, log);
   let closed: Promise<void> | undefined;
-  const close = (graceMs = 2000): Promise<void> => (closed ??= closeEngine({ lifecycle, timers, server, inFlight, kvEvents }, graceMs));
+  const close = (graceMs = 2000): Promise<void> =>
+    (closed ??= closeEngine({ lifecycle, timers, server, inFlight, kvEvents }, graceMs).finally(() => sleep.release()));
   return { port, rendezvousPort: lifecycle.leader?.port, state: () => lifecycle.state(), kvEvents, close };
 }
 

@@ -1,6 +1,7 @@
 // The command lines for a fake-engine shard: vLLM's flags, our own multi-node flags for the
 // native launcher, or the same Ray cluster a vLLM replica gets. Agent side; pure.
 import { engineModelArg, localModelPath } from '../weights/cache-layout.js';
+import { SIM_GPU_LEDGER_ENV } from '../../common/names.js';
 import { engineEnv } from './env.js';
 import { invalidSpec, leaderAddress, leaderHttpPort, type ShardPlan } from './plan.js';
 import { rayLaunch } from './ray.js';
@@ -28,6 +29,7 @@ function fakeArgv(plan: ShardPlan, ctx: EngineContext, port: number | undefined)
 
 export function fakeLaunch(plan: ShardPlan, ctx: EngineContext): EngineLaunch {
   const env = engineEnv(plan.spec, ctx);
+  if (ctx.simulatedGpuLedger !== undefined) env[SIM_GPU_LEDGER_ENV] = ctx.simulatedGpuLedger;
   const extra = plan.profile.args;
 
   if (plan.nnodes === 1) {

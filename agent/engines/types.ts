@@ -86,6 +86,11 @@ export interface EngineContext {
    * with them (agent/supervisor/start/engine-tls.ts). Absent: plain HTTP.
    */
   tls?: EngineTlsFiles;
+  /**
+   * A simulated host's GPU ledger (common/sim-gpu-ledger.ts): fake engines account their
+   * simulated GPU memory there, so that engines sharing a GPU see each other. Absent on real GPUs.
+   */
+  simulatedGpuLedger?: string;
 }
 
 export interface EngineTlsFiles {

@@ -7,6 +7,9 @@ import type { DiscoveredHost } from '../discovery/inventory.js';
 import { discoverHost } from '../discovery/discover-host.js';
 import type { AgentView } from '../metrics.js';
 import { buildRegister } from './register-message.js';
+import { gpuUsedMib, simulatedLedgerDir } from '../../common/sim-gpu-ledger.js';
+import { ShardState, type RunningShard } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import { createSleepActivities, startsAbleToSleep } from '../sleep.js';
 import type { GpuProcess } from '../supervisor/recovery/strangers.js';
 import type { RecoveryReport, Supervisor } from '../supervisor/supervisor.js';
 
@@ -46,12 +49,13 @@ export function createHostReports(deps: {
 
   const refresh = async (): Promise<void> => {
     if (config.gpus === 'real') host = await discoverHost(config);
+    else host = withSimulatedUse(deps.host, simulatedLedgerDir(config.stateDir));
   };
   return {
     async describe() {
       await refresh();
       foreign = [...foreignKilledAtStart, ...supervisor.foreignProcesses(gpuProcessesOf(config, host))];
-      return buildRegister(config, host, supervisor.list(), unidentified, foreign, adminAddress());
+      return buildRegister(config, host, await runningWithSleep(supervisor), unidentified, foreign, adminAddress());
     },
     async survey() {
       await refresh();
@@ -59,7 +63,7 @@ export function createHostReports(deps: {
       const named = [...unreportedKills, ...found.unidentified];
       unreportedKills = [];
       foreign = [...foreignKilledAtStart, ...found.foreign];
-      return buildRegister(config, host, supervisor.list(), named, foreign, adminAddress());
+      return buildRegister(config, host, await runningWithSleep(supervisor), named, foreign, adminAddress());
     },
     host: () => host,
     view: () => ({
@@ -69,4 +73,36 @@ export function createHostReports(deps: {
       foreign,
     }),
   };
+}
+
+/** A simulated host with each GPU's memory used as its engines hold it now (sleepers hold none). */
+function withSimulatedUse(host: DiscoveredHost, ledgerDir: string): DiscoveredHost {
+  return {
+    ...host,
+    gpus: host.gpus.map((gpu) => {
+      const used = gpuUsedMib(ledgerDir, gpu.index);
+      return used === undefined ? gpu : { ...gpu, memoryUsedMib: used };
+    }),
+  };
+}
+
+/**
+ * The running shards, each engine able to sleep asked whether it does: adoption after an agent
+ * restart (and reconciliation) must rebuild a sleeping replica as sleeping, not wake it.
+ */
+export async function runningWithSleep(supervisor: Supervisor): Promise<RunningShard[]> {
+  const shards = supervisor.list();
+  const sleep = createSleepActivities(supervisor);
+  await Promise.all(
+    shards.map(async (shard) => {
+      const spec = shard.spec;
+      if (!spec || shard.status?.state !== ShardState.READY || !startsAbleToSleep(spec)) return;
+      try {
+        shard.sleeping = (await sleep.shardSleepState({ shardId: spec.shardId })).sleeping;
+      } catch {
+        // Not answering now (loading, or gone): the report says nothing of its sleep.
+      }
+    }),
+  );
+  return shards;
 }

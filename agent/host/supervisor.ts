@@ -1,6 +1,9 @@
 // The agent host's engine supervisor, set up from the agent's flags and its discovered host,
 // and its first act: recovery, before anything can start a new engine. Agent side.
 import { availableParallelism } from 'node:os';
+import { chmodSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { simulatedLedgerDir, writeGpuTotal } from '../../common/sim-gpu-ledger.js';
 import type { Client } from '@temporalio/client';
 import type { LineLog } from '../../common/logger.js';
 import type { ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -35,6 +38,7 @@ export interface HostSupervisorDeps {
 export async function createHostSupervisor(deps: HostSupervisorDeps): Promise<Supervisor> {
   const { config, host, log } = deps;
   const managedGpus = config.managedGpus ?? host.gpus.map((gpu) => gpu.index);
+  const simulatedGpuLedger = config.gpus === 'real' ? undefined : simulatedLedger(config, host);
   return createSupervisor({
     ...deps.spawnHooks,
     ...(deps.launcher ? { launcher: deps.launcher } : {}),
@@ -53,6 +57,7 @@ export async function createHostSupervisor(deps: HostSupervisorDeps): Promise<Su
       ...(await llamaServerForAgent(log)),
       hostCpus: availableParallelism(),
       hostGpus: managedGpus.length,
+      ...(simulatedGpuLedger !== undefined ? { simulatedGpuLedger } : {}),
     },
     // Rank 0 of a Ray launch starts its engine only once `ray status` shows every node.
     waitForRay: createRayWait({ rayCommand: [config.rayCommand], log }),
@@ -121,4 +126,17 @@ function engineIdentity(config: AgentConfig, log: LineLog): { engineUser?: Engin
   readEngineKey(config.engineKeyFile);
   log(`engines require the API key in ${config.engineKeyFile}`);
   return { ...identity, engineKeyFile: config.engineKeyFile };
+}
+
+function simulatedLedger(config: AgentConfig, host: DiscoveredHost): string {
+  const dir = simulatedLedgerDir(config.stateDir);
+  mkdirSync(dir, { recursive: true });
+  // Engines run as their own users (host-safety.md) and each writes its entry here. A simulated
+  // host only: nothing real is accounted, so any local user writing here fakes only a simulation.
+  chmodSync(dir, 0o777);
+  for (const gpu of host.gpus) {
+    writeGpuTotal(dir, gpu.index, gpu.memoryTotalMib, gpu.memoryUsedMib);
+    chmodSync(join(dir, `gpu-${gpu.index}`), 0o777);
+  }
+  return dir;
 }

@@ -25,6 +25,8 @@ export class SupervisorCore {
   readonly reservedPorts = new Set<number>();
   /** GPUs of starts that passed the placement check and have no shard entry yet, by GPU → shard id. */
   readonly reservedGpus = new Map<number, string>();
+  /** Of those starts, the ones whose engines can sleep: they may share their GPUs with other sleepers. */
+  readonly reservedSleepers = new Set<string>();
   /** Processes found unidentified, by pid → start ticks: kill() may end these. */
   readonly unidentifiedSeen = new Map<number, string>();
   /** Shard ids whose spec file was corrupted, with the parse error (for kill reasons). */

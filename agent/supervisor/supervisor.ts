@@ -32,6 +32,21 @@ import type { GpuProcess } from './recovery/strangers.js';
 import { foreignNow, killOnRequest, survey, type SurveyReport } from './recovery/unidentified.js';
 import { waitUntilReady, type WaitHealthyOptions } from './watch/wait-healthy.js';
 import { clearTimer } from './watch/watch.js';
+import { probeHost } from './watch/health.js';
+import { hostPort } from '../engines/plan.js';
+import { shardEngineKey } from './start/engine-key.js';
+import { readEngineKey } from '../engine-identity.js';
+
+/** What the agent needs to call one of its engines' own endpoints. */
+export interface EngineAccess {
+  spec: StartShard;
+  /** scheme://host:port, no path. */
+  baseUrl: string;
+  /** The certificate pin of an engine started with --engine-tls. */
+  pin?: string;
+  /** The engine's API key for this run (sent as a bearer token), when the agent gives engines one. */
+  key?: string;
+}
 
 export class Supervisor {
   private readonly core: SupervisorCore;
@@ -149,6 +164,24 @@ export class Supervisor {
   /** The pin of the certificate the shard's engine serves HTTPS with (--engine-tls); undefined: plain HTTP. */
   tlsFingerprint(shardId: string): string | undefined {
     return this.core.shards.get(shardId)?.record.tlsFingerprint;
+  }
+
+  /**
+   * How the agent itself reaches a shard's engine (its sleep calls: agent/sleep.ts): the base URL
+   * it probes, the TLS pin of the certificate it issued, the run's engine key. Undefined: unknown shard.
+   */
+  engineAccess(shardId: string): EngineAccess | undefined {
+    const shard = this.core.shards.get(shardId);
+    if (!shard || !shard.record.launch.servesHttp) return undefined;
+    const pin = shard.record.tlsFingerprint;
+    const host = probeHost(this.core.options.advertiseAddress);
+    const keyFile = this.core.options.engineKeyFile;
+    return {
+      spec: shard.spec,
+      baseUrl: `${pin === undefined ? 'http' : 'https'}://${hostPort(host, shard.record.httpPort)}`,
+      ...(pin !== undefined ? { pin } : {}),
+      ...(keyFile !== undefined ? { key: shardEngineKey(shard.spec, readEngineKey(keyFile)) } : {}),
+    };
   }
 
   logFile(shardId: string): string {

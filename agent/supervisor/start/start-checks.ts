@@ -8,6 +8,7 @@ import { FailureType } from '../../../common/failures.js';
 import type { StartShard } from '../../../proto/gen/llmgw/v1/shard_pb.js';
 import type { SupervisorCore } from '../core.js';
 import type { Shard } from '../shard.js';
+import { startsAbleToSleep } from '../../sleep.js';
 
 /** Ports below this are the host's services (ssh, …): never an engine's, whatever the range says. */
 export const FIRST_UNPRIVILEGED_PORT = 1024;
@@ -22,17 +23,23 @@ export function placementProblems(core: SupervisorCore, spec: StartShard, existi
   if (unmanaged.length > 0) {
     problems.push(`GPU ${unmanaged.join(',')} is not managed by this agent (it manages ${managed?.join(',') || 'none'})`);
   }
+  // Engines able to sleep may share GPUs: only as many are awake as fit (docs/sleep.md).
+  const sleeper = startsAbleToSleep(spec);
   for (const other of core.shards.values()) {
     if (other === existing || other.spec.shardId === spec.shardId || other.exited) continue;
     const shared = gpus.filter((gpu) => other.spec.gpuIndices.includes(gpu));
-    if (shared.length > 0) problems.push(`GPU ${shared.join(',')} is held by shard ${other.spec.shardId}, which is still running`);
+    if (shared.length > 0 && !(sleeper && startsAbleToSleep(other.spec))) {
+      problems.push(`GPU ${shared.join(',')} is held by shard ${other.spec.shardId}, which is still running`);
+    }
     if (spec.httpPort !== 0 && other.record.httpPort === spec.httpPort) {
       problems.push(`port ${spec.httpPort} is held by shard ${other.spec.shardId}`);
     }
   }
   for (const gpu of gpus) {
     const holder = core.reservedGpus.get(gpu);
-    if (holder !== undefined && holder !== spec.shardId) problems.push(`GPU ${gpu} is being given to shard ${holder}, starting now`);
+    const shareable = sleeper && holder !== undefined && core.reservedSleepers.has(holder);
+    if (holder !== undefined && holder !== spec.shardId && !shareable)
+      problems.push(`GPU ${gpu} is being given to shard ${holder}, starting now`);
   }
   problems.push(...portProblems(core, 'httpPort', spec.httpPort));
   // Rank 0 listens on its rendezvous port; other ranks' leaderPort is the leader's, on its host.
@@ -63,8 +70,11 @@ export function checkPlacement(core: SupervisorCore, spec: StartShard, existing:
     // Checked and reserved in one synchronous step: no other start can pass in between.
     const reserved = spec.gpuIndices.filter((gpu) => !core.reservedGpus.has(gpu));
     for (const gpu of reserved) core.reservedGpus.set(gpu, spec.shardId);
+    const sleeper = startsAbleToSleep(spec);
+    if (sleeper) core.reservedSleepers.add(spec.shardId);
     return () => {
       for (const gpu of reserved) if (core.reservedGpus.get(gpu) === spec.shardId) core.reservedGpus.delete(gpu);
+      if (sleeper) core.reservedSleepers.delete(spec.shardId);
     };
   }
   core.log(`refused shard ${spec.shardId} of ${spec.replicaId}: ${problems.join('; ')}`, 'warn');
