@@ -223,6 +223,29 @@ describe('a replica put to sleep and woken through its Updates', () => {
     await handle.result();
   }, 120_000);
 
+  it('costs a few dozen history events per sleep and wake, and none while asleep', async () => {
+    const handle = await startReplica(POLICY);
+    const start = await historyLength(handle);
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    const asleep = await historyLength(handle);
+    await sleep(2_000);
+    expect(await historyLength(handle)).toBe(asleep);
+    await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] });
+    await phaseIs(handle, 'Ready');
+    const awake = await historyLength(handle);
+    const events = (await handle.fetchHistory()).events ?? [];
+    const kinds: Record<string, number> = {};
+    for (const e of events.slice(start)) {
+      const kind = String(e.eventType ?? '?');
+      kinds[kind] = (kinds[kind] ?? 0) + 1;
+    }
+    console.log(`events: sleep ${asleep - start}, wake ${awake - asleep}; ${JSON.stringify(kinds)}`);
+    // 2 ranks: a bound that any polling, or a timer per wait, would break.
+    expect(awake - start).toBeLessThanOrEqual(60);
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
   it('refuses a sleep it cannot honour, naming why', async () => {
     const never = await startReplica();
     expect(await refusal(never.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/no sleep policy/);
