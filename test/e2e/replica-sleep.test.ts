@@ -51,6 +51,9 @@ const controlActivities = {
   releaseGpus: async () => true,
   wakeWaiters: async () => 0,
   awaitReplicaRouted: async () => true,
+  // Hand-overs: no catalog key here, so nothing is sealed (as on a control worker without one).
+  sealCarriedState: async () => undefined,
+  openCarriedState: async () => ({ ok: true, how: 'unkeyed' }),
   async askToStopSleeper(request: { replicaId: string; asleepSeconds: number }) {
     stopAsks.push(request);
     return { asked: true, why: '' };
@@ -139,7 +142,7 @@ afterAll(async () => {
   await ownTemporal?.stop();
 });
 
-async function startReplica(sleepPolicy?: SleepPolicy): Promise<WorkflowHandle> {
+async function startReplica(sleepPolicy?: SleepPolicy, extra: Partial<ReplicaInput> = {}): Promise<WorkflowHandle> {
   seq++;
   const input: ReplicaInput = {
     deployment: 'sleepy',
@@ -147,6 +150,7 @@ async function startReplica(sleepPolicy?: SleepPolicy): Promise<WorkflowHandle> 
     profile: profile(sleepPolicy),
     deploymentWorkflowId: 'deployment/sleepy',
     drainGraceSeconds: 0,
+    ...extra,
   };
   const handle = await client.workflow.start('replica', { taskQueue, workflowId: `replica/sleepy/${seq}-${uniqueId('r')}`, args: [input] });
   await phaseIs(handle, 'Ready');
@@ -206,10 +210,11 @@ describe('a replica put to sleep and woken through its Updates', () => {
     expect(since(mark).filter((c) => c.startsWith('wake'))).toHaveLength(2); // one wake: one call per rank
     // Both waited for the one wake of both ranks (the second from its own acceptance).
     expect(first.alreadyAwake || second.alreadyAwake).toBe(false);
-    expect(first.wokeInMs).toBeGreaterThanOrEqual(2 * WAKE_MS - 50);
-    expect(second.wokeInMs).toBeGreaterThanOrEqual(WAKE_MS - 50);
+    expect(Math.max(first.wokeInMs, second.wokeInMs)).toBeGreaterThanOrEqual(2 * WAKE_MS - 50);
+    expect(Math.min(first.wokeInMs, second.wokeInMs)).toBeGreaterThanOrEqual(WAKE_MS - 50);
     const awake = await phaseIs(handle, 'Ready');
-    expect(awake.sleep?.lastWake).toMatchObject({ by: 'router:a' });
+    // The wake is the first accepted one's.
+    expect(['router:a', 'router:b']).toContain(awake.sleep?.lastWake?.by);
     expect(awake.sleep?.lastWake?.tookMs).toBeGreaterThanOrEqual(2 * WAKE_MS - 50);
     expect(awake.sleep?.since).toBeUndefined();
     // Awake already: answered at once, nothing called.
@@ -293,6 +298,36 @@ describe('a replica put to sleep and woken through its Updates', () => {
     const final = (await handle.result()) as ReplicaView;
     expect(final.phase).toBe('Stopped');
     expect(since(mark).filter((c) => c.startsWith('stop'))).toHaveLength(2);
+  }, 120_000);
+
+  it('stays asleep across a hand-over to a new run, and wakes there', async () => {
+    // Low enough that the run which puts it to sleep passes it while asleep (a sleep is ~30 events).
+    const handle = await startReplica(POLICY, { continueAsNewAfterEvents: 25 });
+    // A run handing over refuses the sleep (ask again in a moment): ask until one takes it.
+    let sleptIn = '';
+    await eventually(
+      'asleep',
+      async () => {
+        sleptIn = (await handle.describe()).runId;
+        return (await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }).catch(() => undefined))?.phase;
+      },
+      30_000,
+    );
+    const mark = calls.length;
+    await eventually('a new run', async () => ((await handle.describe()).runId !== sleptIn ? true : undefined), 30_000);
+    const view = await phaseIs(handle, 'Sleeping');
+    expect(view.sleep?.since).toBeDefined();
+    // The new run resumed asleep: nothing was started or put to sleep again.
+    expect(since(mark)).toEqual([]);
+    const woken = await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] });
+    expect(woken.alreadyAwake).toBe(false);
+    expect((await phaseIs(handle, 'Ready')).sleep?.lastWake?.by).toBe('test');
+    // Stopped once the run after the wake's hand-over is settled: a signal that lands while a run
+    // completes its continue-as-new can be lost (reported with issue 38; not the sleep's doing).
+    await eventually('the run after the wake', async () => ((await handle.describe()).historyLength < 10 ? true : undefined), 30_000);
+    await sleep(1_000);
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await eventually('stopped', async () => ((await handle.describe()).status.name === 'COMPLETED' ? true : undefined), 30_000);
   }, 120_000);
 
   it('asks its deployment for one replica fewer after stopAfterSeconds asleep, once', async () => {
