@@ -33,6 +33,8 @@ const taskQueue = uniqueId('replica-sleep');
 const calls: string[] = [];
 const stopAsks: { replicaId: string; asleepSeconds: number }[] = [];
 let failNextSleep = false;
+/** How long each engine takes to fall asleep. */
+let sleepMs = 0;
 
 const controlActivities = {
   async placeReplica(request: { replicaId: string; attempt: number }) {
@@ -78,6 +80,7 @@ const agentActivities = {
       failNextSleep = false;
       throw ApplicationFailure.nonRetryable('engine refused to sleep', 'EngineRefused');
     }
+    await sleep(sleepMs);
     return { shardId: request.shardId, level: request.level, tookMs: 5 };
   },
   async wakeShard(request: WakeShardRequest) {
@@ -247,6 +250,25 @@ describe('a replica put to sleep and woken through its Updates', () => {
     console.log(`events: sleep ${asleep - start}, wake ${awake - asleep}; ${JSON.stringify(kinds)}`);
     // 2 ranks: a bound that any polling, or a timer per wait, would break.
     expect(awake - start).toBeLessThanOrEqual(60);
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('wakes right after falling asleep when a wake comes meanwhile', async () => {
+    const handle = await startReplica(POLICY);
+    sleepMs = 500;
+    try {
+      const sleeping = handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'autoscaler' }] });
+      await phaseIs(handle, 'Sleeping');
+      const mark = calls.length;
+      const woken = await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'router:a' }] });
+      expect((await sleeping).phase).toBe('Sleeping');
+      expect(woken.alreadyAwake).toBe(false);
+      expect(since(mark).filter((c) => c.startsWith('wake'))).toHaveLength(2);
+      expect((await phaseIs(handle, 'Ready')).sleep?.lastWake?.by).toBe('router:a');
+    } finally {
+      sleepMs = 0;
+    }
     await handle.signal(stopReplicaSignal, { reason: 'test over' });
     await handle.result();
   }, 120_000);

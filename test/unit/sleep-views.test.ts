@@ -16,6 +16,7 @@ import {
 } from '../../workflows/deploy-model/state.js';
 import { applyRoute, droppedEverywhere, initialRoutesState } from '../../workflows/routes/state.js';
 import { stateCell } from '../../cli/actions/deployment-view.js';
+import { replicaDetails } from '../../workflows/replica/details.js';
 
 const POLICY: SleepPolicy = { afterSeconds: 300, level: 1, minAwakeSeconds: 60 };
 const NOW = Date.parse('2026-12-06T12:00:00Z');
@@ -144,5 +145,37 @@ describe('llmgw status', () => {
       'Ready\nlast wake 840 ms at 11:02:00 (router:r1)',
     );
     expect(stateCell({ phase: 'Ready' })).toBe('Ready');
+  });
+});
+
+describe("the Web UI's details of a replica", () => {
+  it('show the same: asleep since when at which level, the last wake, and the policy', () => {
+    const profile = {
+      model: 'm',
+      profile: 'p',
+      engine: 'vllm',
+      tensorParallel: 1,
+      pipelineParallel: 1,
+      nodes: 1,
+      gpusPerNode: 1,
+      gpuClass: 'H100',
+    };
+    const details = replicaDetails(
+      'replica/demo/1',
+      { ...profile, sleep: { ...POLICY, stopAfterSeconds: 3600 } } as unknown as ProfileSnapshot,
+      {
+        phase: 'Sleeping',
+        since: '2026-12-06T11:00:05.000Z',
+        reason: 'asleep',
+        placements: 1,
+        restarts: 0,
+        avoidNodes: [],
+        shards: [],
+        sleep: { since: '2026-12-06T11:00:05.000Z', level: 1, lastWake: { at: '2026-12-06T10:00:00.000Z', by: 'router:r1', tookMs: 840 } },
+      },
+    );
+    expect(details).toContain('asleep since 2026-12-06T11:00:05.000Z at level 1');
+    expect(details).toContain('last woken 2026-12-06T10:00:00.000Z by router:r1 in 840 ms');
+    expect(details).toContain('sleep policy: level 1 after 300 s idle, awake at least 60 s, stopped after 3600 s asleep');
   });
 });
