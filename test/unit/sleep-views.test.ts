@@ -17,6 +17,15 @@ import {
 import { applyRoute, droppedEverywhere, initialRoutesState } from '../../workflows/routes/state.js';
 import { stateCell } from '../../cli/actions/deployment-view.js';
 import { replicaDetails } from '../../workflows/replica/details.js';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Client } from '@temporalio/client';
+import { trueRoute } from '../../activities/route-signing.js';
+import { ensureCatalogKeyFile, readCatalogKeys } from '../../common/catalog-key.js';
+import { signPlacementTicket } from '../../common/placement-ticket.js';
+import { asActivityOf, fakeReplicaClient } from '../helpers/replica-fakes.js';
+import { demoTicket } from '../helpers/tickets.js';
 
 const POLICY: SleepPolicy = { afterSeconds: 300, level: 1, minAwakeSeconds: 60 };
 const NOW = Date.parse('2026-12-06T12:00:00Z');
@@ -177,5 +186,29 @@ describe("the Web UI's details of a replica", () => {
     expect(details).toContain('asleep since 2026-12-06T11:00:05.000Z at level 1');
     expect(details).toContain('last woken 2026-12-06T10:00:00.000Z by router:r1 in 840 ms');
     expect(details).toContain('sleep policy: level 1 after 300 s idle, awake at least 60 s, stopped after 3600 s asleep');
+  });
+});
+
+describe("the route signer and a sleeping replica's route", () => {
+  it('signs it with its endpoint, as it signed it Ready, so that routers keep it to wake it', async () => {
+    const keyFile = join(mkdtempSync(join(tmpdir(), 'llmgw-sleep-route-')), 'catalog.key');
+    ensureCatalogKeyFile(keyFile);
+    const ticket = signPlacementTicket(demoTicket({ placedByRun: 'chain-a', chain: 'chain-a' }), readCatalogKeys(keyFile));
+    const base = fakeReplicaClient('chain-a', [{ shardId: 'demo.1.r0.a1', nodeId: 'gpu-1', rank: 0, ticket }]);
+    // The same replica, asleep: its status query says Sleeping.
+    const asleep = {
+      workflow: {
+        getHandle: (id: string) => {
+          const handle = base.workflow.getHandle(id) as unknown as { query: () => Promise<Record<string, unknown>> };
+          if (id.startsWith('deployment/')) return handle;
+          return { ...handle, query: async () => ({ ...(await handle.query()), phase: 'Sleeping' }) };
+        },
+      },
+    } as unknown as Client;
+    const entry = { replicaId: 'replica/demo/1', deployment: 'demo', servedName: 'demo', endpoint: '', phase: 'Sleeping' as const };
+    const verdict = await asActivityOf('chain-a', () => trueRoute(asleep, entry, keyFile, { trustUnenrolled: true }));
+    expect(verdict).toMatchObject({
+      route: { phase: 'Sleeping', endpoint: 'http://198.18.0.7:8000', chain: 'chain-a', signature: expect.any(String) },
+    });
   });
 });

@@ -115,7 +115,8 @@ export async function fallAsleep(ctx: ReplicaContext): Promise<Next> {
   const { level, request } = pending;
   const asked = `level ${level}, asked by ${request.by}${request.reason ? `: ${request.reason}` : ''}`;
   state.sleep = { ...(state.sleep?.lastWake ? { lastWake: state.sleep.lastWake } : {}), since: new Date().toISOString(), level };
-  void ctx.setPhase('Sleeping', `falling asleep (${asked}); requests are held and wake it`);
+  // Said once, as it will be: the deployment and `llmgw status` keep the reason they are told.
+  void ctx.setPhase('Sleeping', `asleep (${asked}); the next request wakes it`);
   await awaitRouters(`awaitReplicaRouted: every router holds requests for ${ctx.replicaId}`)
     .awaitReplicaRouted({ replicaId: ctx.replicaId, routed: false })
     .catch((error: unknown) => log.warn(`routers did not confirm the withdrawal: ${String(error)}`));
@@ -139,7 +140,6 @@ export async function fallAsleep(ctx: ReplicaContext): Promise<Next> {
       return { step: 'watch' };
     }
   }
-  void ctx.setPhase('Sleeping', `asleep (${asked}); the next request wakes it`, { quiet: true });
   answerSleep(ctx, { ok: true });
   return { step: 'asleep' };
 }
