@@ -1,8 +1,10 @@
 // What a deployment asks of visibility: the first replica sequence number no earlier
-// incarnation of its name used, and which of its replica workflows still run. Control side.
+// incarnation of its name used, and which of its replica workflows still run. And what a replica
+// asleep too long asks of its deployment: one replica fewer. Control side.
 import { queryLiteral } from '../common/safe-name.js';
 import type { Client } from '@temporalio/client';
-import { parseReplicaWorkflowId } from '../common/names.js';
+import { deploymentWorkflowId, parseReplicaWorkflowId } from '../common/names.js';
+import { autoscaleUpdate, deploymentStatusQuery } from '../workflows/definitions.js';
 
 export function createDeploymentActivities(client: Client) {
   return {
@@ -44,6 +46,41 @@ export function createDeploymentActivities(client: Client) {
         if (description?.status.name === 'RUNNING') running.push(replicaId);
       }
       return running;
+    },
+
+    /**
+     * A replica asleep for its profile's stopAfterSeconds: the deployment's autoscale Update for
+     * one replica fewer, so it stops one (the one asleep longest) rather than replace it. Through
+     * an activity, since workflow code cannot call an Update. A deployment that is not autoscaled,
+     * or is at its minimum, keeps its count: the answer says why.
+     */
+    async askToStopSleeper(request: {
+      deployment: string;
+      replicaId: string;
+      asleepSeconds: number;
+    }): Promise<{ asked: boolean; why: string }> {
+      const handle = client.workflow.getHandle(deploymentWorkflowId(request.deployment));
+      const view = await handle.query(deploymentStatusQuery);
+      if (!view.autoscale)
+        return { asked: false, why: `deployment ${request.deployment} is not autoscaled: it keeps its ${view.desired} replica(s)` };
+      if (view.desired - 1 < view.autoscale.min)
+        return { asked: false, why: `deployment ${request.deployment} is at its minimum of ${view.autoscale.min}` };
+      try {
+        await handle.executeUpdate(autoscaleUpdate, {
+          args: [
+            {
+              desired: view.desired - 1,
+              reason: `${request.replicaId} asleep ${request.asleepSeconds} s (stopAfterSeconds)`,
+              by: request.replicaId,
+            },
+          ],
+        });
+        return { asked: true, why: '' };
+      } catch (error) {
+        // An Update's refusal arrives wrapped; its cause says why (at its minimum, already there).
+        const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error;
+        return { asked: false, why: cause instanceof Error ? cause.message : String(cause) };
+      }
     },
   };
 }

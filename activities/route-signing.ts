@@ -101,7 +101,10 @@ export async function trueRoute(
     phase: view.phase,
     ...(view.revision ? { revision: view.revision } : {}),
   };
-  if (!ROUTABLE_PHASES.includes(view.phase) || view.endpoint === '') return { route: truth };
+  // A sleeping replica's route is signed like a routable one: routers keep it, hold its requests
+  // and wake it, and send to its endpoint as soon as the wake returns (docs/sleep.md). The phase
+  // is not signed, so this binds nothing that was not signed while it was Ready.
+  if (!(ROUTABLE_PHASES.includes(view.phase) || view.phase === 'Sleeping') || view.endpoint === '') return { route: truth };
   const leader = view.shards.find((s) => s.rank === 0);
   if (leader && !leader.ticket) return legacyRoute(client, truth, leader, description.memo, catalogKeyFile);
   const verdict = verifyPlacementTicket(leader?.ticket ?? '', readCatalogKeys(catalogKeyFile).all);

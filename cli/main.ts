@@ -18,6 +18,7 @@ import * as rollout from './commands/rollout.js';
 import * as router from './commands/router.js';
 import * as scale from './commands/scale.js';
 import * as sim from './commands/sim.js';
+import * as sleep from './commands/sleep.js';
 import * as status from './commands/status.js';
 import * as temporal from './commands/temporal.js';
 import * as undeploy from './commands/undeploy.js';
@@ -31,7 +32,7 @@ profileOnSignal(process.argv[2] ?? 'llmgw');
 // `llmgw --help` lists them in this order, under these headings: what a user does every day
 // first, the processes an operator runs next, the simulators last.
 const COMMANDS: [heading: string, commands: { register(program: Command): void }[]][] = [
-  ['Deployments:', [up, deploy, status, scale, rollout, undeploy, logs]],
+  ['Deployments:', [up, deploy, status, scale, sleep, rollout, undeploy, logs]],
   ['Fleet operations:', [nodes, weights, reconcile, upgrade, catalog, keygen]],
   ['Processes and what they run on:', [worker, agent, router, temporal, engines]],
   ['Development and simulation:', [fakeEngine, sim]],

@@ -1,6 +1,6 @@
 // The replica and deployment domain: states, inputs and views, as plain JSON (they
 // cross continue-as-new and show in the Web UI). Safe to import from workflows.
-import type { SleepPolicy } from './sleep-types.js';
+import type { SleepPolicy, SleepView } from './sleep-types.js';
 
 /**
  * Every phase of a replica, in lifecycle order, defined once: the type is derived from the list,
@@ -137,6 +137,8 @@ export interface ReplicaView {
   since: string;
   /** The revision this replica runs. */
   revision?: string;
+  /** Asleep since when and at which level, and its last wake (a profile with a sleep policy). */
+  sleep?: SleepView;
 }
 
 /** The `route` memo the router reads from visibility. */
@@ -174,8 +176,9 @@ export interface DeployModelInput {
   continueAsNewAfterEvents?: number;
 }
 
+/** `Sleeping`: every replica it wants is up and none is awake (docs/sleep.md). */
 export type DeploymentPhase =
-  'Validating' | 'Progressing' | 'Ready' | 'Idle' | 'RollingOut' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
+  'Validating' | 'Progressing' | 'Ready' | 'Sleeping' | 'Idle' | 'RollingOut' | 'Degraded' | 'Undeploying' | 'Undeployed' | 'Failed';
 
 /** What an autoscaler sends when the load asks for another count (the `autoscale` Update). */
 export interface AutoscaleDecision {

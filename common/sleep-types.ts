@@ -51,6 +51,8 @@ export interface SleepRequest {
   by: string;
   level?: 1 | 2;
   reason?: string;
+  /** Sleep even within the profile's `minAwakeSeconds` of the last wake (an operator who means it). */
+  force?: boolean;
 }
 export interface WakeRequest {
   by: string;

@@ -18,6 +18,7 @@ const PHASES = [
   'Validating',
   'Progressing',
   'Ready',
+  'Sleeping',
   'Idle',
   'RollingOut',
   'Degraded',

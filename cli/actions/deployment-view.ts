@@ -98,7 +98,7 @@ export function print(view: DeploymentView, json?: boolean, adapters: ReadonlyMa
     table.push([
       r.replicaId,
       r.revision ?? '—',
-      r.phase,
+      stateCell(r),
       r.nodes.join(', ') || '—',
       r.gpus.join(' ') || '—',
       r.endpoint || '—',
@@ -120,6 +120,22 @@ export function print(view: DeploymentView, json?: boolean, adapters: ReadonlyMa
     }
   }
   console.log(table.toString());
+}
+
+/**
+ * A replica's state, with its sleep: asleep since when and at which level, and how long its
+ * last wake took (issue 38: what an operator asks of a model that answered slowly once).
+ */
+export function stateCell(r: Pick<ReplicaView, 'phase' | 'sleep'>): string {
+  const lines: string[] = [r.phase];
+  if (r.phase === 'Sleeping' && r.sleep?.since) lines[0] += ` (level ${r.sleep.level ?? '?'}, since ${r.sleep.since.slice(11, 19)})`;
+  const last = r.sleep?.lastWake;
+  if (last) lines.push(`last wake ${formatMs(last.tookMs)} at ${last.at.slice(11, 19)} (${last.by})`);
+  return lines.join('\n');
+}
+
+export function formatMs(ms: number): string {
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
 }
 
 /**

@@ -75,6 +75,9 @@ export function deploymentPhase(deployment: DeploymentState): DeploymentPhase {
   if (deployment.autoscale && deployment.desired === 0 && !active.length) return 'Idle';
   const ready = active.filter((r) => r.phase === 'Ready' && !r.stopping).length;
   if (ready === deployment.desired && active.length === deployment.desired) return 'Ready';
+  // Asleep is up, not failed and not coming up: a request wakes it (docs/sleep.md).
+  const sleeping = active.filter((r) => r.phase === 'Sleeping' && !r.stopping).length;
+  if (sleeping && ready + sleeping === deployment.desired && active.length === deployment.desired) return ready ? 'Ready' : 'Sleeping';
   if (deployment.catalogProblem) return 'Degraded';
   if (Object.values(deployment.replicas).some((r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown'))
     return 'Degraded';
@@ -100,7 +103,9 @@ export function deploymentReason(deployment: DeploymentState): string {
   const stuck = Object.values(deployment.replicas).find(
     (r) => r.phase === 'Unschedulable' || r.phase === 'Failed' || r.phase === 'Unknown',
   );
-  return stuck ? `${stuck.replicaId} ${stuck.phase}: ${stuck.reason}` : '';
+  if (stuck) return `${stuck.replicaId} ${stuck.phase}: ${stuck.reason}`;
+  const sleeping = activeReplicas(deployment).filter((r) => r.phase === 'Sleeping').length;
+  return sleeping ? `${sleeping} sleeping (a request wakes them)` : '';
 }
 
 export function deploymentView(deployment: DeploymentState): DeploymentView {
@@ -171,16 +176,31 @@ export function replacementDelayMs(failureTimes: string[], nowMs: number): numbe
   return Math.max(0, last + delay - nowMs);
 }
 
-/** Which replicas to drain for a smaller count: not Ready before Ready, then the newest. */
+/**
+ * Which replicas to drain for a smaller count: those not up first, then sleeping ones (the one
+ * asleep longest first: a sleeper past its stopAfterSeconds asks for exactly this), then Ready
+ * ones; the newest first within each.
+ */
 export function drainVictims(serving: TrackedReplica[], desired: number): TrackedReplica[] {
+  const order = (r: TrackedReplica): number => (r.phase === 'Ready' ? 2 : r.phase === 'Sleeping' ? 1 : 0);
+  const asleepSince = (r: TrackedReplica): string => r.sleep?.since ?? r.since;
   return [...serving]
-    .sort((a, b) => Number(a.phase === 'Ready') - Number(b.phase === 'Ready') || b.seq - a.seq)
+    .sort(
+      (a, b) =>
+        order(a) - order(b) ||
+        (a.phase === 'Sleeping' && b.phase === 'Sleeping' ? asleepSince(a).localeCompare(asleepSince(b)) : 0) ||
+        b.seq - a.seq,
+    )
     .slice(0, Math.max(0, serving.length - desired));
+}
+
+function sleepingCount(view: DeploymentView): number {
+  return view.replicas.filter((r) => r.phase === 'Sleeping').length;
 }
 
 export function deploymentDetails(view: DeploymentView): string {
   const lines = [
-    `**${view.name}** — **${view.phase}**: ${view.ready}/${view.desired} replicas Ready`,
+    `**${view.name}** — **${view.phase}**: ${view.ready}/${view.desired} replicas Ready${sleepingCount(view) ? `, ${sleepingCount(view)} sleeping` : ''}`,
     '',
     `${view.model} · profile ${view.profile} · revision ${view.revision ?? '—'} · served as \`${view.servedName}\``,
     '',

@@ -104,7 +104,8 @@ function planShard(planning: Planning, shard: RunningShard): void {
     if (!view) return void planning.unchanged.push(spec.shardId);
     if (view.shards.some((s) => s.shardId === spec.shardId)) {
       const needsClaim = dead ? false : claim(planning, shard);
-      const thinksServing = view.phase === 'Ready' || view.phase === 'Unknown';
+      // A sleeping replica's engine is up too: one found dead is news to it.
+      const thinksServing = view.phase === 'Ready' || view.phase === 'Unknown' || view.phase === 'Sleeping';
       if (!needsClaim && !(dead && thinksServing)) return void planning.unchanged.push(spec.shardId);
       planning.actions.push({
         kind: 'adopt',

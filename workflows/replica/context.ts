@@ -25,6 +25,7 @@ import { notifyRouteChanged } from '../routes/notify.js';
 import type { SignalsInFlight } from '../signals-in-flight.js';
 import { endpointOf, replicaView, type ReplicaState } from './state.js';
 import type { Next } from './steps.js';
+import type { SleepControl } from './sleep.js';
 
 export type ReplicaEvent = { kind: 'shard'; status: ShardStatus } | { kind: 'node'; status: NodeStatusSignal };
 
@@ -41,6 +42,8 @@ export interface ReplicaContext {
    * use are passed on by forwardUnusedWakes (place.ts).
    */
   capacity: { changed: boolean; hint: string | undefined; woken: string[]; placing?: boolean };
+  /** The sleep and wake its Updates asked for and the steps have not answered yet (sleep.ts). */
+  sleep: SleepControl;
   stopRequested(): boolean;
   /** The history is long enough (or a new build is Current) to hand over to a new run. */
   handOverDue(): boolean;
@@ -128,11 +131,13 @@ export function createPublisher(
 }
 
 /**
- * What a router acts on in a replica's route: routable at an endpoint and revision, gone, or
- * neither (Placing, Starting, Loading, Draining, Unschedulable are one to a router).
+ * What a router acts on in a replica's route: routable at an endpoint and revision, gone,
+ * asleep at an endpoint (held for, and woken), or neither (Placing, Starting, Loading,
+ * Draining, Unschedulable are one to a router).
  */
 function routeKey(phase: ReplicaPhase, endpoint: string, revision: string): string {
   if (phase === 'Stopped' || phase === 'Failed') return 'gone';
+  if (phase === 'Sleeping') return `sleeping ${endpoint} ${revision}`;
   return endpoint !== '' && ROUTABLE_PHASES.includes(phase) ? `routable ${endpoint} ${revision}` : 'not routable';
 }
 
@@ -142,7 +147,7 @@ function routeKey(phase: ReplicaPhase, endpoint: string, revision: string): stri
  * demand of a replica waiting for them).
  */
 function memoKey(phase: ReplicaPhase, endpoint: string): string {
-  if (ROUTABLE_PHASES.includes(phase)) return `${phase} ${endpoint}`;
+  if (ROUTABLE_PHASES.includes(phase) || phase === 'Sleeping') return `${phase} ${endpoint}`;
   return phase === 'Unschedulable' ? 'waiting' : 'not routable';
 }
 

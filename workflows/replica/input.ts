@@ -31,6 +31,15 @@ export const ProfileSnapshotSchema = z.strictObject({
   revision: z.string().optional(),
   /** The catalog's source before it was pinned (kept at rollouts while the catalog still says it). */
   sourceAsWritten: z.string().optional(),
+  /** The profile's sleep policy (common/sleep-types.ts, docs/sleep.md). */
+  sleep: z
+    .strictObject({
+      afterSeconds: z.number().min(0),
+      level: z.union([z.literal(1), z.literal(2)]),
+      stopAfterSeconds: z.number().min(0).optional(),
+      minAwakeSeconds: z.number().min(0),
+    })
+    .optional(),
 });
 
 const ShardPlacementSchema = z.strictObject({

@@ -4,6 +4,7 @@
 import { ActivityFailure, ApplicationFailure, isCancellation, TimeoutFailure } from '@temporalio/workflow';
 import { FailureType } from '../../common/failures.js';
 import type { ReplicaInput, ReplicaPhase, ReplicaView, ShardPlacement } from '../../common/replica-types.js';
+import type { SleepView } from '../../common/sleep-types.js';
 import { ShardState, type ShardStatus } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { Next } from './steps.js';
 
@@ -25,6 +26,13 @@ export interface ReplicaState {
   drainUntil?: string;
   /** Set at a hand-over: the step the next run resumes with (steps.ts). */
   resume?: Next;
+  /** Its sleep (workflows/replica/sleep.ts): absent until it first sleeps. */
+  sleep?: ReplicaSleep;
+}
+
+/** What `llmgw status` shows, and when this sleep asked its deployment to stop it (once per sleep). */
+export interface ReplicaSleep extends SleepView {
+  stopAskedAt?: string;
 }
 
 export type Outcome =
@@ -81,6 +89,15 @@ export function replicaView(replicaId: string, seq: number, state: ReplicaState,
     placements: state.placements,
     restarts: state.restarts,
     since: state.since,
+    ...(state.sleep ? { sleep: sleepViewOf(state.sleep) } : {}),
+  };
+}
+
+function sleepViewOf(sleep: ReplicaSleep): SleepView {
+  return {
+    ...(sleep.since ? { since: sleep.since } : {}),
+    ...(sleep.level ? { level: sleep.level } : {}),
+    ...(sleep.lastWake ? { lastWake: sleep.lastWake } : {}),
   };
 }
 

@@ -9,6 +9,7 @@ import { drain, release } from './drain.js';
 import { fetchWeights } from './fetch.js';
 import { place } from './place.js';
 import { recover, type Failure } from './recovery.js';
+import { adoptedAsleep, fallAsleep, settleSleepRequests, stayAsleep } from './sleep.js';
 import { awaitHealthy, renewTickets, startAndWait } from './start.js';
 import { endpointOf, type Outcome, type ReplicaState } from './state.js';
 import { watchReady } from './watch.js';
@@ -20,6 +21,8 @@ export type Next =
   | { step: 'start' }
   | { step: 'checkAdopted' }
   | { step: 'watch'; keepUnknown?: boolean }
+  | { step: 'sleep' }
+  | { step: 'asleep' }
   | { step: 'recover'; failure: Failure }
   | { step: 'release'; reason: string; phase: 'Placing' | 'Starting' | 'Draining'; then: Next }
   | { step: 'drain' }
@@ -53,6 +56,9 @@ export const STEPS: { [K in Exclude<StepName, 'handOver' | 'done'>]: Step<K> } =
     // Their tickets name the chain that started them: this one's routes need its own.
     const refused = await renewTickets(ctx);
     if (refused) return afterStart(refused);
+    // An engine left asleep is adopted asleep: a health check would wake nothing, and its
+    // route must stay one that holds requests (docs/sleep.md, "The replica").
+    if (await adoptedAsleep(ctx)) return { step: 'asleep' };
     return afterStart(await awaitHealthy(ctx, `adopted running engines (${pids}); checking the leader's health`));
   },
   async watch(ctx, next) {
@@ -60,16 +66,20 @@ export const STEPS: { [K in Exclude<StepName, 'handOver' | 'done'>]: Step<K> } =
     // A run continued while Unknown stays Unknown until its node says otherwise.
     if (!next.keepUnknown) void ctx.setPhase('Ready', `serving at ${endpointOf(ctx.state.shards)}`);
     const outcome = await watchReady(ctx);
+    if (outcome === 'sleep') return { step: 'sleep' };
     if (outcome === 'handOver') return { step: 'handOver', resume: { step: 'watch', keepUnknown: ctx.state.phase === 'Unknown' } };
     return outcome.kind === 'stop' ? { step: 'drain' } : { step: 'recover', failure: outcome };
   },
+  // Engines to sleep, and asleep until a wake, a stop or a failure (sleep.ts).
+  sleep: fallAsleep,
+  asleep: stayAsleep,
   recover,
   release,
   drain,
 };
 
 /** Steps that a stop request cuts short: the replica drains instead. */
-const STOPPABLE: ReadonlySet<StepName> = new Set(['place', 'fetch', 'start', 'checkAdopted', 'watch']);
+const STOPPABLE: ReadonlySet<StepName> = new Set(['place', 'fetch', 'start', 'checkAdopted', 'watch', 'sleep', 'asleep']);
 
 /** Where a run begins: a fresh start, engines to adopt, or where its predecessor handed over. */
 export function firstStep(state: ReplicaState, started: { carried: boolean; adopting: boolean }): Next {
@@ -77,6 +87,7 @@ export function firstStep(state: ReplicaState, started: { carried: boolean; adop
   if (started.carried) {
     // State carried by a release whose runs did not record their step.
     if (state.stopReason !== undefined) return { step: 'drain' };
+    if (state.shards.length && state.phase === 'Sleeping') return { step: 'asleep' };
     if (state.shards.length && (state.phase === 'Ready' || state.phase === 'Unknown'))
       return { step: 'watch', keepUnknown: state.phase === 'Unknown' };
     return state.shards.length ? { step: 'start' } : { step: 'place' };
@@ -92,6 +103,7 @@ export async function runSteps(ctx: ReplicaContext, first: Next): Promise<Replic
   let next = first;
   for (;;) {
     if (ctx.stopRequested() && STOPPABLE.has(next.step)) next = { step: 'drain' };
+    settleSleepRequests(ctx, next);
     if (next.step === 'handOver') return ctx.handOver(next.resume);
     if (next.step === 'done') {
       // Awaited: the deployment must hear the final state before this workflow closes.

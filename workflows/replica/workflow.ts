@@ -16,6 +16,7 @@ import { ReplicaInputSchema } from './input.js';
 import { describeIssues, handOverDue } from '../toolkit.js';
 import { forwardUnusedWakes } from './place.js';
 import { carriedReplicaState, initialReplicaState, replicaView } from './state.js';
+import { registerSleepHandlers } from './sleep.js';
 import { firstStep, runSteps } from './steps.js';
 
 /** Hand over to a new run after this many events, if the server has not suggested it sooner. */
@@ -71,6 +72,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     state,
     events,
     capacity,
+    sleep: {},
     stopRequested,
     handOverDue: handOverDue(upgrade, input.continueAsNewAfterEvents ?? HISTORY_LIMIT),
     async handOver(resume) {
@@ -85,6 +87,7 @@ export async function replica(rawInput: ReplicaInput): Promise<ReplicaView> {
     setPhase: createPublisher(input, replicaId, state, now, carried && info.memo?.route !== undefined, routesInFlight),
     view: () => replicaView(replicaId, input.seq, state, revisionOfSnapshot(input.profile)),
   };
+  registerSleepHandlers(ctx, () => opened);
   await upgrade.park(input.upgrading);
   const refused = carried ? await refusedCarried(rawInput) : undefined;
   if (refused !== undefined) {

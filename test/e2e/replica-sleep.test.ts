@@ -1,0 +1,367 @@
+// The replica workflow's sleep and wake (issue 38, docs/sleep.md) on a Temporal server of its
+// own, with the agent's sleep activities stood in for on the node's queue: the Updates, who may
+// sleep when, rank order, a shared wake, a crash while asleep, stopAfterSeconds, a stop while
+// asleep, and what a sleep+wake cycle costs in history events. The real engines and agent are
+// exercised by test/e2e/sleep-wake.test.ts once the parts are merged.
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { create } from '@bufbuild/protobuf';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { ApplicationFailure } from '@temporalio/activity';
+import { failureMessage } from '../../cli/errors.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { agentTaskQueue } from '../../common/names.js';
+import type { ProfileSnapshot, ReplicaInput, ReplicaView, ShardPlacement } from '../../common/replica-types.js';
+import type { SleepPolicy, SleepShardRequest, WakeShardRequest } from '../../common/sleep-types.js';
+import { ShardState, ShardStatusSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
+import {
+  replicaStatusQuery,
+  shardTransitionSignal,
+  sleepReplicaUpdate,
+  stopReplicaSignal,
+  wakeReplicaUpdate,
+} from '../../workflows/definitions.js';
+import { eventually, sleep } from '../helpers/processes.js';
+import { temporalAddress, testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
+
+const NODE = 'sleepy-node';
+const WAKE_MS = 300;
+const taskQueue = uniqueId('replica-sleep');
+
+/** What the stand-in agent was asked, in order. */
+const calls: string[] = [];
+const stopAsks: { replicaId: string; asleepSeconds: number }[] = [];
+let failNextSleep = false;
+/** How long each engine takes to fall asleep. */
+let sleepMs = 0;
+
+const controlActivities = {
+  async placeReplica(request: { replicaId: string; attempt: number }) {
+    const shards: ShardPlacement[] = [0, 1].map((rank) => ({
+      rank,
+      nodeId: NODE,
+      shardId: `${request.replicaId.replace(/\//g, '.')}.r${rank}.a${request.attempt}`,
+      gpuIndices: [rank],
+      hcas: [],
+      managementAddress: '127.0.0.1',
+      httpPort: 0,
+      pid: 0,
+    }));
+    return { ok: true, shards };
+  },
+  releaseGpus: async () => true,
+  wakeWaiters: async () => 0,
+  awaitReplicaRouted: async () => true,
+  // Hand-overs: no catalog key here, so nothing is sealed (as on a control worker without one).
+  sealCarriedState: async () => undefined,
+  openCarriedState: async () => ({ ok: true, how: 'unkeyed' }),
+  async askToStopSleeper(request: { replicaId: string; asleepSeconds: number }) {
+    stopAsks.push(request);
+    return { asked: true, why: '' };
+  },
+};
+
+let pids = 1000;
+const agentActivities = {
+  async startShard(spec: { shardId: string }) {
+    calls.push(`start ${spec.shardId.slice(-5)}`);
+    return { status: { httpPort: 18000, pid: ++pids } };
+  },
+  waitHealthy: async () => ({}),
+  async stopShard(request: { shardId: string }) {
+    calls.push(`stop ${request.shardId.slice(-5)}`);
+    return {};
+  },
+  drainShard: async () => ({ requestsInFlight: 0 }),
+  async sleepShard(request: SleepShardRequest) {
+    calls.push(`sleep ${request.shardId.slice(-5)} level ${request.level}`);
+    if (request.shardId.includes('.r1.') && failNextSleep) {
+      failNextSleep = false;
+      throw ApplicationFailure.nonRetryable('engine refused to sleep', 'EngineRefused');
+    }
+    await sleep(sleepMs);
+    return { shardId: request.shardId, level: request.level, tookMs: 5 };
+  },
+  async wakeShard(request: WakeShardRequest) {
+    calls.push(`wake ${request.shardId.slice(-5)}`);
+    await sleep(WAKE_MS);
+    return { shardId: request.shardId, tookMs: WAKE_MS };
+  },
+  shardSleepState: async (request: { shardId: string }) => ({ shardId: request.shardId, sleeping: false }),
+};
+
+function profile(sleepPolicy?: SleepPolicy): ProfileSnapshot {
+  return {
+    model: 'demo',
+    modelSource: 'engine://demo',
+    servedName: 'demo',
+    profile: 'fake',
+    engine: 'fake',
+    launcher: 'native',
+    gpuClass: 'fake',
+    tensorParallel: 1,
+    pipelineParallel: 1,
+    gpusPerNode: 1,
+    nodes: 1,
+    args: [],
+    env: {},
+    startupTimeoutSeconds: 30,
+    minGpuMemoryMib: 0,
+    ...(sleepPolicy ? { sleep: sleepPolicy } : {}),
+  };
+}
+
+let ownTemporal: Awaited<ReturnType<typeof useOwnTemporal>>;
+let client: Client;
+let closeClient: () => Promise<void>;
+let connection: NativeConnection;
+let running: Promise<unknown>;
+let workers: Worker[] = [];
+let seq = 0;
+
+beforeAll(async () => {
+  ownTemporal = await useOwnTemporal('replica-sleep');
+  ({ client, close: closeClient } = await testClient());
+  connection = await NativeConnection.connect({ address: temporalAddress() });
+  workers = [
+    await Worker.create({
+      connection,
+      taskQueue,
+      dataConverter: llmgwDataConverter(),
+      workflowsPath: join(__dirname, '../workflows/index.ts'),
+      activities: controlActivities,
+    }),
+    await Worker.create({ connection, taskQueue: agentTaskQueue(NODE), dataConverter: llmgwDataConverter(), activities: agentActivities }),
+  ];
+  running = Promise.all(workers.map((w) => w.run()));
+}, 180_000);
+
+afterAll(async () => {
+  for (const w of workers) w.shutdown();
+  await running?.catch(() => undefined);
+  await connection?.close();
+  await closeClient?.();
+  await ownTemporal?.stop();
+});
+
+async function startReplica(sleepPolicy?: SleepPolicy, extra: Partial<ReplicaInput> = {}): Promise<WorkflowHandle> {
+  seq++;
+  const input: ReplicaInput = {
+    deployment: 'sleepy',
+    seq,
+    profile: profile(sleepPolicy),
+    deploymentWorkflowId: 'deployment/sleepy',
+    drainGraceSeconds: 0,
+    ...extra,
+  };
+  const handle = await client.workflow.start('replica', { taskQueue, workflowId: `replica/sleepy/${seq}-${uniqueId('r')}`, args: [input] });
+  await phaseIs(handle, 'Ready');
+  return handle;
+}
+
+async function phaseIs(handle: WorkflowHandle, phase: ReplicaView['phase']): Promise<ReplicaView> {
+  return eventually(
+    `${handle.workflowId} ${phase}`,
+    async () => {
+      const view = await handle.query(replicaStatusQuery).catch(() => undefined);
+      return view?.phase === phase ? view : undefined;
+    },
+    30_000,
+  );
+}
+
+async function historyLength(handle: WorkflowHandle): Promise<number> {
+  return (await handle.fetchHistory()).events?.length ?? 0;
+}
+
+/** The words an Update's refusal or failure says (the operator's, as the CLI prints them). */
+async function refusal(update: Promise<unknown>): Promise<string> {
+  try {
+    await update;
+  } catch (error) {
+    return failureMessage(error);
+  }
+  throw new Error('the Update was not refused');
+}
+
+function since(mark: number): string[] {
+  return calls.slice(mark);
+}
+
+const POLICY: SleepPolicy = { afterSeconds: 60, level: 1, minAwakeSeconds: 0 };
+
+describe('a replica put to sleep and woken through its Updates', () => {
+  it('sleeps every rank in order, holds still while asleep, and wakes once for two wakes', async () => {
+    const handle = await startReplica(POLICY);
+    const before = await historyLength(handle);
+    let mark = calls.length;
+    const asleep = await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', level: 2, reason: 'idle' }] });
+    expect(asleep.phase).toBe('Sleeping');
+    expect(asleep.sleep).toMatchObject({ level: 2 });
+    expect(since(mark).map((c) => c.replace(/^.*(r\d)\.a\d/, '$1'))).toEqual(['r0 level 2', 'r1 level 2']);
+    // Asleep, nothing polls: the history does not grow.
+    const asleepLength = await historyLength(handle);
+    await sleep(3_000);
+    expect(await historyLength(handle)).toBe(asleepLength);
+
+    mark = calls.length;
+    const [first, second] = await Promise.all([
+      handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'router:a' }] }),
+      handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'router:b' }] }),
+    ]);
+    expect(since(mark).filter((c) => c.startsWith('wake'))).toHaveLength(2); // one wake: one call per rank
+    // Both waited for the one wake of both ranks (the second from its own acceptance).
+    expect(first.alreadyAwake || second.alreadyAwake).toBe(false);
+    expect(Math.max(first.wokeInMs, second.wokeInMs)).toBeGreaterThanOrEqual(2 * WAKE_MS - 50);
+    expect(Math.min(first.wokeInMs, second.wokeInMs)).toBeGreaterThanOrEqual(WAKE_MS - 50);
+    const awake = await phaseIs(handle, 'Ready');
+    // The wake is the first accepted one's.
+    expect(['router:a', 'router:b']).toContain(awake.sleep?.lastWake?.by);
+    expect(awake.sleep?.lastWake?.tookMs).toBeGreaterThanOrEqual(2 * WAKE_MS - 50);
+    expect(awake.sleep?.since).toBeUndefined();
+    // Awake already: answered at once, nothing called.
+    mark = calls.length;
+    const again = await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'router:a' }] });
+    expect(again).toMatchObject({ alreadyAwake: true, wokeInMs: 0 });
+    expect(since(mark)).toEqual([]);
+    const after = await historyLength(handle);
+    console.log(`sleep+wake cycle (2 ranks, two wakes and one already-awake wake): ${after - before} events`);
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('costs a few dozen history events per sleep and wake, and none while asleep', async () => {
+    const handle = await startReplica(POLICY);
+    const start = await historyLength(handle);
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    const asleep = await historyLength(handle);
+    await sleep(2_000);
+    expect(await historyLength(handle)).toBe(asleep);
+    await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] });
+    await phaseIs(handle, 'Ready');
+    const awake = await historyLength(handle);
+    const events = (await handle.fetchHistory()).events ?? [];
+    const kinds: Record<string, number> = {};
+    for (const e of events.slice(start)) {
+      const kind = String(e.eventType ?? '?');
+      kinds[kind] = (kinds[kind] ?? 0) + 1;
+    }
+    console.log(`events: sleep ${asleep - start}, wake ${awake - asleep}; ${JSON.stringify(kinds)}`);
+    // 2 ranks: a bound that any polling, or a timer per wait, would break.
+    expect(awake - start).toBeLessThanOrEqual(60);
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('wakes right after falling asleep when a wake comes meanwhile', async () => {
+    const handle = await startReplica(POLICY);
+    sleepMs = 500;
+    try {
+      const sleeping = handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'autoscaler' }] });
+      await phaseIs(handle, 'Sleeping');
+      const mark = calls.length;
+      const woken = await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'router:a' }] });
+      expect((await sleeping).phase).toBe('Sleeping');
+      expect(woken.alreadyAwake).toBe(false);
+      expect(since(mark).filter((c) => c.startsWith('wake'))).toHaveLength(2);
+      expect((await phaseIs(handle, 'Ready')).sleep?.lastWake?.by).toBe('router:a');
+    } finally {
+      sleepMs = 0;
+    }
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('refuses a sleep it cannot honour, naming why', async () => {
+    const never = await startReplica();
+    expect(await refusal(never.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/no sleep policy/);
+    await never.signal(stopReplicaSignal, { reason: 'test over' });
+
+    const handle = await startReplica({ ...POLICY, minAwakeSeconds: 3600 });
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    expect(await refusal(handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/asleep already/);
+    await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] });
+    expect(await refusal(handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/minAwakeSeconds/);
+    // An operator who means it.
+    const forced = await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', force: true }] });
+    expect(forced.phase).toBe('Sleeping');
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('stays Ready, its ranks awake again, when an engine will not sleep', async () => {
+    const handle = await startReplica(POLICY);
+    failNextSleep = true;
+    const mark = calls.length;
+    expect(await refusal(handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/would not sleep.*stays Ready/);
+    expect(since(mark).map((c) => c.split(' ')[0])).toEqual(['sleep', 'sleep', 'wake']);
+    await phaseIs(handle, 'Ready');
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('recovers an engine that dies asleep, and stops asleep when told', async () => {
+    const handle = await startReplica(POLICY);
+    const asleep = await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    const leader = asleep.shards.find((s) => s.rank === 0)!;
+    let mark = calls.length;
+    await handle.signal(
+      shardTransitionSignal,
+      create(ShardStatusSchema, { shardId: leader.shardId, state: ShardState.FAILED, pid: leader.pid, message: 'killed' }),
+    );
+    await eventually('restarted', async () => (since(mark).some((c) => c.startsWith('start')) ? true : undefined), 30_000);
+    const back = await phaseIs(handle, 'Ready');
+    expect(back.sleep?.since).toBeUndefined();
+
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    mark = calls.length;
+    await handle.signal(stopReplicaSignal, { reason: 'scaled to 0' });
+    const final = (await handle.result()) as ReplicaView;
+    expect(final.phase).toBe('Stopped');
+    expect(since(mark).filter((c) => c.startsWith('stop'))).toHaveLength(2);
+  }, 120_000);
+
+  it('stays asleep across a hand-over to a new run, and wakes there', async () => {
+    // Low enough that the run which puts it to sleep passes it while asleep (a sleep is ~30 events).
+    const handle = await startReplica(POLICY, { continueAsNewAfterEvents: 25 });
+    // A run handing over refuses the sleep (ask again in a moment): ask until one takes it.
+    let sleptIn = '';
+    await eventually(
+      'asleep',
+      async () => {
+        sleptIn = (await handle.describe()).runId;
+        return (await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }).catch(() => undefined))?.phase;
+      },
+      30_000,
+    );
+    const mark = calls.length;
+    await eventually('a new run', async () => ((await handle.describe()).runId !== sleptIn ? true : undefined), 30_000);
+    const view = await phaseIs(handle, 'Sleeping');
+    expect(view.sleep?.since).toBeDefined();
+    // The new run resumed asleep: nothing was started or put to sleep again.
+    expect(since(mark)).toEqual([]);
+    const woken = await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] });
+    expect(woken.alreadyAwake).toBe(false);
+    expect((await phaseIs(handle, 'Ready')).sleep?.lastWake?.by).toBe('test');
+    // Stopped once the run after the wake's hand-over is settled: a signal that lands while a run
+    // completes its continue-as-new can be lost (reported with issue 38; not the sleep's doing).
+    await eventually('the run after the wake', async () => ((await handle.describe()).historyLength < 10 ? true : undefined), 30_000);
+    await sleep(1_000);
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await eventually('stopped', async () => ((await handle.describe()).status.name === 'COMPLETED' ? true : undefined), 30_000);
+  }, 120_000);
+
+  it('asks its deployment for one replica fewer after stopAfterSeconds asleep, once', async () => {
+    const handle = await startReplica({ ...POLICY, stopAfterSeconds: 2 });
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    await eventually('asked', async () => (stopAsks.some((a) => a.replicaId === handle.workflowId) ? true : undefined), 20_000);
+    await sleep(3_000);
+    expect(stopAsks.filter((a) => a.replicaId === handle.workflowId)).toEqual([
+      { deployment: 'sleepy', replicaId: handle.workflowId, asleepSeconds: 2 },
+    ]);
+    expect((await handle.query(replicaStatusQuery)).phase).toBe('Sleeping');
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+});
