@@ -4,30 +4,13 @@
 // held and wakes it through the replica's Update and is answered; `llmgw status` shows the level,
 // since when and the last wake's duration; minAwakeSeconds refuses a sleep right after a wake
 // (unless --force); `llmgw wake` says how long it took; an undeploy stops a sleeping replica.
-//
-// FOR THE LEAD, after merging the engine layer (catalog `sleep:`, the agent's sleep activities)
-// and the router (holds and wakes a Sleeping route): add this model to
-// test/fixtures/catalog-e2e.yaml, then `npm run build && npx vitest run test/e2e/sleep-wake.test.ts`.
-//
-//   - name: sleepy
-//     source: engine://llmgw/fake-sleepy
-//     profiles:
-//       - name: one-gpu
-//         engine: fake
-//         gpuClass: AUTO
-//         gpusPerNode: 1
-//         args: ["--load-time", "5", "--tokens-per-second", "50"]
-//         sleep: { afterSeconds: 3600, level: 1, minAwakeSeconds: 30 }
-//
-// Until then it skips, naming what it waits for.
-import { readFileSync } from 'node:fs';
+// The model is `sleepy` in test/fixtures/catalog-e2e.yaml.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { findFreePort } from '../../common/ports.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import { deploymentStatusQuery, replicaStatusQuery } from '../../workflows/definitions.js';
 import {
-  E2E_CATALOG,
   enginesOf,
   eventually,
   inventory,
@@ -37,13 +20,9 @@ import {
   uniqueId,
   useIsolatedFleet,
 } from '../helpers/fleet.js';
-import { skipReason } from '../helpers/skips.js';
 
-const waiting = /- name: sleepy\b[\s\S]*?sleep:/.test(readFileSync(E2E_CATALOG, 'utf8'))
-  ? undefined
-  : skipReason('needs the `sleepy` model with a `sleep:` policy in test/fixtures/catalog-e2e.yaml (added at the issue 38 merge)');
 
-const fleet = useIsolatedFleet({ ownTemporal: 'sleep-wake', enabled: waiting === undefined });
+const fleet = useIsolatedFleet({ ownTemporal: 'sleep-wake' });
 let client: Client;
 const nodeId = uniqueId('sleepy');
 const name = uniqueId('sleepy');
@@ -66,7 +45,7 @@ async function ask(): Promise<{ status: number; ms: number; text: string }> {
   return { status: res.status, ms: performance.now() - started, text: body.choices?.[0]?.message?.content ?? '' };
 }
 
-describe.skipIf(waiting !== undefined)('sleep and wake through llmgw', () => {
+describe('sleep and wake through llmgw', () => {
   beforeAll(async () => {
     client = fleet.client;
     await fleet.agent(nodeId, { inventory: inventory('autox8.yaml') });
@@ -78,7 +57,7 @@ describe.skipIf(waiting !== undefined)('sleep and wake through llmgw', () => {
     expect(deployed.code, deployed.output).toBe(0);
   }, 180_000);
 
-  afterAll(() => (waiting === undefined ? undeployAndWait(client, name, [nodeId]).catch(() => undefined) : undefined));
+  afterAll(() => undeployAndWait(client, name, [nodeId]).catch(() => undefined));
 
   it('sleeps on `llmgw sleep`, keeping its engine, and shows it', async () => {
     expect((await ask()).status).toBe(200);
