@@ -18,6 +18,7 @@ import type {
 import type { AgentActivities, ClearGpuFaultInput, PresenceInput } from './activity-types.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 import type { EndpointAttester, RendezvousAttester } from './endpoint-attester.js';
+import type { StopCheck } from './stop-check.js';
 
 export interface AgentActivityDeps {
   supervisor: Supervisor;
@@ -33,6 +34,8 @@ export interface AgentActivityDeps {
   attestRendezvous?: RendezvousAttester;
   /** GPUs held out for faults found while serving (agent/gpu-health.ts). */
   gpuHealth?: { refusal(gpuIndices: number[]): string | undefined; clear(index: number): boolean };
+  /** Refuses a stop from a run that is not the shard's placement's (agent/stop-check.ts). */
+  checkStop?: StopCheck;
 }
 
 /**
@@ -66,6 +69,8 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
     },
 
     async stopShard(request: StopShard): Promise<StopShardResult> {
+      // Before anything is touched: anyone in the namespace can schedule this on our queue.
+      await deps.checkStop?.(request.shardId);
       return beating({ stopping: request.shardId }, () => deps.supervisor.stop(request));
     },
 

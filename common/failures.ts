@@ -43,6 +43,11 @@ export const FailureType = {
    * acting on it, and reconciliation rebuilds the replica from what the agents report.
    */
   CarriedStateRefused: 'CarriedStateRefused',
+  /**
+   * The agent refused a stopShard for a shard placed under a ticket, sent by a run that is
+   * neither the ticket's replica run chain nor reconcileNode on the control queue (agent/stop-check.ts).
+   */
+  StopRefused: 'StopRefused',
 } as const;
 
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];
