@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { create } from '@bufbuild/protobuf';
+import { temporal } from '@temporalio/proto';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { releaseUpdate } from '../../workflows/definitions.js';
 import { StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
@@ -129,5 +130,24 @@ describe('forged GPU Updates and stops', () => {
       async () => (!engineAlive() && !held(await nodeView(shard.nodeId)) ? true : undefined),
       60_000,
     );
+    // What a checked release costs the node's history: the events from its acceptance to its completion.
+    const history = await withClient((client) => client.workflow.getHandle(`node/${shard.nodeId}`).fetchHistory());
+    const events = history.events ?? [];
+    // The undeploy's: the last release of the shard (the first forged one was accepted, then refused).
+    const isOurs = (e: (typeof events)[number]): boolean => {
+      const request = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest;
+      const arg = request?.input?.args?.payloads?.[0]?.data;
+      return request?.input?.name === 'release' && arg != null && Buffer.from(arg).toString('utf8').includes(shard.shardId);
+    };
+    const accepted = events.length - 1 - [...events].reverse().findIndex(isOurs);
+    expect(accepted).toBeLessThan(events.length);
+    const updateId = events[accepted]!.workflowExecutionUpdateAcceptedEventAttributes!.acceptedRequest!.meta!.updateId;
+    const completed = events.findIndex((e) => e.workflowExecutionUpdateCompletedEventAttributes?.meta?.updateId === updateId);
+    const between = events.slice(accepted + 1, completed);
+    const markers = between.filter((e) => e.markerRecordedEventAttributes);
+    console.log(
+      `a checked release: ${between.length} event(s) between its acceptance and completion (${between.map((e) => temporal.api.enums.v1.EventType[e.eventType ?? 0]).join(', ')}), ${markers.length} marker(s)`,
+    );
+    expect(markers).toHaveLength(1);
   });
 });
