@@ -131,11 +131,9 @@ export function createPlacementActivities(
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {
-      const released = await client.workflow
-        .getHandle(nodeWorkflowId(request.nodeId))
-        .executeUpdate(releaseUpdate, {
-          args: [signedNodeRequest(options.catalogKeyFile, request.nodeId, 'release', { shardId: request.shardId })],
-        });
+      const released = await client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(releaseUpdate, {
+        args: [signedNodeRequest(options.catalogKeyFile, request.nodeId, 'release', { shardId: request.shardId })],
+      });
       // Freed GPUs go to whoever has waited longest for them, at once.
       if (released)
         await wakeWaitersFor(client, request.nodeId).catch((error: unknown) =>

@@ -83,11 +83,9 @@ export async function releaseOrphanedAllocations(stack: Stack, deadline: number)
       if (status === undefined) return;
       if (status === 'RUNNING') continue;
       await within(stack, `releasing ${allocation.shardId}`, left(), (client) =>
-        client.workflow
-          .getHandle(nodeWorkflowId(nodeId))
-          .executeUpdate(releaseUpdate, {
-            args: [signedNodeRequest(stack.catalogKeyFile, nodeId, 'release', { shardId: allocation.shardId })],
-          }),
+        client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(releaseUpdate, {
+          args: [signedNodeRequest(stack.catalogKeyFile, nodeId, 'release', { shardId: allocation.shardId })],
+        }),
       );
     }
   }
