@@ -10,6 +10,7 @@ import { createCarriedStateActivities } from './carried-state.js';
 import { createDeploymentActivities } from './deployments.js';
 import { createDeploymentSigningActivities } from './deployment-signing.js';
 import { createFleetSilenceActivities } from './fleet-silence.js';
+import { createNodeRequestActivities } from './node-requests.js';
 import type { FleetLiveness } from '../workers/liveness.js';
 import { createPlacementActivities, type PlacementMetric } from './placement.js';
 import { createReconcileActivities } from './reconcile.js';
@@ -66,6 +67,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
       log: (line) => deps.log(line, 'warn'),
     }),
     ...createRegistrationCheckActivities(deps.catalogKeyFile),
+    ...createNodeRequestActivities(deps.catalogKeyFile),
     ...routes,
     ...signing,
     ...createDeploymentSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn')),

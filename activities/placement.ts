@@ -27,6 +27,7 @@ import { gangHostFromView, placeGangOnHosts, summariseReasons, type GangHost } f
 import type { ShardPlacement } from '../common/replica-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
+import { signedNodeRequest } from './node-requests.js';
 import { placementsInFlight, type PlacementsInFlight } from './placement-inflight.js';
 import { createWeightsTrust, type WeightsTrust } from './weights-verdict.js';
 import { rankCandidates, readCapacityIndex, refreshIndexed, refreshTop, REFRESHED, type IndexedNode } from './placement-index.js';
@@ -90,7 +91,14 @@ export function createPlacementActivities(
       try {
         // Who asks and for what is settled before any GPU is reserved: a refusal holds nothing.
         const names = await ticketNames(client, request, options.catalogKeyFile, options.catalog);
-        const placed = await placeOnIndex(client, inFlight, request, options.trustUnenrolled === true, trustWeights);
+        const placed = await placeOnIndex(
+          client,
+          inFlight,
+          request,
+          options.trustUnenrolled === true,
+          trustWeights,
+          options.catalogKeyFile,
+        );
         const leaderKey = await enrolledLeaderKey(placed, (nodeId) => inFlight.describe(nodeId), options.catalogKeyFile).catch(
           async (error: unknown) => {
             if (!(error instanceof LeaderUnreadable) || !placed.ok) throw error;
@@ -99,7 +107,9 @@ export function createPlacementActivities(
               placed.shards.map((s) =>
                 client.workflow
                   .getHandle(nodeWorkflowId(s.nodeId))
-                  .executeUpdate(releaseUpdate, { args: [{ shardId: s.shardId }] })
+                  .executeUpdate(releaseUpdate, {
+                    args: [signedNodeRequest(options.catalogKeyFile, s.nodeId, 'release', { shardId: s.shardId })],
+                  })
                   .catch(() => undefined),
               ),
             );
@@ -121,9 +131,9 @@ export function createPlacementActivities(
     },
 
     async releaseGpus(request: { nodeId: string; shardId: string }): Promise<boolean> {
-      const released = await client.workflow
-        .getHandle(nodeWorkflowId(request.nodeId))
-        .executeUpdate(releaseUpdate, { args: [{ shardId: request.shardId }] });
+      const released = await client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(releaseUpdate, {
+        args: [signedNodeRequest(options.catalogKeyFile, request.nodeId, 'release', { shardId: request.shardId })],
+      });
       // Freed GPUs go to whoever has waited longest for them, at once.
       if (released)
         await wakeWaitersFor(client, request.nodeId).catch((error: unknown) =>
@@ -179,6 +189,7 @@ async function placeOnIndex(
   request: PlaceRequest,
   trustUnenrolled: boolean,
   trustWeights: WeightsTrust,
+  catalogKeyFile: string | undefined,
 ): Promise<PlaceResult> {
   const index = await readCapacityIndex(client, request);
   // A worker that trusts unenrolled agents (an upgrade from 0.2.0, whose agents sign nothing;
@@ -210,7 +221,7 @@ async function placeOnIndex(
   const candidates = rankCandidates(index.filter(usable), request);
   if (candidates.length < needHosts) return shortOfRoom(request, ready, candidates.length, needHosts);
   const reserve: Reserve = (nodeId, req, rank) => reserveOn(client, inFlight, nodeId, req, rank, trustUnenrolled);
-  if (request.nodes > 1) return placeGang(client, request, candidates, reserve, shardPlacement, trustWeights);
+  if (request.nodes > 1) return placeGang(client, request, candidates, reserve, shardPlacement, trustWeights, catalogKeyFile);
   const reasons: string[] = [];
   for (const candidate of await refreshTop(inFlight, request, candidates)) {
     const result = await reserve(candidate.nodeId, request, 0);
@@ -253,6 +264,7 @@ async function placeGang(
   reserveOn: Reserve,
   makePlacement: MakePlacement,
   trustWeights: WeightsTrust,
+  catalogKeyFile: string | undefined,
 ): Promise<PlaceResult> {
   // Gangs need each host's fabric and free HCAs, which only the node knows: ask the few that fit.
   const hosts: GangHost[] = [];
@@ -269,9 +281,9 @@ async function placeGang(
   const result = await placeGangOnHosts(hosts, request, {
     reserve: (nodeId, rank) => reserveOn(nodeId, request, rank),
     release: (nodeId, rank) =>
-      client.workflow
-        .getHandle(nodeWorkflowId(nodeId))
-        .executeUpdate(releaseUpdate, { args: [{ shardId: makeShardId(request.replicaId, rank, request.attempt) }] }),
+      client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(releaseUpdate, {
+        args: [signedNodeRequest(catalogKeyFile, nodeId, 'release', { shardId: makeShardId(request.replicaId, rank, request.attempt) })],
+      }),
   });
   if (!result.ok) return result;
   return { ok: true, shards: result.grants.map((grant) => makePlacement(grant.nodeId, grant.rank, request, grant.result)) };

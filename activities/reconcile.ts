@@ -9,6 +9,7 @@ import { nodeWorkflowId } from '../common/names.js';
 import type { ReconcileAllocationsRequest, ReconcileAllocationsResult } from '../common/node-types.js';
 import { reconcileAllocationsUpdate } from '../workflows/definitions.js';
 import { wakeWaitersFor } from './capacity.js';
+import { signedNodeRequest } from './node-requests.js';
 import { inspectNode, type InspectRequest } from './reconcile-facts.js';
 import type { ReportTrust } from './report-check.js';
 import { rebuildReplica, type RebuildOutcome, type RebuildRequest } from './reconcile-rebuild.js';
@@ -21,7 +22,12 @@ export function createReconcileActivities(catalog: CatalogSource, client: Client
 
     async reconcileAllocations(request: { nodeId: string } & ReconcileAllocationsRequest): Promise<ReconcileAllocationsResult> {
       const result = await client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(reconcileAllocationsUpdate, {
-        args: [{ claims: request.claims, releases: request.releases }],
+        args: [
+          signedNodeRequest(trust.catalogKeyFile, request.nodeId, 'reconcileAllocations', {
+            claims: request.claims,
+            releases: request.releases,
+          }),
+        ],
       });
       // GPUs freed by reconciliation go to the replicas waiting for them.
       if (result.released.length) await wakeWaitersFor(client, request.nodeId).catch(() => undefined);

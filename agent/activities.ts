@@ -20,6 +20,7 @@ import type { Supervisor } from './supervisor/supervisor.js';
 import type { EndpointAttester, RendezvousAttester } from './endpoint-attester.js';
 import { createSleepActivities } from './sleep.js';
 import type { SleepShardRequest, WakeShardRequest } from '../common/sleep-types.js';
+import type { StopCheck } from './stop-check.js';
 
 export interface AgentActivityDeps {
   supervisor: Supervisor;
@@ -35,6 +36,8 @@ export interface AgentActivityDeps {
   attestRendezvous?: RendezvousAttester;
   /** GPUs held out for faults found while serving (agent/gpu-health.ts). */
   gpuHealth?: { refusal(gpuIndices: number[]): string | undefined; clear(index: number): boolean };
+  /** Refuses a stop from a run that is not the shard's placement's (agent/stop-check.ts). */
+  checkStop?: StopCheck;
 }
 
 /**
@@ -74,6 +77,8 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
     },
 
     async stopShard(request: StopShard): Promise<StopShardResult> {
+      // Before anything is touched: anyone in the namespace can schedule this on our queue.
+      await deps.checkStop?.(request.shardId);
       return beating({ stopping: request.shardId }, () => deps.supervisor.stop(request));
     },
 

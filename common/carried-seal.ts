@@ -31,9 +31,13 @@ function keyMaterial(key: CatalogKey): Buffer | undefined {
   return key.privateKey?.export({ format: 'der', type: 'pkcs8' }).subarray(PKCS8_ED25519_LENGTH);
 }
 
-function macKey(key: CatalogKey): Buffer | undefined {
+/**
+ * The HMAC key derived from a signing key under `label` (undefined for a key that cannot sign).
+ * Each use has its own label (common/node-request-mac.ts has another), so no MAC passes for another's.
+ */
+export function macKey(key: CatalogKey, label: string = HKDF_INFO): Buffer | undefined {
   const material = keyMaterial(key);
-  return material ? Buffer.from(hkdfSync('sha256', material, Buffer.alloc(0), HKDF_INFO, 32)) : undefined;
+  return material ? Buffer.from(hkdfSync('sha256', material, Buffer.alloc(0), label, 32)) : undefined;
 }
 
 /** JSON with object keys sorted: the same state gives the same bytes, however it was decoded. */

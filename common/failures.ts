@@ -50,6 +50,11 @@ export const FailureType = {
    * node workflow puts another to sleep first (docs/sleep.md).
    */
   WakeOutOfMemory: 'WakeOutOfMemory',
+  /**
+   * The agent refused a stopShard for a shard placed under a ticket, sent by a run that is
+   * neither the ticket's replica run chain nor reconcileNode on the control queue (agent/stop-check.ts).
+   */
+  StopRefused: 'StopRefused',
 } as const;
 
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];

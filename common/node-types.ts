@@ -108,11 +108,22 @@ export type ReserveResult =
   | { ok: true; nodeId: string; gpuIndices: number[]; hcas: string[]; managementAddress: string }
   | { ok: false; nodeId: string; reason: string };
 
-export interface ReleaseRequest {
+/**
+ * The control worker's MAC on a request that frees or takes GPUs (common/node-request-mac.ts):
+ * `v1.<key id>.<expires at, ms>.<mac>`. Absent only from a control worker with no catalog key.
+ */
+export interface NodeRequestProof {
+  proof?: string;
+}
+
+/** The proof's shape, which an Update validator checks (the MAC itself is checked in the handler). */
+export const NODE_REQUEST_PROOF_FORM = /^v1\.[A-Za-z0-9_:-]{1,128}\.\d{1,15}\.[A-Za-z0-9_-]{43}$/;
+
+export interface ReleaseRequest extends NodeRequestProof {
   shardId: string;
 }
 
-export interface ClaimRequest {
+export interface ClaimRequest extends NodeRequestProof {
   shardId: string;
   replicaId: string;
   gpuIndices: number[];
@@ -215,7 +226,7 @@ export interface NodeStatusSignal {
   at?: string;
 }
 
-export interface ReconcileAllocationsRequest {
+export interface ReconcileAllocationsRequest extends NodeRequestProof {
   /** Allocations of engines the agent reports running: the node must hold exactly these GPUs for them. */
   claims: Allocation[];
   /** Shards whose allocation goes. */

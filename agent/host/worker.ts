@@ -12,6 +12,7 @@ import { createDrainer } from '../drain.js';
 import type { EndpointAttester, RendezvousAttester } from '../endpoint-attester.js';
 import type { GpuHealth } from '../gpu-health.js';
 import type { RevisionPolicy } from '../revision-check.js';
+import { createStopCheck } from '../stop-check.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
 import { createHostWeights } from '../weights/host-weights.js';
 import { heldWeightsOf } from '../weights/weights-report.js';
@@ -61,6 +62,15 @@ export async function createHostWorker(deps: HostWorkerDeps): Promise<{ worker: 
       },
     },
     drain: (request) => drainer.drain(request),
+    // Only where starts are checked against tickets: under --insecure-unsigned anyone starts anything.
+    ...(deps.revisionPolicy.kind === 'keys'
+      ? {
+          checkStop: createStopCheck({
+            ticketOf: (shardId) => supervisor.list().find((s) => s.spec?.shardId === shardId)?.spec?.placementTicket,
+            client: () => signals.client(),
+          }),
+        }
+      : {}),
     describe: reports.describe,
     survey: reports.survey,
     onPresenceStarted: registration.soon,

@@ -9,6 +9,7 @@ import { signalGroup } from '../../agent/supervisor/processes/proc.js';
 import { deploymentWorkflowId, nodeWorkflowId } from '../../common/names.js';
 import type { DevServer } from '../../temporal/dev-server.js';
 import { deploymentStatusQuery, describeNodeQuery, releaseUpdate } from '../../workflows/definitions.js';
+import { signedNodeRequest } from '../../activities/node-requests.js';
 
 /** The whole stop, Ctrl-C to exit, stays under this. */
 export const STOP_BUDGET_MS = 20_000;
@@ -31,6 +32,8 @@ export interface Stack {
   say(line: string): void;
   /** Set when a call to Temporal timed out: later calls are skipped, processes not waited for long. */
   temporalDown?: boolean;
+  /** The stack's catalog key: a release is made with its MAC, as the control worker makes it. */
+  catalogKeyFile?: string;
 }
 
 // Not unref'd: the stop must finish (and say so) even once no other handle keeps Node alive.
@@ -80,7 +83,9 @@ export async function releaseOrphanedAllocations(stack: Stack, deadline: number)
       if (status === undefined) return;
       if (status === 'RUNNING') continue;
       await within(stack, `releasing ${allocation.shardId}`, left(), (client) =>
-        client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(releaseUpdate, { args: [{ shardId: allocation.shardId }] }),
+        client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(releaseUpdate, {
+          args: [signedNodeRequest(stack.catalogKeyFile, nodeId, 'release', { shardId: allocation.shardId })],
+        }),
       );
     }
   }

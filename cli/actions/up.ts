@@ -28,6 +28,7 @@ export async function upCommand(opts: UpOptions): Promise<void> {
   const say = (line: string): void => logger.info(line);
   const plan = planStack(opts);
   mkdirSync(plan.logDir, { recursive: true });
+  const keyEnv = catalogKeyEnv(plan.stateDir, say);
   const stack: Stack = {
     children: [],
     server: undefined,
@@ -35,8 +36,9 @@ export async function upCommand(opts: UpOptions): Promise<void> {
     nodeIds: plan.nodes.map((n) => n.nodeId),
     deployment: plan.demo.model,
     say,
+    catalogKeyFile: keyEnv.LLMGW_CATALOG_KEY_FILE,
   };
-  const parts = new StackParts(stack, plan.logDir, catalogKeyEnv(plan.stateDir, say));
+  const parts = new StackParts(stack, plan.logDir, keyEnv);
   stopOnSignals(stack, parts);
   try {
     await bringUp(plan, stack, parts);

@@ -26,6 +26,7 @@ import { uniqueId } from '../helpers/temporal.js';
 import { useCallWorker } from '../helpers/call-worker.js';
 import { enginesOf, eventually, sleep, spawnLlmgw, type LlmgwProcess } from '../helpers/processes.js';
 import { fakeShardSpec } from '../helpers/shards.js';
+import { signedRelease } from '../helpers/catalog-key.js';
 import type { AgentCall } from '../workflows/agent-calls.js';
 
 const nodeIds: string[] = [];
@@ -111,7 +112,7 @@ describe('agent and node workflow', () => {
     const agent = await startAgent(nodeId);
     const handle = calls.client().workflow.getHandle(`node/${nodeId}`);
     await handle.executeUpdate(reserveUpdate, { args: [{ shardId: 'h.1.r0.a1', replicaId: 'replica/h/1', count: 2 }] });
-    await handle.executeUpdate(releaseUpdate, { args: [{ shardId: 'h.1.r0.a1' }] });
+    await handle.executeUpdate(releaseUpdate, { args: [signedRelease(nodeId, 'h.1.r0.a1')] });
     await agent.proc.kill9();
     await eventually('NotReady', async () => (await nodeView(nodeId)).phase === 'NotReady', 15_000);
     recordHistory(`node/${nodeId}`, 'node-register-reserve-release-notready');
@@ -140,7 +141,9 @@ describe('agent and node workflow', () => {
     const nodeId = uniqueId('adopt');
     const first = await startAgent(nodeId);
     const spec = fakeShardSpec({ nodeId, deployment: 'adopt-test', gpus: [0], args: ['--load-time', '0'] });
-    const running = await call<RunningShard>(nodeId, 'startShard', spec);
+    // One run chain starts and later stops the engine, as its replica does.
+    const replica = await calls.session(nodeId, spec.replicaId);
+    const running = await replica.call<RunningShard>('startShard', spec);
     const ready = await call<ShardStatus>(nodeId, 'waitHealthy', create(WaitHealthySchema, { shardId: spec.shardId, timeoutSeconds: 30 }));
     await first.proc.kill9();
     for (let i = 0; i < 5; i++) {
@@ -159,11 +162,11 @@ describe('agent and node workflow', () => {
       admin.close();
     }
     expect(enginesOf([nodeId]).map((engine) => engine.pid)).toEqual([running.status!.pid]);
-    const stopped = await call<StopShardResult>(
-      nodeId,
+    const stopped = await replica.call<StopShardResult>(
       'stopShard',
       create(StopShardSchema, { shardId: spec.shardId, replicaId: spec.replicaId, graceSeconds: 5 }),
     );
+    await replica.end();
     expect(stopped.wasRunning).toBe(true);
     expect(enginesOf([nodeId])).toEqual([]);
     expect(existsSync(join(first.stateDir, 'shards', `${spec.shardId}.json`))).toBe(false);

@@ -33,10 +33,6 @@ const nodeId = uniqueId('engine-tls');
 const calls = useCallWorker('engine-tls-calls', [nodeId]);
 useRouterHarness();
 
-function call<T>(activity: string, arg: unknown, workflowId: string): Promise<T> {
-  return calls.call<T>(nodeId, activity, arg, workflowId);
-}
-
 /** The pin of the certificate whatever listens on `port` presents (no trust: only looked at). */
 async function servedPin(port: number): Promise<string | undefined> {
   const socket: TLSSocket = connect({ host: '127.0.0.1', port, rejectUnauthorized: false });
@@ -58,13 +54,11 @@ describe('engine TLS', () => {
     });
     expect(agent.output()).toContain('engines serve HTTPS with a certificate this agent issues');
     const spec = fakeShardSpec({ nodeId, deployment: 'engine-tls', gpus: [0], args: ['--load-time', '0'] });
-    await call<RunningShard>('startShard', spec, spec.replicaId);
+    // One run chain starts, waits for and stops the engine, as its replica does.
+    const replica = await calls.session(nodeId, spec.replicaId);
+    await replica.call<RunningShard>('startShard', spec);
     // Asked by the replica's own workflow id, so the agent attests the endpoint (with the pin).
-    const ready = await call<ShardStatus>(
-      'waitHealthy',
-      create(WaitHealthySchema, { shardId: spec.shardId, timeoutSeconds: 30 }),
-      spec.replicaId,
-    );
+    const ready = await replica.call<ShardStatus>('waitHealthy', create(WaitHealthySchema, { shardId: spec.shardId, timeoutSeconds: 30 }));
     const port = ready.httpPort;
     const pin = attestedTlsFingerprint(ready.endpointAttestation);
     expect(pin).toMatch(/^[0-9a-f]{64}$/);
@@ -91,11 +85,11 @@ describe('engine TLS', () => {
 
     // The engine goes (its certificate and key with its record); an attacker's engine with a
     // certificate of its own takes the same address and port.
-    const stopped = await call<StopShardResult>(
+    const stopped = await replica.call<StopShardResult>(
       'stopShard',
       create(StopShardSchema, { shardId: spec.shardId, replicaId: spec.replicaId, graceSeconds: 5 }),
-      uniqueId('stop'),
     );
+    await replica.end();
     expect(stopped.wasRunning).toBe(true);
     expect(existsSync(keyFile)).toBe(false);
     const dir = mkdtempSync(join(tmpdir(), 'llmgw-attacker-tls-'));

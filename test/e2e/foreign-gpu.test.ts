@@ -16,6 +16,7 @@ import type { ReconcileResult } from '../../common/reconcile-types.js';
 import { describeNodeQuery, releaseUpdate, reserveUpdate } from '../../workflows/definitions.js';
 import { eventually, runLlmgw, spawnControlWorker, spawnLlmgw, stopAll, type LlmgwProcess } from '../helpers/processes.js';
 import { testClient, uniqueId } from '../helpers/temporal.js';
+import { signedRelease } from '../helpers/catalog-key.js';
 
 const SMI_DIR = join(__dirname, '../helpers/bin');
 const SYSFS = join(__dirname, '../fixtures/sysfs-h100x8');
@@ -106,12 +107,12 @@ async function allocatable(nodeId: string): Promise<number[]> {
   const free = (await nodeView(nodeId)).freeGpus;
   const all = await handle.executeUpdate(reserveUpdate, { args: [{ shardId: 'probe.9.r0.a1', replicaId: 'replica/probe/9', count: 8 }] });
   if (free.length < 8) expect(all.ok).toBe(false);
-  else await handle.executeUpdate(releaseUpdate, { args: [{ shardId: 'probe.9.r0.a1' }] });
+  else await handle.executeUpdate(releaseUpdate, { args: [signedRelease(nodeId, 'probe.9.r0.a1')] });
   const granted = await handle.executeUpdate(reserveUpdate, {
     args: [{ shardId: 'probe.1.r0.a1', replicaId: 'replica/probe/1', count: free.length }],
   });
   expect(granted.ok).toBe(true);
-  await handle.executeUpdate(releaseUpdate, { args: [{ shardId: 'probe.1.r0.a1' }] });
+  await handle.executeUpdate(releaseUpdate, { args: [signedRelease(nodeId, 'probe.1.r0.a1')] });
   const indices = granted.ok ? [...granted.gpuIndices].sort() : [];
   expect(indices).toEqual([...free].sort());
   return indices;

@@ -164,15 +164,14 @@ describe('signed placements', () => {
   it('refuses a genuine ticket replayed by a new workflow under the id of a replica whose run has ended', async () => {
     const spec = fakeShardSpec({ nodeId, deployment: 'ticket-replay', gpus: [3], args: ['--load-time', '0'] });
     // The genuine replica: its run chain starts the engine, then stops it and ends.
-    const genuine = await startAs(spec, spec.replicaId, true);
-    const running = await genuine.result;
+    const genuine = await attacker.session(nodeId, spec.replicaId);
+    const running = await genuine.call<RunningShard>('startShard', spec);
     expect(running.status!.pid).toBeGreaterThan(0);
-    await attacker.call(
-      nodeId,
+    await genuine.call(
       'stopShard',
       create(StopShardSchema, { shardId: spec.shardId, replicaId: spec.replicaId, graceSeconds: 1, reason: 'replica ended' }),
-      uniqueId('stop'),
     );
+    await genuine.end();
     await expect.poll(() => enginesOf([nodeId]).some((e) => e.pid === running.status!.pid), { timeout: 15_000 }).toBe(false);
     const replayed = bindTicket(spec, genuine.chain);
 

@@ -10,17 +10,7 @@ import type { Client } from '@temporalio/client';
 import { findFreePort } from '../../common/ports.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
 import { deploymentStatusQuery, replicaStatusQuery } from '../../workflows/definitions.js';
-import {
-  enginesOf,
-  eventually,
-  inventory,
-  runLlmgw,
-  spawnLlmgw,
-  undeployAndWait,
-  uniqueId,
-  useIsolatedFleet,
-} from '../helpers/fleet.js';
-
+import { enginesOf, eventually, inventory, runLlmgw, spawnLlmgw, undeployAndWait, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 const fleet = useIsolatedFleet({ ownTemporal: 'sleep-wake' });
 let client: Client;

@@ -18,6 +18,17 @@ export interface CallWorker {
   client(): Client;
   /** Runs `activity` on the agent of `nodeId` from a workflow with this id (agentCall). */
   call<T>(nodeId: string, activity: string, arg: unknown, workflowId: string): Promise<T>;
+  /**
+   * A run that makes every call itself, as a replica's run chain does (agentSession): what it
+   * starts, it may stop. A start's ticket is bound to its chain.
+   */
+  session(nodeId: string, workflowId: string): Promise<AgentSession>;
+}
+
+export interface AgentSession {
+  chain: string;
+  call<T>(activity: string, arg: unknown): Promise<T>;
+  end(): Promise<void>;
 }
 
 export function useCallWorker(label: string, nodeIds: string[] | (() => string[])): CallWorker {
@@ -59,6 +70,21 @@ export function useCallWorker(label: string, nodeIds: string[] | (() => string[]
       const handle = await self.client().workflow.start('agentCallBound', { taskQueue: queue, workflowId, args: [nodeId, activity] });
       await handle.signal('agentCallArg', bindTicket(arg as StartShard, handle.firstExecutionRunId));
       return (await handle.result()) as T;
+    },
+    session: async (nodeId: string, workflowId: string): Promise<AgentSession> => {
+      const handle = await self.client().workflow.start('agentSession', { taskQueue: queue, workflowId, args: [nodeId] });
+      const chain = handle.firstExecutionRunId;
+      return {
+        chain,
+        call: async <T>(activity: string, arg: unknown): Promise<T> =>
+          (await handle.executeUpdate('agentSessionCall', {
+            args: [activity, activity === 'startShard' ? bindTicket(arg as StartShard, chain) : arg],
+          })) as T,
+        end: async () => {
+          await handle.signal('agentSessionEnd');
+          await handle.result();
+        },
+      };
     },
   };
   return self;

@@ -3,6 +3,8 @@
 // and router (LLMGW_CATALOG_PUBLIC_KEY_FILE); used here to sign the revisions and placement
 // tickets tests hand to agents directly, as the control worker signs what it resolves and places.
 import { inject } from 'vitest';
+import { signedNodeRequest } from '../../activities/node-requests.js';
+import type { ReleaseRequest } from '../../common/node-types.js';
 import { publicKeyFileOf, readCatalogKeys } from '../../common/catalog-key.js';
 import { signPlacementTicket, verifyPlacementTicket, type PlacementTicket } from '../../common/placement-ticket.js';
 import { signRevision } from '../../common/revision-signature.js';
@@ -75,4 +77,9 @@ export function bindTicket(spec: StartShard, chain: string): StartShard {
   const ticket = ticketOf(spec);
   if (!ticket || ticket.chain !== '') return spec;
   return { ...spec, placementTicket: signPlacementTicket({ ...ticket, chain }, readCatalogKeys(testCatalogKeyFile())) };
+}
+
+/** A release of `shardId` on node `nodeId` with the control worker's MAC, as releaseGpus sends it. */
+export function signedRelease(nodeId: string, shardId: string): ReleaseRequest {
+  return signedNodeRequest(testCatalogKeyFile(), nodeId, 'release', { shardId });
 }

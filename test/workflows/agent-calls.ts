@@ -1,6 +1,6 @@
 // A test-only workflow that calls one node-local activity on an agent's task queue and
 // returns its result, so tests can drive a real agent exactly as workflows do.
-import { condition, defineSignal, proxyActivities, setHandler } from '@temporalio/workflow';
+import { allHandlersFinished, condition, defineSignal, defineUpdate, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { AgentActivities } from '../../agent/activity-types.js';
 import { agentTaskQueue } from '../../common/names.js';
 
@@ -29,4 +29,20 @@ export async function agentCallBound(nodeId: string, activity: AgentCall): Promi
   setHandler(agentCallArgSignal, (value) => void (arg = { value }));
   await condition(() => arg !== undefined);
   return agentCall(nodeId, activity, arg!.value);
+}
+
+/** One call of an agentSession: run on the agent, its result returned as the Update's. */
+export const agentSessionCall = defineUpdate<unknown, [AgentCall, unknown]>('agentSessionCall');
+export const agentSessionEnd = defineSignal('agentSessionEnd');
+
+/**
+ * A stand-in for a replica's run chain: every call comes from this one run, as a replica starts
+ * and later stops its own shards (the agent stops a ticketed shard only for its chain). Ends on
+ * agentSessionEnd.
+ */
+export async function agentSession(nodeId: string): Promise<void> {
+  let ended = false;
+  setHandler(agentSessionCall, (activity, arg) => agentCall(nodeId, activity, arg));
+  setHandler(agentSessionEnd, () => void (ended = true));
+  await condition(() => ended && allHandlersFinished());
 }

@@ -1,6 +1,7 @@
 // The node workflow's handlers, registered before its first await: what the agent and the
 // liveness sweep tell it (registration, running shards, held weights, silence), and the GPU
-// Updates placement, replicas and operators send (reserve, release, claim, cordon, clear).
+// Updates placement, replicas and operators send (reserve, release, claim, cordon, clear); those
+// that free or take GPUs only with the control worker's MAC (requests.ts).
 // Workflow side; the rules they apply live in state.ts, the loops they wake in watchers.ts.
 import { condition, log, setHandler } from '@temporalio/workflow';
 import {
@@ -21,6 +22,7 @@ import {
 } from '../definitions.js';
 import { clearGpu } from './clear-gpu.js';
 import { acceptRegistration, registerEnrollHandler, type HeldRegistration } from './enrollment.js';
+import { checkedRequest, validateProof } from './requests.js';
 import { applyRegister, claim, reconcileAllocations, release, reserve, viewOf } from './state.js';
 import { markSilent, type NodeContext } from './watchers.js';
 
@@ -108,19 +110,29 @@ export function registerGpuHandlers(ctx: NodeContext): void {
       },
     },
   );
+  // Release, claim and reconcileAllocations free or take GPUs: only with the control worker's
+  // MAC for this node (requests.ts), else a namespace member frees a live engine's GPUs.
   // Waiting replicas are woken by the releaseGpus activity that sent this Update.
-  setHandler(releaseUpdate, async (request) => {
-    if (!ctx.opened) await condition(() => ctx.opened);
-    const released = release(state, request.shardId);
-    if (released) ctx.publish();
-    return released;
-  });
-  setHandler(claimUpdate, async (request) => {
-    if (!ctx.opened) await condition(() => ctx.opened);
-    const result = claim(state, request, now());
-    if (result.ok) ctx.publish();
-    return result;
-  });
+  setHandler(
+    releaseUpdate,
+    async (request) => {
+      await checkedRequest(ctx, 'release', request);
+      const released = release(state, request.shardId);
+      if (released) ctx.publish();
+      return released;
+    },
+    { validator: (request) => validateProof(ctx, 'release', request) },
+  );
+  setHandler(
+    claimUpdate,
+    async (request) => {
+      await checkedRequest(ctx, 'claim', request);
+      const result = claim(state, request, now());
+      if (result.ok) ctx.publish();
+      return result;
+    },
+    { validator: (request) => validateProof(ctx, 'claim', request) },
+  );
   setHandler(cordonUpdate, async ({ reason }) => {
     if (!ctx.opened) await condition(() => ctx.opened);
     state.cordoned = true;
@@ -140,13 +152,17 @@ export function registerGpuHandlers(ctx: NodeContext): void {
     ctx.wakeWanted = true;
     return viewOf(state);
   });
-  setHandler(reconcileAllocationsUpdate, async (request) => {
-    if (!ctx.opened) await condition(() => ctx.opened);
-    const result = reconcileAllocations(state, request, now());
-    if (result.claimed.length || result.released.length) ctx.publish();
-    for (const conflict of result.conflicts) log.warn(conflict, { nodeId: state.nodeId });
-    return result;
-  });
+  setHandler(
+    reconcileAllocationsUpdate,
+    async (request) => {
+      await checkedRequest(ctx, 'reconcileAllocations', request);
+      const result = reconcileAllocations(state, request, now());
+      if (result.claimed.length || result.released.length) ctx.publish();
+      for (const conflict of result.conflicts) log.warn(conflict, { nodeId: state.nodeId });
+      return result;
+    },
+    { validator: (request) => validateProof(ctx, 'reconcileAllocations', request) },
+  );
   setHandler(describeNodeQuery, () => {
     if (!ctx.opened) throw new Error(`node ${state.nodeId} has not verified the state it was handed yet`);
     return viewOf(state);

@@ -58,6 +58,8 @@ export interface NodeContext {
   heldRegistration?: HeldRegistration;
   /** The refusals of registrations this run logged (each once). */
   refusalsLogged?: string[];
+  /** The control worker checks GPU Updates' proofs (learnt from the first check): one without is refused by the validator. */
+  requestsChecked?: boolean;
 }
 
 const control = (summary: string): ControlActivities => controlActivities(summary);
