@@ -8,10 +8,8 @@
 // address, the GPUs a live engine holds freed) is never shown: the node starts from nothing and
 // gets its agent's signed registration, and the engine's allocation, back.
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
-import { llmgwDataConverter } from '../../temporal/connection.js';
 import { ROUTES_WORKFLOW_ID, routesQuery, type RouteEntry } from '../../workflows/routes/definitions.js';
 import { replicaStatusQuery } from '../../workflows/definitions.js';
 import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
@@ -20,43 +18,10 @@ import type { NodeState } from '../../workflows/node/state.js';
 import type { ForgeInput } from '../workflows/forge-carried.js';
 import { eventually, runLlmgw, sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
-import {
-  actionOfAnyRun,
-  deploy,
-  env,
-  nodeView,
-  port,
-  reconcile,
-  routed,
-  startReconcileStack,
-  status,
-  stopReconcileStack,
-  withClient,
-} from '../helpers/reconcile-stack.js';
+import { useAttackerOnReconcileStack } from '../helpers/attacker-worker.js';
+import { actionOfAnyRun, deploy, env, nodeView, reconcile, routed, status, withClient } from '../helpers/reconcile-stack.js';
 
-const attackerQueue = uniqueId('attacker');
-let connection: NativeConnection | undefined;
-let worker: Worker | undefined;
-let running: Promise<void> | undefined;
-
-beforeAll(async () => {
-  await startReconcileStack();
-  connection = await NativeConnection.connect({ address: `127.0.0.1:${port}` });
-  worker = await Worker.create({
-    connection,
-    taskQueue: attackerQueue,
-    workflowsPath: join(__dirname, '../workflows/forge-carried.ts'),
-    dataConverter: llmgwDataConverter(),
-  });
-  running = worker.run();
-});
-
-afterAll(async () => {
-  worker?.shutdown();
-  await running?.catch(() => undefined);
-  await connection?.close();
-  await stopReconcileStack();
-});
+const attackerQueue = useAttackerOnReconcileStack(join(__dirname, '../workflows/forge-carried.ts'));
 
 /** The routes table as routers get it: who, where, and whether it is signed. */
 function signedRoutes(routes: RouteEntry[]): string[] {

@@ -5,52 +5,19 @@
 // The node keeps the GPUs allocated and the engine keeps its pid; an undeploy (the control
 // worker's MAC'd release, the replica's own stop) still frees the GPUs and ends the engine.
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { create } from '@bufbuild/protobuf';
 import { temporal } from '@temporalio/proto';
-import { llmgwDataConverter } from '../../temporal/connection.js';
 import { releaseUpdate } from '../../workflows/definitions.js';
 import { StopShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import type { NodeView } from '../../common/node-types.js';
 import { enginesOf, eventually, sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
-import {
-  deploy,
-  nodeView,
-  port,
-  routed,
-  startReconcileStack,
-  status,
-  stopReconcileStack,
-  undeploy,
-  withClient,
-} from '../helpers/reconcile-stack.js';
+import { useAttackerOnReconcileStack } from '../helpers/attacker-worker.js';
+import { deploy, nodeView, routed, status, undeploy, withClient } from '../helpers/reconcile-stack.js';
 
-const attackerQueue = uniqueId('attacker');
-let connection: NativeConnection | undefined;
-let worker: Worker | undefined;
-let running: Promise<void> | undefined;
-
-beforeAll(async () => {
-  await startReconcileStack();
-  connection = await NativeConnection.connect({ address: `127.0.0.1:${port}` });
-  // The attacker's worker: agentCall (one agent activity on any `agent/<node>` queue), bundled alone.
-  worker = await Worker.create({
-    connection,
-    taskQueue: attackerQueue,
-    workflowsPath: join(__dirname, '../workflows/agent-calls.ts'),
-    dataConverter: llmgwDataConverter(),
-  });
-  running = worker.run();
-});
-
-afterAll(async () => {
-  worker?.shutdown();
-  await running?.catch(() => undefined);
-  await connection?.close();
-  await stopReconcileStack();
-});
+// The attacker's worker: agentCall (one agent activity on any `agent/<node>` queue), bundled alone.
+const attackerQueue = useAttackerOnReconcileStack(join(__dirname, '../workflows/agent-calls.ts'));
 
 /** What an Update or workflow failed with, all causes' messages joined. */
 function failureText(error: unknown): string {

@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { newKeyPairLines, parseKeyLine, readCatalogKeys } from '../../common/catalog-key.js';
-import { signPlacementTicket, type PlacementTicket } from '../../common/placement-ticket.js';
+import { signPlacementTicket } from '../../common/placement-ticket.js';
+import { demoTicket } from '../helpers/tickets.js';
 import { ticketKeyGone } from '../../activities/revoked-replicas.js';
 import { watchKeyFileRemovals } from '../../workers/key-file-watch.js';
 
@@ -58,26 +59,7 @@ describe('the key file watch', () => {
 });
 
 describe('a ticket placed with a removed key', () => {
-  const ticket: PlacementTicket = {
-    replicaId: 'replica/d/1',
-    placedByRun: 'run',
-    chain: 'run',
-    issuedAt: 1,
-    shardId: 's',
-    nodeId: 'n',
-    rank: 0,
-    nnodes: 1,
-    gpus: [0],
-    hcas: [],
-    httpPort: 0,
-    leaderAddress: '',
-    leaderNode: '',
-    revision: '',
-    address: '127.0.0.1:1',
-    deployment: 'd',
-    servedName: 'm',
-    peers: [],
-  };
+  const ticket = demoTicket();
   const byB = signPlacementTicket(ticket, readCatalogKeys(keyFile(B.privateLine)));
 
   it('is revoked once its key left the file, and only then', () => {
