@@ -5,7 +5,7 @@ import type { Client } from '@temporalio/client';
 import { describeNodeQuery } from '../workflows/definitions.js';
 import type { NodeView } from '../common/node-types.js';
 import { countOf } from './fleet-measure.js';
-import type { FleetStack } from './stack.js';
+import type { FleetStack } from './fleet-stack.js';
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 export const seconds = (ms: number): number => Math.round(ms / 100) / 10;

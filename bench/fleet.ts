@@ -21,7 +21,8 @@ import {
   rssMb,
   serverActions,
 } from './fleet-measure.js';
-import { markProfiles, startFleetStack, stopEverythingStarted } from './stack.js';
+import { markProfiles, stopEverythingStarted } from './stack.js';
+import { startFleetStack } from './fleet-stack.js';
 import {
   busiest,
   cpuSplit,

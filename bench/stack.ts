@@ -1,9 +1,9 @@
 // The local stacks the benchmarks run against, all ended together: Temporal (an in-memory
 // dev server, or the pinned server on PostgreSQL), control workers, and either simulated
 // agents (one process each, with a router when asked: startStack) or a simulated fleet in
-// one process (startFleetStack).
+// one process (startFleetStack, bench/fleet-stack.ts).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, openSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -14,11 +14,10 @@ import { llmgwDataConverter } from '../temporal/connection.js';
 import { signalGroup } from '../agent/supervisor/processes/proc.js';
 import { killMarkedEngines } from '../agent/supervisor/processes/markers.js';
 import { ensureCatalogKeyFile, publicKeyFileOf } from '../common/catalog-key.js';
-import { controlRequest } from '../sim/control.js';
 
 export const BIN = join(__dirname, '../../bin/llmgw.js');
 export const BENCH_CATALOG = join(__dirname, '../../bench/catalog.yaml');
-const BENCH_DIR = resolve('.llmgw/bench');
+export const BENCH_DIR = resolve('.llmgw/bench');
 
 export type TemporalKind = 'dev' | 'postgres';
 
@@ -33,7 +32,7 @@ export interface BenchTemporal {
 }
 
 /** Everything any stack started, so that an interrupted start can still be undone. */
-const started = { groups: new Set<number>(), servers: new Set<BenchTemporal>() };
+export const started = { groups: new Set<number>(), servers: new Set<BenchTemporal>() };
 
 /** SIGKILL to every process group a stack started and a stop of its Temporal (for Ctrl-C before a stack is whole). */
 export async function stopEverythingStarted(): Promise<void> {
@@ -107,7 +106,7 @@ export function stackEnv(temporal: BenchTemporal): Record<string, string> {
  * LLMGW_BENCH_CPU_PROF=DIR: every llmgw process of a stack profiles itself
  * (common/cpu-profile.ts) and writes what it sampled into DIR at each `markProfiles`.
  */
-function profileEnv(): Record<string, string> {
+export function profileEnv(): Record<string, string> {
   const dir = process.env.LLMGW_BENCH_CPU_PROF;
   return dir ? { LLMGW_CPU_PROFILE_DIR: dir } : {};
 }
@@ -171,7 +170,7 @@ export function connectClient(temporal: BenchTemporal): Promise<{ client: Client
   }));
 }
 
-function startWorkers(
+export function startWorkers(
   children: ChildProcess[],
   count: number,
   env: Record<string, string>,
@@ -249,67 +248,6 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     async stop() {
       await connection.close();
       await stopParts(children, nodeIds);
-      await temporal.stop();
-    },
-  };
-}
-
-export interface FleetStack {
-  temporal: BenchTemporal;
-  client: Client;
-  workers: ChildProcess[];
-  /** The sim-fleet process and its engine host. */
-  fleetPid: number;
-  enginesPid: number;
-  logFile: string;
-  control(line: string): Promise<Record<string, unknown>>;
-  stop(): Promise<void>;
-}
-
-/** Temporal, `workers` control workers, and `llmgw sim-fleet` with its hosts all up. */
-export async function startFleetStack(options: { temporal: TemporalKind; workers: number; fleetArgs: string[] }): Promise<FleetStack> {
-  const temporal = await startTemporal(options.temporal);
-  const env = stackEnv(temporal);
-  const children: ChildProcess[] = [];
-  const workers = await startWorkers(children, options.workers, env);
-  const stateDir = mkdtempSync(join(tmpdir(), 'llmgw-bench-fleet-'));
-  mkdirSync(BENCH_DIR, { recursive: true });
-  const logFile = join(BENCH_DIR, `sim-fleet-${Date.now().toString(36)}.log`);
-  const fd = openSync(logFile, 'a');
-  const fleet = spawn(process.execPath, [BIN, 'sim-fleet', '--state-dir', stateDir, ...options.fleetArgs], {
-    env: { ...process.env, ...env, ...profileEnv(), LLMGW_LOG_LEVEL: 'warn' },
-    stdio: ['ignore', fd, fd],
-    detached: true,
-  });
-  closeSync(fd);
-  children.push(fleet);
-  if (fleet.pid) started.groups.add(fleet.pid);
-  const socket = join(stateDir, 'control.sock');
-  const control = (line: string): Promise<Record<string, unknown>> => controlRequest(socket, line, 120_000);
-  let enginesPid = 0;
-  for (const deadline = Date.now() + 600_000; ;) {
-    const status = await control('status').catch(() => undefined);
-    const hosts = (status?.hosts ?? []) as { state: string }[];
-    if (status) enginesPid = Number(status.enginesPid);
-    if (enginesPid > 0) started.groups.add(enginesPid);
-    if (hosts.length > 0 && hosts.every((h) => h.state === 'up' || h.state === 'failed')) break;
-    if (fleet.exitCode !== null || Date.now() > deadline) throw new Error(`sim-fleet did not bring its hosts up (log ${logFile})`);
-    await new Promise((r) => setTimeout(r, 1_000));
-  }
-  const { client, connection } = await connectClient(temporal);
-  return {
-    temporal,
-    client,
-    workers,
-    fleetPid: fleet.pid!,
-    enginesPid,
-    logFile,
-    control,
-    async stop() {
-      await connection.close();
-      for (const child of children) if (child.pid && child.exitCode === null) signalGroup(child.pid, 'SIGKILL');
-      // The engine host outlives sim-fleet by design; it is ended last, like a power cut.
-      if (enginesPid > 0) signalGroup(enginesPid, 'SIGKILL');
       await temporal.stop();
     },
   };
