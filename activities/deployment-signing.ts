@@ -68,6 +68,7 @@ export async function trueDeployment(client: Client, entry: DeploymentEntry, cat
     phase: view.phase,
     desired: view.desired,
     ...(view.autoscale ? { autoscale: policyOf(view.autoscale) } : {}),
+    ...(view.sleep ? { sleep: view.sleep } : {}),
   };
   return { entry: { ...truth, signature: signDeployment(truth, readCatalogKeys(catalogKeyFile)) } };
 }

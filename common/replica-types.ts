@@ -262,6 +262,8 @@ export interface DeploymentView {
   /** The catalog's current revision of its profile, when it differs. */
   catalogRevision?: string;
   rollout?: RolloutView;
+  /** Its profile's sleep policy, when it has one: what routers put idle replicas to sleep by. */
+  sleep?: SleepPolicy;
   /**
    * The revisions it runs now, signed: its own, and both sides of a rollout in progress. The
    * control worker signs tickets and routes only for these (activities/revision-liveness.ts).

@@ -4,6 +4,7 @@
 // Routers verify both with public keys (router/routes/verify.ts), so a routeChanged or
 // deploymentChanged signal, or a hand-started replica, moves no traffic. Process side.
 import type { AutoscalePolicy } from './autoscale.js';
+import type { SleepPolicy } from './sleep-types.js';
 import type { CatalogKey, CatalogKeyring } from './catalog-key.js';
 import { signStatement, verifyStatement, type SignatureVerdict } from './signature.js';
 
@@ -57,6 +58,7 @@ export interface SignedDeploymentFields {
   phase: string;
   desired: number;
   autoscale?: AutoscalePolicy;
+  sleep?: SleepPolicy;
   signature?: string;
 }
 
@@ -66,7 +68,11 @@ function canonicalDeployment(d: SignedDeploymentFields): string {
   const autoscale = a
     ? [a.min, a.max, a.metric, a.target, a.idleToZeroSeconds ?? null, a.upAfterSeconds, a.downAfterSeconds, a.tolerance]
     : null;
-  return JSON.stringify([d.name, d.servedName, d.model, d.phase, d.desired, autoscale]);
+  const fields: unknown[] = [d.name, d.servedName, d.model, d.phase, d.desired, autoscale];
+  // Only when set, so that every entry signed before sleep existed still verifies.
+  const s = d.sleep;
+  if (s) fields.push(['sleep', s.afterSeconds, s.level, s.stopAfterSeconds ?? null, s.minAwakeSeconds]);
+  return JSON.stringify(fields);
 }
 
 export function signDeployment(deployment: SignedDeploymentFields, keyring: CatalogKeyring): string {

@@ -9,7 +9,7 @@ import { adapterCatalog } from '../catalog/adapters.js';
 import { createCatalogSource } from '../catalog/watch.js';
 import { Autoscaler } from './autoscale/autoscaler.js';
 import { holdToPrimary, reportToPrimary, type LoadReport } from './autoscale/load-report.js';
-import { TemporalDeploymentControl } from './autoscale/temporal.js';
+import { TemporalDeploymentControl, temporalReplicaSleeper } from './autoscale/temporal.js';
 import { oneWakePerReplica, temporalWakeCaller, wakeThroughPrimary } from './autoscale/wakes.js';
 import type { WakeCaller } from './engines/wake.js';
 import { announceListening, clusterMetricsSource, isRouterWorker, startRouterCluster } from './cluster.js';
@@ -155,6 +155,9 @@ function temporalSide(settings: RouterSettings, log: Log): TemporalSide {
   if (f.autoscale === 'off') return side;
   side.autoscaler = new Autoscaler({
     control: client ? new TemporalDeploymentControl(client) : undefined,
+    // The ladder: idle replicas to sleep, and sleepers woken for load through the one wake caller.
+    ...(client ? { sleep: temporalReplicaSleeper(client) } : {}),
+    ...(wake ? { wake } : {}),
     registry,
     reports: () => side.reports(),
     routerId,

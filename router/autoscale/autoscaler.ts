@@ -2,19 +2,26 @@
 // a --workers cluster, or the router itself). Every second, for each autoscaled deployment in the
 // route table: its load from the engines' own metrics and the requests routers hold, through the
 // stabilization windows (autoscale/rule.ts), and the `autoscale` Update only when the count
-// changes; `wake` for a deployment at zero while requests wait for it. Steady load sends nothing.
-// Router side; the design and its defaults: docs/autoscaling.md.
+// changes; `wake` for a deployment at zero while requests wait for it. Deployments whose profile
+// has a sleep policy follow the ladder too (ladder.ts): idle replicas sleep, load wakes them
+// before any replica is added. Steady load sends nothing. Router side; docs/autoscaling.md.
 import type { Counter, Gauge, Registry } from 'prom-client';
 import { Series } from '../series.js';
-import type { AutoscalePolicy } from '../../common/autoscale.js';
-import type { DeploymentControl, Outcome } from './temporal.js';
-import { Stabilizer, type Decision, type DeploymentSignals } from './rule.js';
+import { recommendReplicas, type AutoscalePolicy } from '../../common/autoscale.js';
+import type { WakeCaller } from '../engines/wake.js';
+import type { DeploymentControl, Outcome, ReplicaSleeper } from './temporal.js';
+import { metricValue, Stabilizer, type Decision, type DeploymentSignals } from './rule.js';
 import { mergeReports, type LoadReport } from './load-report.js';
-import { isRoutable, type DeploymentEntry, type RouteSnapshot } from '../routes/table.js';
+import { SleepLadder } from './ladder.js';
+import { isRoutable, servingRevisions, type DeploymentEntry, type RouteEntry, type RouteSnapshot } from '../routes/table.js';
 
 export interface AutoscalerOptions {
   /** Undefined: recommendations are computed and shown, nothing is sent (static routes). */
   control: DeploymentControl | undefined;
+  /** The sleepReplica Update (the ladder); undefined: idle replicas are not put to sleep. */
+  sleep?: ReplicaSleeper;
+  /** The router's wakeReplica caller, shared with the wakes for held requests. */
+  wake?: WakeCaller;
   /** Where llmgw_autoscaler_* live (the process's own registry, beside its Temporal call counts). */
   registry: Registry;
   /** The latest report of every router process. */
@@ -52,9 +59,17 @@ export class Autoscaler {
   private readonly signal: Gauge<'deployment' | 'signal'>;
   private readonly decisions: Counter<'deployment' | 'direction' | 'result'>;
   private readonly lastDecision: Gauge<'deployment'>;
+  private readonly ladder: SleepLadder;
 
   constructor(private readonly options: AutoscalerOptions) {
     const series = new Series(options.registry);
+    this.ladder = new SleepLadder({
+      sleep: options.control ? options.sleep : undefined,
+      wake: options.control ? options.wake : undefined,
+      registry: options.registry,
+      routerId: options.routerId,
+      log: options.log,
+    });
     this.recommended = series.gauge(
       'llmgw_autoscaler_recommended',
       'Replicas the load asks for now, before the stabilization windows, by deployment.',
@@ -104,18 +119,23 @@ export class Autoscaler {
   }
 
   tick(now: number): void {
-    const deployments = this.autoscaled();
     const load = mergeReports(this.options.reports());
     const routes = this.table?.routes ?? [];
+    const engines = this.engineActivity(load, routes, now);
     const seen = new Set<string>();
+    const autoscaled = this.autoscaled();
     // Several deployments may serve one name: what routers hold for it counts towards the first.
     const queuedFor = new Map<string, string>();
-    for (const d of deployments) if (!queuedFor.has(d.servedName)) queuedFor.set(d.servedName, d.name);
-    for (const d of deployments) {
+    for (const d of autoscaled) if (!queuedFor.has(d.servedName)) queuedFor.set(d.servedName, d.name);
+    const serving = servingRevisions(routes);
+    for (const d of this.listed()) {
       seen.add(d.name);
-      // The deployment publishes its settings with every default filled in.
-      const policy = d.autoscale as AutoscalePolicy;
-      const urls = routes.filter((r) => r.deployment === d.name && r.endpoint !== '' && isRoutable(r.phase)).map((r) => r.endpoint);
+      const own = routes.filter((r) => r.deployment === d.name);
+      // A request held for its model is activity for each of its replicas; an unscraped engine too.
+      const held = (load.queued[d.servedName] ?? 0) > 0;
+      this.ladder.sleepIdle(d, own, (r) => held || (engines.get(r.endpoint) ?? true), now);
+      if (d.autoscale === undefined) continue;
+      const urls = own.filter((r) => r.endpoint !== '' && isRoutable(r.phase)).map((r) => r.endpoint);
       const signals: DeploymentSignals = { running: 0, waiting: 0, kvCache: 0, queued: 0, inFlight: 0, routable: urls.length };
       signals.queued = queuedFor.get(d.servedName) === d.name ? (load.queued[d.servedName] ?? 0) : 0;
       // Unknown load (no scrape yet, metrics unreachable, a replica still starting) is not idleness.
@@ -123,33 +143,53 @@ export class Autoscaler {
       let kvSum = 0;
       for (const url of urls) {
         const sample = load.engines[url];
-        if (sample === undefined || sample.at === 0 || now - sample.at > STALE_SAMPLE_MS) {
-          active = true;
-          continue;
-        }
+        active ||= engines.get(url) ?? true;
+        if (sample === undefined || sample.at === 0 || now - sample.at > STALE_SAMPLE_MS) continue;
         signals.running += sample.running;
         signals.waiting += sample.waiting;
         signals.inFlight += Math.max(sample.running + sample.waiting, sample.inflight);
         kvSum += sample.kvUsage;
-        const before = this.counters.get(url);
-        this.counters.set(url, sample.requests);
-        if (sample.running + sample.waiting + sample.inflight > 0 || (before !== undefined && before !== sample.requests)) active = true;
       }
       signals.kvCache = urls.length > 0 ? kvSum / urls.length : 0;
-      this.decide(d, policy, signals, active, now);
+      const revision = serving.get(d.name);
+      const sleeping = own.filter((r) => r.phase === 'Sleeping' && (r.revision === undefined || revision === undefined || r.revision === revision));
+      this.decide(d, d.autoscale as AutoscalePolicy, signals, active, now, sleeping);
     }
     for (const name of this.tracked.keys()) if (!seen.has(name)) this.forget(name);
+    this.ladder.prune(seen, now);
     const live = new Set(routes.map((r) => r.endpoint));
     for (const url of this.counters.keys()) if (!live.has(url)) this.counters.delete(url);
   }
 
-  private decide(d: DeploymentEntry, policy: AutoscalePolicy, s: DeploymentSignals, active: boolean, now: number): void {
+  /**
+   * Each routable engine's activity since the last tick: true when its request counter moved or
+   * something runs, waits or is in flight there, or when its load is unknown (no fresh scrape);
+   * false when it is idle. Read once a tick: the counters move on here.
+   */
+  private engineActivity(load: LoadReport, routes: readonly RouteEntry[], now: number): Map<string, boolean> {
+    const activity = new Map<string, boolean>();
+    for (const r of routes) {
+      if (r.endpoint === '' || !isRoutable(r.phase) || activity.has(r.endpoint)) continue;
+      const sample = load.engines[r.endpoint];
+      if (sample === undefined || sample.at === 0 || now - sample.at > STALE_SAMPLE_MS) {
+        activity.set(r.endpoint, true);
+        continue;
+      }
+      const before = this.counters.get(r.endpoint);
+      this.counters.set(r.endpoint, sample.requests);
+      activity.set(r.endpoint, sample.running + sample.waiting + sample.inflight > 0 || (before !== undefined && before !== sample.requests));
+    }
+    return activity;
+  }
+
+  private decide(d: DeploymentEntry, policy: AutoscalePolicy, s: DeploymentSignals, active: boolean, now: number, sleeping: RouteEntry[]): void {
     let t = this.tracked.get(d.name);
     if (t === undefined) {
       t = { stabilizer: new Stabilizer(now), busy: false, lastWakeAt: 0 };
       this.tracked.set(d.name, t);
     }
-    const step = t.stabilizer.step(policy, d.desired, s, active, now);
+    // With a sleep policy, idle replicas sleep and are stopped by their stopAfterSeconds: not idle-to-zero.
+    const step = t.stabilizer.step(policy, d.desired, s, active, now, d.sleep === undefined);
     this.recommended.set({ deployment: d.name }, step.recommended);
     this.desired.set({ deployment: d.name }, d.desired);
     for (const [signal, value] of [
@@ -167,7 +207,15 @@ export class Autoscaler {
       if (s.queued > 0) this.wake(d, `${s.queued} request(s) held at routers`, now);
       return;
     }
+    // Sleepers are capacity that wakes in a second: woken for the load first, and while any
+    // sleeps no replica is added (a new one costs a cold start).
+    let sleepers = 0;
+    if (d.sleep !== undefined) {
+      const wanted = recommendReplicas(policy, s.routable, { value: metricValue(policy, s), queued: s.queued });
+      sleepers = this.ladder.wakeForLoad(d, sleeping, s.routable, wanted, now);
+    }
     if (step.decision === undefined || step.decision.desired === d.desired || t.pending || t.busy || !this.options.control) return;
+    if (step.decision.direction === 'up' && sleepers > 0) return;
     this.send(d, t, step.decision, s, now);
   }
 
@@ -221,6 +269,13 @@ export class Autoscaler {
         this.options.log(`router: could not ${direction === 'wake' ? 'wake' : 'autoscale'} ${name}: ${(err as Error).message}`);
       },
     );
+  }
+
+  /** Deployments the autoscaler looks after: autoscaled ones, and those whose replicas sleep when idle. */
+  private listed(): DeploymentEntry[] {
+    return (this.table?.deployments ?? [])
+      .filter((d) => (d.autoscale !== undefined || d.sleep !== undefined) && d.phase !== 'Undeploying' && d.phase !== 'Undeployed')
+      .sort((a, b) => a.name.localeCompare(b.name));
   }
 
   private autoscaled(): DeploymentEntry[] {

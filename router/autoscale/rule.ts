@@ -4,7 +4,8 @@
 // Kubernetes' HPA does), at once when demand is over twice what the count is sized for (Knative's
 // panic mode, over a tenth of the up window); down after downAfterSeconds below it (the largest
 // count asked for over that window); to zero only after idleToZeroSeconds with no request and
-// nothing running or held. Pure logic over a clock the caller passes. Router side.
+// nothing running or held, unless its replicas sleep when idle (idle-sleep.ts). Pure logic over
+// a clock the caller passes. Router side.
 import { recommendReplicas, type AutoscalePolicy } from '../../common/autoscale.js';
 
 /** One deployment's load, as the autoscaler adds it up from every engine and router process. */
@@ -81,8 +82,12 @@ export class Stabilizer {
     this.lastActiveAt = now;
   }
 
-  /** `active`: a request was seen since the last step (an engine counter moved, something runs or waits). */
-  step(policy: AutoscalePolicy, current: number, s: DeploymentSignals, active: boolean, now: number): Step {
+  /**
+   * `active`: a request was seen since the last step (an engine counter moved, something runs or
+   * waits). `idleToZero` false: a deployment whose replicas sleep when idle, and are stopped by
+   * their stopAfterSeconds instead (the ladder, docs/autoscaling.md).
+   */
+  step(policy: AutoscalePolicy, current: number, s: DeploymentSignals, active: boolean, now: number, idleToZero = true): Step {
     if (active) this.lastActiveAt = now;
     const raw = recommendReplicas(policy, current, { value: metricValue(policy, s), queued: s.queued });
     // Load alone never takes a deployment to zero: only idleness does, below.
@@ -95,7 +100,7 @@ export class Stabilizer {
         : { recommended };
     }
     const idleMs = idleAfterSeconds(policy) * 1000;
-    if (policy.min === 0 && Number.isFinite(idleMs) && !active && now - this.lastActiveAt >= idleMs) {
+    if (idleToZero && policy.min === 0 && Number.isFinite(idleMs) && !active && now - this.lastActiveAt >= idleMs) {
       return {
         recommended: 0,
         decision: {

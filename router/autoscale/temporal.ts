@@ -1,12 +1,15 @@
-// The autoscaler's two calls to Temporal: the `autoscale` Update (a new desired count, with its
-// reason and signals) and `wake` (requests wait for a deployment at zero), on deployment/<name>.
-// Each is refused by deployModel's validator when it changes nothing, and a refused Update is
-// not recorded: several routers deciding the same count, or waking at once, cost no events.
+// The autoscaler's calls to Temporal: the `autoscale` Update (a new desired count, with its
+// reason and signals) and `wake` (requests wait for a deployment at zero), on deployment/<name>;
+// `sleepReplica` on an idle replica's workflow (the ladder, idle-sleep.ts). Each is refused by its
+// validator when it changes nothing, and a refused Update is not recorded: several routers
+// deciding the same count, waking or putting one replica to sleep at once, cost no events.
 // Router side; the primary of a cluster (or a single router) makes these calls.
-import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError, WorkflowUpdateStage, type Client } from '@temporalio/client';
 import { deploymentWorkflowId } from '../../common/names.js';
 import type { AutoscaleDecision } from '../../common/replica-types.js';
-import { autoscaleUpdate, wakeUpdate } from '../../workflows/definitions.js';
+import type { SleepRequest } from '../../common/sleep-types.js';
+import { autoscaleUpdate, sleepReplicaUpdate, wakeUpdate } from '../../workflows/definitions.js';
 
 export type Outcome = { accepted: true; desired: number } | { accepted: false; reason: string };
 
@@ -50,4 +53,44 @@ export class TemporalDeploymentControl implements DeploymentControl {
       throw err;
     }
   }
+}
+
+/** What came of a sleepReplica Update: the replica's validator refused it (and why), or it is asleep. */
+export type SleepOutcome = { asleep: true } | { asleep: false; refused: string };
+
+/** Puts a replica to sleep. Throws when Temporal cannot be reached or the sleep itself failed. */
+export type ReplicaSleeper = (replicaId: string, request: SleepRequest) => Promise<SleepOutcome>;
+
+/**
+ * A sleep takes the routers' confirmation and each engine's sleep (one finishing what it runs):
+ * seconds, or as long as the longest request in flight. Past this the router stops waiting; the
+ * sleep itself goes on in the replica.
+ */
+const SLEEP_DEADLINE_MS = 120_000;
+
+/** The failure type of a sleep the replica accepted and could not carry out (workflows/replica/sleep.ts). */
+const SLEEP_FAILED = 'SleepFailed';
+
+/**
+ * The `sleepReplica` Update through Temporal: accepted within the Update deadline (a refusal by
+ * the validator comes back then), then awaited. A refusal (asleep already, woken too recently, not
+ * Ready) is told from a sleep that failed by the failure's type.
+ */
+export function temporalReplicaSleeper(client: () => Promise<Client>): ReplicaSleeper {
+  return async (replicaId, request) => {
+    const c = await client();
+    const handle = c.workflow.getHandle(replicaId);
+    try {
+      const update = await c.connection.withDeadline(Date.now() + UPDATE_DEADLINE_MS, () =>
+        handle.startUpdate(sleepReplicaUpdate, { args: [request], waitForStage: WorkflowUpdateStage.ACCEPTED }),
+      );
+      await c.connection.withDeadline(Date.now() + SLEEP_DEADLINE_MS, () => update.result());
+      return { asleep: true };
+    } catch (err) {
+      if (err instanceof WorkflowUpdateFailedError && !(err.cause instanceof ApplicationFailure && err.cause.type === SLEEP_FAILED))
+        return { asleep: false, refused: err.cause?.message ?? err.message };
+      if (err instanceof WorkflowNotFoundError) return { asleep: false, refused: 'the replica workflow is not running' };
+      throw err;
+    }
+  };
 }

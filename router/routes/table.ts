@@ -216,7 +216,7 @@ export function buildModelRoutes(entries: readonly RouteEntry[], deployments: re
  * A rollout starts its new replicas after the old ones, so a sleeper of an older revision, which
  * the rollout replaces without waking (issue 38), is not woken for a request either.
  */
-function servingRevisions(entries: readonly RouteEntry[]): Map<string, string | undefined> {
+export function servingRevisions(entries: readonly RouteEntry[]): Map<string, string | undefined> {
   const newest = new Map<string, { seq: number; revision: string | undefined }>();
   for (const entry of entries) {
     const seq = parseReplicaWorkflowId(entry.replicaId)?.seq ?? -1;
@@ -236,7 +236,7 @@ export function routesSignature(entries: readonly RouteEntry[], deployments: rea
   // What autoscaling reads (desired, bounds, phase) is part of the table too: a new desired
   // count must reach the autoscaler, which sees only tables that differ.
   const listed = deployments
-    .map((d) => `=${d.servedName}\t${d.name}\t${d.phase}\t${d.desired}\t${d.autoscale ? JSON.stringify(d.autoscale) : ''}`)
+    .map((d) => `=${d.servedName}\t${d.name}\t${d.phase}\t${d.desired}\t${d.autoscale ? JSON.stringify(d.autoscale) : ''}\t${d.sleep ? JSON.stringify(d.sleep) : ''}`)
     .sort();
   return [...routes, ...listed].join('\n');
 }

@@ -23,6 +23,8 @@ export function createDeploymentPublisher(deployment: DeploymentState, routesInF
       phase,
       desired: deployment.desired,
       ...(deployment.autoscale ? { autoscale: autoscalePolicy(deployment.autoscale) } : {}),
+      // Routers put its idle replicas to sleep by this (router/autoscale/idle-sleep.ts).
+      ...(deployment.snapshot.sleep ? { sleep: deployment.snapshot.sleep } : {}),
     };
     if (shown.due('routes', JSON.stringify(entry))) notifyDeploymentChanged(entry, routesInFlight);
     const view = deploymentView(deployment);

@@ -127,6 +127,7 @@ export function deploymentView(deployment: DeploymentState): DeploymentView {
       : {}),
     ...(deployment.rollout ? { rollout: rolloutView(deployment.rollout, Object.values(deployment.replicas), deployment.desired) } : {}),
     ...(deployment.autoscale ? { autoscale: autoscaleView(deployment) } : {}),
+    ...(deployment.snapshot.sleep ? { sleep: deployment.snapshot.sleep } : {}),
     revisions: liveRevisions(deployment),
   };
 }

@@ -51,6 +51,11 @@ export interface DeploymentEntry {
   desired: number;
   /** Its autoscaling, with every default filled in: what routers scale it by. */
   autoscale?: import('../../common/autoscale.js').AutoscalePolicy;
+  /**
+   * Its profile's sleep policy (docs/sleep.md): a router puts a replica idle `afterSeconds` to
+   * sleep. Absent from entries of earlier releases, and for profiles that never sleep.
+   */
+  sleep?: import('../../common/sleep-types.js').SleepPolicy;
   /** The control worker's signature (common/route-signature.ts): routers list a deployment, and alias its name, only with it. */
   signature?: string;
 }

@@ -78,6 +78,15 @@ export const DeploymentEntrySchema = z.object({
       tolerance: z.number().min(0),
     })
     .optional(),
+  /** Its profile's sleep policy (catalog/sleep.ts): what routers put idle replicas to sleep by. */
+  sleep: z
+    .object({
+      afterSeconds: z.number().int().min(1),
+      level: z.union([z.literal(1), z.literal(2)]),
+      stopAfterSeconds: z.number().int().min(1).optional(),
+      minAwakeSeconds: z.number().int().min(0),
+    })
+    .optional(),
   signature: z.string().max(300).optional(),
 });
 export const WatchRoutesRequestSchema = z.object({
@@ -153,6 +162,7 @@ export function applyDeployment(state: RoutesState, entry: DeploymentEntry): boo
     existing.phase === entry.phase &&
     existing.desired === entry.desired &&
     JSON.stringify(existing.autoscale) === JSON.stringify(entry.autoscale) &&
+    JSON.stringify(existing.sleep) === JSON.stringify(entry.sleep) &&
     existing.signature === entry.signature
   )
     return false;
