@@ -152,7 +152,9 @@ export class Autoscaler {
       }
       signals.kvCache = urls.length > 0 ? kvSum / urls.length : 0;
       const revision = serving.get(d.name);
-      const sleeping = own.filter((r) => r.phase === 'Sleeping' && (r.revision === undefined || revision === undefined || r.revision === revision));
+      const sleeping = own.filter(
+        (r) => r.phase === 'Sleeping' && (r.revision === undefined || revision === undefined || r.revision === revision),
+      );
       this.decide(d, d.autoscale as AutoscalePolicy, signals, active, now, sleeping);
     }
     for (const name of this.tracked.keys()) if (!seen.has(name)) this.forget(name);
@@ -177,12 +179,22 @@ export class Autoscaler {
       }
       const before = this.counters.get(r.endpoint);
       this.counters.set(r.endpoint, sample.requests);
-      activity.set(r.endpoint, sample.running + sample.waiting + sample.inflight > 0 || (before !== undefined && before !== sample.requests));
+      activity.set(
+        r.endpoint,
+        sample.running + sample.waiting + sample.inflight > 0 || (before !== undefined && before !== sample.requests),
+      );
     }
     return activity;
   }
 
-  private decide(d: DeploymentEntry, policy: AutoscalePolicy, s: DeploymentSignals, active: boolean, now: number, sleeping: RouteEntry[]): void {
+  private decide(
+    d: DeploymentEntry,
+    policy: AutoscalePolicy,
+    s: DeploymentSignals,
+    active: boolean,
+    now: number,
+    sleeping: RouteEntry[],
+  ): void {
     let t = this.tracked.get(d.name);
     if (t === undefined) {
       t = { stabilizer: new Stabilizer(now), busy: false, lastWakeAt: 0 };

@@ -236,7 +236,10 @@ export function routesSignature(entries: readonly RouteEntry[], deployments: rea
   // What autoscaling reads (desired, bounds, phase) is part of the table too: a new desired
   // count must reach the autoscaler, which sees only tables that differ.
   const listed = deployments
-    .map((d) => `=${d.servedName}\t${d.name}\t${d.phase}\t${d.desired}\t${d.autoscale ? JSON.stringify(d.autoscale) : ''}\t${d.sleep ? JSON.stringify(d.sleep) : ''}`)
+    .map(
+      (d) =>
+        `=${d.servedName}\t${d.name}\t${d.phase}\t${d.desired}\t${d.autoscale ? JSON.stringify(d.autoscale) : ''}\t${d.sleep ? JSON.stringify(d.sleep) : ''}`,
+    )
     .sort();
   return [...routes, ...listed].join('\n');
 }

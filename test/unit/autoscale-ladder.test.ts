@@ -36,7 +36,8 @@ describe('idle sleep, the rule', () => {
     expect(rule.step(policy, [ready('r/1')], 4_000)).toEqual([]);
     expect(rule.step(policy, [ready('r/1')], 5_000)).toHaveLength(1);
     const starting = new IdleSleeper();
-    for (const at of [0, 5_000, 10_000]) expect(starting.step(policy, [{ replicaId: 'r/2', phase: 'Loading', active: false }], at)).toEqual([]);
+    for (const at of [0, 5_000, 10_000])
+      expect(starting.step(policy, [{ replicaId: 'r/2', phase: 'Loading', active: false }], at)).toEqual([]);
     // Ready at 10 s: its idle time starts then.
     expect(starting.step(policy, [ready('r/2')], 11_000)).toEqual([]);
     expect(starting.step(policy, [ready('r/2')], 14_000)).toHaveLength(1);
@@ -90,7 +91,14 @@ describe('idle sleep, the rule', () => {
 
 describe('the autoscaler on the ladder', () => {
   const t0 = Date.now();
-  const sample = (at: number, requests: number, running = 0): EngineSample => ({ running, waiting: 0, kvUsage: 0, requests, inflight: 0, at });
+  const sample = (at: number, requests: number, running = 0): EngineSample => ({
+    running,
+    waiting: 0,
+    kvUsage: 0,
+    requests,
+    inflight: 0,
+    at,
+  });
   const route = (seq: number, phase: RouteEntry['phase']): RouteEntry => ({
     replicaId: `replica/lazy/${seq}`,
     deployment: 'lazy',
