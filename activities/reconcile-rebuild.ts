@@ -1,8 +1,10 @@
 // Reconciliation's control activity rebuildReplica: a replica (and its deployment) that
 // Temporal lost, started again in adopt mode around the engines that never stopped.
 import { WorkflowExecutionAlreadyStartedError, type Client } from '@temporalio/client';
+import type { Catalog } from '../catalog/schema.js';
+import { sleepEngineArgs, sleepPolicy } from '../catalog/sleep.js';
 import { CONTROL_TASK_QUEUE, deploymentWorkflowId } from '../common/names.js';
-import type { DeployModelInput, ReplicaInput } from '../common/replica-types.js';
+import type { DeployModelInput, ProfileSnapshot, ReplicaInput } from '../common/replica-types.js';
 import type { ReconcileAction } from '../common/reconcile-types.js';
 import { adoptReplicaSignal } from '../workflows/definitions.js';
 import { workflowPresence } from './reconcile-facts.js';
@@ -22,7 +24,7 @@ export interface RebuildOutcome {
  * is rebuilt (desired = what was found) when it is gone too. Signal-with-start makes two
  * nodes rebuilding replicas of one deployment at once end with one deployment.
  */
-export async function rebuildReplica(client: Client, request: RebuildRequest): Promise<RebuildOutcome> {
+export async function rebuildReplica(client: Client, request: RebuildRequest, catalog: Catalog): Promise<RebuildOutcome> {
   const { action } = request;
   const deploymentId = deploymentWorkflowId(action.deployment);
   const deploymentWasRunning = (await workflowPresence(client, deploymentId)) === 'running';
@@ -50,7 +52,7 @@ export async function rebuildReplica(client: Client, request: RebuildRequest): P
   const input: ReplicaInput = {
     deployment: action.deployment,
     seq: action.seq,
-    profile: action.snapshot,
+    profile: withCatalogSleep(catalog, action.snapshot),
     deploymentWorkflowId: deploymentId,
     drainGraceSeconds: request.drainGraceSeconds,
     ...(action.pool ? { labels: { pool: action.pool } } : {}),
@@ -71,4 +73,20 @@ export async function rebuildReplica(client: Client, request: RebuildRequest): P
     replicaStarted = false;
   }
   return { replicaStarted, deploymentStarted: !deploymentWasRunning };
+}
+
+/**
+ * A rebuilt replica's sleep policy. Its timings are not in the engine's spec (they travel beside
+ * the revision, docs/sleep.md), so they come from the catalog's profile of the same name, and
+ * only when the engine was started able to sleep as that policy starts one (its flags and env):
+ * without them, a sleeping engine would be adopted Ready, routable and never woken.
+ */
+export function withCatalogSleep(catalog: Catalog, snapshot: ProfileSnapshot): ProfileSnapshot {
+  const profile = catalog.models.find((m) => m.name === snapshot.model)?.profiles.find((p) => p.name === snapshot.profile);
+  const sleep = sleepPolicy(profile?.sleep);
+  if (snapshot.sleep || !sleep) return snapshot;
+  const { args, env } = sleepEngineArgs(snapshot.engine, sleep);
+  const hasArgs = args.length === 0 || snapshot.args.some((_, at) => args.every((arg, i) => snapshot.args[at + i] === arg));
+  const hasEnv = Object.entries(env).every(([name, value]) => snapshot.env[name] === value);
+  return hasArgs && hasEnv ? { ...snapshot, sleep } : snapshot;
 }

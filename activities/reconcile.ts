@@ -18,7 +18,7 @@ import { createReconcileScheduleActivities } from './reconcile-schedule.js';
 export function createReconcileActivities(catalog: CatalogSource, client: Client, trust: ReportTrust) {
   return {
     inspectNode: (request: InspectRequest) => inspectNode(catalog, client, request, trust),
-    rebuildReplica: (request: RebuildRequest): Promise<RebuildOutcome> => rebuildReplica(client, request),
+    rebuildReplica: (request: RebuildRequest): Promise<RebuildOutcome> => rebuildReplica(client, request, catalog.get()),
 
     async reconcileAllocations(request: { nodeId: string } & ReconcileAllocationsRequest): Promise<ReconcileAllocationsResult> {
       const result = await client.workflow.getHandle(nodeWorkflowId(request.nodeId)).executeUpdate(reconcileAllocationsUpdate, {

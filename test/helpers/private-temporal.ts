@@ -22,6 +22,8 @@ export interface PrivateTemporal {
   stop(): Promise<void>;
   /** Starts it again from its data file, on the same port. */
   restart(): Promise<void>;
+  /** Temporal loses everything: stopped, and started on the same port with an empty data file. */
+  wipe(): Promise<void>;
   /** A client for the length of `body`; `connectTimeoutMs` for callers that poll through outages. */
   withClient<T>(body: (client: Client) => Promise<T>, connectTimeoutMs?: number): Promise<T>;
   /** A deployment's status, as its workflow answers it. */
@@ -31,7 +33,8 @@ export interface PrivateTemporal {
 /** `label` names the data folder and the log file (`.llmgw/test/temporal-<label>-<port>.log`). */
 export async function startPrivateTemporal(label: string, dataLabel = label): Promise<PrivateTemporal> {
   const port = await findFreePort();
-  const dbFile = join(mkdtempSync(join(tmpdir(), `llmgw-${dataLabel}-`)), 'dev.db');
+  const freshDbFile = (): string => join(mkdtempSync(join(tmpdir(), `llmgw-${dataLabel}-`)), 'dev.db');
+  let dbFile = freshDbFile();
   const start = (): Promise<DevServer> =>
     startDevServer({
       temporalBin: inject('temporalBin'),
@@ -53,6 +56,11 @@ export async function startPrivateTemporal(label: string, dataLabel = label): Pr
       server = undefined;
     },
     async restart() {
+      server = await start();
+    },
+    async wipe() {
+      await temporal.stop();
+      dbFile = freshDbFile();
       server = await start();
     },
     async withClient(body, connectTimeoutMs) {

@@ -56,10 +56,14 @@ export const STEPS: { [K in Exclude<StepName, 'handOver' | 'done'>]: Step<K> } =
     // Their tickets name the chain that started them: this one's routes need its own.
     const refused = await renewTickets(ctx);
     if (refused) return afterStart(refused);
-    // An engine left asleep is adopted asleep: a health check would wake nothing, and its
-    // route must stay one that holds requests (docs/sleep.md, "The replica").
-    if (await adoptedAsleep(ctx)) return { step: 'asleep' };
-    return afterStart(await awaitHealthy(ctx, `adopted running engines (${pids}); checking the leader's health`));
+    // The health check comes first, asleep or not: a sleeping engine answers /health (it wakes
+    // nothing), and the agent's answer carries its attestation of the endpoint for this chain,
+    // without which no route of this replica is signed, asleep or once woken.
+    const healthy = await awaitHealthy(ctx, `adopted running engines (${pids}); checking the leader's health`);
+    // An engine left asleep is adopted asleep: its route must stay one that holds requests
+    // (docs/sleep.md, "The replica").
+    if (healthy === 'ready' && (await adoptedAsleep(ctx))) return { step: 'asleep' };
+    return afterStart(healthy);
   },
   async watch(ctx, next) {
     ctx.state.restartsHere = 0;
