@@ -1,13 +1,14 @@
 // Guards GPUs shared by sleepers (docs/sleep.md, "Sharing GPUs"): the awake share an engine takes,
 // which GPUs the node hands a sharing shard, the wake permits it grants (the least recently woken
-// holder named first), allocations restored asleep from a report, and placement's index reading
-// room for a sharer. Above all: no sequence of these ever puts more than one GPU's worth awake.
+// holder named first), allocations restored asleep from a report, placement's index reading
+// room for a sharer, and the audit of a node's history. Above all: no sequence of these ever puts more than one GPU's worth awake.
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { GPUSchema } from '../../proto/gen/llmgw/v1/gpu_pb.js';
 import { RegisterSchema } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { Engine, EngineProfileSchema, RunningShardSchema, ShardState, StartShardSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { awakeLoad, awakeShareOf, roomFor, startedAbleToSleep } from '../../common/placement/shared-gpus.js';
+import { auditAwake } from '../../common/placement/awake-audit.js';
 import { rankCandidates } from '../../activities/placement-index.js';
 import { applyRegister, initialNodeState, release, reserve, viewOf, type NodeState } from '../../workflows/node/state.js';
 import { setAwake } from '../../workflows/node/shared-gpus.js';
@@ -188,5 +189,30 @@ describe('allocations restored from a report', () => {
       ['b.r0', 0.6, false],
     ]);
     expect(notes.join('\n')).toMatch(/plain\.r0 runs on GPUs 0 that are allocated to another shard/);
+  });
+});
+
+describe('the audit of a node history', () => {
+  it('replays reserve, awake and release Updates and names a moment with too much awake', () => {
+    const reserved = (shardId: string, awakeShare: number) => ({
+      name: 'reserve',
+      request: { shardId, replicaId: `replica/${shardId}/1`, count: 1, awakeShare },
+      result: { ok: true, gpuIndices: [0] },
+    });
+    const awake = (shardId: string, on: boolean) => ({ name: 'awake', request: { shardId, awake: on }, result: { ok: true } });
+    const clean = auditAwake([reserved('a', 0.9), awake('a', false), reserved('b', 0.9), awake('b', false), awake('a', true)]);
+    expect(clean).toEqual({ violations: [], maxLoad: 0.9, moments: 5 });
+    const bad = auditAwake([reserved('a', 0.9), reserved('b', 0.9)]);
+    expect(bad.violations).toEqual([expect.stringMatching(/after reserve of b .*GPU 0 holds 1\.8 awake \(a, b\)/)]);
+    // A refused permit changes nothing; a release frees.
+    const refused = auditAwake([
+      reserved('a', 0.9),
+      awake('a', false),
+      reserved('b', 0.9),
+      { name: 'awake', request: { shardId: 'a', awake: true }, result: { ok: false, holders: [] } },
+      { name: 'release', request: { shardId: 'b' }, result: true },
+      awake('a', true),
+    ]);
+    expect(refused.violations).toEqual([]);
   });
 });

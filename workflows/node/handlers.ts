@@ -145,7 +145,12 @@ export function registerGpuHandlers(ctx: NodeContext): void {
       if (result.ok) ctx.publish();
       return result;
     },
-    { validator: (request) => validateProof(ctx, 'awake', request) },
+    {
+      validator: (request) => {
+        if (typeof request?.shardId !== 'string' || typeof request.awake !== 'boolean') throw new Error('awake needs a shardId and awake: true or false');
+        validateProof(ctx, 'awake', request);
+      },
+    },
   );
   setHandler(cordonUpdate, async ({ reason }) => {
     if (!ctx.opened) await condition(() => ctx.opened);
