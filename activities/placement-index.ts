@@ -60,7 +60,11 @@ export async function readCapacityIndex(client: Client, request: PlaceRequest): 
 export const REFRESHED = 6;
 
 /** Sets each indexed node's state and free GPUs from the node itself (a query each, no event). */
-export async function refreshIndexed(inFlight: PlacementsInFlight, nodes: IndexedNode[], request: Pick<PlaceRequest, 'awakeShare'>): Promise<void> {
+export async function refreshIndexed(
+  inFlight: PlacementsInFlight,
+  nodes: IndexedNode[],
+  request: Pick<PlaceRequest, 'awakeShare'>,
+): Promise<void> {
   await Promise.all(
     nodes.map(async (n) => {
       const view = await inFlight.describe(n.nodeId);

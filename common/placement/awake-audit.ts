@@ -56,7 +56,9 @@ export function auditAwake(updates: readonly CompletedUpdate[]): AwakeAudit {
       audit.maxLoad = Math.max(audit.maxLoad, load);
       if (load > 1 + 1e-9) {
         const awake = held.filter((a) => a.gpuIndices.includes(gpu) && !a.asleep).map((a) => a.shardId);
-        audit.violations.push(`after ${update.name} of ${shardId} (event ${update.eventId ?? '?'}): GPU ${gpu} holds ${load} awake (${awake.join(', ')})`);
+        audit.violations.push(
+          `after ${update.name} of ${shardId} (event ${update.eventId ?? '?'}): GPU ${gpu} holds ${load} awake (${awake.join(', ')})`,
+        );
       }
     }
   }

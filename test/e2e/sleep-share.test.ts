@@ -69,7 +69,12 @@ function outOfMemoryLines(dir: string): string[] {
     for (const entry of readdirSync(path)) {
       const full = join(path, entry);
       if (statSync(full).isDirectory()) walk(full);
-      else if (entry.endsWith('.log')) found.push(...readFileSync(full, 'utf8').split('\n').filter((l) => /out of memory/i.test(l)));
+      else if (entry.endsWith('.log'))
+        found.push(
+          ...readFileSync(full, 'utf8')
+            .split('\n')
+            .filter((l) => /out of memory/i.test(l)),
+        );
     }
   };
   walk(dir);
@@ -109,7 +114,11 @@ describe('GPUs shared by sleepers', () => {
     const answer = await ask('share-a');
     expect(answer.status).toBe(200);
     expect(answer.text).not.toBe('');
-    const woken = await eventually('A Ready', async () => ((await replicaOf(nameA)).phase === 'Ready' ? replicaOf(nameA) : undefined), 30_000);
+    const woken = await eventually(
+      'A Ready',
+      async () => ((await replicaOf(nameA)).phase === 'Ready' ? replicaOf(nameA) : undefined),
+      30_000,
+    );
     expect(woken.sleep?.lastWake?.by).toMatch(/^router:/);
     const asleep = await replicaOf(nameB);
     expect(asleep.phase).toBe('Sleeping');

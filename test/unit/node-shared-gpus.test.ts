@@ -24,7 +24,9 @@ function node(gpus: number): NodeState {
       nodeId: 'n1',
       managementAddress: '127.0.0.1',
       gpuClass: 'SIM',
-      gpus: Array.from({ length: gpus }, (_, index) => create(GPUSchema, { index, uuid: `GPU-${index}`, memoryTotalMib: 1000, numaNode: 0 })),
+      gpus: Array.from({ length: gpus }, (_, index) =>
+        create(GPUSchema, { index, uuid: `GPU-${index}`, memoryTotalMib: 1000, numaNode: 0 }),
+      ),
       managedGpus: Array.from({ length: gpus }, (_, index) => index),
     }),
     T(0),

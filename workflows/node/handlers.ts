@@ -147,7 +147,8 @@ export function registerGpuHandlers(ctx: NodeContext): void {
     },
     {
       validator: (request) => {
-        if (typeof request?.shardId !== 'string' || typeof request.awake !== 'boolean') throw new Error('awake needs a shardId and awake: true or false');
+        if (typeof request?.shardId !== 'string' || typeof request.awake !== 'boolean')
+          throw new Error('awake needs a shardId and awake: true or false');
         validateProof(ctx, 'awake', request);
       },
     },

@@ -93,7 +93,9 @@ export function nodeDetails(state: NodeState): string {
   lines.push('| GPU | NUMA | memory used | held by | problems |', '| --- | --- | --- | --- | --- |');
   for (const gpu of inv.gpus) {
     const holders = state.allocations.filter((allocation) => allocation.gpuIndices.includes(gpu.index));
-    const held = holders.map((h) => `${h.replicaId} (${h.shardId}${h.awakeShare === undefined ? '' : h.asleep ? ', asleep' : `, awake ${h.awakeShare}`})`);
+    const held = holders.map(
+      (h) => `${h.replicaId} (${h.shardId}${h.awakeShare === undefined ? '' : h.asleep ? ', asleep' : `, awake ${h.awakeShare}`})`,
+    );
     lines.push(
       `| ${gpu.index} | ${gpu.numaNode} | ${gpu.memoryUsedMib}/${gpu.memoryTotalMib} MiB | ${held.join('; ') || '—'} | ${gpu.problems.join('; ') || '—'} |`,
     );
