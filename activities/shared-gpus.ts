@@ -14,6 +14,11 @@ export type SleepAsked = { slept: true } | { slept: false; why: string; askAgain
 /** The refusal of a replica woken less than minAwakeSeconds ago names when it may be asked again (workflows/replica/sleep-rules.ts). */
 const ASK_AGAIN = /ask again after (\d{4}-\d\d-\d\dT[\d:.]+Z)/;
 
+/** When a sleepReplica refusal says to ask again (minAwakeSeconds), if it says so. */
+export function askAgainAt(why: string): string | undefined {
+  return ASK_AGAIN.exec(why)?.[1];
+}
+
 export function createSharedGpuActivities(client: Client, catalogKeyFile: string | undefined) {
   return {
     /**
@@ -41,8 +46,8 @@ export function createSharedGpuActivities(client: Client, catalogKeyFile: string
         // An Update's refusal arrives wrapped; its cause says why (minAwakeSeconds, already asleep, waking).
         const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error;
         const why = cause instanceof Error ? cause.message : String(cause);
-        const askAgainAt = ASK_AGAIN.exec(why)?.[1];
-        return { slept: false, why, ...(askAgainAt ? { askAgainAt } : {}) };
+        const again = askAgainAt(why);
+        return { slept: false, why, ...(again ? { askAgainAt: again } : {}) };
       }
     },
   };

@@ -3,7 +3,7 @@
 // to sleep; model B is then placed on the same GPU and serves; a request for A puts B to sleep
 // first (the node refused A's wake and named B), then A wakes and answers. The node's history,
 // replayed (common/placement/awake-audit.ts), never has both awake, and no engine ever hit the
-// simulated CUDA out-of-memory. Own GPU class (SLEEPSHARE) and dev server: parallel-safe.
+// simulated CUDA out-of-memory; a forged `awake` Update changes nothing. Own GPU class (SLEEPSHARE) and dev server: parallel-safe.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,7 +12,13 @@ import { payloadConverter } from '../../common/payload-converter.js';
 import { auditAwake, type CompletedUpdate } from '../../common/placement/awake-audit.js';
 import { findFreePort } from '../../common/ports.js';
 import type { DeploymentView, ReplicaView } from '../../common/replica-types.js';
-import { deploymentStatusQuery, replicaStatusQuery, sleepReplicaUpdate } from '../../workflows/definitions.js';
+import {
+  awakeUpdate,
+  deploymentStatusQuery,
+  describeNodeQuery,
+  replicaStatusQuery,
+  sleepReplicaUpdate,
+} from '../../workflows/definitions.js';
 import { eventually, inventory, runLlmgw, spawnLlmgw, undeployAndWait, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 const fleet = useIsolatedFleet({ ownTemporal: 'sleep-share' });
@@ -135,5 +141,25 @@ describe('GPUs shared by sleepers', () => {
     expect(permits.map((u) => (u.result as { ok: boolean }).ok)).toEqual([false, true]);
     // And the simulated GPU never ran out of memory: no start or wake failed as CUDA would.
     expect(outOfMemoryLines(stateDir)).toEqual([]);
+
+    // Only the control worker gives a share back: a namespace member's `awake: false` for A (which
+    // would let B wake onto a full GPU) is refused, with no proof or with one it did not make.
+    const node = client.workflow.getHandle(`node/${nodeId}`);
+    const shardA = a.shards[0]!.shardId;
+    const forgedProof = `v1.000000000000.${Date.now() + 60_000}.${Buffer.alloc(32, 7).toString('base64url')}`;
+    for (const proof of [undefined, forgedProof]) {
+      const refused = await node
+        .executeUpdate(awakeUpdate, { args: [{ shardId: shardA, awake: false, ...(proof ? { proof } : {}) }] })
+        .then(() => 'accepted')
+        .catch((error: unknown) => String(error instanceof Error && error.cause instanceof Error ? error.cause.message : error));
+      expect(refused).toMatch(/awake on node .* refused/);
+    }
+    const held = (await node.query(describeNodeQuery)).allocations.map((x) => [x.replicaId, x.asleep]);
+    expect(held).toEqual(
+      expect.arrayContaining([
+        [a.replicaId, false],
+        [b.replicaId, true],
+      ]),
+    );
   }, 240_000);
 });

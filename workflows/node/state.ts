@@ -157,8 +157,7 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
       reason: `node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}`,
     };
   }
-  // A sharing request may also take GPUs that only sleepers hold, where its awake share fits.
-  const share = request.awakeShare! > 0 && request.awakeShare! <= 1 ? request.awakeShare : undefined;
+  const share = request.awakeShare! > 0 && request.awakeShare! <= 1 ? request.awakeShare : undefined; // a sharer: shared-gpus.ts
   const { blocked, occupied } = gpuAvailability(state.allocations, share);
   const choice = chooseGpus(state.inventory.gpus, state.inventory.managedGpus, blocked, {
     count: request.count,
