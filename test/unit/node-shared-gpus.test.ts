@@ -10,7 +10,15 @@ import { Engine, EngineProfileSchema, RunningShardSchema, ShardState, StartShard
 import { awakeLoad, awakeShareOf, roomFor, startedAbleToSleep } from '../../common/placement/shared-gpus.js';
 import { auditAwake } from '../../common/placement/awake-audit.js';
 import { rankCandidates } from '../../activities/placement-index.js';
-import { applyRegister, initialNodeState, release, reserve, viewOf, type NodeState } from '../../workflows/node/state.js';
+import {
+  applyRegister,
+  initialNodeState,
+  reconcileAllocations,
+  release,
+  reserve,
+  viewOf,
+  type NodeState,
+} from '../../workflows/node/state.js';
 import { setAwake } from '../../workflows/node/shared-gpus.js';
 
 const T = (s: number): string => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
@@ -216,5 +224,23 @@ describe('the audit of a node history', () => {
       awake('a', true),
     ]);
     expect(refused.violations).toEqual([]);
+  });
+});
+
+describe('reconciliation', () => {
+  it('claims an engine able to sleep beside a sharer, but not beside one that holds its GPU alone', () => {
+    const state = node(1);
+    take(state, 'a', 0.9);
+    setAwake(state, { shardId: 'a.r0', awake: false }, T(2));
+    const claim = { shardId: 'b.r0', replicaId: 'replica/b/1', gpuIndices: [0], hcas: [], since: T(3), via: 'claim' as const };
+    const shared = reconcileAllocations(state, { claims: [{ ...claim, awakeShare: 0.9, asleep: false }], releases: [] }, T(3));
+    expect(shared).toMatchObject({ claimed: ['b.r0'], conflicts: [] });
+    expect(state.allocations.map((x) => x.shardId)).toEqual(['a.r0', 'b.r0']);
+
+    const alone = node(1);
+    take(alone, 'plain');
+    const refused = reconcileAllocations(alone, { claims: [{ ...claim, awakeShare: 0.9, asleep: false }], releases: [] }, T(3));
+    // The engine that runs wins over a reservation nothing runs on, as for any claim.
+    expect(refused.conflicts).toEqual([expect.stringMatching(/reserved for plain\.r0.*the reservation was dropped/)]);
   });
 });

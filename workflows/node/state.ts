@@ -150,13 +150,8 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
   if (state.phase !== 'Ready' || !state.inventory) return reject(`node ${state.nodeId} is ${state.phase}`);
   if (state.cordoned) return reject(`node ${state.nodeId} is cordoned`);
   if (!state.enrolled && !request.allowUnenrolled) return reject(`node ${state.nodeId} is ${unenrolledReason(state)}`);
-  if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass) {
-    return {
-      ok: false,
-      nodeId: state.nodeId,
-      reason: `node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}`,
-    };
-  }
+  if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass)
+    return reject(`node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}`);
   const share = request.awakeShare! > 0 && request.awakeShare! <= 1 ? request.awakeShare : undefined; // a sharer: shared-gpus.ts
   const { blocked, occupied } = gpuAvailability(state.allocations, share);
   const choice = chooseGpus(state.inventory.gpus, state.inventory.managedGpus, blocked, {
@@ -235,7 +230,10 @@ export function reconcileAllocations(state: NodeState, request: ReconcileAllocat
       existing.gpuIndices.every((i) => wanted.gpuIndices.includes(i))
     )
       continue;
-    const others = state.allocations.filter((a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)));
+    // Sharers beside each other are no conflict (shared-gpus.ts).
+    const others = state.allocations.filter(
+      (a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)) && !mayShareWith(wanted, [a]),
+    );
     const running = others.filter((a) => claimedIds.has(a.shardId));
     if (running.length) {
       result.conflicts.push(
