@@ -6,6 +6,7 @@ import type { Client } from '@temporalio/client';
 import { nodeWorkflowId } from '../common/names.js';
 import type { AwakeResult } from '../common/node-types.js';
 import { awakeUpdate, sleepReplicaUpdate } from '../workflows/definitions.js';
+import { wakeWaitersFor } from './capacity.js';
 import { signedNodeRequest } from './node-requests.js';
 
 /** What a holder asked to sleep answered: asleep, or why not and (for minAwakeSeconds) when to ask again. */
@@ -26,13 +27,19 @@ export function createSharedGpuActivities(client: Client, catalogKeyFile: string
      * Update, all at once, in one activity (a replica's wake or sleep costs one call, not one per rank).
      */
     async askAwake(request: { shards: { nodeId: string; shardId: string }[]; awake: boolean }): Promise<AwakeResult[]> {
-      return Promise.all(
+      const answers = await Promise.all(
         request.shards.map(({ nodeId, shardId }) =>
           client.workflow.getHandle(nodeWorkflowId(nodeId)).executeUpdate(awakeUpdate, {
             args: [signedNodeRequest(catalogKeyFile, nodeId, 'awake', { shardId, awake: request.awake })],
           }),
         ),
       );
+      // A share given back is room for a sharer waiting Unschedulable: wake it now, not at its next look.
+      if (!request.awake)
+        await Promise.all(
+          [...new Set(request.shards.map((s) => s.nodeId))].map((nodeId) => wakeWaitersFor(client, nodeId).catch(() => [])),
+        );
+      return answers;
     },
 
     /** Asks the awake replica holding a GPU another must wake onto to sleep, at its profile's level. */

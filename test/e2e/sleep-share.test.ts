@@ -3,7 +3,8 @@
 // to sleep; model B is then placed on the same GPU and serves; a request for A puts B to sleep
 // first (the node refused A's wake and named B), then A wakes and answers. The node's history,
 // replayed (common/placement/awake-audit.ts), never has both awake, and no engine ever hit the
-// simulated CUDA out-of-memory; a forged `awake` Update changes nothing. Own GPU class (SLEEPSHARE) and dev server: parallel-safe.
+// simulated CUDA out-of-memory; a forged `awake` Update changes nothing; a sharer waiting for
+// room is woken when a share is given back. Own GPU class (SLEEPSHARE) and dev server: parallel-safe.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -27,6 +28,7 @@ let stateDir = '';
 const nodeId = uniqueId('share');
 const nameA = uniqueId('share-a');
 const nameB = uniqueId('share-b');
+const nameC = uniqueId('share-c');
 let routerBase = '';
 
 async function replicaOf(name: string): Promise<ReplicaView> {
@@ -97,10 +99,8 @@ describe('GPUs shared by sleepers', () => {
     routerBase = `http://127.0.0.1:${port}`;
   }, 180_000);
 
-  afterAll(async () => {
-    await undeployAndWait(client, nameA, [nodeId]).catch(() => undefined);
-    await undeployAndWait(client, nameB, [nodeId]).catch(() => undefined);
-  });
+  // All at once: each waits until no engine is left on the host.
+  afterAll(() => Promise.all([nameA, nameB, nameC].map((name) => undeployAndWait(client, name, [nodeId]).catch(() => undefined))));
 
   it('places B on the GPU where A sleeps, and wakes A for a request by putting B to sleep first', async () => {
     const deployedA = await runLlmgw(['deploy', 'share-a', '--name', nameA, '--replicas', '1', '--wait']);
@@ -162,4 +162,29 @@ describe('GPUs shared by sleepers', () => {
       ]),
     );
   }, 240_000);
+
+  it('places a sharer that waits for room as soon as the awake one gives its share back', async () => {
+    // A is awake (0.9 of the GPU), B asleep: C, able to sleep too, does not fit and waits.
+    const deployedC = await runLlmgw(['deploy', 'share-a', '--name', nameC, '--replicas', '1']);
+    expect(deployedC.code, deployedC.output).toBe(0);
+    const waiting = await eventually('C Unschedulable', async () => {
+      const c = await replicaOf(nameC).catch(() => undefined);
+      return c?.phase === 'Unschedulable' ? c : undefined;
+    });
+    const a = await replicaOf(nameA);
+    // Woken a moment ago (minAwakeSeconds 30): only an operator who means it puts it to sleep now.
+    await client.workflow.getHandle(a.replicaId).executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', force: true }] });
+    const placed = await eventually(
+      'C Ready',
+      async () => ((await replicaOf(nameC)).phase === 'Ready' ? replicaOf(nameC) : undefined),
+      60_000,
+    );
+    expect(placed.shards.map((s) => s.gpuIndices)).toEqual([[0]]);
+    // It was woken by the share given back (a capacityChanged signal), not found at a later look.
+    const { events } = await client.workflow.getHandle(waiting.replicaId).fetchHistory();
+    const signals = (events ?? []).map((e) => e.workflowExecutionSignaledEventAttributes?.signalName).filter(Boolean);
+    expect(signals).toContain('capacityChanged');
+    expect(outOfMemoryLines(stateDir)).toEqual([]);
+    expect(auditAwake(await nodeUpdates()).violations).toEqual([]);
+  }, 120_000);
 });
