@@ -33,6 +33,12 @@ const taskQueue = uniqueId('replica-sleep');
 const calls: string[] = [];
 /** What the stand-in node was told: wake permits asked, shares given back. */
 const permits: string[] = [];
+/** The stand-in node's GPU: how many permits it still refuses, naming which awake holders. */
+const gpu: { full: number; holders: { replicaId: string; shardIds: string[]; awakeSince: string }[]; busyUntil?: string } = {
+  full: 0,
+  holders: [],
+};
+const sleepAsks: { replicaId: string; by: string }[] = [];
 const stopAsks: { replicaId: string; asleepSeconds: number }[] = [];
 let failNextSleep = false;
 /** How long each engine takes to fall asleep. */
@@ -58,10 +64,20 @@ const controlActivities = {
   // Hand-overs: no catalog key here, so nothing is sealed (as on a control worker without one).
   sealCarriedState: async () => undefined,
   openCarriedState: async () => ({ ok: true, how: 'unkeyed' }),
-  // Each wake asks its node for room and each sleep gives it back (awake-permits.ts): always granted here.
+  // Each wake asks its node for room and each sleep gives it back (awake-permits.ts): granted,
+  // unless a test makes the GPU full (`full`: refusals left, naming `holders`).
   async askAwake(request: { shards: { shardId: string }[]; awake: boolean }) {
     for (const shard of request.shards) permits.push(`${request.awake ? 'permit' : 'asleep'} ${shard.shardId.slice(-5)}`);
-    return request.shards.map(() => ({ ok: true }));
+    if (!request.awake || gpu.full <= 0) return request.shards.map(() => ({ ok: true }));
+    gpu.full--;
+    return request.shards.map(() => ({ ok: false, reason: 'GPU 0 is full', holders: gpu.holders }));
+  },
+  // The holder asked to sleep: refuses once for minAwakeSeconds when `busyUntil` is set.
+  async askToSleepFor(request: { replicaId: string; by: string }) {
+    sleepAsks.push(request);
+    const until = gpu.busyUntil;
+    gpu.busyUntil = undefined;
+    return until ? { slept: false, why: `stays awake: ask again after ${until}, or with force`, askAgainAt: until } : { slept: true };
   },
   async askToStopSleeper(request: { replicaId: string; asleepSeconds: number }) {
     stopAsks.push(request);
@@ -300,6 +316,30 @@ describe('a replica put to sleep and woken through its Updates', () => {
     // An operator who means it.
     const forced = await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', force: true }] });
     expect(forced.phase).toBe('Sleeping');
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('makes room on a full GPU: asks the least recently woken holder to sleep, waits out its minAwakeSeconds', async () => {
+    const handle = await startReplica(POLICY);
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    const holders = [{ replicaId: 'replica/other/1', shardIds: ['s'], awakeSince: '' }];
+    Object.assign(gpu, { full: 2, holders, busyUntil: new Date(Date.now() + 2_000).toISOString() });
+    const mark = sleepAsks.length;
+    const woken = await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] });
+    // Refused (the holder within minAwakeSeconds), waited ~2 s, asked again: refused, slept, granted.
+    expect(sleepAsks.slice(mark)).toEqual([
+      expect.objectContaining({ replicaId: 'replica/other/1', by: `replica:${handle.workflowId}` }),
+      expect.objectContaining({ replicaId: 'replica/other/1' }),
+    ]);
+    expect(woken.wokeInMs).toBeGreaterThanOrEqual(1_900);
+    await phaseIs(handle, 'Ready');
+
+    // A GPU that stays full with nobody to ask: the wake fails, and the replica stays asleep.
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', force: true }] });
+    Object.assign(gpu, { full: 1, holders: [] });
+    expect(await refusal(handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/did not grant.*stays asleep/);
+    expect((await phaseIs(handle, 'Sleeping')).reason).toMatch(/found no room/);
     await handle.signal(stopReplicaSignal, { reason: 'test over' });
     await handle.result();
   }, 120_000);

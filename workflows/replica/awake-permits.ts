@@ -35,8 +35,11 @@ export async function acquireAwake(ctx: ReplicaContext, shards: ShardPlacement[]
   if (!sharing(ctx)) return undefined;
   const deadline = Date.now() + PERMIT_DEADLINE_MS;
   const first = await askPermits(shards, `awake permits for ${shards.length} rank(s)`);
+  let askedToSleep = 0;
   for (const [i, shard] of shards.entries()) {
     let answer = first[i]!;
+    // Room made for an earlier rank may be this one's too (one holder on both GPUs): ask again first.
+    if (!answer.ok && askedToSleep > 0) answer = (await askPermits([shard], `awake permit for rank ${shard.rank} on ${shard.nodeId}`))[0]!;
     for (let round = 1; !answer.ok; round++) {
       const holder = answer.holders.find((h) => h.replicaId !== ctx.replicaId);
       // No awake holder to ask (the node no longer holds this shard): nothing to make room from.
@@ -48,6 +51,7 @@ export async function acquireAwake(ctx: ReplicaContext, shards: ShardPlacement[]
         by: `replica:${ctx.replicaId}`,
         reason: `${ctx.replicaId} wakes on GPUs ${shard.gpuIndices.join(',')} of ${shard.nodeId}, which ${holder.replicaId} holds awake (least recently woken)`,
       });
+      askedToSleep++;
       if (!asked.slept) {
         // Within its minAwakeSeconds: wait until they pass (bounded by the deadline), then ask again.
         const waitMs = asked.askAgainAt ? Date.parse(asked.askAgainAt) - Date.now() + 100 : REFUSED_RETRY_MS;
