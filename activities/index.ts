@@ -16,6 +16,7 @@ import { createPlacementActivities, type PlacementMetric } from './placement.js'
 import { createReconcileActivities } from './reconcile.js';
 import { createRegistrationCheckActivities } from './registration-check.js';
 import { createRoutesActivities } from './routes.js';
+import { createSharedGpuActivities } from './shared-gpus.js';
 import { createRouteSigningActivities } from './route-signing.js';
 import { createWeightsNodeActivities } from './weights-nodes.js';
 import { createWeightsPermitActivities } from './weights-permits.js';
@@ -68,6 +69,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
     }),
     ...createRegistrationCheckActivities(deps.catalogKeyFile),
     ...createNodeRequestActivities(deps.catalogKeyFile),
+    ...createSharedGpuActivities(deps.client, deps.catalogKeyFile),
     ...routes,
     ...signing,
     ...createDeploymentSigningActivities(deps.client, deps.catalogKeyFile, (line) => deps.log(line, 'warn')),

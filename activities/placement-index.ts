@@ -3,7 +3,8 @@
 // nothing) where the index lags, and the candidates ranked best first. Control side; the
 // policy is described in placement.ts.
 import type { Client } from '@temporalio/client';
-import { HELD_WEIGHTS_MEMO, heldWeightsKey, shownNodeState } from '../common/node-types.js';
+import { HELD_WEIGHTS_MEMO, heldWeightsKey, SHARED_GPUS_MEMO, shownNodeState, type NodeView } from '../common/node-types.js';
+import { roomFor } from '../common/placement/shared-gpus.js';
 import { heldKeyOfSource } from '../common/held-weights.js';
 import { queryLiteral } from '../common/safe-name.js';
 import type { PlaceRequest } from './placement.js';
@@ -13,7 +14,10 @@ import { listShared } from './shared-list.js';
 export interface IndexedNode {
   nodeId: string;
   state: string;
+  /** GPUs this request could take: the empty ones, and for a sharing request those only sleepers hold where it fits. */
   free: number;
+  /** Of those, the empty ones: a sharing request goes where it disturbs no sleeper first. */
+  empty?: number;
   siblings: number;
   /** Its host's weights cache holds the revision (no fetch before the engine starts). */
   holds?: boolean;
@@ -35,12 +39,16 @@ export async function readCapacityIndex(client: Client, request: PlaceRequest): 
   const wanted = request.modelSource ? heldKeyOfSource(request.modelSource) : undefined;
   const nodes = `WorkflowType = 'node' AND ExecutionStatus = 'Running' AND LlmgwGpuClass = ${queryLiteral('gpuClass', request.gpuClass)}`;
   for (const execution of await listShared(client, nodes)) {
-    const free = execution.searchAttributes?.LlmgwFreeGpus;
+    const freeAttribute = execution.searchAttributes?.LlmgwFreeGpus;
     const state = execution.searchAttributes?.LlmgwState;
+    const free = Array.isArray(freeAttribute) && typeof freeAttribute[0] === 'number' ? freeAttribute[0] : 0;
+    const shared = execution.memo?.[SHARED_GPUS_MEMO];
+    const loads = Array.isArray(shared) ? shared.filter((load): load is number => typeof load === 'number') : [];
     index.push({
       nodeId: execution.workflowId.replace(/^node\//, ''),
       state: Array.isArray(state) && typeof state[0] === 'string' ? state[0] : 'Unknown',
-      free: Array.isArray(free) && typeof free[0] === 'number' ? free[0] : 0,
+      free: roomFor(free, loads, request.awakeShare),
+      empty: free,
       siblings: siblings.get(execution.workflowId.replace(/^node\//, '')) ?? 0,
       holds: wanted !== undefined && holdsIn(execution.memo?.[HELD_WEIGHTS_MEMO], wanted),
     });
@@ -52,13 +60,22 @@ export async function readCapacityIndex(client: Client, request: PlaceRequest): 
 export const REFRESHED = 6;
 
 /** Sets each indexed node's state and free GPUs from the node itself (a query each, no event). */
-export async function refreshIndexed(inFlight: PlacementsInFlight, nodes: IndexedNode[]): Promise<void> {
+export async function refreshIndexed(
+  inFlight: PlacementsInFlight,
+  nodes: IndexedNode[],
+  request: Pick<PlaceRequest, 'awakeShare'>,
+): Promise<void> {
   await Promise.all(
     nodes.map(async (n) => {
       const view = await inFlight.describe(n.nodeId);
-      if (view) Object.assign(n, { state: shownNodeState(view), free: view.freeGpus.length });
+      if (view) Object.assign(n, { state: shownNodeState(view), ...roomIn(view, request) });
     }),
   );
+}
+
+/** The room a node's own view shows for this request (shared-gpus.ts). */
+function roomIn(view: NodeView, request: Pick<PlaceRequest, 'awakeShare'>): { free: number; empty: number } {
+  return { free: roomFor(view.freeGpus.length, view.sharedGpus, request.awakeShare), empty: view.freeGpus.length };
 }
 
 /**
@@ -75,7 +92,7 @@ export async function refreshTop(inFlight: PlacementsInFlight, request: PlaceReq
       const view = await inFlight.describe(candidate.nodeId);
       // GPUs other placements of this worker are reserving there right now are not room.
       const reserving = inFlight.reserving(candidate.nodeId);
-      if (!view) return { ...candidate, free: candidate.free - reserving };
+      if (!view) return { ...candidate, free: candidate.free - reserving, empty: (candidate.empty ?? 0) - reserving };
       const siblings = new Set(
         view.allocations
           .filter((a) => a.replicaId.startsWith(`replica/${request.deployment}/`) && a.replicaId !== request.replicaId)
@@ -83,12 +100,14 @@ export async function refreshTop(inFlight: PlacementsInFlight, request: PlaceReq
       ).size;
       const holds =
         view.weights && wanted !== undefined ? view.weights.some((w) => heldWeightsKey(w.repo, w.commit) === wanted) : candidate.holds;
-      return { ...candidate, free: view.freeGpus.length - reserving, siblings, holds };
+      const room = roomIn(view, request);
+      return { ...candidate, free: room.free - reserving, empty: room.empty - reserving, siblings, holds };
     }),
   );
   return rankCandidates(
     fresh.filter((c) => c.free >= request.gpusPerNode),
     request,
+    request.gpusPerNode,
   ).slice(0, MAX_RESERVES);
 }
 
@@ -97,16 +116,25 @@ function holdsIn(listed: unknown, key: string): boolean {
   return Array.isArray(listed) && listed.includes(key);
 }
 
-/** Candidates best first: the hinted node, then spread, then near (holds the weights), then pack, then a rotation by sequence number. */
-export function rankCandidates(candidates: IndexedNode[], request: Pick<PlaceRequest, 'replicaId' | 'preferNodes'>): IndexedNode[] {
+/**
+ * Candidates best first: the hinted node, then spread, then one with `gpus` empty GPUs before one
+ * whose sleepers would share, then near (holds the weights), then pack, then a rotation by sequence number.
+ */
+export function rankCandidates(
+  candidates: IndexedNode[],
+  request: Pick<PlaceRequest, 'replicaId' | 'preferNodes'>,
+  gpus = 1,
+): IndexedNode[] {
   const seq = Number(/\/(\d+)$/.exec(request.replicaId)?.[1] ?? 0);
   const byId = [...candidates].sort((a, b) => a.nodeId.localeCompare(b.nodeId));
   const rotation = (c: IndexedNode): number => (byId.indexOf(c) - seq + byId.length * 1000) % byId.length;
   const preferred = (c: IndexedNode): number => (request.preferNodes?.includes(c.nodeId) ? 0 : 1);
+  const onSleepers = (c: IndexedNode): number => ((c.empty ?? c.free) >= gpus ? 0 : 1);
   return [...candidates].sort(
     (a, b) =>
       preferred(a) - preferred(b) ||
       a.siblings - b.siblings ||
+      onSleepers(a) - onSleepers(b) ||
       Number(!a.holds) - Number(!b.holds) ||
       a.free - b.free ||
       rotation(a) - rotation(b),

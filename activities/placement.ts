@@ -55,6 +55,8 @@ export interface PlaceRequest {
   servedName?: string;
   /** The revision's pinned model source: nodes that hold it come first among equals. */
   modelSource?: string;
+  /** A profile with a sleep policy: the share of each GPU it takes awake; it may go where only sleepers are (docs/sleep.md). */
+  awakeShare?: number;
 }
 
 export type PlaceResult =
@@ -162,6 +164,7 @@ function reserveOn(
           count: request.gpusPerNode,
           gpuClass: request.gpuClass,
           minFreeMemoryMib: request.minFreeMemoryMib,
+          ...(request.awakeShare !== undefined ? { awakeShare: request.awakeShare } : {}),
           ...(allowUnenrolled ? { allowUnenrolled } : {}),
         },
       ],
@@ -204,6 +207,7 @@ async function placeOnIndex(
   await refreshIndexed(
     inFlight,
     index.filter((n) => request.preferNodes?.includes(n.nodeId)),
+    request,
   );
   trusting();
   const usable = (n: IndexedNode): boolean => n.state === 'Ready' && !request.avoidNodes.includes(n.nodeId) && fits(n, request);
@@ -211,14 +215,14 @@ async function placeOnIndex(
   // Short of hosts by the index: the index may lag a node that registered or freed GPUs a
   // moment ago, and nobody will wake a replica that was not yet waiting then. Ask the nodes
   // themselves (queries, which record nothing) before saying there is no room.
-  if (index.filter(usable).length < needHosts) await refreshIndexed(inFlight, index.filter((n) => !usable(n)).slice(0, REFRESHED));
+  if (index.filter(usable).length < needHosts) await refreshIndexed(inFlight, index.filter((n) => !usable(n)).slice(0, REFRESHED), request);
   trusting();
   const ready = index.filter((n) => n.state === 'Ready');
   if (!ready.length) {
     const others = index.length ? ` (${index.map((n) => `${n.nodeId} ${n.state}`).join(', ')})` : '';
     return { ok: false, reason: `no Ready node with ${request.gpuClass} GPUs${others}` };
   }
-  const candidates = rankCandidates(index.filter(usable), request);
+  const candidates = rankCandidates(index.filter(usable), request, request.gpusPerNode);
   if (candidates.length < needHosts) return shortOfRoom(request, ready, candidates.length, needHosts);
   const reserve: Reserve = (nodeId, req, rank) => reserveOn(client, inFlight, nodeId, req, rank, trustUnenrolled);
   if (request.nodes > 1) return placeGang(client, request, candidates, reserve, shardPlacement, trustWeights, catalogKeyFile);

@@ -1,5 +1,5 @@
 // The control worker's MAC on the GPU Updates that free or take GPUs on a node workflow
-// (release, claim, reconcileAllocations): anyone who can write to the namespace can send them,
+// (release, claim, reconcileAllocations, awake): anyone who can write to the namespace can send them,
 // and a release of a live engine's shard would have placement hand its GPUs out twice
 // (docs/signed-statements.md, "GPU Updates carry the control worker's MAC"). Control side only:
 // the key is derived from the catalog signing key under a label of its own; it never enters a
@@ -9,8 +9,8 @@ import { canSign, type CatalogKeyring } from './catalog-key.js';
 import { canonicalJson, macKey } from './carried-seal.js';
 import { NODE_REQUEST_PROOF_FORM } from './node-types.js';
 
-/** The Updates it covers; reserve is not among them (it takes only free GPUs). */
-export type NodeRequestKind = 'release' | 'claim' | 'reconcileAllocations';
+/** The Updates it covers; reserve is not among them (it takes only free GPUs). `awake`: a sharing engine's wake permit and its sleep. */
+export type NodeRequestKind = 'release' | 'claim' | 'reconcileAllocations' | 'awake';
 
 /** How long a MAC holds: a genuine request copied out of a history replays for at most this. */
 export const NODE_REQUEST_TTL_MS = 5 * 60_000;

@@ -69,6 +69,15 @@ export interface Allocation {
   since: string;
   /** 'reserve' (placement) or 'claim' (adoption of a running engine). */
   via: 'reserve' | 'claim' | 'report';
+  /**
+   * Set for an engine able to sleep, which shares its GPUs with other sleepers: the share of each
+   * GPU it takes awake (0 < x ≤ 1). Absent: it holds its GPUs alone (docs/sleep.md, "Sharing GPUs").
+   */
+  awakeShare?: number;
+  /** A sharing engine asleep: its share is free for another to wake into. */
+  asleep?: boolean;
+  /** When it last became awake (reserved, restored or granted a permit): the least recent is asked to sleep first. */
+  awakeSince?: string;
 }
 
 /**
@@ -92,6 +101,11 @@ export interface ReserveRequest {
   count: number;
   gpuClass?: string;
   minFreeMemoryMib?: number;
+  /**
+   * For an engine able to sleep (a profile with a sleep policy): the share of each GPU it takes
+   * awake. It may then be placed on GPUs whose every holder shares too, where that share fits.
+   */
+  awakeShare?: number;
   /**
    * Runs of the release before Worker Versioning: a workflow to signal when this node frees
    * GPUs after a rejection. Ignored now; waiting replicas are woken through visibility.
@@ -132,6 +146,24 @@ export interface ClaimRequest extends NodeRequestProof {
 export type ClaimResult = { ok: true } | { ok: false; reason: string };
 
 /**
+ * A sharing shard's engine about to wake (`awake: true`) or just fallen asleep (`awake: false`):
+ * the node grants a wake only if its share fits on every GPU it holds (docs/sleep.md).
+ */
+export interface AwakeRequest extends NodeRequestProof {
+  shardId: string;
+  awake: boolean;
+}
+
+/** An awake replica holding GPUs that a wake needs: asked to sleep, least recently woken first. */
+export interface AwakeHolder {
+  replicaId: string;
+  shardIds: string[];
+  awakeSince: string;
+}
+
+export type AwakeResult = { ok: true } | { ok: false; reason: string; holders: AwakeHolder[] };
+
+/**
  * One revision of model weights a host's cache holds complete, as its agent reports it
  * (agent/weights/weights-report.ts). What placement prefers and `llmgw weights ls` shows.
  */
@@ -150,6 +182,12 @@ export interface HeldWeights {
 /** The memo key of the node workflow listing what its host holds, as `repo@commit` (placement reads it). */
 export const HELD_WEIGHTS_MEMO = 'weights';
 
+/**
+ * The memo key of the node workflow listing the awake load of each GPU only sleepers' engines
+ * hold (common/placement/shared-gpus.ts): placement's index reads it for sharing requests.
+ */
+export const SHARED_GPUS_MEMO = 'sharedGpus';
+
 /** The key placement matches a pinned source against a host's holdings by. */
 export function heldWeightsKey(repo: string, commit: string): string {
   return `${repo}@${commit}`;
@@ -163,6 +201,8 @@ export interface NodeView {
   inventory: NodeInventory | undefined;
   allocations: Allocation[];
   freeGpus: number[];
+  /** The awake load of each GPU held only by sharing engines (docs/sleep.md); absent when none. */
+  sharedGpus?: number[];
   lastRegisteredAt: string | undefined;
   notReadySince: string | undefined;
   registrations: number;

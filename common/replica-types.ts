@@ -121,6 +121,8 @@ export interface DemandMemo {
   gpusPerNode: number;
   nodes: number;
   since: string;
+  /** A profile able to sleep: the share of each GPU it takes awake (it may go where only sleepers are). */
+  awakeShare?: number;
 }
 
 export interface ReplicaView {

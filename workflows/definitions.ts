@@ -5,6 +5,8 @@ import type { Register } from '../proto/gen/llmgw/v1/register_pb.js';
 import type { ShardStatus } from '../proto/gen/llmgw/v1/shard_pb.js';
 import type {
   AgentEnrollment,
+  AwakeRequest,
+  AwakeResult,
   AgentSettings,
   ClaimRequest,
   ClaimResult,
@@ -39,6 +41,8 @@ export const agentStoppingSignal = defineSignal<[{ reason: string }]>('agentStop
 export const reserveUpdate = defineUpdate<ReserveResult, [ReserveRequest]>('reserve');
 export const releaseUpdate = defineUpdate<boolean, [ReleaseRequest]>('release');
 export const claimUpdate = defineUpdate<ClaimResult, [ClaimRequest]>('claim');
+/** A sharing shard's engine asks to wake, or says it fell asleep (docs/sleep.md, "Sharing GPUs"); MAC'd like release. */
+export const awakeUpdate = defineUpdate<AwakeResult, [AwakeRequest]>('awake');
 export const cordonUpdate = defineUpdate<NodeView, [{ reason?: string }]>('cordon');
 export const uncordonUpdate = defineUpdate<NodeView, []>('uncordon');
 /** An operator returns a GPU its agent held out for a fault (`llmgw nodes clear-gpu NODE GPU`). */

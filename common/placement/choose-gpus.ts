@@ -6,13 +6,18 @@
 //     (memory another process uses counts against the minimum).
 //  2. For more than one GPU, prefer sets in which every pair is NVLink-connected, then
 //     sets on one NUMA node, then the fewest NUMA nodes.
-//  3. Among equals, the lowest indices, which packs shards towards one end of the host
+//  3. A sharing request (an engine able to sleep) may be given GPUs that sleepers hold
+//     (`occupied`, common/placement/shared-gpus.ts), but sets with fewer of them come first:
+//     a GPU with nothing on it is never asked to make room.
+//  4. Among equals, the lowest indices, which packs shards towards one end of the host
 //     and leaves whole NVLink groups free for larger ones.
 import type { GpuInfo } from '../node-types.js';
 
 export interface GpuChoiceRequest {
   count: number;
   minFreeMemoryMib?: number;
+  /** GPUs it may take that already hold sleepers' engines: taken last, and their memory is the sleepers' to account. */
+  occupied?: number[];
 }
 
 export type GpuChoice = { ok: true; gpuIndices: number[]; hcas: string[] } | { ok: false; reason: string };
@@ -22,6 +27,7 @@ export function eligibleGpus(
   managed: number[],
   allocated: number[],
   minFreeMemoryMib = 0,
+  occupied: number[] = [],
 ): { eligible: GpuInfo[]; excluded: string[] } {
   const eligible: GpuInfo[] = [];
   const excluded: string[] = [];
@@ -33,7 +39,7 @@ export function eligibleGpus(
       continue;
     }
     const free = gpu.memoryTotalMib - gpu.memoryUsedMib;
-    if (free < minFreeMemoryMib) {
+    if (free < minFreeMemoryMib && !occupied.includes(gpu.index)) {
       excluded.push(`GPU ${gpu.index}: ${free} MiB free < ${minFreeMemoryMib} MiB needed`);
       continue;
     }
@@ -43,7 +49,8 @@ export function eligibleGpus(
 }
 
 export function chooseGpus(gpus: GpuInfo[], managed: number[], allocated: number[], request: GpuChoiceRequest): GpuChoice {
-  const { eligible, excluded } = eligibleGpus(gpus, managed, allocated, request.minFreeMemoryMib);
+  const occupied = request.occupied ?? [];
+  const { eligible, excluded } = eligibleGpus(gpus, managed, allocated, request.minFreeMemoryMib, occupied);
   if (request.count <= 0) return { ok: true, gpuIndices: [], hcas: [] };
   if (eligible.length < request.count) {
     const detail = excluded.length ? ` (${excluded.join(', ')})` : '';
@@ -51,7 +58,7 @@ export function chooseGpus(gpus: GpuInfo[], managed: number[], allocated: number
   }
   let best: { set: GpuInfo[]; score: number[] } | undefined;
   for (const set of combinations(eligible, request.count, 20_000)) {
-    const score = scoreSet(set);
+    const score = [set.filter((gpu) => occupied.includes(gpu.index)).length, ...scoreSet(set)];
     if (!best || compareScores(score, best.score) < 0) best = { set, score };
   }
   const chosen = (best?.set ?? eligible.slice(0, request.count)).map((gpu) => gpu.index).sort((a, b) => a - b);

@@ -31,6 +31,14 @@ const taskQueue = uniqueId('replica-sleep');
 
 /** What the stand-in agent was asked, in order. */
 const calls: string[] = [];
+/** What the stand-in node was told: wake permits asked, shares given back. */
+const permits: string[] = [];
+/** The stand-in node's GPU: how many permits it still refuses, naming which awake holders. */
+const gpu: { full: number; holders: { replicaId: string; shardIds: string[]; awakeSince: string }[]; busyUntil?: string } = {
+  full: 0,
+  holders: [],
+};
+const sleepAsks: { replicaId: string; by: string }[] = [];
 const stopAsks: { replicaId: string; asleepSeconds: number }[] = [];
 let failNextSleep = false;
 /** How long each engine takes to fall asleep. */
@@ -56,6 +64,21 @@ const controlActivities = {
   // Hand-overs: no catalog key here, so nothing is sealed (as on a control worker without one).
   sealCarriedState: async () => undefined,
   openCarriedState: async () => ({ ok: true, how: 'unkeyed' }),
+  // Each wake asks its node for room and each sleep gives it back (awake-permits.ts): granted,
+  // unless a test makes the GPU full (`full`: refusals left, naming `holders`).
+  async askAwake(request: { shards: { shardId: string }[]; awake: boolean }) {
+    for (const shard of request.shards) permits.push(`${request.awake ? 'permit' : 'asleep'} ${shard.shardId.slice(-5)}`);
+    if (!request.awake || gpu.full <= 0) return request.shards.map(() => ({ ok: true }));
+    gpu.full--;
+    return request.shards.map(() => ({ ok: false, reason: 'GPU 0 is full', holders: gpu.holders }));
+  },
+  // The holder asked to sleep: refuses once for minAwakeSeconds when `busyUntil` is set.
+  async askToSleepFor(request: { replicaId: string; by: string }) {
+    sleepAsks.push(request);
+    const until = gpu.busyUntil;
+    gpu.busyUntil = undefined;
+    return until ? { slept: false, why: `stays awake: ask again after ${until}, or with force`, askAgainAt: until } : { slept: true };
+  },
   async askToStopSleeper(request: { replicaId: string; asleepSeconds: number }) {
     stopAsks.push(request);
     return { asked: true, why: '' };
@@ -196,7 +219,10 @@ describe('a replica put to sleep and woken through its Updates', () => {
     const handle = await startReplica(POLICY);
     const before = await historyLength(handle);
     let mark = calls.length;
+    let permitMark = permits.length;
     const asleep = await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', level: 2, reason: 'idle' }] });
+    // Its GPU shares go back to the node once both engines sleep (docs/sleep.md, "Sharing GPUs").
+    expect(permits.slice(permitMark).sort()).toEqual(['asleep r0.a1', 'asleep r1.a1']);
     expect(asleep.phase).toBe('Sleeping');
     expect(asleep.sleep).toMatchObject({ level: 2 });
     expect(since(mark).map((c) => c.replace(/^.*(r\d)\.a\d/, '$1'))).toEqual(['r0 level 2', 'r1 level 2']);
@@ -206,11 +232,14 @@ describe('a replica put to sleep and woken through its Updates', () => {
     expect(await historyLength(handle)).toBe(asleepLength);
 
     mark = calls.length;
+    permitMark = permits.length;
     const [first, second] = await Promise.all([
       handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'router:a' }] }),
       handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'router:b' }] }),
     ]);
     expect(since(mark).filter((c) => c.startsWith('wake'))).toHaveLength(2); // one wake: one call per rank
+    // Each rank's node granted it room before it woke.
+    expect(permits.slice(permitMark).sort()).toEqual(['permit r0.a1', 'permit r1.a1']);
     // Both waited for the one wake of both ranks (the second from its own acceptance).
     expect(first.alreadyAwake || second.alreadyAwake).toBe(false);
     expect(Math.max(first.wokeInMs, second.wokeInMs)).toBeGreaterThanOrEqual(2 * WAKE_MS - 50);
@@ -248,8 +277,9 @@ describe('a replica put to sleep and woken through its Updates', () => {
       kinds[kind] = (kinds[kind] ?? 0) + 1;
     }
     console.log(`events: sleep ${asleep - start}, wake ${awake - asleep}; ${JSON.stringify(kinds)}`);
-    // 2 ranks: a bound that any polling, or a timer per wait, would break.
-    expect(awake - start).toBeLessThanOrEqual(60);
+    // 2 ranks: a bound that any polling, or a timer per wait, would break. Since GPUs are shared by
+    // sleepers, the wake asks its nodes for room and the sleep gives it back: one call each (~6 events).
+    expect(awake - start).toBeLessThanOrEqual(72);
     await handle.signal(stopReplicaSignal, { reason: 'test over' });
     await handle.result();
   }, 120_000);
@@ -286,6 +316,30 @@ describe('a replica put to sleep and woken through its Updates', () => {
     // An operator who means it.
     const forced = await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', force: true }] });
     expect(forced.phase).toBe('Sleeping');
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
+  it('makes room on a full GPU: asks the least recently woken holder to sleep, waits out its minAwakeSeconds', async () => {
+    const handle = await startReplica(POLICY);
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    const holders = [{ replicaId: 'replica/other/1', shardIds: ['s'], awakeSince: '' }];
+    Object.assign(gpu, { full: 2, holders, busyUntil: new Date(Date.now() + 2_000).toISOString() });
+    const mark = sleepAsks.length;
+    const woken = await handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] });
+    // Refused (the holder within minAwakeSeconds), waited ~2 s, asked again: refused, slept, granted.
+    expect(sleepAsks.slice(mark)).toEqual([
+      expect.objectContaining({ replicaId: 'replica/other/1', by: `replica:${handle.workflowId}` }),
+      expect.objectContaining({ replicaId: 'replica/other/1' }),
+    ]);
+    expect(woken.wokeInMs).toBeGreaterThanOrEqual(1_900);
+    await phaseIs(handle, 'Ready');
+
+    // A GPU that stays full with nobody to ask: the wake fails, and the replica stays asleep.
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test', force: true }] });
+    Object.assign(gpu, { full: 1, holders: [] });
+    expect(await refusal(handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/did not grant.*stays asleep/);
+    expect((await phaseIs(handle, 'Sleeping')).reason).toMatch(/found no room/);
     await handle.signal(stopReplicaSignal, { reason: 'test over' });
     await handle.result();
   }, 120_000);

@@ -29,6 +29,25 @@ describe('waking waiting replicas', () => {
   it('wakes nobody when nothing fits', () => {
     expect(chooseWaitersToWake([waiter('r/a', 4, '2026-01-01T00:00:01Z')], 2)).toEqual([]);
   });
+
+  it('wakes a waiter able to sleep for a GPU only sleepers hold, where its share fits, and no other', () => {
+    const sharer = (replicaId: string, since: string, awakeShare: number) => ({
+      replicaId,
+      demand: { gpuClass: 'H100', gpusPerNode: 1, nodes: 1, since, awakeShare },
+    });
+    // No empty GPU; one GPU with nothing awake, one with 0.5 awake.
+    const woken = chooseWaitersToWake(
+      [
+        waiter('r/plain', 1, '2026-01-01T00:00:01Z'),
+        sharer('r/big', '2026-01-01T00:00:02Z', 0.9),
+        sharer('r/small', '2026-01-01T00:00:03Z', 0.5),
+        sharer('r/late', '2026-01-01T00:00:04Z', 0.9),
+      ],
+      0,
+      [0, 0.5],
+    );
+    expect(woken).toEqual(['r/big', 'r/small']);
+  });
 });
 
 describe('ranking placement candidates from the capacity index', () => {

@@ -2,6 +2,7 @@
 // replica refuses a sleep or a wake (sleep-rules.ts), how its deployment counts it (up, neither
 // ready nor failed; drained first, longest asleep first), how the routes workflow keeps its route
 // (in the table with its endpoint and signature, not routable) and what `llmgw status` shows.
+import { askAgainAt } from '../../activities/shared-gpus.js';
 import { describe, expect, it } from 'vitest';
 import type { ProfileSnapshot, ReplicaPhase } from '../../common/replica-types.js';
 import type { SleepPolicy } from '../../common/sleep-types.js';
@@ -66,6 +67,10 @@ describe('who may put a replica to sleep, or wake it', () => {
   it('keeps a replica just woken awake for minAwakeSeconds, unless forced', () => {
     expect(sleepRefusal(asking('Ready', { lastWakeAgoS: 10 }), { by: 'autoscaler' }, NOW)).toMatch(
       /woken 10 s ago \(by router:r1\).*at least 60 s \(minAwakeSeconds\).*after 2026-12-06T12:00:50.000Z, or with force/,
+    );
+    // A replica waking onto its GPU reads from the refusal when to ask again (activities/shared-gpus.ts).
+    expect(askAgainAt(sleepRefusal(asking('Ready', { lastWakeAgoS: 10 }), { by: 'replica:replica/b/1' }, NOW)!)).toBe(
+      '2026-12-06T12:00:50.000Z',
     );
     expect(sleepRefusal(asking('Ready', { lastWakeAgoS: 10 }), { by: 'cli:ops', force: true }, NOW)).toBeUndefined();
     expect(sleepRefusal(asking('Ready', { lastWakeAgoS: 61 }), { by: 'autoscaler' }, NOW)).toBeUndefined();

@@ -8,6 +8,7 @@ import {
   agentHeardSignal,
   agentSilentSignal,
   agentStoppingSignal,
+  awakeUpdate,
   claimUpdate,
   clearGpuUpdate,
   cordonUpdate,
@@ -23,6 +24,7 @@ import {
 import { clearGpu } from './clear-gpu.js';
 import { acceptRegistration, registerEnrollHandler, type HeldRegistration } from './enrollment.js';
 import { checkedRequest, validateProof } from './requests.js';
+import { setAwake } from './shared-gpus.js';
 import { applyRegister, claim, reconcileAllocations, release, reserve, viewOf } from './state.js';
 import { markSilent, type NodeContext } from './watchers.js';
 
@@ -132,6 +134,24 @@ export function registerGpuHandlers(ctx: NodeContext): void {
       return result;
     },
     { validator: (request) => validateProof(ctx, 'claim', request) },
+  );
+  // A sharing engine's wake permit, and its sleep giving the share back (shared-gpus.ts): MAC'd,
+  // else a namespace member marks an awake engine asleep and another wakes onto its GPU.
+  setHandler(
+    awakeUpdate,
+    async (request) => {
+      await checkedRequest(ctx, 'awake', request);
+      const result = setAwake(state, request, now());
+      if (result.ok) ctx.publish();
+      return result;
+    },
+    {
+      validator: (request) => {
+        if (typeof request?.shardId !== 'string' || typeof request.awake !== 'boolean')
+          throw new Error('awake needs a shardId and awake: true or false');
+        validateProof(ctx, 'awake', request);
+      },
+    },
   );
   setHandler(cordonUpdate, async ({ reason }) => {
     if (!ctx.opened) await condition(() => ctx.opened);

@@ -2,9 +2,10 @@
 // memo of weights the host holds (placement reads it with the capacity index) and the news to
 // its replicas, each held back while the run is parked for an upgrade. Workflow side.
 import { upsertMemo, workflowInfo } from '@temporalio/workflow';
-import { HELD_WEIGHTS_MEMO, shownNodeState } from '../../common/node-types.js';
+import { HELD_WEIGHTS_MEMO, SHARED_GPUS_MEMO, shownNodeState } from '../../common/node-types.js';
 import { SA } from '../../common/search-attributes.js';
 import { createPublication } from '../publish.js';
+import { sharedGpusOf } from './shared-gpus.js';
 import { freeGpus, heldWeightKeys, viewOf, type NodeState } from './state.js';
 
 export interface NodeOutbox {
@@ -43,6 +44,11 @@ export function createNodeOutbox(state: NodeState, { parked, carried }: { parked
         { key: SA.nodes, value: [state.nodeId] },
       ]);
       shown.details(nodeDetails(state));
+      // GPUs sleepers share, for placement of other sharers: written only when it changed, so a
+      // node that has none (or whose sleepers stay put) writes nothing.
+      const shared = sharedGpusOf(state).sharedGpus ?? [];
+      const listed = workflowInfo().memo?.[SHARED_GPUS_MEMO];
+      if (JSON.stringify(Array.isArray(listed) ? listed : []) !== JSON.stringify(shared)) upsertMemo({ [SHARED_GPUS_MEMO]: shared });
     },
     publishWeights() {
       const keys = heldWeightKeys(state);
@@ -86,9 +92,12 @@ export function nodeDetails(state: NodeState): string {
     );
   lines.push('| GPU | NUMA | memory used | held by | problems |', '| --- | --- | --- | --- | --- |');
   for (const gpu of inv.gpus) {
-    const holder = state.allocations.find((allocation) => allocation.gpuIndices.includes(gpu.index));
+    const holders = state.allocations.filter((allocation) => allocation.gpuIndices.includes(gpu.index));
+    const held = holders.map(
+      (h) => `${h.replicaId} (${h.shardId}${h.awakeShare === undefined ? '' : h.asleep ? ', asleep' : `, awake ${h.awakeShare}`})`,
+    );
     lines.push(
-      `| ${gpu.index} | ${gpu.numaNode} | ${gpu.memoryUsedMib}/${gpu.memoryTotalMib} MiB | ${holder ? `${holder.replicaId} (${holder.shardId})` : '—'} | ${gpu.problems.join('; ') || '—'} |`,
+      `| ${gpu.index} | ${gpu.numaNode} | ${gpu.memoryUsedMib}/${gpu.memoryTotalMib} MiB | ${held.join('; ') || '—'} | ${gpu.problems.join('; ') || '—'} |`,
     );
   }
   return lines.join('\n');

@@ -8,7 +8,7 @@ import type { ControlActivities } from '../../activities/index.js';
 import { NODE_REQUEST_PROOF_FORM, type NodeRequestProof } from '../../common/node-types.js';
 import type { NodeContext } from './watchers.js';
 
-export type GpuRequestKind = 'release' | 'claim' | 'reconcileAllocations';
+export type GpuRequestKind = 'release' | 'claim' | 'reconcileAllocations' | 'awake';
 
 const local = (): Pick<ControlActivities, 'checkNodeRequest'> =>
   proxyLocalActivities<ControlActivities>({

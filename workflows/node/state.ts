@@ -5,6 +5,7 @@ import type { Register } from '../../proto/gen/llmgw/v1/register_pb.js';
 import { ShardState } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import { inventoryFromRegister } from '../../common/register-conversion.js';
 import { chooseGpus } from '../../common/placement/choose-gpus.js';
+import { gpuAvailability } from '../../common/placement/shared-gpus.js';
 import type {
   AgentEnrollment,
   AgentSettings,
@@ -22,6 +23,7 @@ import type {
 } from '../../common/node-types.js';
 import { heldWeightsKey } from '../../common/node-types.js';
 import { unenrolledReason } from './enrollment-reason.js';
+import { mayShareWith, restoredSharing, sharedGpusOf, sharingFields } from './shared-gpus.js';
 import type { FleetSilence } from '../../activities/fleet-silence.js';
 
 export interface NodeState {
@@ -107,7 +109,9 @@ export function applyRegister(state: NodeState, register: Register, now: string)
     if (state.released.includes(spec.shardId)) continue;
     const taken = allocatedGpus(state);
     const overlap = spec.gpuIndices.filter((index) => taken.includes(index));
-    if (overlap.length) {
+    const sharing = restoredSharing(running, now);
+    const beside = state.allocations.filter((a) => a.gpuIndices.some((index) => overlap.includes(index)));
+    if (overlap.length && !mayShareWith(sharing, beside)) {
       notes.push(`shard ${spec.shardId} runs on GPUs ${overlap.join(',')} that are allocated to another shard; reconciliation decides`);
       continue;
     }
@@ -118,6 +122,7 @@ export function applyRegister(state: NodeState, register: Register, now: string)
       hcas: [...spec.hcas],
       since: now,
       via: 'report',
+      ...sharing,
     });
     notes.push(`shard ${spec.shardId} reported running on GPUs ${spec.gpuIndices.join(',')}: allocation restored`);
   }
@@ -145,16 +150,14 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
   if (state.phase !== 'Ready' || !state.inventory) return reject(`node ${state.nodeId} is ${state.phase}`);
   if (state.cordoned) return reject(`node ${state.nodeId} is cordoned`);
   if (!state.enrolled && !request.allowUnenrolled) return reject(`node ${state.nodeId} is ${unenrolledReason(state)}`);
-  if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass) {
-    return {
-      ok: false,
-      nodeId: state.nodeId,
-      reason: `node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}`,
-    };
-  }
-  const choice = chooseGpus(state.inventory.gpus, state.inventory.managedGpus, allocatedGpus(state), {
+  if (request.gpuClass && state.inventory.gpuClass !== request.gpuClass)
+    return reject(`node ${state.nodeId} has ${state.inventory.gpuClass || 'no'} GPUs, not ${request.gpuClass}`);
+  const share = request.awakeShare! > 0 && request.awakeShare! <= 1 ? request.awakeShare : undefined; // a sharer: shared-gpus.ts
+  const { blocked, occupied } = gpuAvailability(state.allocations, share);
+  const choice = chooseGpus(state.inventory.gpus, state.inventory.managedGpus, blocked, {
     count: request.count,
     minFreeMemoryMib: request.minFreeMemoryMib,
+    occupied,
   });
   if (!choice.ok) return reject(`node ${state.nodeId} ${choice.reason}`);
   state.allocations.push({
@@ -164,6 +167,7 @@ export function reserve(state: NodeState, request: ReserveRequest, now: string):
     hcas: choice.hcas,
     since: now,
     via: 'reserve',
+    ...sharingFields(share, now),
   });
   return {
     ok: true,
@@ -226,7 +230,10 @@ export function reconcileAllocations(state: NodeState, request: ReconcileAllocat
       existing.gpuIndices.every((i) => wanted.gpuIndices.includes(i))
     )
       continue;
-    const others = state.allocations.filter((a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)));
+    // Sharers beside each other are no conflict (shared-gpus.ts).
+    const others = state.allocations.filter(
+      (a) => a.shardId !== wanted.shardId && a.gpuIndices.some((i) => wanted.gpuIndices.includes(i)) && !mayShareWith(wanted, [a]),
+    );
     const running = others.filter((a) => claimedIds.has(a.shardId));
     if (running.length) {
       result.conflicts.push(
@@ -256,6 +263,7 @@ export function viewOf(state: NodeState): NodeView {
     inventory: state.inventory,
     allocations: state.allocations,
     freeGpus: freeGpus(state),
+    ...sharedGpusOf(state),
     lastRegisteredAt: state.lastRegisteredAt,
     notReadySince: state.notReadySince,
     registrations: state.registrations,

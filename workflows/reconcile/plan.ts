@@ -8,6 +8,7 @@ import { ShardState, type RunningShard } from '../../proto/gen/llmgw/v1/shard_pb
 import { deploymentWorkflowId, parseReplicaWorkflowId } from '../../common/names.js';
 import { snapshotFromEngineProfile } from '../../common/profile-conversion.js';
 import type { Allocation } from '../../common/node-types.js';
+import { restoredSharing } from '../node/shared-gpus.js';
 import type { ShardPlacement } from '../../common/replica-types.js';
 import type { ReconcileAction, ReconcileFacts, ReconcilePlan, ReplicaFacts } from '../../common/reconcile-types.js';
 
@@ -208,6 +209,8 @@ function claim(planning: Planning, shard: RunningShard): boolean {
     hcas: [...spec.hcas],
     since: planning.facts.checkedAt,
     via: 'claim',
+    // An engine able to sleep shares its GPUs, asleep as it said (docs/sleep.md, "Sharing GPUs").
+    ...restoredSharing(shard, planning.facts.checkedAt),
   });
   const current = planning.held.get(spec.shardId);
   return !current || !sameSet(current.gpuIndices, spec.gpuIndices);

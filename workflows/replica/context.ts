@@ -2,6 +2,7 @@
 // and how it publishes a phase (route memo, search attributes, details, the routes workflow,
 // the deployment), each only when what its readers act on changed. Workflow side; the steps
 // live in place.ts, start.ts, watch.ts, recovery.ts and drain.ts, the table in steps.ts.
+import { awakeShareOf } from '../../common/placement/shared-gpus.js';
 import { revisionOfSnapshot } from '../../common/revision.js';
 import { getExternalWorkflowHandle, log } from '@temporalio/workflow';
 import type { SearchAttributeUpdatePair } from '@temporalio/common';
@@ -111,7 +112,13 @@ export function createPublisher(
     // What it waits for, so whoever frees GPUs can wake the replicas that would fit.
     const demand: DemandMemo | undefined =
       phase === 'Unschedulable'
-        ? { gpuClass: profile.gpuClass, gpusPerNode: profile.gpusPerNode, nodes: profile.nodes, since: state.since }
+        ? {
+            gpuClass: profile.gpuClass,
+            gpusPerNode: profile.gpusPerNode,
+            nodes: profile.nodes,
+            since: state.since,
+            ...(profile.sleep ? { awakeShare: awakeShareOf(profile.engine, profile.args) } : {}),
+          }
         : undefined;
     shown.memo({ route, demand }, memoKeyOf());
     shown.attributes(attributesOf());

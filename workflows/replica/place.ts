@@ -4,6 +4,7 @@
 // (activities/capacity.ts); a long timer only re-checks in case a wake-up was lost. So a
 // replica that waits for hours adds a handful of events, not thousands. Workflow side.
 import { condition } from '@temporalio/workflow';
+import { awakeShareOf } from '../../common/placement/shared-gpus.js';
 import { control } from './calls.js';
 import type { ReplicaContext } from './context.js';
 import type { Next } from './steps.js';
@@ -60,6 +61,8 @@ async function placeLoop(ctx: ReplicaContext): Promise<Next> {
       revision: profile.signature ?? '',
       servedName: profile.servedName,
       modelSource: profile.modelSource,
+      // Able to sleep, it may share GPUs with sleepers (docs/sleep.md, "Sharing GPUs").
+      ...(profile.sleep ? { awakeShare: awakeShareOf(profile.engine, profile.args) } : {}),
     });
     if (result.ok) {
       state.placements++;

@@ -15,6 +15,7 @@ import { failureOutcome, firstLine } from './state.js';
 import type { Next } from './steps.js';
 import { meaningOf } from './watch.js';
 import { sleepRefusal, wakeRefusal } from './sleep-rules.js';
+import { acquireAwake, tellAsleep } from './awake-permits.js';
 
 type Answer = { ok: true } | { ok: false; why: string };
 
@@ -140,6 +141,8 @@ export async function fallAsleep(ctx: ReplicaContext): Promise<Next> {
       return { step: 'watch' };
     }
   }
+  // Only once every engine sleeps does its GPU share go back to the node (awake-permits.ts).
+  await tellAsleep(ctx, asleep);
   answerSleep(ctx, { ok: true });
   return { step: 'asleep' };
 }
@@ -165,6 +168,9 @@ export async function stayAsleep(ctx: ReplicaContext): Promise<Next> {
     const meaning = meaningOf(ctx, event);
     // A sleeping engine that fails is recovered as an awake one: restarted, then Ready.
     if (meaning?.kind === 'failure') {
+      // Restarted, its engines start awake: on a shared GPU they need the room first.
+      const refused = await permitsOrWhy(ctx);
+      if (refused) log.warn(`${ctx.replicaId} restarts its engines without a wake permit: ${refused}`);
       state.sleep = state.sleep?.lastWake ? { lastWake: state.sleep.lastWake } : undefined;
       return { step: 'recover', failure: meaning.outcome };
     }
@@ -204,6 +210,13 @@ async function wake(ctx: ReplicaContext): Promise<Next> {
   const { state } = ctx;
   const pending = ctx.sleep.wake!;
   void ctx.setPhase('Sleeping', `waking (asked by ${pending.by}${pending.reason ? `: ${pending.reason}` : ''})`, { quiet: true });
+  // On GPUs shared with other sleepers, each node first grants room (the LRU holder asked to sleep).
+  const refused = await permitsOrWhy(ctx);
+  if (refused) {
+    answerWake(ctx, { ok: false, why: `${refused}; the replica stays asleep` });
+    void ctx.setPhase('Sleeping', `asleep; the last wake found no room: ${refused}`, { quiet: true });
+    return { step: 'asleep' };
+  }
   for (const shard of byRank(state.shards)) {
     try {
       await sleepCalls(shard.nodeId, `wakeShard rank ${shard.rank} on ${shard.nodeId}`).wakeShard({ shardId: shard.shardId });
@@ -218,6 +231,13 @@ async function wake(ctx: ReplicaContext): Promise<Next> {
   state.sleep = { lastWake: { at: new Date().toISOString(), by: pending.by, tookMs } };
   answerWake(ctx, { ok: true });
   return { step: 'watch' };
+}
+
+/** Wake permits for every rank (awake-permits.ts); undefined when granted, else why not. */
+async function permitsOrWhy(ctx: ReplicaContext): Promise<string | undefined> {
+  return acquireAwake(ctx, byRank(ctx.state.shards)).catch(
+    (error: unknown) => `the wake permits could not be asked: ${firstLine(error instanceof Error ? error.message : String(error))}`,
+  );
 }
 
 /**
