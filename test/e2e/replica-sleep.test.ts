@@ -8,12 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { create } from '@bufbuild/protobuf';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import { ApplicationFailure } from '@temporalio/activity';
 import { failureMessage } from '../../cli/errors.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { agentTaskQueue } from '../../common/names.js';
-import type { ProfileSnapshot, ReplicaInput, ReplicaView, ShardPlacement } from '../../common/replica-types.js';
-import type { SleepPolicy, SleepShardRequest, WakeShardRequest } from '../../common/sleep-types.js';
+import type { ReplicaInput, ReplicaView } from '../../common/replica-types.js';
+import type { SleepPolicy } from '../../common/sleep-types.js';
 import { ShardState, ShardStatusSchema } from '../../proto/gen/llmgw/v1/shard_pb.js';
 import {
   replicaStatusQuery,
@@ -24,116 +23,21 @@ import {
 } from '../../workflows/definitions.js';
 import { eventually, sleep } from '../helpers/processes.js';
 import { temporalAddress, testClient, uniqueId, useOwnTemporal } from '../helpers/temporal.js';
+import {
+  agentActivities,
+  calls,
+  controlActivities,
+  gpu,
+  NODE,
+  permits,
+  profile,
+  sleepAsks,
+  standIn,
+  stopAsks,
+  WAKE_MS,
+} from '../helpers/replica-sleep-stand-ins.js';
 
-const NODE = 'sleepy-node';
-const WAKE_MS = 300;
 const taskQueue = uniqueId('replica-sleep');
-
-/** What the stand-in agent was asked, in order. */
-const calls: string[] = [];
-/** What the stand-in node was told: wake permits asked, shares given back. */
-const permits: string[] = [];
-/** The stand-in node's GPU: how many permits it still refuses, naming which awake holders. */
-const gpu: { full: number; holders: { replicaId: string; shardIds: string[]; awakeSince: string }[]; busyUntil?: string } = {
-  full: 0,
-  holders: [],
-};
-const sleepAsks: { replicaId: string; by: string }[] = [];
-const stopAsks: { replicaId: string; asleepSeconds: number }[] = [];
-let failNextSleep = false;
-/** How long each engine takes to fall asleep. */
-let sleepMs = 0;
-
-const controlActivities = {
-  async placeReplica(request: { replicaId: string; attempt: number }) {
-    const shards: ShardPlacement[] = [0, 1].map((rank) => ({
-      rank,
-      nodeId: NODE,
-      shardId: `${request.replicaId.replace(/\//g, '.')}.r${rank}.a${request.attempt}`,
-      gpuIndices: [rank],
-      hcas: [],
-      managementAddress: '127.0.0.1',
-      httpPort: 0,
-      pid: 0,
-    }));
-    return { ok: true, shards };
-  },
-  releaseGpus: async () => true,
-  wakeWaiters: async () => 0,
-  awaitReplicaRouted: async () => true,
-  // Hand-overs: no catalog key here, so nothing is sealed (as on a control worker without one).
-  sealCarriedState: async () => undefined,
-  openCarriedState: async () => ({ ok: true, how: 'unkeyed' }),
-  // Each wake asks its node for room and each sleep gives it back (awake-permits.ts): granted,
-  // unless a test makes the GPU full (`full`: refusals left, naming `holders`).
-  async askAwake(request: { shards: { shardId: string }[]; awake: boolean }) {
-    for (const shard of request.shards) permits.push(`${request.awake ? 'permit' : 'asleep'} ${shard.shardId.slice(-5)}`);
-    if (!request.awake || gpu.full <= 0) return request.shards.map(() => ({ ok: true }));
-    gpu.full--;
-    return request.shards.map(() => ({ ok: false, reason: 'GPU 0 is full', holders: gpu.holders }));
-  },
-  // The holder asked to sleep: refuses once for minAwakeSeconds when `busyUntil` is set.
-  async askToSleepFor(request: { replicaId: string; by: string }) {
-    sleepAsks.push(request);
-    const until = gpu.busyUntil;
-    gpu.busyUntil = undefined;
-    return until ? { slept: false, why: `stays awake: ask again after ${until}, or with force`, askAgainAt: until } : { slept: true };
-  },
-  async askToStopSleeper(request: { replicaId: string; asleepSeconds: number }) {
-    stopAsks.push(request);
-    return { asked: true, why: '' };
-  },
-};
-
-let pids = 1000;
-const agentActivities = {
-  async startShard(spec: { shardId: string }) {
-    calls.push(`start ${spec.shardId.slice(-5)}`);
-    return { status: { httpPort: 18000, pid: ++pids } };
-  },
-  waitHealthy: async () => ({}),
-  async stopShard(request: { shardId: string }) {
-    calls.push(`stop ${request.shardId.slice(-5)}`);
-    return {};
-  },
-  drainShard: async () => ({ requestsInFlight: 0 }),
-  async sleepShard(request: SleepShardRequest) {
-    calls.push(`sleep ${request.shardId.slice(-5)} level ${request.level}`);
-    if (request.shardId.includes('.r1.') && failNextSleep) {
-      failNextSleep = false;
-      throw ApplicationFailure.nonRetryable('engine refused to sleep', 'EngineRefused');
-    }
-    await sleep(sleepMs);
-    return { shardId: request.shardId, level: request.level, tookMs: 5 };
-  },
-  async wakeShard(request: WakeShardRequest) {
-    calls.push(`wake ${request.shardId.slice(-5)}`);
-    await sleep(WAKE_MS);
-    return { shardId: request.shardId, tookMs: WAKE_MS };
-  },
-  shardSleepState: async (request: { shardId: string }) => ({ shardId: request.shardId, sleeping: false }),
-};
-
-function profile(sleepPolicy?: SleepPolicy): ProfileSnapshot {
-  return {
-    model: 'demo',
-    modelSource: 'engine://demo',
-    servedName: 'demo',
-    profile: 'fake',
-    engine: 'fake',
-    launcher: 'native',
-    gpuClass: 'fake',
-    tensorParallel: 1,
-    pipelineParallel: 1,
-    gpusPerNode: 1,
-    nodes: 1,
-    args: [],
-    env: {},
-    startupTimeoutSeconds: 30,
-    minGpuMemoryMib: 0,
-    ...(sleepPolicy ? { sleep: sleepPolicy } : {}),
-  };
-}
 
 let ownTemporal: Awaited<ReturnType<typeof useOwnTemporal>>;
 let client: Client;
@@ -286,7 +190,7 @@ describe('a replica put to sleep and woken through its Updates', () => {
 
   it('wakes right after falling asleep when a wake comes meanwhile', async () => {
     const handle = await startReplica(POLICY);
-    sleepMs = 500;
+    standIn.sleepMs = 500;
     try {
       const sleeping = handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'autoscaler' }] });
       await phaseIs(handle, 'Sleeping');
@@ -297,7 +201,7 @@ describe('a replica put to sleep and woken through its Updates', () => {
       expect(since(mark).filter((c) => c.startsWith('wake'))).toHaveLength(2);
       expect((await phaseIs(handle, 'Ready')).sleep?.lastWake?.by).toBe('router:a');
     } finally {
-      sleepMs = 0;
+      standIn.sleepMs = 0;
     }
     await handle.signal(stopReplicaSignal, { reason: 'test over' });
     await handle.result();
@@ -346,7 +250,7 @@ describe('a replica put to sleep and woken through its Updates', () => {
 
   it('stays Ready, its ranks awake again, when an engine will not sleep', async () => {
     const handle = await startReplica(POLICY);
-    failNextSleep = true;
+    standIn.failNextSleep = true;
     const mark = calls.length;
     expect(await refusal(handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(/would not sleep.*stays Ready/);
     expect(since(mark).map((c) => c.split(' ')[0])).toEqual(['sleep', 'sleep', 'wake']);
