@@ -5,8 +5,8 @@
 // changes; `wake` for a deployment at zero while requests wait for it. Deployments whose profile
 // has a sleep policy follow the ladder too (ladder.ts): idle replicas sleep, load wakes them
 // before any replica is added. Steady load sends nothing. Router side; docs/autoscaling.md.
-import type { Counter, Gauge, Registry } from 'prom-client';
-import { Series } from '../series.js';
+import type { Registry } from 'prom-client';
+import { autoscalerSeries, type AutoscalerSeries } from './series.js';
 import { recommendReplicas, type AutoscalePolicy } from '../../common/autoscale.js';
 import type { WakeCaller } from '../engines/wake.js';
 import type { DeploymentControl, Outcome, ReplicaSleeper } from './temporal.js';
@@ -54,15 +54,10 @@ export class Autoscaler {
   /** Each engine's request counter at the last tick: a change is a request served. */
   private readonly counters = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
-  private readonly recommended: Gauge<'deployment'>;
-  private readonly desired: Gauge<'deployment'>;
-  private readonly signal: Gauge<'deployment' | 'signal'>;
-  private readonly decisions: Counter<'deployment' | 'direction' | 'result'>;
-  private readonly lastDecision: Gauge<'deployment'>;
+  private readonly series: AutoscalerSeries;
   private readonly ladder: SleepLadder;
 
   constructor(private readonly options: AutoscalerOptions) {
-    const series = new Series(options.registry);
     this.ladder = new SleepLadder({
       sleep: options.control ? options.sleep : undefined,
       wake: options.control ? options.wake : undefined,
@@ -70,29 +65,7 @@ export class Autoscaler {
       routerId: options.routerId,
       log: options.log,
     });
-    this.recommended = series.gauge(
-      'llmgw_autoscaler_recommended',
-      'Replicas the load asks for now, before the stabilization windows, by deployment.',
-      ['deployment'],
-    );
-    this.desired = series.gauge('llmgw_autoscaler_desired', "The deployment's desired replica count, as the route table says.", [
-      'deployment',
-    ]);
-    this.signal = series.gauge(
-      'llmgw_autoscaler_signal',
-      'What the autoscaler decides on, by deployment and signal (running, waiting, kv_cache, queued, in_flight, routable).',
-      ['deployment', 'signal'],
-    );
-    this.decisions = series.counter(
-      'llmgw_autoscaler_decisions_total',
-      'Counts this router sent, by deployment, direction (up, down, wake) and result (accepted; refused: another router had sent it, or nothing changed; failed).',
-      ['deployment', 'direction', 'result'],
-    );
-    this.lastDecision = series.gauge(
-      'llmgw_autoscaler_last_decision_timestamp_seconds',
-      'When this router last had a count accepted, by deployment (Unix time).',
-      ['deployment'],
-    );
+    this.series = autoscalerSeries(options.registry);
   }
 
   setTable(snapshot: RouteSnapshot): void {
@@ -202,8 +175,8 @@ export class Autoscaler {
     }
     // With a sleep policy, idle replicas sleep and are stopped by their stopAfterSeconds: not idle-to-zero.
     const step = t.stabilizer.step(policy, d.desired, s, active, now, d.sleep === undefined);
-    this.recommended.set({ deployment: d.name }, step.recommended);
-    this.desired.set({ deployment: d.name }, d.desired);
+    this.series.recommended.set({ deployment: d.name }, step.recommended);
+    this.series.desired.set({ deployment: d.name }, d.desired);
     for (const [signal, value] of [
       ['running', s.running],
       ['waiting', s.waiting],
@@ -212,7 +185,7 @@ export class Autoscaler {
       ['in_flight', s.inFlight],
       ['routable', s.routable],
     ] as const)
-      this.signal.set({ deployment: d.name, signal }, value);
+      this.series.signal.set({ deployment: d.name, signal }, value);
     if (t.pending && now > t.pending.until) t.pending = undefined;
     // At zero, requests waiting wake it (the purpose-made Update); the windows take over from one.
     if (d.desired === 0) {
@@ -271,13 +244,13 @@ export class Autoscaler {
     call.then(
       (outcome) => {
         t.busy = false;
-        this.decisions.inc({ deployment: name, direction, result: outcome.accepted ? 'accepted' : 'refused' });
-        if (outcome.accepted) this.lastDecision.set({ deployment: name }, Date.now() / 1000);
+        this.series.decisions.inc({ deployment: name, direction, result: outcome.accepted ? 'accepted' : 'refused' });
+        if (outcome.accepted) this.series.lastDecision.set({ deployment: name }, Date.now() / 1000);
         done(outcome);
       },
       (err: unknown) => {
         t.busy = false;
-        this.decisions.inc({ deployment: name, direction, result: 'failed' });
+        this.series.decisions.inc({ deployment: name, direction, result: 'failed' });
         this.options.log(`router: could not ${direction === 'wake' ? 'wake' : 'autoscale'} ${name}: ${(err as Error).message}`);
       },
     );
@@ -298,10 +271,10 @@ export class Autoscaler {
 
   private forget(name: string): void {
     this.tracked.delete(name);
-    this.recommended.remove({ deployment: name });
-    this.desired.remove({ deployment: name });
-    this.lastDecision.remove({ deployment: name });
+    this.series.recommended.remove({ deployment: name });
+    this.series.desired.remove({ deployment: name });
+    this.series.lastDecision.remove({ deployment: name });
     for (const signal of ['running', 'waiting', 'kv_cache', 'queued', 'in_flight', 'routable'])
-      this.signal.remove({ deployment: name, signal });
+      this.series.signal.remove({ deployment: name, signal });
   }
 }
