@@ -211,6 +211,23 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   const env = { ...stackEnv(temporal), ...options.env };
   const children: ChildProcess[] = [];
   const nodeIds = Array.from({ length: options.hosts }, (_, i) => `bench-${i}`);
+  try {
+    return await startStackParts(options, temporal, env, children, nodeIds);
+  } catch (error) {
+    // A part that would not start (a catalog refused, a port taken): nothing is left running.
+    await stopParts(children, nodeIds);
+    await temporal.stop();
+    throw error;
+  }
+}
+
+async function startStackParts(
+  options: StackOptions,
+  temporal: BenchTemporal,
+  env: Record<string, string>,
+  children: ChildProcess[],
+  nodeIds: string[],
+): Promise<Stack> {
   await startWorkers(children, 1, env, options.catalog);
   await Promise.all(
     nodeIds.map((nodeId, i) => {
