@@ -3,24 +3,34 @@
 // Temporal; a --workers cluster's workers ask the primary over IPC, and the primary sends one
 // Update per replica however many workers ask at once. Router side; docs/sleep.md, "The router".
 import type { Worker } from 'node:cluster';
-import type { Client } from '@temporalio/client';
+import { WorkflowUpdateStage, type Client } from '@temporalio/client';
 import type { WakeRequest, WakeResult } from '../../common/sleep-types.js';
 import { wakeReplicaUpdate } from '../../workflows/definitions.js';
 import type { WakeCaller } from '../engines/wake.js';
 
 /**
- * How long a wake may take before the router gives up on it and answers what waits: a wake is a
- * second or a few (one on a full GPU first puts another engine to sleep). While Temporal or the
- * control worker is down the Update waits, and fails at this deadline, as a wake from zero would.
+ * How long a wake may take to be accepted by the replica's workflow before the router gives up
+ * on it and answers what waits: while Temporal or the control worker is down the Update waits,
+ * and fails at this deadline, as a wake from zero would.
  */
 export const WAKE_DEADLINE_MS = 30_000;
+/**
+ * Once accepted, the replica owns the wake and answers it, success or failure, within its own
+ * bound (5 minutes to make room on a full GPU, workflows/replica/awake-permits.ts); the router
+ * waits that long, its held requests still bounded by their line's own limit (300 s). A wake
+ * waiting its turn for a full GPU is slow, not lost.
+ */
+export const WAKE_ACCEPTED_DEADLINE_MS = 330_000;
 
 /** The `wakeReplica` Update through Temporal. Replica ids are their workflows' ids. */
 export function temporalWakeCaller(client: () => Promise<Client>, deadlineMs = WAKE_DEADLINE_MS): WakeCaller {
   return async (replicaId, request) => {
     const c = await client();
     const handle = c.workflow.getHandle(replicaId);
-    return c.connection.withDeadline(Date.now() + deadlineMs, () => handle.executeUpdate(wakeReplicaUpdate, { args: [request] }));
+    const accepted = await c.connection.withDeadline(Date.now() + deadlineMs, () =>
+      handle.startUpdate(wakeReplicaUpdate, { args: [request], waitForStage: WorkflowUpdateStage.ACCEPTED }),
+    );
+    return c.connection.withDeadline(Date.now() + WAKE_ACCEPTED_DEADLINE_MS, () => accepted.result());
   };
 }
 
@@ -70,7 +80,10 @@ export interface PrimaryChannel {
 }
 
 /** In a cluster worker: a WakeCaller that asks the primary, which holds the Temporal client. */
-export function wakeThroughPrimary(channel: PrimaryChannel = process, deadlineMs = WAKE_DEADLINE_MS + 5_000): WakeCaller {
+export function wakeThroughPrimary(
+  channel: PrimaryChannel = process,
+  deadlineMs = WAKE_DEADLINE_MS + WAKE_ACCEPTED_DEADLINE_MS + 5_000,
+): WakeCaller {
   let next = 0;
   const pending = new Map<number, { resolve(r: WakeResult): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
   channel.on('message', (message: unknown) => {

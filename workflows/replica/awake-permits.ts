@@ -13,8 +13,13 @@ import type { ReplicaContext } from './context.js';
 
 /** A wake gives up making room after this long (a holder that will not sleep, a node that will not answer). */
 const PERMIT_DEADLINE_MS = 5 * 60_000;
-/** And after this many rounds of asking. */
-const MAX_ROUNDS = 12;
+/**
+ * And after this many rounds of asking. Under contention (several models taking turns on one GPU)
+ * a round is often lost to another waker that took the room first, and each waits out a holder's
+ * minAwakeSeconds: the deadline is the real bound, this one keeps the history bounded (a round is
+ * about a dozen events).
+ */
+const MAX_ROUNDS = 60;
 /** A holder that refused for a passing reason (it is waking, or falling asleep already) is asked again after this. */
 const REFUSED_RETRY_MS = 2_000;
 
