@@ -39,7 +39,7 @@ export function eventTimeMs(event: HistoryEvent): number {
   return Number(event.eventTime?.seconds ?? 0) * 1000 + Math.round((event.eventTime?.nanos ?? 0) / 1e6);
 }
 
-async function inParallel<T, R>(items: T[], lanes: number, each: (item: T) => Promise<R>): Promise<R[]> {
+export async function inParallel<T, R>(items: T[], lanes: number, each: (item: T) => Promise<R>): Promise<R[]> {
   const results: R[] = [];
   let next = 0;
   await Promise.all(
@@ -53,13 +53,13 @@ async function inParallel<T, R>(items: T[], lanes: number, each: (item: T) => Pr
   return results;
 }
 
-async function executions(client: Client, query: string): Promise<WorkflowExecutionInfo[]> {
+export async function executions(client: Client, query: string): Promise<WorkflowExecutionInfo[]> {
   const found: WorkflowExecutionInfo[] = [];
   for await (const execution of client.workflow.list({ query })) found.push(execution);
   return found;
 }
 
-async function historyOf(client: Client, execution: WorkflowExecutionInfo): Promise<HistoryEvent[]> {
+export async function historyOf(client: Client, execution: WorkflowExecutionInfo): Promise<HistoryEvent[]> {
   const history = await client.workflow.getHandle(execution.workflowId, execution.runId).fetchHistory();
   return history.events ?? [];
 }
@@ -83,7 +83,7 @@ export async function placementLatencies(client: Client): Promise<number[]> {
   return spans.flat();
 }
 
-function decodeJson(payload: temporal.api.common.v1.IPayload | undefined): unknown {
+export function decodeJson(payload: temporal.api.common.v1.IPayload | undefined): unknown {
   if (!payload?.data) return undefined;
   const encoding = Buffer.from(payload.metadata?.encoding ?? new Uint8Array()).toString();
   if (encoding !== 'json/plain') return undefined;
