@@ -21,6 +21,7 @@ import type { EndpointAttester, RendezvousAttester } from './endpoint-attester.j
 import { createSleepActivities } from './sleep.js';
 import type { SleepShardRequest, WakeShardRequest } from '../common/sleep-types.js';
 import type { StopCheck } from './stop-check.js';
+import type { SleepCallOutcome } from './metrics.js';
 
 export interface AgentActivityDeps {
   supervisor: Supervisor;
@@ -38,6 +39,8 @@ export interface AgentActivityDeps {
   gpuHealth?: { refusal(gpuIndices: number[]): string | undefined; clear(index: number): boolean };
   /** Refuses a stop from a run that is not the shard's placement's (agent/stop-check.ts). */
   checkStop?: StopCheck;
+  /** Counts each sleep and wake (agent/metrics.ts). */
+  onSleepCall?: (call: SleepCallOutcome) => void;
 }
 
 /**
@@ -61,8 +64,27 @@ export function createAgentActivities(deps: AgentActivityDeps): Omit<AgentActivi
   const sleep = createSleepActivities(deps.supervisor);
   return {
     // A wake may read weights for minutes: heartbeats say the agent is still at it.
-    sleepShard: (request: SleepShardRequest) => beating({ sleeping: request.shardId }, () => sleep.sleepShard(request)),
-    wakeShard: (request: WakeShardRequest) => beating({ waking: request.shardId }, () => sleep.wakeShard(request)),
+    async sleepShard(request: SleepShardRequest) {
+      try {
+        const slept = await beating({ sleeping: request.shardId }, () => sleep.sleepShard(request));
+        deps.onSleepCall?.({ kind: 'sleep', level: slept.level, result: 'asleep' });
+        return slept;
+      } catch (error) {
+        deps.onSleepCall?.({ kind: 'sleep', level: request.level, result: 'failed' });
+        throw error;
+      }
+    },
+    async wakeShard(request: WakeShardRequest) {
+      try {
+        const woke = await beating({ waking: request.shardId }, () => sleep.wakeShard(request));
+        deps.onSleepCall?.({ kind: 'wake', result: woke.tookMs === 0 ? 'awake' : 'woken', tookMs: woke.tookMs });
+        return woke;
+      } catch (error) {
+        const outOfMemory = (error as { type?: string }).type === FailureType.WakeOutOfMemory;
+        deps.onSleepCall?.({ kind: 'wake', result: outOfMemory ? 'out_of_memory' : 'failed' });
+        throw error;
+      }
+    },
     shardSleepState: (request: { shardId: string }) => sleep.shardSleepState(request),
 
     async startShard(spec: StartShard): Promise<RunningShard> {

@@ -1,5 +1,5 @@
 // The agent's own metrics (names in common/metrics.ts): engines by state, starts and restarts,
-// exits, adoptions, kills by reason, and the health of its GPUs. Agent side. Counters follow
+// exits, adoptions, kills by reason, sleeps and wakes, and the health of its GPUs. Agent side. Counters follow
 // the supervisor's events; gauges are taken from the agent's current view every few seconds.
 import type { MetricMeter } from '@temporalio/common';
 import { AGENT_METRICS, instruments } from '../common/metrics.js';
@@ -28,7 +28,13 @@ export interface AgentMetrics {
   count(event: SupervisorEvent): void;
   /** Sets the gauges from the agent's current view. */
   observe(view: AgentView): void;
+  /** A sleepShard or wakeShard call ended (agent/activities.ts). */
+  sleepCall(call: SleepCallOutcome): void;
 }
+
+export type SleepCallOutcome =
+  | { kind: 'sleep'; level: 1 | 2; result: 'asleep' | 'failed' }
+  | { kind: 'wake'; result: 'woken' | 'awake' | 'out_of_memory' | 'failed'; tookMs?: number };
 
 export function createAgentMetrics(meter: MetricMeter): AgentMetrics {
   const m = instruments(meter, AGENT_METRICS);
@@ -52,6 +58,14 @@ export function createAgentMetrics(meter: MetricMeter): AgentMetrics {
           throw new Error(`unknown supervisor event ${JSON.stringify(unknown)}`);
         }
       }
+    },
+    sleepCall(call) {
+      if (call.kind === 'sleep') {
+        m.engineSleeps.add(1, { level: String(call.level), result: call.result });
+        return;
+      }
+      m.engineWakes.add(1, { result: call.result });
+      if (call.result === 'woken' && call.tookMs !== undefined) m.engineWakeLatency.record(call.tookMs);
     },
     observe(view) {
       // Every state is set, zero included: a gauge left at its last value would lie.

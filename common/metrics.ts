@@ -35,6 +35,25 @@ export const AGENT_METRICS = {
     labels: ['health'],
   },
   gpuHealthy: { name: 'llmgw_agent_gpu_healthy', kind: 'gauge', help: '1 while a GPU has no problem, 0 otherwise.', labels: ['gpu'] },
+  engineSleeps: {
+    name: 'llmgw_agent_engine_sleeps',
+    kind: 'counter',
+    help: 'Engines put to sleep (sleepShard), by level and result: asleep, failed.',
+    labels: ['level', 'result'],
+  },
+  engineWakes: {
+    name: 'llmgw_agent_engine_wakes',
+    kind: 'counter',
+    help: 'Engines woken (wakeShard), by result: woken, awake (it was already), out_of_memory (no room on its GPU), failed.',
+    labels: ['result'],
+  },
+  engineWakeLatency: {
+    name: 'llmgw_agent_engine_wake_latency',
+    kind: 'histogram',
+    unit: 'ms',
+    help: 'From the wake call to the engine answering again, in ms (woken engines only).',
+    labels: [],
+  },
   foreignProcesses: {
     name: 'llmgw_agent_foreign_processes',
     kind: 'gauge',
@@ -74,6 +93,7 @@ export const WORKER_METRICS = {
 /** Bucket bounds for our histograms (the SDK's defaults are coarse for sub-second latencies). */
 export const HISTOGRAM_BUCKETS: Record<string, number[]> = {
   [WORKER_METRICS.placementLatency.name]: [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000],
+  [AGENT_METRICS.engineWakeLatency.name]: [100, 250, 500, 1000, 2500, 5000, 10000, 30000, 120000],
 };
 
 /**

@@ -19,6 +19,7 @@ import { heldWeightsOf } from '../weights/weights-report.js';
 import type { HostReports } from './describe-and-survey.js';
 import type { NodeSignals } from './node-signals.js';
 import type { Registration } from './registration.js';
+import type { AgentMetrics, SleepCallOutcome } from '../metrics.js';
 
 export interface HostWorkerDeps {
   connection: NativeConnection;
@@ -38,6 +39,8 @@ export interface HostWorkerDeps {
   attestEndpoint?: EndpointAttester;
   /** Signs rank 0's rendezvous port in startShard's answer (agent/endpoint-attester.ts). */
   attestRendezvous?: RendezvousAttester;
+  /** Counts sleeps and wakes among the agent's own metrics. */
+  metrics?: AgentMetrics;
 }
 
 /** The worker, and the drainer it serves (closed when the worker has stopped). */
@@ -51,6 +54,7 @@ export async function createHostWorker(deps: HostWorkerDeps): Promise<{ worker: 
   });
   const activities = createAgentActivities({
     supervisor,
+    ...(deps.metrics ? { onSleepCall: (call: SleepCallOutcome) => deps.metrics?.sleepCall(call) } : {}),
     ...(deps.attestEndpoint ? { attestEndpoint: deps.attestEndpoint } : {}),
     ...(deps.attestRendezvous ? { attestRendezvous: deps.attestRendezvous } : {}),
     gpuHealth: {

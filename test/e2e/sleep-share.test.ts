@@ -24,6 +24,7 @@ import { eventually, inventory, runLlmgw, spawnLlmgw, undeployAndWait, uniqueId,
 
 const fleet = useIsolatedFleet({ ownTemporal: 'sleep-share' });
 let client: Client;
+let agentMetrics = '';
 let stateDir = '';
 const nodeId = uniqueId('share');
 const nameA = uniqueId('share-a');
@@ -70,6 +71,15 @@ async function nodeUpdates(): Promise<CompletedUpdate[]> {
   return completed;
 }
 
+/** The value of `name`'s series whose labels include `labels` (as Prometheus writes them), summed. */
+function series(text: string, name: string, labels: string): number {
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+    .filter((line) => labels.split(',').every((label) => label === '' || line.includes(label)))
+    .reduce((sum, line) => sum + Number(line.split(' ').pop()), 0);
+}
+
 /** Every line an engine on this host logged that says the simulated GPU was out of memory. */
 function outOfMemoryLines(dir: string): string[] {
   const found: string[] = [];
@@ -92,7 +102,8 @@ function outOfMemoryLines(dir: string): string[] {
 describe('GPUs shared by sleepers', () => {
   beforeAll(async () => {
     client = fleet.client;
-    ({ stateDir } = await fleet.agent(nodeId, { inventory: inventory('sleepsharex1.yaml') }));
+    agentMetrics = `127.0.0.1:${await findFreePort()}`;
+    ({ stateDir } = await fleet.agent(nodeId, { inventory: inventory('sleepsharex1.yaml'), extra: ['--metrics-addr', agentMetrics] }));
     const port = await findFreePort();
     const router = spawnLlmgw(['router', '--host', '127.0.0.1', '--port', String(port)]);
     await router.waitForOutput(/listening on http/, 60_000);
@@ -141,6 +152,11 @@ describe('GPUs shared by sleepers', () => {
     expect(permits.map((u) => (u.result as { ok: boolean }).ok)).toEqual([false, true]);
     // And the simulated GPU never ran out of memory: no start or wake failed as CUDA would.
     expect(outOfMemoryLines(stateDir)).toEqual([]);
+    // The agent counts what its engines did: A and B put to sleep at level 1, A woken once.
+    const scraped = await (await fetch(`http://${agentMetrics}/metrics`)).text();
+    expect(series(scraped, 'llmgw_agent_engine_sleeps', 'level="1",result="asleep"')).toBe(2);
+    expect(series(scraped, 'llmgw_agent_engine_wakes', 'result="woken"')).toBe(1);
+    expect(series(scraped, 'llmgw_agent_engine_wake_latency_count', '')).toBe(1);
 
     // Only the control worker gives a share back: a namespace member's `awake: false` for A (which
     // would let B wake onto a full GPU) is refused, with no proof or with one it did not make.
