@@ -120,6 +120,19 @@ async function undeployAll(client: Client, names: string[]): Promise<void> {
   );
 }
 
+/** The same traffic for both halves: the seed makes the sequence of models the same. */
+function zipfTraffic(stack: Stack, models: string[]): ReturnType<typeof driveZipf> {
+  return driveZipf({
+    routerUrl: stack.routerUrl!,
+    models,
+    clients: CLIENTS,
+    durationMs: PHASE_S * 1000,
+    thinkMs: THINK_MS,
+    maxTokens: MAX_TOKENS,
+    seed: SEED,
+  });
+}
+
 /** The half with sleep: the sleepers placed, an awake TTFT measured, the traffic, then what histories say. */
 async function sleepHalf(
   stack: Stack,
@@ -145,15 +158,7 @@ async function sleepHalf(
     50,
   );
   const started = Date.now();
-  const requests = await driveZipf({
-    routerUrl: stack.routerUrl!,
-    models,
-    clients: CLIENTS,
-    durationMs: PHASE_S * 1000,
-    thinkMs: THINK_MS,
-    maxTokens: MAX_TOKENS,
-    seed: SEED,
-  });
+  const requests = await zipfTraffic(stack, models);
   const deployments = sleepers.map((name, i) => ({ name, model: models[i]! }));
   const recorded = await recordedWakes(stack.client, deployments);
   const wakes = recorded.wakes.filter((w) => w.acceptedAt >= started && !w.alreadyAwake);
@@ -173,15 +178,7 @@ async function sleepHalf(
 async function coldHalf(stack: Stack, colds: string[], models: string[]): Promise<PhaseFigures> {
   await deployCold(stack.client, colds);
   const started = Date.now();
-  const requests = await driveZipf({
-    routerUrl: stack.routerUrl!,
-    models,
-    clients: CLIENTS,
-    durationMs: PHASE_S * 1000,
-    thinkMs: THINK_MS,
-    maxTokens: MAX_TOKENS,
-    seed: SEED,
-  });
+  const requests = await zipfTraffic(stack, models);
   const deployments = colds.map((name, i) => ({ name, model: models[i]! }));
   const starts = (await replicaStarts(stack.client, deployments)).filter((x) => x.startedAt >= started);
   const engines = starts.filter((x) => x.engineStartAt !== undefined);

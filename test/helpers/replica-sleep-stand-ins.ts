@@ -5,6 +5,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { ProfileSnapshot, ShardPlacement } from '../../common/replica-types.js';
 import type { SleepPolicy, SleepShardRequest, WakeShardRequest } from '../../common/sleep-types.js';
 import { sleep } from './processes.js';
+import { snapshotOf } from './rollout.js';
 
 export const NODE = 'sleepy-node';
 export const WAKE_MS = 300;
@@ -93,23 +94,15 @@ export const agentActivities = {
   shardSleepState: async (request: { shardId: string }) => ({ shardId: request.shardId, sleeping: false }),
 };
 
+/** The demo profile the test's replicas run, with a sleep policy when given (no revision: as a hand-started replica's). */
 export function profile(sleepPolicy?: SleepPolicy): ProfileSnapshot {
-  return {
+  const { revision: _revision, ...snapshot } = snapshotOf({
     model: 'demo',
     modelSource: 'engine://demo',
     servedName: 'demo',
     profile: 'fake',
-    engine: 'fake',
-    launcher: 'native',
     gpuClass: 'fake',
-    tensorParallel: 1,
-    pipelineParallel: 1,
-    gpusPerNode: 1,
-    nodes: 1,
-    args: [],
-    env: {},
-    startupTimeoutSeconds: 30,
-    minGpuMemoryMib: 0,
     ...(sleepPolicy ? { sleep: sleepPolicy } : {}),
-  };
+  });
+  return snapshot;
 }
