@@ -83,7 +83,13 @@ it('sleeps once idle, frees its memory, and a request through the router wakes t
 
   // A request through the router is held, wakes it, and is answered by the same process.
   const woken = await complete('The capital of France is');
-  const after = await view();
+  // The replica tells its deployment of the wake a moment after the request is answered.
+  const after = await eventually(
+    'the wake in the deployment view',
+    async () => ((await view()).replicas[0]?.sleep?.lastWake ? view() : undefined),
+    15_000,
+    200,
+  );
   console.log(
     `llama.cpp asleep through llmgw: RSS ${awakeMib} MiB awake, ${asleepMib} MiB asleep; the request that woke it answered in ` +
       `${woken.ms} ms ("${woken.text.trim()}"); wake recorded ${after.replicas[0]?.sleep?.lastWake?.tookMs} ms by ${after.replicas[0]?.sleep?.lastWake?.by}`,

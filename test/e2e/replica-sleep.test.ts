@@ -248,6 +248,37 @@ describe('a replica put to sleep and woken through its Updates', () => {
     await handle.result();
   }, 120_000);
 
+  it('stays asleep when a rank runs out of GPU memory waking; places again one that dies asleep with no room', async () => {
+    const handle = await startReplica(POLICY);
+    await handle.executeUpdate(sleepReplicaUpdate, { args: [{ by: 'test' }] });
+    standIn.wakeOutOfMemory = true;
+    let mark = calls.length;
+    const told = permits.length;
+    expect(await refusal(handle.executeUpdate(wakeReplicaUpdate, { args: [{ by: 'test' }] }))).toMatch(
+      /did not fit on its GPU.*stays asleep/,
+    );
+    // Rank 0 woke, rank 1 did not fit, rank 0 went back to sleep; no engine was restarted.
+    expect(since(mark).map((c) => c.split(' ')[0])).toEqual(['wake', 'wake', 'sleep']);
+    expect(permits.slice(told).filter((p) => p.startsWith('asleep'))).toHaveLength(2);
+    expect((await phaseIs(handle, 'Sleeping')).reason).toMatch(/ran out of GPU memory/);
+
+    // An engine that dies asleep where the node has no room for it awake is not restarted there
+    // (it would run awake while the node counts it asleep): the replica is placed again.
+    Object.assign(gpu, { full: 1, holders: [] });
+    const leader = (await handle.query(replicaStatusQuery)).shards.find((s) => s.rank === 0)!;
+    mark = calls.length;
+    await handle.signal(
+      shardTransitionSignal,
+      create(ShardStatusSchema, { shardId: leader.shardId, state: ShardState.FAILED, pid: leader.pid, message: 'killed' }),
+    );
+    const back = await phaseIs(handle, 'Ready');
+    const restartedInPlace = since(mark).filter((c) => c === `start ${leader.shardId.slice(-5)}`);
+    expect(restartedInPlace).toEqual([]);
+    expect(back.shards.map((s) => s.shardId)).not.toContain(leader.shardId);
+    await handle.signal(stopReplicaSignal, { reason: 'test over' });
+    await handle.result();
+  }, 120_000);
+
   it('stays Ready, its ranks awake again, when an engine will not sleep', async () => {
     const handle = await startReplica(POLICY);
     standIn.failNextSleep = true;

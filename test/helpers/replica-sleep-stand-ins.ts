@@ -22,7 +22,8 @@ export const gpu: { full: number; holders: { replicaId: string; shardIds: string
 export const sleepAsks: { replicaId: string; by: string }[] = [];
 export const stopAsks: { replicaId: string; asleepSeconds: number }[] = [];
 /** A test's knobs: the next rank-1 sleep refused; how long each engine takes to fall asleep. */
-export const standIn = { failNextSleep: false, sleepMs: 0 };
+/** And the next rank-1 wake failing as a wake onto a full GPU does (the agent's WakeOutOfMemory). */
+export const standIn = { failNextSleep: false, sleepMs: 0, wakeOutOfMemory: false };
 
 export const controlActivities = {
   async placeReplica(request: { replicaId: string; attempt: number }) {
@@ -88,6 +89,10 @@ export const agentActivities = {
   },
   async wakeShard(request: WakeShardRequest) {
     calls.push(`wake ${request.shardId.slice(-5)}`);
+    if (request.shardId.includes('.r1.') && standIn.wakeOutOfMemory) {
+      standIn.wakeOutOfMemory = false;
+      throw ApplicationFailure.nonRetryable('CUDA out of memory. Tried to allocate 900 MiB.', 'WakeOutOfMemory');
+    }
     await sleep(WAKE_MS);
     return { shardId: request.shardId, tookMs: WAKE_MS };
   },

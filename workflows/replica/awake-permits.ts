@@ -45,8 +45,12 @@ export async function acquireAwake(ctx: ReplicaContext, shards: ShardPlacement[]
     let answer = first[i]!;
     // Room made for an earlier rank may be this one's too (one holder on both GPUs): ask again first.
     if (!answer.ok && askedToSleep > 0) answer = (await askPermits([shard], `awake permit for rank ${shard.rank} on ${shard.nodeId}`))[0]!;
+    // Holders that refused for a reason that gives no time to ask again (loading, restarting,
+    // gone): the next holder is asked instead, and they only once all others were.
+    const passedOver = new Set<string>();
     for (let round = 1; !answer.ok; round++) {
-      const holder = answer.holders.find((h) => h.replicaId !== ctx.replicaId);
+      const others = answer.holders.filter((h) => h.replicaId !== ctx.replicaId);
+      const holder = others.find((h) => !passedOver.has(h.replicaId)) ?? others[0];
       // No awake holder to ask (the node no longer holds this shard): nothing to make room from.
       if (!holder) return `node ${shard.nodeId} did not grant rank ${shard.rank} a wake: ${answer.reason}`;
       if (round > MAX_ROUNDS || Date.now() > deadline)
@@ -57,6 +61,10 @@ export async function acquireAwake(ctx: ReplicaContext, shards: ShardPlacement[]
         reason: `${ctx.replicaId} wakes on GPUs ${shard.gpuIndices.join(',')} of ${shard.nodeId}, which ${holder.replicaId} holds awake (least recently woken)`,
       });
       askedToSleep++;
+      if (!asked.slept && !asked.askAgainAt && others.some((h) => h.replicaId !== holder.replicaId && !passedOver.has(h.replicaId))) {
+        passedOver.add(holder.replicaId);
+        continue;
+      }
       if (!asked.slept) {
         // Within its minAwakeSeconds: wait until they pass (bounded by the deadline), then ask again.
         const waitMs = asked.askAgainAt ? Date.parse(asked.askAgainAt) - Date.now() + 100 : REFUSED_RETRY_MS;

@@ -10,14 +10,14 @@ import { sleepReplicaUpdate, wakeReplicaUpdate } from '../definitions.js';
 import { awaitRouters } from '../routes/await.js';
 import { control, sleepCalls } from './calls.js';
 import type { ReplicaContext } from './context.js';
-import type { Failure } from './recovery.js';
-import { failureOutcome, firstLine } from './state.js';
+import { firstLine } from './state.js';
 import type { Next } from './steps.js';
 import { meaningOf } from './watch.js';
 import { sleepRefusal, wakeRefusal } from './sleep-rules.js';
-import { acquireAwake, tellAsleep } from './awake-permits.js';
+import { tellAsleep } from './awake-permits.js';
+import { answerWake, byRank, noRoomToRestart, permitsOrWhy, wake } from './wake.js';
 
-type Answer = { ok: true } | { ok: false; why: string };
+export type Answer = { ok: true } | { ok: false; why: string };
 
 /** What the Updates asked and the steps have not answered yet; not carried (a hand-over waits for both). */
 export interface SleepControl {
@@ -34,17 +34,6 @@ function answerSleep(ctx: ReplicaContext, answer: Answer): void {
   const pending = ctx.sleep.sleep;
   ctx.sleep.sleep = undefined;
   if (pending) pending.answer = answer;
-}
-
-/** Answers every wakeReplica waiting on the wake under way, and clears it. */
-function answerWake(ctx: ReplicaContext, answer: Answer): void {
-  const pending = ctx.sleep.wake;
-  ctx.sleep.wake = undefined;
-  if (pending) pending.answer = answer;
-}
-
-function byRank(shards: ShardPlacement[]): ShardPlacement[] {
-  return [...shards].sort((a, b) => a.rank - b.rank);
 }
 
 /** Registers both Updates; called before the run's first await. `opened`: the carried state was verified. */
@@ -168,10 +157,12 @@ export async function stayAsleep(ctx: ReplicaContext): Promise<Next> {
     const meaning = meaningOf(ctx, event);
     // A sleeping engine that fails is recovered as an awake one: restarted, then Ready.
     if (meaning?.kind === 'failure') {
-      // Restarted, its engines start awake: on a shared GPU they need the room first.
+      // Restarted, its engines start awake: on a shared GPU they need the room first. Without
+      // it they are not restarted there (the node would count them asleep while they run
+      // awake): the replica is placed again, where a reserve checks the room.
       const refused = await permitsOrWhy(ctx);
-      if (refused) log.warn(`${ctx.replicaId} restarts its engines without a wake permit: ${refused}`);
       state.sleep = state.sleep?.lastWake ? { lastWake: state.sleep.lastWake } : undefined;
+      if (refused) return { step: 'recover', failure: noRoomToRestart(ctx, meaning.outcome.reason, refused) };
       return { step: 'recover', failure: meaning.outcome };
     }
     // Not Unknown: that phase is routable, and a sleeping engine serves nothing.
@@ -205,41 +196,6 @@ async function askToStop(ctx: ReplicaContext): Promise<void> {
   void ctx.setPhase('Sleeping', `asleep ${seconds} s (stopAfterSeconds); ${then}`, { quiet: true });
 }
 
-/** Wakes every rank (rank 0 first) and answers the shared wake; an engine that will not wake is restarted. */
-async function wake(ctx: ReplicaContext): Promise<Next> {
-  const { state } = ctx;
-  const pending = ctx.sleep.wake!;
-  void ctx.setPhase('Sleeping', `waking (asked by ${pending.by}${pending.reason ? `: ${pending.reason}` : ''})`, { quiet: true });
-  // On GPUs shared with other sleepers, each node first grants room (the LRU holder asked to sleep).
-  const refused = await permitsOrWhy(ctx);
-  if (refused) {
-    answerWake(ctx, { ok: false, why: `${refused}; the replica stays asleep` });
-    void ctx.setPhase('Sleeping', `asleep; the last wake found no room: ${refused}`, { quiet: true });
-    return { step: 'asleep' };
-  }
-  for (const shard of byRank(state.shards)) {
-    try {
-      await sleepCalls(shard.nodeId, `wakeShard rank ${shard.rank} on ${shard.nodeId}`).wakeShard({ shardId: shard.shardId });
-    } catch (error) {
-      const outcome = failureOutcome(error, shard.nodeId, `waking rank ${shard.rank} on ${shard.nodeId}`) as Failure;
-      state.sleep = state.sleep?.lastWake ? { lastWake: state.sleep.lastWake } : undefined;
-      answerWake(ctx, { ok: false, why: `${outcome.reason}; the replica restarts its engines` });
-      return { step: 'recover', failure: outcome };
-    }
-  }
-  const tookMs = Date.now() - pending.acceptedAtMs;
-  state.sleep = { lastWake: { at: new Date().toISOString(), by: pending.by, tookMs } };
-  answerWake(ctx, { ok: true });
-  return { step: 'watch' };
-}
-
-/** Wake permits for every rank (awake-permits.ts); undefined when granted, else why not. */
-async function permitsOrWhy(ctx: ReplicaContext): Promise<string | undefined> {
-  return acquireAwake(ctx, byRank(ctx.state.shards)).catch(
-    (error: unknown) => `the wake permits could not be asked: ${firstLine(error instanceof Error ? error.message : String(error))}`,
-  );
-}
-
 /**
  * Whether the engines a reconciliation hands this replica sleep (their agent reads the engine's
  * own word: vLLM's /is_sleeping): then the replica is Sleeping at once. Asked only of a profile
@@ -254,6 +210,8 @@ export async function adoptedAsleep(ctx: ReplicaContext): Promise<boolean> {
   if (!answer?.sleeping) return false;
   const level = answer.level ?? ctx.profile.sleep.level;
   ctx.state.sleep = { since: new Date().toISOString(), level };
+  // The node may count it awake (a claim made before the engine fell asleep): its share goes back.
+  await tellAsleep(ctx, byRank(ctx.state.shards));
   void ctx.setPhase('Sleeping', `adopted asleep (level ${level}); the next request wakes it`);
   return true;
 }
