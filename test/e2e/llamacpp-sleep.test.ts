@@ -8,6 +8,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import type { DeploymentView } from '../../common/replica-types.js';
 import { deploymentStatusQuery } from '../../workflows/definitions.js';
+import { ROUTES_WORKFLOW_ID, routesQuery } from '../../workflows/routes/definitions.js';
 import { enginesOf, eventually, inventory, runLlmgw, spawnLlmgw, undeployAndWait, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 import { spawnTestRouter } from '../helpers/router-process.js';
 
@@ -21,6 +22,14 @@ let client: Client;
 let routerUrl = '';
 
 const view = (): Promise<DeploymentView> => client.workflow.getHandle(`deployment/${name}`).query(deploymentStatusQuery);
+
+/** The route is Sleeping in the routes workflow's table, and every live router has that table. */
+async function routedAsleep(): Promise<true | undefined> {
+  const table = await client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery);
+  const asleep = table.routes.some((r) => r.deployment === name && r.phase === 'Sleeping');
+  const live = table.routers.filter((r) => r.live);
+  return asleep && live.length > 0 && live.every((r) => r.applied >= table.version) ? true : undefined;
+}
 
 function rssMib(pid: number): number {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8')
@@ -78,6 +87,9 @@ it('sleeps once idle, frees its memory, and a request through the router wakes t
   );
   const replica = asleep.replicas[0]!;
   expect(replica.reason).toMatch(/autoscaler:.*idle/);
+  // The replica says Sleeping first, then waits for the routers to stop routing to it: until they
+  // have, a request would reach llama-server itself, which wakes on its own for it.
+  await eventually('every router holding requests for it', routedAsleep, 30_000, 250);
   const asleepMib = rssMib(engine!.pid);
   expect(asleepMib).toBeLessThan(awakeMib * 0.6);
 
