@@ -28,6 +28,8 @@ export const AutoscaleSchema = z
     upAfterSeconds: z.int().min(0, 'upAfterSeconds must be ≥ 0').optional(),
     downAfterSeconds: z.int().min(0, 'downAfterSeconds must be ≥ 0').optional(),
     tolerance: z.number().min(0, 'tolerance must be ≥ 0').max(1, 'tolerance must be ≤ 1').optional(),
+    /** Held sheddable requests (priority below zero) add no replica: batch work waits for room, it does not buy GPUs. */
+    ignoreSheddable: z.boolean('ignoreSheddable must be true or false').optional(),
   })
   .refine((a) => a.min <= a.max, { message: 'min must not be above max', path: ['min'] })
   .refine((a) => a.idleToZeroSeconds === undefined || a.min === 0, {
@@ -48,6 +50,8 @@ export interface AutoscalePolicy {
   upAfterSeconds: number;
   downAfterSeconds: number;
   tolerance: number;
+  /** Present (true) only when set, so that policies published before it sign and compare as they did. */
+  ignoreSheddable?: true;
 }
 
 export function autoscalePolicy(settings: AutoscaleSettings): AutoscalePolicy {
@@ -61,6 +65,7 @@ export function autoscalePolicy(settings: AutoscaleSettings): AutoscalePolicy {
     upAfterSeconds: settings.upAfterSeconds ?? 30,
     downAfterSeconds: settings.downAfterSeconds ?? 300,
     tolerance: settings.tolerance ?? 0.1,
+    ...(settings.ignoreSheddable === true ? { ignoreSheddable: true as const } : {}),
   };
 }
 

@@ -72,6 +72,7 @@ function canonicalDeployment(d: SignedDeploymentFields): string {
   // Only when set, so that every entry signed before sleep existed still verifies.
   const s = d.sleep;
   if (s) fields.push(['sleep', s.afterSeconds, s.level, s.stopAfterSeconds ?? null, s.minAwakeSeconds]);
+  if (a?.ignoreSheddable) fields.push(['ignoreSheddable', true]);
   return JSON.stringify(fields);
 }
 

@@ -192,7 +192,9 @@ class Completion {
     const { metrics, slots } = this.ctx;
     // vLLM's phase histograms: a router reads from them what a prefill and a request cost here.
     metrics.prefillSeconds += this.prefillMs / 1000;
-    metrics.inferenceSeconds += (performance.now() - this.runAt) / 1000;
+    const inferenceSeconds = (performance.now() - this.runAt) / 1000;
+    metrics.inferenceSeconds += inferenceSeconds;
+    metrics.decodeSeconds += Math.max(0, inferenceSeconds - this.prefillMs / 1000);
     metrics.completions++;
     metrics.requestSuccess++;
     metrics.promptTokens += this.plan.promptTokens;

@@ -12,6 +12,7 @@ export class EngineMetrics {
   /** Sums over finished requests of the prefill phase and of the whole run (slot to end), seconds. */
   prefillSeconds = 0;
   inferenceSeconds = 0;
+  decodeSeconds = 0;
   /** Completions finished (embeddings have no phases). */
   completions = 0;
   private readonly label: string;
@@ -41,6 +42,13 @@ export class EngineMetrics {
         'Histogram of time spent in PREFILL phase for request.',
         l,
         this.prefillSeconds,
+        this.completions,
+      ) +
+      histogram(
+        'vllm:request_decode_time_seconds',
+        'Histogram of time spent in DECODE phase for request.',
+        l,
+        this.decodeSeconds,
         this.completions,
       ) +
       histogram(

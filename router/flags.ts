@@ -10,7 +10,7 @@ import { loadApiKeys, type ApiKeys } from './http/auth.js';
 import { DEFAULT_HELD_BYTES } from './http/byte-budget.js';
 import { DEFAULT_KEY_CONCURRENCY } from './http/limits.js';
 import { DEFAULT_BODY_LIMIT } from './options.js';
-import { DEFAULT_QUEUE, type QueueSettings } from './engines/waiting-room.js';
+import { DEFAULT_QUEUE, type QueueSettings } from './flow/waiting-room.js';
 import { DEFAULT_UPSTREAM } from './engines/upstream.js';
 import { parseAffinity, type AffinitySettings } from './policies/affinity-settings.js';
 import { DEFAULT_GUARD } from './policies/affinity-table.js';
@@ -57,6 +57,10 @@ export interface RouterFlags {
   queueTimeout?: string | number;
   /** --saturated-waiting N|off: an engine with N requests waiting takes no more from this router, default 8. */
   saturatedWaiting?: string | number;
+  /** --fairness weighted|fifo: how one priority's held requests share the line, default weighted (by tenant). */
+  fairness?: string;
+  /** --kept-slots FRACTION: the share of each engine's slots kept, while contended, for critical requests and tenants below their share. */
+  keptSlots?: string | number;
   /** --autoscale on|off: this router scales deployments and wakes them (on by default). */
   autoscale?: string;
   /** --router-id: how the routes workflow knows this router; default HOST:PORT, so a restart replaces itself. */
@@ -106,6 +110,12 @@ const Flags = z.object({
   saturatedWaiting: z
     .union([z.literal('off'), z.coerce.number().int().min(0)], { error: 'must be a whole number ≥ 0 or off' })
     .default(DEFAULT_QUEUE.saturatedWaiting ?? 'off'),
+  fairness: z.enum(['weighted', 'fifo'], { error: 'must be weighted or fifo' }).default(DEFAULT_QUEUE.fairness),
+  keptSlots: z.coerce
+    .number({ error: 'must be a number from 0 to 0.5' })
+    .min(0, 'must be a number from 0 to 0.5')
+    .max(0.5, 'must be a number from 0 to 0.5')
+    .default(DEFAULT_QUEUE.keptShare),
   autoscale: z.enum(['on', 'off']).default('on'),
   routerId: z.string().min(1).optional(),
   routeHold: z.coerce
@@ -210,6 +220,8 @@ export function parseRouterFlags(flags: RouterFlags, env: NodeJS.ProcessEnv): Ro
       maxPerModel: Math.ceil(f.queueSize / f.workers),
       maxWaitMs: f.queueTimeout * 1000,
       saturatedWaiting: f.saturatedWaiting === 'off' ? undefined : f.saturatedWaiting,
+      fairness: f.fairness,
+      keptShare: f.keptSlots,
     },
     catalogPath: f.catalog ?? env.LLMGW_CATALOG,
     kvEvents: f.kvEvents ?? env.LLMGW_ROUTER_KV_EVENTS,

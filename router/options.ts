@@ -9,7 +9,7 @@ import type { AdapterCatalog } from './adapters/catalog.js';
 import type { AdapterRouterOptions } from './adapters/placement.js';
 import type { PolicyName } from './policies/policy.js';
 import type { RouteSnapshot, RouteSource } from './routes/table.js';
-import type { QueueSettings } from './engines/waiting-room.js';
+import type { QueueSettings } from './flow/waiting-room.js';
 import type { WakeCaller } from './engines/wake.js';
 
 export interface RouterOptions {

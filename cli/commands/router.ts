@@ -89,6 +89,16 @@ export function register(program: Command): void {
       '8',
     )
     .option(
+      '--fairness <weighted|fifo>',
+      'how held requests of one priority share a saturated deployment: by tenant weight, or first come first served',
+      'weighted',
+    )
+    .option(
+      '--kept-slots <fraction>',
+      "while tenants or priorities contend, the share of each engine's slots kept for critical requests and tenants below their share (0: none)",
+      '0.125',
+    )
+    .option(
       '--router-id <id>',
       'how the routes workflow knows this router (default HOST:PORT: a router restarted on its address takes over its entry)',
     )

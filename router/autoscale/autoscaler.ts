@@ -111,8 +111,12 @@ export class Autoscaler {
       const urls = own.filter((r) => r.endpoint !== '' && isRoutable(r.phase)).map((r) => r.endpoint);
       const signals: DeploymentSignals = { running: 0, waiting: 0, kvCache: 0, queued: 0, inFlight: 0, routable: urls.length };
       signals.queued = queuedFor.get(d.servedName) === d.name ? (load.queued[d.servedName] ?? 0) : 0;
+      if (d.autoscale.ignoreSheddable && signals.queued > 0) {
+        signals.sheddableLeftOut = Math.min(signals.queued, load.sheddable?.[d.servedName] ?? 0);
+        signals.queued -= signals.sheddableLeftOut;
+      }
       // Unknown load (no scrape yet, metrics unreachable, a replica still starting) is not idleness.
-      let active = signals.queued > 0 || (urls.length === 0 && d.desired > 0);
+      let active = signals.queued + (signals.sheddableLeftOut ?? 0) > 0 || (urls.length === 0 && d.desired > 0);
       let kvSum = 0;
       for (const url of urls) {
         const sample = load.engines[url];
@@ -189,7 +193,9 @@ export class Autoscaler {
     if (t.pending && now > t.pending.until) t.pending = undefined;
     // At zero, requests waiting wake it (the purpose-made Update); the windows take over from one.
     if (d.desired === 0) {
-      if (s.queued > 0) this.wake(d, `${s.queued} request(s) held at routers`, now);
+      // Sheddable requests left out of scaling still wake it: else they could only time out.
+      const held = s.queued + (s.sheddableLeftOut ?? 0);
+      if (held > 0) this.wake(d, `${held} request(s) held at routers`, now);
       return;
     }
     // Sleepers are capacity that wakes in a second: woken for the load first, and while any

@@ -8,24 +8,32 @@ import type { Endpoint, EngineSample } from '../engines/endpoint.js';
 export interface LoadReport {
   /** Requests held, by served name. */
   queued: Record<string, number>;
+  /** Of those, the sheddable ones (priority below zero), by served name: a profile may not scale up for them. */
+  sheddable?: Record<string, number>;
   /** By endpoint URL. */
   engines: Record<string, EngineSample>;
 }
 
 /** One process's report: its endpoints' samples and its waiting lines' depths. */
-export function reportOf(endpoints: Iterable<Endpoint>, queued: Record<string, number>): LoadReport {
+export function reportOf(
+  endpoints: Iterable<Endpoint>,
+  queued: Record<string, number>,
+  sheddable: Record<string, number> = {},
+): LoadReport {
   const engines: Record<string, EngineSample> = {};
   for (const e of endpoints) engines[e.url] = e.sample();
-  return { queued, engines };
+  return { queued, sheddable, engines };
 }
 
 /** All router processes' reports as one: held requests and in-flight counts summed, each engine's freshest scrape. */
 export function mergeReports(reports: readonly LoadReport[]): LoadReport {
   if (reports.length === 1) return reports[0] as LoadReport;
   const queued: Record<string, number> = {};
+  const sheddable: Record<string, number> = {};
   const engines: Record<string, EngineSample> = {};
   for (const report of reports) {
     for (const [model, n] of Object.entries(report.queued)) queued[model] = (queued[model] ?? 0) + n;
+    for (const [model, n] of Object.entries(report.sheddable ?? {})) sheddable[model] = (sheddable[model] ?? 0) + n;
     for (const [url, sample] of Object.entries(report.engines)) {
       const seen = engines[url];
       if (seen === undefined) engines[url] = { ...sample };
@@ -36,7 +44,7 @@ export function mergeReports(reports: readonly LoadReport[]): LoadReport {
       }
     }
   }
-  return { queued, engines };
+  return { queued, sheddable, engines };
 }
 
 const LOAD = 'llmgw-router:load';

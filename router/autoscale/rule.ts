@@ -16,8 +16,10 @@ export interface DeploymentSignals {
   waiting: number;
   /** Mean KV-cache use of the engines, 0–1. */
   kvCache: number;
-  /** Requests held by routers for it (at zero, starting, or saturated). */
+  /** Requests held by routers for it (at zero, starting, or saturated); without the sheddable ones when its policy ignores them. */
   queued: number;
+  /** Sheddable requests held that `queued` leaves out (autoscale.ignoreSheddable): they still wake it from zero. */
+  sheddableLeftOut?: number;
   /** Requests at the engines: each engine's running + waiting, or the routers' own count there when that is higher (fresher). */
   inFlight: number;
   /** Replicas routers can send to. */

@@ -34,6 +34,9 @@ export interface EngineLoad {
   inferenceCount?: number;
   promptTokens?: number;
   cachedTokens?: number;
+  /** Seconds spent decoding, and tokens generated: their ratio is the time per output token. */
+  decodeSeconds?: number;
+  generationTokens?: number;
 }
 
 /** Weight of the newest scrape interval in the running costs. */
@@ -199,6 +202,12 @@ export class Endpoint implements Candidate {
     const prefilled = (load.promptTokens ?? 0) - (load.cachedTokens ?? 0) - ((before.promptTokens ?? 0) - (before.cachedTokens ?? 0));
     const prefill = (load.prefillSeconds ?? 0) - (before.prefillSeconds ?? 0);
     if (served > 0) this.costs.prefillMs += COST_EWMA * ((prefill * 1000) / served - this.costs.prefillMs);
+    const decoded = (load.generationTokens ?? 0) - (before.generationTokens ?? 0);
+    const decoding = (load.decodeSeconds ?? 0) - (before.decodeSeconds ?? 0);
+    if (decoded > 0 && decoding > 0) {
+      const ms = (decoding * 1000) / decoded;
+      this.costs.tpotMs = this.costs.tpotMs === undefined ? ms : this.costs.tpotMs + COST_EWMA * (ms - this.costs.tpotMs);
+    }
     if (prefilled > 0 && prefill > 0) {
       const ms = (prefill * 1000) / prefilled;
       this.costs.prefillMsPerToken = this.prefillLearned
@@ -224,9 +233,17 @@ export class Endpoint implements Candidate {
    * hold requests back on a guess.
    */
   saturated(threshold: number): boolean {
-    if (this.capacity === undefined || this.scrapedAt === 0) return false;
-    const engineNow = this.running + this.waiting + (this.inflight - this.inflightAtScrape);
-    return engineNow - this.capacity >= threshold;
+    return -this.freeSlots() >= threshold;
+  }
+
+  /**
+   * Slots the engine has free if one more request were not sent: its capacity less its running
+   * and waiting as last scraped, moved by what this router sent or saw finish since; negative
+   * when it has a line. Infinity while its capacity is unknown (flow control acts on no guess).
+   */
+  freeSlots(): number {
+    if (this.capacity === undefined || this.scrapedAt === 0) return Infinity;
+    return this.capacity - (this.running + this.waiting + (this.inflight - this.inflightAtScrape));
   }
 
   sample(): EngineSample {

@@ -16,8 +16,9 @@ import type { Endpoint } from './endpoint.js';
 import { countUsage } from './usage.js';
 import { engineErrorBody, sendError, streamErrorEvents, RETRY_AFTER_S } from '../http/errors.js';
 import type { ModelMetrics, RouterMetrics } from '../metrics.js';
-import type { PickRequest } from '../policies/policy.js';
+import type { EligiblePick } from './model-pool.js';
 import type { ExchangeResponse, RoutedRequest } from './routed-request.js';
+import type { FlowClass } from '../flow/priority.js';
 import { passedHeaders, classifyUpstreamError, type UpstreamFailure } from './upstream.js';
 
 /** What an exchange asks of its model's pool (engines/model-pool.ts), not how pools are built. */
@@ -25,9 +26,9 @@ export interface ExchangeModel {
   readonly servedName: string;
   readonly endpoints: readonly Endpoint[];
   readonly metrics: Pick<ModelMetrics, 'record'>;
-  readonly queue: { readonly size: number };
+  readonly queue: { readonly size: number; readonly shares?: FlowShares };
   readonly adapterLost: ((e: Endpoint) => void) | undefined;
-  pick(request: PickRequest, tried: Endpoint[] | undefined, now: number): Endpoint | undefined;
+  pick(request: EligiblePick, tried: Endpoint[] | undefined, now: number): Endpoint | undefined;
 }
 
 export interface ProxySettings {
@@ -40,6 +41,22 @@ export interface ProxySettings {
   released?(model: ExchangeModel): void;
   /** Name the engine that answered in x-llmgw-endpoint (--debug-headers). */
   debugHeaders: boolean;
+  /** Flow control's view of a request once sent (flow/waiting-room.ts): its prediction and its first token. */
+  flow?: FlowRecorder;
+}
+
+/** What flow control counts per tenant (flow/tenant-shares.ts): requests in flight. */
+export interface FlowShares {
+  started(flow: FlowClass, now: number): void;
+  finished(flow: FlowClass, now: number): void;
+}
+
+/** What flow control learns from a request it let go (flow/waiting-room.ts). */
+export interface FlowRecorder {
+  /** Its first attempt is going to `endpoint`: predict its first token. */
+  sending(model: string, request: RoutedRequest, endpoint: Endpoint, now: number): void;
+  /** Its answer's first byte came (`sse`: a stream, whose first byte is its first token). */
+  firstByte(model: string, request: RoutedRequest, at: number, sse: boolean): void;
 }
 
 /**
@@ -69,6 +86,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
   private errorBytes = 0;
   /** How long it waited at the router before it was sent (x-llmgw-queued-ms); -1: it did not. */
   queuedMs = -1;
+  /** Where its tenant's requests in flight are counted, from start to finish. */
+  private shares: FlowShares | undefined = undefined;
 
   constructor(
     private readonly settings: ProxySettings,
@@ -80,6 +99,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
   start(): void {
     this.res.exchange = this;
     this.res.on('close', onClientClose);
+    this.shares = this.model.queue.shares;
+    this.shares?.started(this.request.flow, performance.now());
     this.attempt();
   }
 
@@ -93,6 +114,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
       this.refuse('no_replica', `No replica of model \`${this.model.servedName}\` is ready.`);
       return;
     }
+    if (this.attempts === 0) this.settings.flow?.sending(this.model.servedName, this.request, endpoint, now);
     this.attempts++;
     this.endpoint = endpoint;
     this.abortUpstream = undefined;
@@ -168,7 +190,10 @@ export class Exchange implements Dispatcher.DispatchHandler {
   onData(chunk: Buffer): boolean {
     switch (this.phase) {
       case 'passing':
-        if (this.firstByteAt === 0) this.firstByteAt = performance.now();
+        if (this.firstByteAt === 0) {
+          this.firstByteAt = performance.now();
+          this.settings.flow?.firstByte(this.model.servedName, this.request, this.firstByteAt, this.sse);
+        }
         if (this.prefilling) this.prefilled();
         if (this.res.gate !== undefined) countUsage(this.res.gate, chunk);
         if (this.res.write(chunk)) return true;
@@ -283,6 +308,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
     const now = performance.now();
     const ttft = this.sse && this.firstByteAt !== 0 ? (this.firstByteAt - this.request.startedAt) / 1000 : undefined;
     this.model.metrics.record(status, (now - this.request.startedAt) / 1000, ttft);
+    this.shares?.finished(this.request.flow, now);
+    this.shares = undefined;
     if (this.model.queue.size > 0) this.settings.released?.(this.model);
   }
 

@@ -6,7 +6,7 @@ import { pickLeastLoaded } from '../policies/least-loaded.js';
 import type { PickRequest, RoutingPolicy } from '../policies/policy.js';
 import type { Endpoint } from './endpoint.js';
 import type { SleepingReplica } from '../routes/table.js';
-import { ModelQueue } from './queue.js';
+import { ModelQueue } from '../flow/queue.js';
 
 export class ModelPool {
   /** The served name as the JSON string a body carries, to put in place of a deployment alias. */
@@ -35,8 +35,17 @@ export class ModelPool {
    * The endpoint for the next attempt: the first by the model's policy, a retry (`tried` set)
    * to the least-loaded endpoint not yet tried.
    */
-  pick(request: PickRequest, tried: Endpoint[] | undefined, now: number): Endpoint | undefined {
+  pick(request: EligiblePick, tried: Endpoint[] | undefined, now: number): Endpoint | undefined {
     if (tried !== undefined) return pickLeastLoaded(this.endpoints, tried, now);
-    return this.policy.pick(this.endpoints, request, now);
+    // Flow control's choice of replicas (room, a deadline) narrows the first attempt's.
+    const eligible = request.eligible;
+    if (eligible === undefined) return this.policy.pick(this.endpoints, request, now);
+    const candidates = this.endpoints.filter(eligible);
+    return this.policy.pick(candidates.length > 0 ? candidates : this.endpoints, request, now);
   }
+}
+
+/** A request as a pick sees it: its keys, and the replicas flow control allows it. */
+export interface EligiblePick extends PickRequest {
+  readonly eligible?: ((e: Endpoint) => boolean) | undefined;
 }

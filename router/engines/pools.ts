@@ -10,7 +10,7 @@ import { AffinityTable, DEFAULT_GUARD, type ImbalanceGuard } from '../policies/a
 import { createPolicy, type PolicyName } from '../policies/index.js';
 import type { ModelMetrics, RouterMetrics } from '../metrics.js';
 import { ModelPool } from './model-pool.js';
-import type { ModelQueue } from './queue.js';
+import type { ModelQueue } from '../flow/queue.js';
 import { buildModelRoutes, isRoutable, type DeploymentEntry, type RouteEntry } from '../routes/table.js';
 import { keyChainOf } from '../../common/engine-keys.js';
 import { createUpstreamPool, EngineAuths, type EngineAuth, type UpstreamOptions } from './upstream.js';

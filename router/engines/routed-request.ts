@@ -3,6 +3,9 @@
 // one object rather than fields handed along one by one; and the response it is answered on.
 // Router side.
 import type { ServerResponse } from 'node:http';
+import type { FlowClass } from '../flow/priority.js';
+import type { Deadline } from '../flow/deadline.js';
+import type { Endpoint } from './endpoint.js';
 
 export interface RoutedRequest {
   /** The path as the client sent it (query included); the engine gets the same. */
@@ -14,6 +17,14 @@ export interface RoutedRequest {
   readonly prefix: number;
   /** performance.now() when routing began: latency and time to first token are counted from here. */
   readonly startedAt: number;
+  /** Its tenant, weight and priority (flow/priority.ts): where it waits in a line, and who it counts against. */
+  readonly flow: FlowClass;
+  /** What its caller asked of its first token and the tokens after (x-llmgw-slo-ttft-ms, -tpot-ms); undefined: nothing. */
+  readonly deadline: Deadline | undefined;
+  /** The replicas its first attempt may go to (flow control's kept slots, its deadline); undefined: any. */
+  eligible: ((endpoint: Endpoint) => boolean) | undefined;
+  /** The time to first token flow control predicted for it, in ms, once sent; -1: none. */
+  predictedTtftMs: number;
 }
 
 /** The router's ServerResponse, carrying its exchange so that module-level listeners find it. */

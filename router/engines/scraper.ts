@@ -31,6 +31,11 @@ const WANTED: ReadonlyArray<readonly [string, Field]> = [
   ['vllm:request_inference_time_seconds_count', 'inferenceCount'],
   ['vllm:prompt_tokens_total', 'promptTokens'],
   ['vllm:prefix_cache_hits_total', 'cachedTokens'],
+  // What a generated token costs (flow/deadline.ts predicts time per output token from it).
+  ['vllm:request_decode_time_seconds_sum', 'decodeSeconds'],
+  ['vllm:generation_tokens_total', 'generationTokens'],
+  ['llamacpp:tokens_predicted_seconds_total', 'decodeSeconds'],
+  ['llamacpp:tokens_predicted_total', 'generationTokens'],
   // llama.cpp counts no requests; a decode step is work served, which is all `requests` is read for.
   ['llamacpp:n_decode_total', 'requests'],
   ['llamacpp:prompt_seconds_total', 'prefillSeconds'],
@@ -41,7 +46,15 @@ const WANTED: ReadonlyArray<readonly [string, Field]> = [
   ['llamacpp:prompt_tokens_cached_total', 'cachedTokens'],
 ];
 
-type Counter = 'requests' | 'prefillSeconds' | 'inferenceSeconds' | 'inferenceCount' | 'promptTokens' | 'cachedTokens';
+type Counter =
+  | 'requests'
+  | 'prefillSeconds'
+  | 'inferenceSeconds'
+  | 'inferenceCount'
+  | 'promptTokens'
+  | 'cachedTokens'
+  | 'decodeSeconds'
+  | 'generationTokens';
 
 /**
  * The load in a Prometheus text page, or undefined when it has none of the names we know.

@@ -2,6 +2,7 @@
 // its errors, held routes, ejected engine URLs, waiting lines). Loopback by default, never on the
 // public listener: what it shows tells an attacker where the engines are and what is failing.
 // Router side; the public listener answers only `{"status"}` on /health (http/core.ts).
+import type { LineView } from '../flow/waiting-room.js';
 import cluster from 'node:cluster';
 import http from 'node:http';
 import { prepareSocketPath, restrictSocket } from '../../agent/admin/auth.js';
@@ -19,6 +20,8 @@ export interface RouterHealth {
   ejected: string[];
   /** Requests held at this router, by model. */
   queued: Record<string, number>;
+  /** Each model's line with requests held: by tenant and priority, with each tenant's requests in flight here. */
+  line: Record<string, LineView>;
   /** Bytes of request bodies held in memory, and the budget (--held-bytes). */
   heldBytes: { used: number; limit: number };
   /** Each followed engine's KV-event stream (live: scored by its blocks; else by homes), by endpoint. */

@@ -6,6 +6,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { allowsNothing, scopeOf, type KeyScope } from './key-scope.js';
+import { DEFAULT_PRIORITY, parsePriority, type FlowClass } from '../flow/priority.js';
 
 /** A key's limits; undefined means unlimited. */
 export interface KeyLimits {
@@ -30,6 +31,8 @@ export interface ApiKey {
   limits: KeyLimits;
   /** The models and adapters it may use; undefined: every one. */
   scope: KeyScope | undefined;
+  /** Its tenant (its id unless the entry names one), the tenant's weight, and its priority: flow control's view (flow/). */
+  flow: FlowClass;
 }
 
 export interface KeySpec {
@@ -38,6 +41,10 @@ export interface KeySpec {
   /** A name for it the operator chose (a JSON entry's `id`). */
   id?: string;
   scope?: KeyScope;
+  /** Its tenant, the tenant's weight and its priority, when the entry gives them. */
+  tenant?: string;
+  weight?: number;
+  priority?: number;
   /** `FILE:LINE`, for an error about the entry. */
   where?: string;
 }
@@ -52,15 +59,19 @@ export class ApiKeys {
     if (keys.length === 0) throw new Error('ApiKeys needs at least one key');
     const specs = keys.map((k) => (typeof k === 'string' ? { key: k } : k));
     this.digests = specs.map((s) => digest(s.key));
+    const weights = tenantWeights(specs);
     this.keys = specs.map((s, index) => {
       const label = keyLabel(this.digests[index] as Buffer);
+      const id = s.id ?? label;
+      const tenant = s.tenant ?? id;
       return {
         index,
         label,
-        id: s.id ?? label,
+        id,
         fingerprint: (this.digests[index] as Buffer).toString('hex'),
         limits: { rps: s.limits?.rps ?? defaults.rps, concurrent: s.limits?.concurrent ?? defaults.concurrent },
         scope: s.scope,
+        flow: { tenant, weight: weights.get(tenant) ?? 1, priority: s.priority ?? DEFAULT_PRIORITY },
       };
     });
     // The first entry of a key wins at check(): were one of two scoped, which would be silent.
@@ -92,6 +103,24 @@ export class ApiKeys {
   }
 }
 
+/**
+ * Each named tenant's weight: given on any of its keys' entries, the same wherever it is given
+ * (two different weights for one tenant would make its share depend on which key sent).
+ */
+function tenantWeights(specs: readonly KeySpec[]): Map<string, number> {
+  const weights = new Map<string, { weight: number; where: string | undefined }>();
+  for (const s of specs) {
+    if (s.tenant === undefined || s.weight === undefined) continue;
+    const before = weights.get(s.tenant);
+    if (before !== undefined && before.weight !== s.weight)
+      throw new Error(
+        `${s.where ?? 'LLMGW_API_KEYS'}: tenant ${s.tenant} has weight ${before.weight} at ${before.where ?? 'LLMGW_API_KEYS'}; a tenant has one weight`,
+      );
+    weights.set(s.tenant, { weight: s.weight, where: s.where });
+  }
+  return new Map([...weights].map(([tenant, w]) => [tenant, w.weight]));
+}
+
 function digest(key: string): Buffer {
   return createHash('sha256').update(key).digest();
 }
@@ -100,6 +129,19 @@ function keyLabel(d: Buffer): string {
   return `sha256:${d.toString('hex').slice(0, 12)}`;
 }
 
+const TenantId = z.string().regex(/^[\w.:@/-]{1,64}$/, 'tenant must be 1 to 64 letters, digits or ._:@/-');
+const Weight = z.number({ error: 'weight must be a number' }).positive('weight must be > 0').max(1000, 'weight must be <= 1000');
+const Priority = z
+  .union([z.string(), z.number()], { error: 'priority must be critical, standard, sheddable or an integer' })
+  .transform((v, ctx) => {
+    const parsed = parsePriority(v);
+    if (parsed instanceof Error) {
+      ctx.addIssue({ code: 'custom', message: parsed.message });
+      return z.NEVER;
+    }
+    return parsed;
+  });
+
 const Limit = z.object({
   rps: z.coerce.number({ error: 'rps must be a number' }).positive('rps must be > 0').optional(),
   concurrent: z.coerce
@@ -107,11 +149,16 @@ const Limit = z.object({
     .int('concurrent must be an integer')
     .positive('concurrent must be > 0')
     .optional(),
+  tenant: TenantId.optional(),
+  weight: z.coerce.number({ error: 'weight must be a number' }).pipe(Weight).optional(),
+  priority: Priority.optional(),
 });
 
+const LINE_OPTIONS = ['rps', 'concurrent', 'tenant', 'weight', 'priority'];
+
 /**
- * One line of a keys file: `KEY` or `KEY rps=N concurrent=N`. Throws naming what is wrong, but
- * never the key.
+ * One line of a keys file: `KEY` or `KEY rps=N concurrent=N tenant=T weight=W priority=P`. Throws
+ * naming what is wrong, but never the key.
  */
 export function parseKeyLine(line: string): KeySpec {
   const [key = '', ...options] = line.trim().split(/\s+/);
@@ -120,21 +167,34 @@ export function parseKeyLine(line: string): KeySpec {
     const eq = option.indexOf('=');
     const name = option.slice(0, eq);
     // Named by its place, not its text: a word after the key may be another key (two on one line).
-    if (eq <= 0 || (name !== 'rps' && name !== 'concurrent'))
-      throw new Error(`unknown option (word ${n + 2} of the line; options are rps=N, concurrent=N)`);
+    if (eq <= 0 || !LINE_OPTIONS.includes(name))
+      throw new Error(`unknown option (word ${n + 2} of the line; options are ${LINE_OPTIONS.map((o) => `${o}=…`).join(', ')})`);
     raw[name] = option.slice(eq + 1);
   }
   const parsed = Limit.safeParse(raw);
   if (!parsed.success) throw new Error(parsed.error.issues.map((i) => i.message).join('; '));
-  return { key, limits: parsed.data };
+  const { rps, concurrent, ...flow } = parsed.data;
+  return withFlow({ key, limits: { rps, concurrent } }, flow);
+}
+
+function withFlow(
+  spec: KeySpec,
+  flow: { tenant?: string | undefined; weight?: number | undefined; priority?: number | undefined },
+): KeySpec {
+  if (flow.weight !== undefined && flow.tenant === undefined) throw new Error("weight is a tenant's: name the tenant too (tenant=…)");
+  if (flow.tenant !== undefined) spec.tenant = flow.tenant;
+  if (flow.weight !== undefined) spec.weight = flow.weight;
+  if (flow.priority !== undefined) spec.priority = flow.priority;
+  return spec;
 }
 
 const Name = z.string().min(1, 'a name must not be empty');
 
 /**
  * One key as a JSON object on its line, the form that can grow: `{"key": "…", "id": "team-a",
- * "models": ["chat"], "adapters": ["team-a-sql"], "rps": 5, "concurrent": 8}`. Unknown fields
- * are refused, so a misspelt `model` cannot widen a key to every model.
+ * "models": ["chat"], "adapters": ["team-a-sql"], "rps": 5, "concurrent": 8, "tenant": "team-a",
+ * "weight": 3, "priority": "critical"}`. Unknown fields are refused, so a misspelt `model` cannot
+ * widen a key to every model.
  */
 const KeyEntry = z.strictObject({
   key: z.string().min(1, 'key must not be empty'),
@@ -150,6 +210,9 @@ const KeyEntry = z.strictObject({
     .optional(),
   models: z.array(Name, { error: 'models must be a list of names' }).optional(),
   adapters: z.array(Name, { error: 'adapters must be a list of names' }).optional(),
+  tenant: TenantId.optional(),
+  weight: Weight.optional(),
+  priority: Priority.optional(),
 });
 
 const ENTRY_FIELDS = Object.keys(KeyEntry.shape).join(', ');
@@ -171,11 +234,12 @@ export function parseKeyEntry(line: string): KeySpec {
         .map((i) => (i.code === 'unrecognized_keys' ? `unknown field (the fields are ${ENTRY_FIELDS})` : `${pathOf(i.path)}${i.message}`))
         .join('; '),
     );
-  const { key, id, rps, concurrent, models, adapters } = parsed.data;
+  const { key, id, rps, concurrent, models, adapters, tenant, weight, priority } = parsed.data;
   if (id === key) throw new Error('id must not be the key: ids are shown in errors and logs');
   const scope = scopeOf(models, adapters);
   if (scope !== undefined && allowsNothing(scope)) throw new Error('models and adapters name nothing this key may use');
-  const spec: KeySpec = { key, limits: { rps, concurrent } };
+  if (tenant === key) throw new Error('tenant must not be the key: tenants are shown in metrics and logs');
+  const spec = withFlow({ key, limits: { rps, concurrent } }, { tenant, weight, priority });
   if (id !== undefined) spec.id = id;
   if (scope !== undefined) spec.scope = scope;
   return spec;

@@ -23,7 +23,7 @@ import { DEFAULT_SCRAPER, Scraper } from '../engines/scraper.js';
 import { DEFAULT_UPSTREAM, type UpstreamOptions } from '../engines/upstream.js';
 import { parseKvEventsSpec } from '../kv/events.js';
 import { reportOf, type LoadReport } from '../autoscale/load-report.js';
-import { DEFAULT_QUEUE, WaitingRoom } from '../engines/waiting-room.js';
+import { DEFAULT_QUEUE, WaitingRoom } from '../flow/waiting-room.js';
 import { SleeperWaker } from '../engines/wake.js';
 import { hostname } from 'node:os';
 import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from '../adapters/router.js';
@@ -89,6 +89,7 @@ export class RouterCore {
       lookup: (model) => this.state.lookup(model) ?? this.adapters?.currentPool(model),
       released: (pool) => this.waiting.drain(pool.servedName),
       debugHeaders: options.debugHeaders ?? false,
+      flow: this.waiting,
     };
     this.adapters =
       options.adapters === undefined
@@ -297,7 +298,7 @@ export class RouterCore {
 
   /** What the autoscaler needs from this router process: its waiting lines and the engines' loads. */
   loadReport(): LoadReport {
-    return reportOf(this.state.liveEndpoints(), this.waiting.depths());
+    return reportOf(this.state.liveEndpoints(), this.waiting.depths(), this.waiting.sheddableDepths());
   }
 
   /**

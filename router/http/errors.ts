@@ -21,6 +21,9 @@ export type RouterErrorKind =
   | 'router_stopping'
   | 'router_busy'
   | 'invalid_path'
+  | 'invalid_flow_header'
+  | 'deadline_unmeetable'
+  | 'deadline_missed'
   | 'internal';
 
 interface ErrorShape {
@@ -67,6 +70,13 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
       return { status: 503, type: 'service_unavailable_error', code: 'router_busy', param: null };
     case 'invalid_path':
       return { status: 400, type: 'invalid_request_error', code: 'invalid_url', param: null };
+    case 'invalid_flow_header':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_header', param: null };
+    case 'deadline_unmeetable':
+      // Refused at once, before any wait: the SDKs' RateLimitError, which backs off and retries.
+      return { status: 429, type: 'requests', code: 'deadline_unmeetable', param: null };
+    case 'deadline_missed':
+      return { status: 429, type: 'requests', code: 'deadline_missed', param: null };
     case 'internal':
       return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }

@@ -4,10 +4,12 @@
 // stages share, and send it: now (an Exchange), after a wait (the waiting room), or once its
 // adapter is loaded. Router side; http/core.ts admits the request before its body is read.
 import { serveAdapter, type AdapterServing, type AdapterTarget } from '../adapters/serve.js';
-import { Exchange, type ProxySettings } from '../engines/exchange.js';
+import type { ProxySettings } from '../engines/exchange.js';
+import { ANONYMOUS_CLASS, PRIORITY_HEADER, requestClass, type FlowClass } from '../flow/priority.js';
+import { parseDeadline, type Deadline } from '../flow/deadline.js';
 import type { ModelPool } from '../engines/model-pool.js';
 import type { ExchangeResponse, RoutedRequest } from '../engines/routed-request.js';
-import type { WaitingRoom } from '../engines/waiting-room.js';
+import type { WaitingRoom } from '../flow/waiting-room.js';
 import { promptPrefixHash, sessionHash } from '../kv/hashing.js';
 import type { ModelMetrics, RouterMetrics } from '../metrics.js';
 import { NOT_AN_OBJECT, scanRequest, withModel, type RequestFields } from './body.js';
@@ -77,7 +79,13 @@ export class RequestRouter implements BodyConsumer {
     }
     if (pool === undefined) {
       if (adapter !== undefined && parts.adapters !== undefined)
-        return serveAdapter(parts.adapters, parts.proxy, adapter, res, routed(req, path, body, body, fields, startedAt, true));
+        return serveAdapter(
+          parts.adapters,
+          parts.proxy,
+          adapter,
+          res,
+          routed(req, path, body, body, fields, startedAt, true, gate?.key.flow ?? ANONYMOUS_CLASS, undefined),
+        );
       parts.unknownModel.refused(404);
       return sendError(res, 'unknown_model', `The model \`${model}\` does not exist.${parts.adapters?.knownAdapters() ?? ''}`);
     }
@@ -88,11 +96,16 @@ export class RequestRouter implements BodyConsumer {
       pool.metrics.refused(503);
       return sendError(res, 'no_replica', `No replica of model \`${model}\` is ready yet.`);
     }
+    const flow = requestClass(gate?.key.flow, req.headers[PRIORITY_HEADER]);
+    const deadline = parseDeadline(req.headers);
+    if (flow instanceof Error || deadline instanceof Error) {
+      pool.metrics.refused(400);
+      return sendError(res, 'invalid_flow_header', (flow instanceof Error ? flow : (deadline as Error)).message);
+    }
     // Addressed by its deployment's name: the engine only knows its served name.
     const upstreamBody = model === pool.servedName ? body : withModel(body, fields, pool.servedNameJson);
-    const request = routed(req, path, body, upstreamBody, fields, startedAt, pool.policy.name === 'cache-aware');
-    if (noReplica || parts.waiting.mustQueue(pool)) return parts.waiting.hold(pool, res, request, noReplica);
-    new Exchange(parts.proxy, res, pool, request).start();
+    const request = routed(req, path, body, upstreamBody, fields, startedAt, pool.policy.name === 'cache-aware', flow, deadline);
+    parts.waiting.admit(pool, res, request, noReplica);
   }
 
   reserve(res: RouterResponse, bytes: number): boolean {
@@ -132,9 +145,13 @@ function routed(
   fields: RequestFields,
   startedAt: number,
   keyed: boolean,
+  flow: FlowClass,
+  deadline: Deadline | undefined,
 ): RoutedRequest {
-  if (!keyed) return { path, body, session: -1, prefix: -1, startedAt };
+  const request = { path, body, session: -1, prefix: -1, startedAt, flow, deadline, eligible: undefined, predictedTtftMs: -1 };
+  if (!keyed) return request;
   // `fields` are positions in the body as received, before the model name was replaced.
-  const session = sessionHash(req.headers[SESSION_HEADER], fields.user);
-  return { path, body, session, prefix: promptPrefixHash(received, fields), startedAt };
+  request.session = sessionHash(req.headers[SESSION_HEADER], fields.user);
+  request.prefix = promptPrefixHash(received, fields);
+  return request;
 }

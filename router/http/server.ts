@@ -177,6 +177,7 @@ export function detailedHealth(core: RouterCore): RouterHealth {
     endpoints,
     ejected,
     queued: core.waiting.depths(),
+    line: core.waiting.lines(),
     heldBytes: { used: core.budget.used, limit: core.budget.limit },
     ...(kvEvents === undefined ? {} : { kvEvents }),
     ...(core.adapters === undefined ? {} : { adapters: core.adapters.loadedByEndpoint() }),

@@ -60,6 +60,8 @@ export interface EngineCosts {
   prefillMsPerToken: number;
   /** Milliseconds of prefill per request, on average (mostly hits, when routing works). */
   prefillMs: number;
+  /** Milliseconds per generated token, once the engine's counters have shown it. */
+  tpotMs?: number;
 }
 
 /** Before an engine has shown its own: a request of a second, prefill at 20,000 tokens a second. */

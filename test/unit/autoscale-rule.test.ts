@@ -1,11 +1,10 @@
 // The autoscaler's pure parts: stabilization windows over recommendReplicas (up after the up
 // window, at once past twice the capacity, down after the down window, zero only when idle, no
-// flapping), and the waiting line's round robin across API keys.
+// flapping), and the load reports of router processes merged.
 import { describe, expect, it } from 'vitest';
 import { autoscalePolicy } from '../../common/autoscale.js';
 import { Stabilizer, type DeploymentSignals } from '../../router/autoscale/rule.js';
 import { mergeReports } from '../../router/autoscale/load-report.js';
-import { ModelQueue, type Held } from '../../router/engines/queue.js';
 
 const load = (inFlight: number, extra: Partial<DeploymentSignals> = {}): DeploymentSignals => ({
   running: inFlight,
@@ -101,24 +100,5 @@ describe('load reports', () => {
     ]);
     expect(merged.queued).toEqual({ m: 3, n: 4 });
     expect(merged.engines.e).toMatchObject({ running: 4, inflight: 3, at: 200 });
-  });
-});
-
-describe('waiting line', () => {
-  const held = (key: number, n: number): Held =>
-    ({ model: 'm', key, heldAt: n, request: { path: `/${key}/${n}` }, line: undefined, timer: undefined }) as unknown as Held;
-
-  it('serves API keys in turn, first come first served within a key, and forgets a request that left', () => {
-    const q = new ModelQueue('m');
-    const a = [1, 2, 3, 4].map((n) => held(0, n));
-    const b = [5, 6].map((n) => held(1, n));
-    for (const h of a) q.push(h);
-    for (const h of b) q.push(h);
-    expect(q.remove(a[1] as Held)).toBe(true);
-    expect(q.oldest()).toBe(1);
-    const order: string[] = [];
-    for (let h = q.shift(); h !== undefined; h = q.shift()) order.push(h.request.path);
-    expect(order).toEqual(['/0/1', '/1/5', '/0/3', '/1/6', '/0/4']);
-    expect(q.size).toBe(0);
   });
 });

@@ -7,6 +7,7 @@ import { Endpoint } from '../../router/engines/endpoint.js';
 import { RouterMetrics } from '../../router/metrics.js';
 import { ModelPool } from '../../router/engines/model-pool.js';
 import { leastLoaded } from '../../router/policies/least-loaded.js';
+import { ANONYMOUS_CLASS } from '../../router/flow/priority.js';
 import { Exchange } from '../../router/engines/exchange.js';
 import type { ExchangeResponse } from '../../router/engines/routed-request.js';
 
@@ -42,7 +43,17 @@ describe('router: backpressure', () => {
       { metrics, maxAttempts: 3, lookup: () => model, debugHeaders: false },
       client as unknown as ExchangeResponse,
       model,
-      { path: '/v1/chat/completions', body: Buffer.from('{}'), session: -1, prefix: -1, startedAt: 0 },
+      {
+        path: '/v1/chat/completions',
+        body: Buffer.from('{}'),
+        session: -1,
+        prefix: -1,
+        startedAt: 0,
+        flow: ANONYMOUS_CLASS,
+        deadline: undefined,
+        eligible: undefined,
+        predictedTtftMs: -1,
+      },
     );
     exchange.start();
     expect(dispatched).toEqual([exchange]);

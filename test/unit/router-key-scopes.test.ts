@@ -48,7 +48,10 @@ describe('the keys file', () => {
   it('refuses a malformed entry at start, naming its line and never the key', () => {
     const cases: Array<[string, RegExp]> = [
       [`{"key": "${SECRET}", "models": ["alpha"]`, /:2: not a JSON object/],
-      [`{"key": "${SECRET}", "model": ["alpha"]}`, /:2: unknown field \(the fields are key, id, rps, concurrent, models, adapters\)/],
+      [
+        `{"key": "${SECRET}", "model": ["alpha"]}`,
+        /:2: unknown field \(the fields are key, id, rps, concurrent, models, adapters, tenant, weight, priority\)/,
+      ],
       [`{"${SECRET}": {"models": ["alpha"]}}`, /:2: .*unknown field/],
       [`{"key": "${SECRET}", "models": "alpha"}`, /:2: models: models must be a list of names/],
       [`{"key": "${SECRET}", "models": [""]}`, /:2: models\.0: a name must not be empty/],
@@ -56,7 +59,7 @@ describe('the keys file', () => {
       [`{"key": "${SECRET}", "id": "${SECRET}"}`, /:2: id must not be the key/],
       [`{"key": "${SECRET}", "rps": "fast"}`, /:2: rps: rps must be a number/],
       // An old line with a second word that is no option (a second key on the line) is not quoted either.
-      [`sk-plain ${SECRET}`, /:2: unknown option \(word 2 of the line; options are rps=N, concurrent=N\)/],
+      [`sk-plain ${SECRET}`, /:2: unknown option \(word 2 of the line; options are rps=…, concurrent=…, tenant=…, weight=…, priority=…\)/],
     ];
     for (const [line, error] of cases) {
       const file = keysFile(`# keys\n${line}\n`);

@@ -76,6 +76,7 @@ export const DeploymentEntrySchema = z.object({
       upAfterSeconds: z.number().int().min(0),
       downAfterSeconds: z.number().int().min(0),
       tolerance: z.number().min(0),
+      ignoreSheddable: z.literal(true).optional(),
     })
     .optional(),
   /** Its profile's sleep policy (catalog/sleep.ts): what routers put idle replicas to sleep by. */
