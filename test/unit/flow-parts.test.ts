@@ -1,0 +1,136 @@
+// Flow control's pure parts: priorities as written in a keys file and a request's header (lower
+// only), tenants and weights read from a keys file (one weight per tenant), who may take the
+// slots kept free while a deployment is contended, and the time-to-first-token prediction that
+// deadlines are judged by.
+import { describe, expect, it } from 'vitest';
+import { ApiKeys, parseKeyEntry, parseKeyLine } from '../../router/http/auth.js';
+import { parsePriority, priorityLabel, requestClass } from '../../router/flow/priority.js';
+import { TenantShares, ACTIVE_MS } from '../../router/flow/tenant-shares.js';
+import { contentionOf, hasRoom, keptSlots, type Roomy } from '../../router/flow/room.js';
+import { meeting, parseDeadline, predictLineMs, predictTtftMs, type Predictable } from '../../router/flow/deadline.js';
+import { DEFAULT_COSTS } from '../../router/policies/policy.js';
+
+describe('priorities', () => {
+  it('reads names and integers, and says what is allowed otherwise', () => {
+    expect(parsePriority('critical')).toBe(1);
+    expect(parsePriority('Sheddable')).toBe(-1);
+    expect(parsePriority('-5')).toBe(-5);
+    expect(parsePriority(7)).toBe(7);
+    expect(String(parsePriority('urgent'))).toMatch(/not one of critical, standard, sheddable or an integer/);
+    expect(parsePriority(1000)).toBeInstanceOf(Error);
+    expect(priorityLabel(0)).toBe('standard');
+    expect(priorityLabel(3)).toBe('3');
+  });
+
+  it('lets a request lower its priority, never raise it above its key’s', () => {
+    const key = { tenant: 't', weight: 2, priority: 0 };
+    expect(requestClass(key, 'sheddable')).toEqual({ ...key, priority: -1 });
+    expect(requestClass(key, 'critical')).toEqual(key);
+    expect(requestClass(undefined, 'critical')).toMatchObject({ priority: 0 });
+    expect(requestClass(key, 'soon')).toBeInstanceOf(Error);
+  });
+});
+
+describe('tenants in the keys file', () => {
+  it('reads tenant, weight and priority in both forms, never naming the key in an error', () => {
+    expect(parseKeyLine('sk-one tenant=team-a weight=3 priority=critical')).toMatchObject({ tenant: 'team-a', weight: 3, priority: 1 });
+    expect(parseKeyEntry('{"key":"sk-two","tenant":"team-b","priority":"sheddable"}')).toMatchObject({ tenant: 'team-b', priority: -1 });
+    expect(() => parseKeyLine('sk-three weight=2')).toThrow(/name the tenant too/);
+    expect(() => parseKeyEntry('{"key":"sk-four","tenant":"t","weight":0}')).toThrow(/weight must be > 0/);
+    expect(() => parseKeyEntry('{"key":"sk-five","priority":"soon"}')).toThrow(/priority `soon` is not one of/);
+    expect(() => parseKeyEntry('{"key":"sk-six","tenant":"sk-six"}')).toThrow(/tenant must not be the key/);
+  });
+
+  it('gives a tenant’s keys its one weight, each key its own priority, and refuses two weights for one tenant', () => {
+    const keys = new ApiKeys([
+      { key: 'sk-a1', tenant: 'a', weight: 3, priority: 1 },
+      { key: 'sk-a2', tenant: 'a' },
+      { key: 'sk-b', id: 'bee' },
+    ]);
+    expect(keys.keys.map((k) => k.flow)).toEqual([
+      { tenant: 'a', weight: 3, priority: 1 },
+      { tenant: 'a', weight: 3, priority: 0 },
+      { tenant: 'bee', weight: 1, priority: 0 },
+    ]);
+    expect(
+      () =>
+        new ApiKeys([
+          { key: 'sk-x', tenant: 'a', weight: 3, where: 'keys:1' },
+          { key: 'sk-y', tenant: 'a', weight: 2, where: 'keys:4' },
+        ]),
+    ).toThrow('keys:4: tenant a has weight 3 at keys:1; a tenant has one weight');
+  });
+});
+
+function engine(free: number, slots: number, costs: Partial<typeof DEFAULT_COSTS> = {}, prefilling = 0): Roomy & Predictable {
+  return { freeSlots: () => free, concurrency: () => slots, costs: { ...DEFAULT_COSTS, ...costs }, prefilling };
+}
+
+describe('kept slots', () => {
+  const settings = { saturatedWaiting: 8, keptShare: 0.125 };
+
+  it('keeps none while one tenant and one priority are active, and lets the engine’s line grow to the threshold', () => {
+    const shares = new TenantShares();
+    shares.seen({ tenant: 'a', weight: 1, priority: 0 }, 0);
+    const c = contentionOf(shares, [engine(0, 16)], 1);
+    expect(c).toEqual({ contended: false, slots: 16, now: 1 });
+    expect(hasRoom(engine(-7, 16), settings, c, false)).toBe(true);
+    expect(hasRoom(engine(-8, 16), settings, c, false)).toBe(false);
+  });
+
+  it('while contended, sends only to free slots and keeps 1/8 of them for critical requests and tenants below their share', () => {
+    const shares = new TenantShares();
+    const loud = { tenant: 'loud', weight: 1, priority: 0 };
+    const quiet = { tenant: 'quiet', weight: 1, priority: 0 };
+    const critical = { tenant: 'ops', weight: 1, priority: 1 };
+    for (let i = 0; i < 14; i++) shares.started(loud, 0);
+    shares.seen(quiet, 0);
+    const c = contentionOf(shares, [engine(2, 16)], 1);
+    expect(c.contended).toBe(true);
+    expect(keptSlots(engine(2, 16), 0.125)).toBe(2);
+    // Loud holds 14 of 16 slots, over its half: the last two free slots are not for it.
+    expect(shares.privileged(loud, c.slots, 1)).toBe(false);
+    expect(shares.privileged(quiet, c.slots, 1)).toBe(true);
+    expect(shares.privileged(critical, c.slots, 1)).toBe(true);
+    expect(shares.privileged({ ...quiet, priority: -1 }, c.slots, 1)).toBe(false);
+    expect(hasRoom(engine(2, 16), settings, c, false)).toBe(false);
+    expect(hasRoom(engine(2, 16), settings, c, true)).toBe(true);
+    expect(hasRoom(engine(0, 16), settings, c, true)).toBe(false);
+    expect(hasRoom(engine(3, 16), settings, c, false)).toBe(true);
+  });
+
+  it('forgets a tenant idle for longer than the active window', () => {
+    const shares = new TenantShares();
+    shares.seen({ tenant: 'a', weight: 1, priority: 0 }, 0);
+    shares.seen({ tenant: 'b', weight: 1, priority: 0 }, 0);
+    expect(shares.contended(1)).toBe(true);
+    expect(shares.contended(ACTIVE_MS + 1)).toBe(false);
+  });
+});
+
+describe('deadlines', () => {
+  it('reads milliseconds and refuses what is not', () => {
+    expect(parseDeadline({})).toBeUndefined();
+    expect(parseDeadline({ 'x-llmgw-slo-ttft-ms': '250' })).toEqual({ ttftMs: 250, tpotMs: undefined });
+    expect(String(parseDeadline({ 'x-llmgw-slo-tpot-ms': 'soon' }))).toMatch(/x-llmgw-slo-tpot-ms must be a number of milliseconds/);
+  });
+
+  it('predicts the wait for a slot, the prefills ahead, its own prefill and one decode step', () => {
+    const costs = { serviceMs: 1600, prefillMs: 10, prefillMsPerToken: 0.1, bytesPerToken: 4, tpotMs: 20 };
+    // A free slot, one prefill ahead, 4,000 bytes = 1,000 tokens.
+    expect(predictTtftMs(engine(3, 16, costs, 1), 4000)).toBeCloseTo(10 + 100 + 20);
+    // Two waiting ahead: three slots must free, one every 100 ms.
+    expect(predictTtftMs(engine(-2, 16, costs, 2), 4000)).toBeCloseTo(300 + 100 + 20);
+    // Ten held ahead at the router, two replicas of 16 slots each freeing one every 100 ms.
+    expect(predictLineMs(10, [engine(0, 16, costs), engine(0, 16, costs)])).toBeCloseTo(500);
+  });
+
+  it('keeps the replicas predicted to meet a deadline, quoting the best prediction', () => {
+    const fast = engine(4, 16, { serviceMs: 1000, tpotMs: 10 });
+    const slow = engine(-10, 16, { serviceMs: 1000, tpotMs: 50 });
+    const verdict = meeting({ ttftMs: 200, tpotMs: 30 }, [fast, slow], 400, 0);
+    expect(verdict.meets).toEqual([fast]);
+    expect(verdict.bestTpotMs).toBe(10);
+    expect(meeting({ ttftMs: 5, tpotMs: undefined }, [fast, slow], 400, 0).meets).toEqual([]);
+  });
+});
