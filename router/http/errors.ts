@@ -21,6 +21,14 @@ export type RouterErrorKind =
   | 'router_stopping'
   | 'router_busy'
   | 'invalid_path'
+  | 'invalid_multipart'
+  | 'invalid_parameter'
+  | 'missing_file'
+  | 'missing_purpose'
+  | 'invalid_purpose'
+  | 'file_not_found'
+  | 'file_too_large'
+  | 'files_not_configured'
   | 'internal';
 
 interface ErrorShape {
@@ -67,6 +75,23 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
       return { status: 503, type: 'service_unavailable_error', code: 'router_busy', param: null };
     case 'invalid_path':
       return { status: 400, type: 'invalid_request_error', code: 'invalid_url', param: null };
+    case 'invalid_multipart':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_multipart', param: null };
+    case 'invalid_parameter':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_value', param: null };
+    case 'missing_file':
+      return { status: 400, type: 'invalid_request_error', code: 'missing_required_parameter', param: 'file' };
+    case 'missing_purpose':
+      return { status: 400, type: 'invalid_request_error', code: 'missing_required_parameter', param: 'purpose' };
+    case 'invalid_purpose':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_value', param: 'purpose' };
+    case 'file_not_found':
+      // What OpenAI answers for a file that does not exist or is another key's: they are not told apart.
+      return { status: 404, type: 'invalid_request_error', code: 'file_not_found', param: 'id' };
+    case 'file_too_large':
+      return { status: 413, type: 'invalid_request_error', code: 'file_too_large', param: 'file' };
+    case 'files_not_configured':
+      return { status: 404, type: 'invalid_request_error', code: 'files_not_configured', param: null };
     case 'internal':
       return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }
