@@ -131,6 +131,9 @@ export class FilesApi {
         file: (name, given) => {
           // Only the first `file` part is kept; anything else is read and dropped.
           if (name !== 'file' || staging !== undefined) return undefined;
+          // A purpose already refused (the Python client sends it first) spares the disk the bytes.
+          const purpose = fields.get('purpose');
+          if (purpose !== undefined && !isPurpose(purpose)) return undefined;
           filename = given;
           const bytes = new PassThrough();
           staging = this.store.stage(bytes, this.maxBytes);
@@ -252,12 +255,16 @@ function refusalOf(
   staged: StagedFile | undefined,
   purpose: string | undefined,
 ): ['missing_file' | 'missing_purpose' | 'invalid_purpose', string] | undefined {
-  if (staged === undefined) return ['missing_file', 'Missing required parameter: `file` (a multipart part with a filename).'];
-  if (purpose === undefined) return ['missing_purpose', "Missing required parameter: 'purpose'."];
-  if (!(FILE_PURPOSES as readonly string[]).includes(purpose))
+  if (purpose !== undefined && !isPurpose(purpose))
     return [
       'invalid_purpose',
       `'${purpose.slice(0, 64)}' is not one of ${JSON.stringify(FILE_PURPOSES)} - 'purpose': this router takes files for the Batch API only.`,
     ];
+  if (staged === undefined) return ['missing_file', 'Missing required parameter: `file` (a multipart part with a filename).'];
+  if (purpose === undefined) return ['missing_purpose', "Missing required parameter: 'purpose'."];
   return undefined;
+}
+
+function isPurpose(purpose: string): purpose is FilePurpose {
+  return (FILE_PURPOSES as readonly string[]).includes(purpose);
 }

@@ -248,6 +248,7 @@ print(json.dumps({'bytes': f.bytes, 'filename': f.filename, 'same': same, 'liste
       refused: [400, 'purpose'],
       deleted: true,
     });
+    expect(await readdir(join(dir, 'files'))).toEqual([]);
   }, 60_000);
 });
 
