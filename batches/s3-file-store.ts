@@ -8,8 +8,15 @@ import { unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { DeleteObjectCommand, GetObjectCommand, paginateListObjectsV2, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
-import { s3ClientFromEnv, s3FolderPrefix } from '../common/s3-store.js';
+import {
+  DeleteObjectCommand,
+  GetObjectCommand,
+  ListObjectsV2Command,
+  paginateListObjectsV2,
+  PutObjectCommand,
+  type S3Client,
+} from '@aws-sdk/client-s3';
+import { explainS3Error, s3ClientFromEnv, s3FolderPrefix } from '../common/s3-store.js';
 import { isFileId, parseStoredFile, spoolToFile, type FileStore, type StagedFile, type StoredFile } from './file-store.js';
 
 /** The bucket and prefix of an `s3://bucket/prefix` location; throws naming what is wrong. */
@@ -38,6 +45,19 @@ export class S3FileStore implements FileStore {
   ) {
     ({ bucket: this.bucket, prefix: this.prefix } = parseS3Location(location));
     this.location = `s3://${this.bucket}/${this.prefix}`;
+  }
+
+  /**
+   * Lists one key under the prefix: a wrong bucket, region or credentials stop the router at
+   * start, saying what to set, rather than failing its first upload.
+   */
+  async check(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+    try {
+      await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix, MaxKeys: 1 }));
+    } catch (err) {
+      const why = explainS3Error(err, this.location, 'the router', env) ?? `${this.location}: ${(err as Error).message}`;
+      throw new Error(`--files-s3: ${why}`, { cause: err });
+    }
   }
 
   async stage(content: Readable, maxBytes: number): Promise<StagedFile> {

@@ -204,9 +204,12 @@ function routerOptions(settings: RouterSettings, log: Log): Omit<RouterOptions, 
 /** The Files API's store (--files-dir or --files-s3), or undefined when neither is set. */
 async function openFiles(settings: RouterSettings, log: Log): Promise<FilesSettings | undefined> {
   const f = settings.flags;
-  const store =
-    f.filesDir !== undefined ? await DirectoryFileStore.open(f.filesDir) : f.filesS3 !== undefined ? new S3FileStore(f.filesS3) : undefined;
-  if (store === undefined) return undefined;
+  let store: DirectoryFileStore | S3FileStore;
+  if (f.filesDir !== undefined) store = await DirectoryFileStore.open(f.filesDir);
+  else if (f.filesS3 !== undefined) {
+    store = new S3FileStore(f.filesS3);
+    await store.check();
+  } else return undefined;
   log(`router: /v1/files keeps files in ${store.location} (at most ${f.filesMaxBytes} bytes each)`);
   return { store, maxBytes: f.filesMaxBytes };
 }

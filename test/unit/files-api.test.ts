@@ -285,4 +285,14 @@ describe.skipIf(motoMissing() !== undefined)('the Files API on S3', () => {
     // Nothing is left in the spool folder once the bytes are in the bucket.
     expect((await readdir(dir)).filter((n) => n.startsWith('llmgw-file-'))).toEqual([]);
   }, 60_000);
+
+  it('names what to fix at start when the bucket is missing or the key refused', async () => {
+    await new S3FileStore('s3://batch-files/team', s3ClientFromEnv(moto.env(moto.admin))).check();
+    const missing = new S3FileStore('s3://no-such-bucket/in', s3ClientFromEnv(moto.env(moto.admin)));
+    await expect(missing.check()).rejects.toThrow(/--files-s3: s3:\/\/no-such-bucket\/in\/: bucket "no-such-bucket" does not exist/);
+    const stranger = moto.env({ AWS_ACCESS_KEY_ID: 'AKIAUNKNOWNKEY000000', AWS_SECRET_ACCESS_KEY: 'not-a-key' });
+    await expect(new S3FileStore('s3://batch-files/team', s3ClientFromEnv(stranger)).check(stranger)).rejects.toThrow(
+      /refused the credentials of the router/,
+    );
+  }, 30_000);
 });
