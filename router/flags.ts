@@ -11,6 +11,7 @@ import { DEFAULT_HELD_BYTES } from './http/byte-budget.js';
 import { DEFAULT_KEY_CONCURRENCY } from './http/limits.js';
 import { DEFAULT_BODY_LIMIT } from './options.js';
 import { DEFAULT_QUEUE, type QueueSettings } from './flow/waiting-room.js';
+import { DEFAULT_MAX_FILE_BYTES } from '../batches/file-store.js';
 import { DEFAULT_UPSTREAM } from './engines/upstream.js';
 import { parseAffinity, type AffinitySettings } from './policies/affinity-settings.js';
 import { DEFAULT_GUARD } from './policies/affinity-table.js';
@@ -81,6 +82,12 @@ export interface RouterFlags {
   insecureRoutes?: boolean;
   /** --engine-key-file: the API key engines require (the agents' --engine-key-file). */
   engineKeyFile?: string;
+  /** --files-dir DIR: the Files API's files on local disk (batches/file-store.ts). */
+  filesDir?: string;
+  /** --files-s3 s3://BUCKET/PREFIX: the Files API's files in a bucket, with the weights' S3 environment. */
+  filesS3?: string;
+  /** --files-max-bytes: the largest file accepted, default 200 MB. */
+  filesMaxBytes?: string | number;
 }
 
 const Flags = z.object({
@@ -132,6 +139,9 @@ const Flags = z.object({
   catalogKey: z.string().min(1).optional(),
   insecureRoutes: z.boolean().default(false),
   engineKeyFile: z.string().min(1).optional(),
+  filesDir: z.string().min(1).optional(),
+  filesS3: z.string().startsWith('s3://', 'must be s3://BUCKET/PREFIX').optional(),
+  filesMaxBytes: z.coerce.number().int().min(1).default(DEFAULT_MAX_FILE_BYTES),
 });
 
 /** True for an address only this machine can reach. */
@@ -180,6 +190,8 @@ export function parseRouterFlags(flags: RouterFlags, env: NodeJS.ProcessEnv): Ro
     );
   }
   const f = parsed.data;
+  if (f.filesDir !== undefined && f.filesS3 !== undefined)
+    throw new RouterFlagsError('--files-dir and --files-s3: give one place for files, not both');
   let parts: Pick<RouterSettings, 'affinity' | 'staticRoutes' | 'admin' | 'apiKeys' | 'engineKey' | 'reloadApiKeys'>;
   try {
     const concurrent = f.keyConcurrency === 'off' ? undefined : f.keyConcurrency;

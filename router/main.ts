@@ -24,6 +24,9 @@ import type { AffinitySettings } from './policies/affinity-settings.js';
 import { PrimaryRouteSource } from './routes/cluster.js';
 import { chooseRouteSource } from './routes/source.js';
 import type { RouteSource } from './routes/table.js';
+import { DirectoryFileStore } from '../batches/file-store.js';
+import type { FilesSettings } from '../batches/files-api.js';
+import { S3FileStore } from '../batches/s3-file-store.js';
 
 // cli (cli/commands/router.ts) names the flags' type from here.
 export { isLoopback, RouterFlagsError, type RouterFlags } from './flags.js';
@@ -75,6 +78,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const autoscaler = temporal.autoscaler;
   const router = await startRouter({
     ...routerOptions(settings, log),
+    files: await openFiles(settings, log),
     source: temporal.routes,
     extraMetrics: temporal.registry,
     onHold: (model) => autoscaler?.hold(model),
@@ -102,6 +106,7 @@ async function runWorker(settings: RouterSettings, log: Log): Promise<Router> {
   const cluster: { metricsText?: () => Promise<string> } = {};
   const router = await startRouter({
     ...routerOptions(settings, workerLog),
+    files: await openFiles(settings, workerLog),
     source: new PrimaryRouteSource(),
     metricsText: () => (cluster.metricsText as () => Promise<string>)(),
     onHold: holdToPrimary,
@@ -194,6 +199,19 @@ function routerOptions(settings: RouterSettings, log: Log): Omit<RouterOptions, 
     log,
     queue: settings.queue,
   };
+}
+
+/** The Files API's store (--files-dir or --files-s3), or undefined when neither is set. */
+async function openFiles(settings: RouterSettings, log: Log): Promise<FilesSettings | undefined> {
+  const f = settings.flags;
+  let store: DirectoryFileStore | S3FileStore;
+  if (f.filesDir !== undefined) store = await DirectoryFileStore.open(f.filesDir);
+  else if (f.filesS3 !== undefined) {
+    store = new S3FileStore(f.filesS3);
+    await store.check();
+  } else return undefined;
+  log(`router: /v1/files keeps files in ${store.location} (at most ${f.filesMaxBytes} bytes each)`);
+  return { store, maxBytes: f.filesMaxBytes };
 }
 
 function logServing(settings: RouterSettings, router: Router, log: Log): void {

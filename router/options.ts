@@ -11,6 +11,7 @@ import type { PolicyName } from './policies/policy.js';
 import type { RouteSnapshot, RouteSource } from './routes/table.js';
 import type { QueueSettings } from './flow/waiting-room.js';
 import type { WakeCaller } from './engines/wake.js';
+import type { FilesSettings } from '../batches/files-api.js';
 
 export interface RouterOptions {
   source: RouteSource;
@@ -71,6 +72,8 @@ export interface RouterOptions {
   /** LoRA adapters the router may load, by base model (the catalog's, through --catalog); undefined: none. */
   adapters?: AdapterCatalog;
   adapterRouting?: Partial<AdapterRouterOptions>;
+  /** The Files API's store and limit (--files-dir, --files-s3); undefined: /v1/files answers 404 naming the flags. */
+  files?: FilesSettings;
 }
 
 export const DEFAULT_BODY_LIMIT = 8 * 1024 * 1024;

@@ -102,6 +102,12 @@ export function register(program: Command): void {
       '--router-id <id>',
       'how the routes workflow knows this router (default HOST:PORT: a router restarted on its address takes over its entry)',
     )
+    .option('--files-dir <dir>', 'serve the Files API (/v1/files, purpose batch) with files kept in this directory')
+    .option(
+      '--files-s3 <s3://bucket/prefix>',
+      'serve the Files API with files kept in this bucket (credentials and endpoint from the environment, as for S3 weights)',
+    )
+    .option('--files-max-bytes <bytes>', 'the largest file /v1/files accepts', String(200 * 1024 * 1024))
     .option('--autoscale <on|off>', 'scale autoscaled deployments on load and wake them from zero (off: leave that to other routers)', 'on')
     .action(async (opts: RouterFlags) => {
       const { runRouter } = await import('../../router/main.js');

@@ -27,6 +27,7 @@ import { DEFAULT_QUEUE, WaitingRoom } from '../flow/waiting-room.js';
 import { SleeperWaker } from '../engines/wake.js';
 import { hostname } from 'node:os';
 import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from '../adapters/router.js';
+import { FilesApi, PATH_FILES, serveFiles } from '../../batches/files-api.js';
 
 const PATH_CHAT = '/v1/chat/completions';
 const PATH_COMPLETIONS = '/v1/completions';
@@ -57,6 +58,8 @@ export class RouterCore {
   readonly requests: RequestRouter;
   /** Routes are installed unsigned (--insecure-routes): both /health answers say so. */
   readonly insecure: string | undefined;
+  /** /v1/files (batches/files-api.ts), when the router was given a file store. */
+  private readonly files: FilesApi | undefined;
 
   constructor(options: RouterOptions, log: (line: string) => void) {
     this.metrics = new RouterMetrics(() => this.state.liveEndpoints(), { processMetrics: options.processMetrics ?? false });
@@ -107,6 +110,7 @@ export class RouterCore {
     this.bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
     this.apiKeys = options.apiKeys;
     this.insecure = options.insecureRoutes ? INSECURE_ROUTES : undefined;
+    this.files = options.files === undefined ? undefined : new FilesApi(options.files, log);
     this.gates = new KeyGates((key) => this.metrics.forKey(key.label), options.limitShare ?? 1);
     if (options.apiKeys) this.gates.replace(options.apiKeys);
     const own = options.extraMetrics ? Registry.merge([this.metrics.registry, options.extraMetrics]) : this.metrics.registry;
@@ -195,6 +199,11 @@ export class RouterCore {
             return sendError(res, 'invalid_path', `The path ${path} holds a malformed percent-escape.`);
           }
           return this.oneModel(res, name, gate?.key);
+        }
+        if (path === PATH_FILES || path.startsWith(`${PATH_FILES}/`)) {
+          const gate = this.authenticate(req, res);
+          if (gate === false) return;
+          return serveFiles(this.files, req, res, gate?.key, expectContinue);
         }
         return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
     }

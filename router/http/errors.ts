@@ -24,6 +24,14 @@ export type RouterErrorKind =
   | 'invalid_flow_header'
   | 'deadline_unmeetable'
   | 'deadline_missed'
+  | 'invalid_multipart'
+  | 'invalid_parameter'
+  | 'missing_file'
+  | 'missing_purpose'
+  | 'invalid_purpose'
+  | 'file_not_found'
+  | 'file_too_large'
+  | 'files_not_configured'
   | 'internal';
 
 interface ErrorShape {
@@ -77,6 +85,23 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
       return { status: 429, type: 'requests', code: 'deadline_unmeetable', param: null };
     case 'deadline_missed':
       return { status: 429, type: 'requests', code: 'deadline_missed', param: null };
+    case 'invalid_multipart':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_multipart', param: null };
+    case 'invalid_parameter':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_value', param: null };
+    case 'missing_file':
+      return { status: 400, type: 'invalid_request_error', code: 'missing_required_parameter', param: 'file' };
+    case 'missing_purpose':
+      return { status: 400, type: 'invalid_request_error', code: 'missing_required_parameter', param: 'purpose' };
+    case 'invalid_purpose':
+      return { status: 400, type: 'invalid_request_error', code: 'invalid_value', param: 'purpose' };
+    case 'file_not_found':
+      // What OpenAI answers for a file that does not exist or is another key's: they are not told apart.
+      return { status: 404, type: 'invalid_request_error', code: 'file_not_found', param: 'id' };
+    case 'file_too_large':
+      return { status: 413, type: 'invalid_request_error', code: 'file_too_large', param: 'file' };
+    case 'files_not_configured':
+      return { status: 404, type: 'invalid_request_error', code: 'files_not_configured', param: null };
     case 'internal':
       return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }

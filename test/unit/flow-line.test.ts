@@ -39,7 +39,7 @@ describe('the held line', () => {
 
   it('keeps sent/weight of two backlogged tenants within 1/w_a + 1/w_b on every prefix', () => {
     let seed = 7;
-    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     for (let trial = 0; trial < 20; trial++) {
       const weights = { a: 0.5 + random() * 4, b: 0.5 + random() * 4, c: 0.5 + random() * 4 };
       const q = new ModelQueue('m');
@@ -49,7 +49,11 @@ describe('the held line', () => {
       for (let step = 0; step < 100; step++) {
         const h = q.shift() as Held;
         sent[h.request.flow.tenant as 'a' | 'b' | 'c']++;
-        for (const [x, y] of [['a', 'b'], ['a', 'c'], ['b', 'c']] as const) {
+        for (const [x, y] of [
+          ['a', 'b'],
+          ['a', 'c'],
+          ['b', 'c'],
+        ] as const) {
           const gap = Math.abs(sent[x] / weights[x] - sent[y] / weights[y]);
           expect(gap).toBeLessThanOrEqual(1 / weights[x] + 1 / weights[y] + 1e-9);
         }
