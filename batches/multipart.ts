@@ -1,11 +1,9 @@
-// A streaming reader of multipart/form-data bodies (RFC 7578), for uploads to /v1/files: small
+// Reading multipart/form-data bodies (RFC 7578) for uploads to /v1/files, with busboy: small
 // fields are collected, a file part's bytes are written on to a stream as they arrive, with the
-// body's own backpressure, so a 200 MB upload never sits in memory. Router side.
-//
-// Written here rather than taken from a library because none that streams is a dependency:
-// undici's (and Node's) `Request.formData()` read the whole body into memory first, which is
-// what an upload of a batch's input must not do.
-import type { Writable } from 'node:stream';
+// body's own backpressure, so a 200 MB upload never sits in memory (undici's and Node's
+// `Request.formData()` read the whole body first). Router side.
+import busboy from 'busboy';
+import { Readable, type Writable } from 'node:stream';
 
 /** A body that is not the multipart/form-data it claims to be, or is over one of its limits. */
 export class MultipartError extends Error {
@@ -47,23 +45,9 @@ export function boundaryOf(contentType: string | undefined): string | undefined 
   return undefined;
 }
 
-const CRLF = Buffer.from('\r\n');
-const HEADERS_END = Buffer.from('\r\n\r\n');
-
-type Phase = 'preamble' | 'after-delimiter' | 'headers' | 'body' | 'done';
-
-/** The part being read: a field's bytes so far, or the stream a file's bytes go to. */
-interface Part {
-  name: string;
-  filename: string | undefined;
-  fieldChunks: Buffer[];
-  fieldBytes: number;
-  sink: Writable | undefined;
-}
-
 /**
- * Reads the whole body, handing parts to `sink` as they come. Resolves once the closing
- * delimiter has been read (what follows it is read and dropped); throws MultipartError on a
+ * Reads the whole body, handing parts to `sink` as they come. Resolves once the body has been
+ * read and every file stream handed out has taken its bytes; throws MultipartError on a
  * malformed body or one over `limits`, after destroying a file stream it had opened.
  */
 export async function readMultipart(
@@ -72,135 +56,77 @@ export async function readMultipart(
   sink: PartSink,
   limits: MultipartLimits = DEFAULT_MULTIPART_LIMITS,
 ): Promise<void> {
-  // Every delimiter, the first included, is CRLF "--" boundary once a CRLF is put in front.
-  const delimiter = Buffer.from(`\r\n--${boundary}`);
-  let pending: Buffer = CRLF;
-  let phase: Phase = 'preamble';
-  let part: Part | undefined;
+  const parser = busboy({
+    headers: { 'content-type': `multipart/form-data; boundary=${boundary}` },
+    // One more than allowed, so that the one too many is seen (busboy drops parts past its limit silently).
+    limits: { parts: limits.parts + 1, fieldSize: limits.fieldBytes, headerPairs: 32 },
+  });
+  const opened: Writable[] = [];
+  const written: Array<Promise<void>> = [];
   let parts = 0;
+  let failure: MultipartError | undefined;
+  const fail = (why: string): void => {
+    failure ??= new MultipartError(why);
+    for (const out of opened) out.destroy(failure);
+    // The rest of the body is read and dropped, not cut: the client is still to be answered.
+    source.unpipe(parser);
+    source.resume();
+    parser.destroy();
+  };
+  const counted = (): boolean => {
+    if (++parts <= limits.parts) return true;
+    fail(`more than ${limits.parts} parts`);
+    return false;
+  };
+  parser.on('field', (name, value, info) => {
+    if (!counted()) return;
+    if (name === undefined || name === '') return fail('a part has no name');
+    if (info.valueTruncated) return fail(`the field ${name} passes ${limits.fieldBytes} bytes`);
+    sink.field(name, value);
+  });
+  parser.on('file', (name, stream, info) => {
+    // A body cut inside a file part errors its stream as well as the parser: heard here, judged there.
+    stream.on('error', () => undefined);
+    if (!counted()) return void stream.resume();
+    if (name === undefined || name === '') return fail('a part has no name');
+    const out = sink.file(name, info.filename ?? '');
+    if (out === undefined) return void stream.resume();
+    opened.push(out);
+    const finished = new Promise<void>((resolve, reject) => {
+      out.once('finish', resolve);
+      out.once('error', reject);
+    });
+    // Awaited only when the body was whole; a failed body's streams are destroyed and not awaited.
+    finished.catch(() => undefined);
+    written.push(finished);
+    stream.pipe(out);
+  });
+  // A request is read as it is, so that a client that leaves is seen as its stream closing early.
+  const source = body instanceof Readable ? body : Readable.from(body, { objectMode: false });
+  const done = new Promise<void>((resolve, reject) => {
+    parser.once('close', resolve);
+    // `on`, not `once`: busboy may emit more than one error for one body, and one unheard would end the process.
+    parser.on('error', (err: Error) => {
+      fail(err.message === 'Unexpected end of form' ? 'the body ended before its closing boundary' : err.message.toLowerCase());
+      reject(failure as MultipartError);
+    });
+    const cut = (err: Error): void => {
+      for (const out of opened) out.destroy(err);
+      parser.destroy();
+      reject(failure ?? err);
+    };
+    source.once('error', cut);
+    source.once('close', () => {
+      if (!source.readableEnded) cut(new Error('the body was cut off before its end'));
+    });
+  });
+  source.pipe(parser);
   try {
-    for await (const chunk of body) {
-      if (phase === 'done') continue;
-      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-      for (;;) {
-        if (phase === 'preamble') {
-          const at = pending.indexOf(delimiter);
-          if (at < 0) {
-            pending = pending.subarray(Math.max(0, pending.length - delimiter.length + 1));
-            break;
-          }
-          pending = pending.subarray(at + delimiter.length);
-          phase = 'after-delimiter';
-        } else if (phase === 'after-delimiter') {
-          if (pending.length < 2) break;
-          if (pending[0] === 0x2d && pending[1] === 0x2d) {
-            phase = 'done';
-            break;
-          }
-          // Transport padding (spaces, tabs) may follow a delimiter before its CRLF.
-          const eol = pending.indexOf(CRLF);
-          if (eol < 0) {
-            if (pending.length > 256) throw new MultipartError('a boundary line is not followed by CRLF');
-            break;
-          }
-          if (!/^[ \t]*$/.test(pending.subarray(0, eol).toString('latin1')))
-            throw new MultipartError('a boundary line is followed by other text');
-          pending = pending.subarray(eol + 2);
-          if (++parts > limits.parts) throw new MultipartError(`more than ${limits.parts} parts`);
-          phase = 'headers';
-        } else if (phase === 'headers') {
-          const end = pending.indexOf(HEADERS_END);
-          // A part with no headers at all starts its body at once.
-          const bare = pending.length >= 2 && pending[0] === 0x0d && pending[1] === 0x0a;
-          if (end < 0 && !bare) {
-            if (pending.length > limits.headerBytes) throw new MultipartError(`a part's headers pass ${limits.headerBytes} bytes`);
-            break;
-          }
-          const headerText = bare ? '' : pending.subarray(0, end).toString('utf8');
-          pending = pending.subarray(bare ? 2 : end + 4);
-          part = openPart(headerText, sink);
-          phase = 'body';
-        } else if (phase === 'body') {
-          const current = part as Part;
-          const at = pending.indexOf(delimiter);
-          // Bytes that may be the start of a delimiter split across chunks stay pending.
-          const safe = at >= 0 ? at : Math.max(0, pending.length - delimiter.length + 1);
-          if (safe > 0) await take(current, pending.subarray(0, safe), limits);
-          pending = pending.subarray(safe);
-          if (at < 0) break;
-          pending = pending.subarray(delimiter.length);
-          closePart(current, sink);
-          part = undefined;
-          phase = 'after-delimiter';
-        } else {
-          break;
-        }
-      }
-      // A view into the chunk would pin all of it; the pending tail is small, so copy it.
-      if (pending.length > 0 && pending.length < chunk.length) pending = Buffer.from(pending);
-    }
+    await done;
   } catch (err) {
-    part?.sink?.destroy();
+    if (failure !== undefined) throw failure;
     throw err;
   }
-  if (phase !== 'done') {
-    part?.sink?.destroy();
-    throw new MultipartError('the body ended before its closing boundary');
-  }
-}
-
-function openPart(headerText: string, sink: PartSink): Part {
-  let disposition: string | undefined;
-  for (const line of headerText.split('\r\n')) {
-    const colon = line.indexOf(':');
-    if (colon > 0 && line.slice(0, colon).trim().toLowerCase() === 'content-disposition') disposition = line.slice(colon + 1);
-  }
-  if (disposition === undefined) throw new MultipartError('a part has no Content-Disposition header');
-  const name = dispositionParam(disposition, 'name');
-  if (name === undefined) throw new MultipartError('a part has no name');
-  const filename = dispositionParam(disposition, 'filename');
-  const part: Part = { name, filename, fieldChunks: [], fieldBytes: 0, sink: undefined };
-  if (filename !== undefined) part.sink = sink.file(name, filename);
-  return part;
-}
-
-/** One parameter of a Content-Disposition value (`form-data; name="file"; filename="in.jsonl"`). */
-function dispositionParam(value: string, wanted: string): string | undefined {
-  // Quoted strings may hold `;`, so match parameters rather than split on it.
-  const re = /;\s*([\w*-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;\s]*))/g;
-  for (let m = re.exec(value); m !== null; m = re.exec(value)) {
-    if ((m[1] ?? '').toLowerCase() !== wanted) continue;
-    return m[2] !== undefined ? m[2].replace(/\\(.)/g, '$1') : (m[3] ?? '');
-  }
-  return undefined;
-}
-
-async function take(part: Part, bytes: Buffer, limits: MultipartLimits): Promise<void> {
-  if (part.filename === undefined) {
-    part.fieldBytes += bytes.length;
-    if (part.fieldBytes > limits.fieldBytes) throw new MultipartError(`the field ${part.name} passes ${limits.fieldBytes} bytes`);
-    part.fieldChunks.push(Buffer.from(bytes));
-    return;
-  }
-  const out = part.sink;
-  // A sink that stopped (its reader refused the file: too large) takes nothing more.
-  if (out === undefined || out.destroyed || out.writableEnded) return;
-  if (out.write(bytes)) return;
-  await new Promise<void>((resolve) => {
-    const done = (): void => {
-      out.off('drain', done);
-      out.off('close', done);
-      resolve();
-    };
-    out.on('drain', done);
-    out.on('close', done);
-  });
-}
-
-function closePart(part: Part, sink: PartSink): void {
-  if (part.filename === undefined) {
-    sink.field(part.name, Buffer.concat(part.fieldChunks).toString('utf8'));
-    return;
-  }
-  if (part.sink !== undefined && !part.sink.destroyed) part.sink.end();
+  if (failure !== undefined) throw failure;
+  await Promise.all(written);
 }

@@ -70,6 +70,10 @@ describe('the multipart reader', () => {
   it('refuses, by name, a body cut short, a part without a name, too many parts and an oversized field', async () => {
     const field = part('Content-Disposition: form-data; name="purpose"', 'batch');
     await expect(parse(field, boundary)).rejects.toThrow(/ended before its closing boundary/);
+    // Cut inside a file part: refused by name, its file stream destroyed, nothing left unhandled
+    // (an unheard error there once ended the router).
+    const cutFile = part('Content-Disposition: form-data; name="file"; filename="in.jsonl"', '{"a":1}\n').subarray(0, -2);
+    await expect(parse(Buffer.concat([field, cutFile]), boundary, 5)).rejects.toThrow(/ended before its closing boundary/);
     await expect(parse(Buffer.concat([part('Content-Disposition: form-data', 'x'), end]), boundary)).rejects.toThrow(/no name/);
     await expect(parse(Buffer.concat([field, field, field, field, field, end]), boundary)).rejects.toThrow(/more than 4 parts/);
     const big = part('Content-Disposition: form-data; name="purpose"', 'x'.repeat(2000));
