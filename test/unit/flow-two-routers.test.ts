@@ -29,7 +29,9 @@ const keys = () =>
 async function sentFromLine(registry: Registry): Promise<{ a: number; b: number }> {
   const metric = registry.getSingleMetric('llmgw_router_flow_wait_seconds');
   const out = { a: 0, b: 0 };
-  for (const v of (await metric?.get())?.values ?? [])
+  // A histogram's values carry the name of the series each is (_bucket, _sum, _count).
+  const values = ((await metric?.get())?.values ?? []) as Array<{ metricName?: string; labels: Record<string, unknown>; value: number }>;
+  for (const v of values)
     if (v.metricName === 'llmgw_router_flow_wait_seconds_count' && (v.labels.tenant === 'a' || v.labels.tenant === 'b'))
       out[v.labels.tenant] += v.value;
   return out;
