@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { ApiKeys } from '../../router/http/auth.js';
 import { PRIORITIES } from '../../router/flow/priority.js';
+import type { Fairness } from '../../router/flow/queue.js';
 import { engine, router, routerMetric, url, useRouterHarness } from '../helpers/router-harness.js';
 import { waitFor } from '../helpers/poll.js';
 import { ask, learnCapacity, running } from '../helpers/flow-rig.js';
@@ -26,12 +27,12 @@ const keys = () =>
   ]);
 
 /** One engine slot at 20 tokens a second, its capacity learned; a line of `maxPerModel` at the router. */
-async function saturable(maxPerModel: number) {
+async function saturable(maxPerModel: number, fairness: Fairness = 'weighted') {
   const e = await engine({ maxConcurrency: 1, tokensPerSecond: 20 });
   const r = await router([{ servedName: 'demo', endpoint: url(e) }], {
     apiKeys: keys(),
     scrapeIntervalMs: 50,
-    queue: { maxPerModel, saturatedWaiting: 0 },
+    queue: { maxPerModel, saturatedWaiting: 0, fairness },
   });
   await learnCapacity(r.base, e, 1, HOLD);
   /** The slot taken for a second by a request of its own tenant. */
@@ -127,6 +128,19 @@ describe('x-llmgw-priority', () => {
     // The standard key's ask for critical waited behind the other key's critical request, and the
     // critical key's ask for sheddable behind every standard one.
     expect(order).toEqual(['critical', 'raised', 'standard', 'lowered']);
+  });
+
+  it('shows held requests by their own tenant under first come first served too', async () => {
+    const { router: r, occupy, hold } = await saturable(10, 'fifo');
+    const { holder } = await occupy();
+    const waiting = [(await hold({ key: STD })).answer, (await hold({ key: HOLD })).answer];
+    expect(r.health().line.demo?.classes).toEqual(
+      expect.arrayContaining([
+        { tenant: 'web', priority: 'standard', held: 1, inflight: 0 },
+        { tenant: 'hold', priority: 'standard', held: 1, inflight: 1 },
+      ]),
+    );
+    for (const res of await Promise.all([holder, ...waiting])) await res.arrayBuffer();
   });
 
   it('answers 400 invalid_header for a priority that is not one', async () => {
