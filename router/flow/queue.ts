@@ -155,8 +155,17 @@ export class ModelQueue {
   /** What is held, by tenant and priority. */
   classes(): HeldClass[] {
     const out: HeldClass[] = [];
-    for (const level of this.levels)
-      for (const [tenant, line] of level.tenants) out.push({ tenant, priority: level.priority, held: line.items.length });
+    for (const level of this.levels) {
+      if (this.fairness !== 'fifo') {
+        for (const [tenant, line] of level.tenants) out.push({ tenant, priority: level.priority, held: line.items.length });
+        continue;
+      }
+      // First come first served keeps one line for every tenant: counted by each request's own.
+      const byTenant = new Map<string, number>();
+      for (const line of level.tenants.values())
+        for (const held of line.items) byTenant.set(held.request.flow.tenant, (byTenant.get(held.request.flow.tenant) ?? 0) + 1);
+      for (const [tenant, held] of byTenant) out.push({ tenant, priority: level.priority, held });
+    }
     return out;
   }
 
