@@ -237,13 +237,15 @@ export class Endpoint implements Candidate {
   }
 
   /**
-   * Slots the engine has free if one more request were not sent: its capacity less its running
-   * and waiting as last scraped, moved by what this router sent or saw finish since; negative
-   * when it has a line. Infinity while its capacity is unknown (flow control acts on no guess).
+   * Slots the engine has free if one more request were not sent: its capacity less this router's
+   * requests there now and the others' it held at the last scrape; negative when it has a line.
+   * This router's own count is live, not the scrape's: a scrape taken between a send and the
+   * engine's sight of it (or an end and the router's) would show a slot free that is not.
+   * Infinity while its capacity is unknown (flow control acts on no guess).
    */
   freeSlots(): number {
     if (this.capacity === undefined || this.scrapedAt === 0) return Infinity;
-    return this.capacity - (this.running + this.waiting + (this.inflight - this.inflightAtScrape));
+    return this.capacity - (this.inflight + this.foreign);
   }
 
   sample(): EngineSample {
