@@ -7,17 +7,19 @@
 // deployment; over either limit a clean 429 or 503 with Retry-After, the lowest priority first.
 // Router side.
 import type { Registry } from 'prom-client';
-import { sendError } from '../http/errors.js';
 import type { Endpoint } from '../engines/endpoint.js';
 import type { ModelPool } from '../engines/model-pool.js';
 import { Exchange, type FlowRecorder, type ProxySettings } from '../engines/exchange.js';
-import { ModelQueue, type Fairness, type Held, type HeldClass, type HoldReason } from './queue.js';
+import { ModelQueue, type Fairness, type Held, type HoldReason } from './queue.js';
 import type { ExchangeResponse, RoutedRequest } from '../engines/routed-request.js';
 import type { WakeMetrics } from '../metrics.js';
 import { FlowMetrics } from './flow-metrics.js';
+import { Refusals, type HeldErrorKind, type HeldOutcome } from './refusals.js';
+import { depthsOf, linesOf, sheddableDepthsOf, type LineView } from './line-views.js';
+
+export type { LineView } from './line-views.js';
 import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, isPrivileged, type Contention } from './room.js';
-import { meeting, predictLineMs, predictTtftMs, TTFT_HEADER } from './deadline.js';
-import { priorityLabel } from './priority.js';
+import { meeting, predictLineMs, predictTtftMs } from './deadline.js';
 
 export interface QueueSettings {
   /** Requests one router process holds per deployment (served name). */
@@ -40,8 +42,6 @@ export const DEFAULT_QUEUE: QueueSettings = {
   keptShare: DEFAULT_KEPT_SHARE,
 };
 
-/** A cold start takes seconds to minutes; a saturated replica frees a slot within a generation. */
-const RETRY_AFTER_S: Record<HoldReason, number> = { no_replica: 5, sleeping: 5, saturated: 1 };
 /** How often a router process says again that it holds requests for a deployment with no replica. */
 const NOTIFY_EVERY_MS = 1000;
 
@@ -58,17 +58,12 @@ export interface WaitingRoomHooks {
   readonly wakeMetrics?: WakeMetrics;
 }
 
-/** What the admin /health shows of one model's line: what is held by tenant and priority, and their requests in flight. */
-export interface LineView {
-  held: number;
-  classes: Array<{ tenant: string; priority: string; held: number; inflight: number }>;
-}
-
 export class WaitingRoom implements FlowRecorder {
   private readonly queues = new Map<string, ModelQueue>();
   private readonly notifiedAt = new Map<string, number>();
   private total = 0;
   readonly metrics: FlowMetrics;
+  private readonly refusals: Refusals;
 
   constructor(
     readonly settings: QueueSettings,
@@ -76,6 +71,22 @@ export class WaitingRoom implements FlowRecorder {
     registry: Registry,
   ) {
     this.metrics = new FlowMetrics(registry, this.queues);
+    this.refusals = new Refusals(this.metrics, hooks.wakeMetrics);
+  }
+
+  /** Requests held in this process, by model. */
+  depths(): Record<string, number> {
+    return depthsOf(this.queues);
+  }
+
+  /** Held requests of sheddable priority, by model (the autoscaler may leave them out). */
+  sheddableDepths(): Record<string, number> {
+    return sheddableDepthsOf(this.queues);
+  }
+
+  /** The lines as the admin /health shows them. */
+  lines(): Record<string, LineView> {
+    return linesOf(this.queues);
   }
 
   queueFor(model: string): ModelQueue {
@@ -85,39 +96,6 @@ export class WaitingRoom implements FlowRecorder {
       this.queues.set(model, q);
     }
     return q;
-  }
-
-  /** Requests held in this process, by model. */
-  depths(): Record<string, number> {
-    const out: Record<string, number> = {};
-    for (const [model, q] of this.queues) if (q.size > 0) out[model] = q.size;
-    return out;
-  }
-
-  /** Held requests of sheddable priority, by model (the autoscaler may leave them out). */
-  sheddableDepths(): Record<string, number> {
-    const out: Record<string, number> = {};
-    for (const [model, q] of this.queues) {
-      const n = q.classes().reduce((sum, c: HeldClass) => sum + (c.priority < 0 ? c.held : 0), 0);
-      if (n > 0) out[model] = n;
-    }
-    return out;
-  }
-
-  /** The lines as the admin /health shows them. */
-  lines(): Record<string, LineView> {
-    const out: Record<string, LineView> = {};
-    for (const [model, q] of this.queues) {
-      if (q.size === 0) continue;
-      const classes = q.classes().map((c) => ({
-        tenant: c.tenant,
-        priority: priorityLabel(c.priority),
-        held: c.held,
-        inflight: q.shares.inflightOf(c.tenant),
-      }));
-      out[model] = { held: q.size, classes };
-    }
-    return out;
   }
 
   /**
@@ -140,7 +118,8 @@ export class WaitingRoom implements FlowRecorder {
       const lineMs = sendNow ? 0 : predictLineMs(q.aheadOf(request.flow.priority) + 1, pool.endpoints);
       const candidates = sendNow ? pool.endpoints.filter(room) : pool.endpoints;
       const verdict = meeting(request.deadline, candidates, request.body.length, lineMs);
-      if (verdict.meets.length === 0) return this.refuseDeadline(pool, res, request, verdict.bestTtftMs, verdict.bestTpotMs);
+      if (verdict.meets.length === 0)
+        return this.refusals.refuseDeadline(pool.servedName, res, request, verdict.bestTtftMs, verdict.bestTpotMs);
       if (sendNow) request.eligible = (e) => verdict.meets.includes(e);
     } else if (sendNow && contention.contended) request.eligible = room;
     if (!sendNow) return this.hold(pool, res, request, false);
@@ -156,10 +135,10 @@ export class WaitingRoom implements FlowRecorder {
     if (q.size >= this.settings.maxPerModel) {
       // The lowest priority is refused first: a newcomer above it takes its place.
       const lowest = q.lowest();
-      if (lowest === undefined || lowest.request.flow.priority >= request.flow.priority) return this.refuse(held, 'full');
+      if (lowest === undefined || lowest.request.flow.priority >= request.flow.priority) return this.refusals.refuse(held, 'full');
       q.remove(lowest);
       this.leave(lowest);
-      this.refuse(lowest, 'shed');
+      this.refusals.refuse(lowest, 'shed');
     }
     q.push(held);
     this.total++;
@@ -209,7 +188,7 @@ export class WaitingRoom implements FlowRecorder {
       if (held === undefined) return;
       this.leave(held);
       const queuedMs = now - held.heldAt;
-      this.observe(held, 'sent', queuedMs);
+      this.refusals.observe(held, 'sent', queuedMs);
       this.metrics.waited(model, held.request.flow, queuedMs / 1000);
       const exchange = new Exchange(this.hooks.proxy(), held.res, pool, held.request);
       exchange.queuedMs = queuedMs;
@@ -291,17 +270,10 @@ export class WaitingRoom implements FlowRecorder {
     if (held.line === undefined || !held.line.remove(held)) return;
     const ttft = held.request.deadline?.ttftMs;
     const waitedMs = performance.now() - held.heldAt;
-    if (ttft !== undefined && waitedMs < this.settings.maxWaitMs) {
-      this.leave(held);
-      this.observe(held, 'deadline', waitedMs);
-      this.metrics.deadline(held.model, held.request.flow, 'missed');
-      this.metrics.refused(held.model, held.request.flow, 'deadline');
-      this.metrics.refusedCount.inc({ model: held.model, reason: 'deadline' });
-      const message = `The request's deadline for a first token (${ttft} ms, ${TTFT_HEADER}) passed while it waited for a replica of model \`${held.model}\`; it was not sent.`;
-      return sendError(held.res, 'deadline_missed', message, false, RETRY_AFTER_S[held.reason]);
-    }
+    this.leave(held);
+    if (ttft !== undefined && waitedMs < this.settings.maxWaitMs) return this.refusals.deadlinePassed(held, ttft, waitedMs);
     const waited = Math.round(this.settings.maxWaitMs / 1000);
-    this.answer(
+    this.refusals.answer(
       held,
       'timeout',
       'queue_timeout',
@@ -312,52 +284,12 @@ export class WaitingRoom implements FlowRecorder {
   private gone(held: Held): void {
     if (held.line === undefined || !held.line.remove(held)) return;
     this.leave(held);
-    this.observe(held, 'gone', performance.now() - held.heldAt);
-  }
-
-  private observe(held: Held, outcome: string, waitedMs: number): void {
-    this.metrics.wait.observe({ model: held.model, outcome }, waitedMs / 1000);
-    if (held.reason === 'sleeping') this.hooks.wakeMetrics?.waited(held.model, outcome, waitedMs / 1000);
+    this.refusals.observe(held, 'gone', performance.now() - held.heldAt);
   }
 
   /** Answers a request already taken off its line with an error. */
-  private answer(
-    held: Held,
-    outcome: 'timeout' | 'removed' | 'stopping',
-    kind: 'queue_timeout' | 'unknown_model' | 'no_replica' | 'router_stopping',
-    message: string,
-  ): void {
+  private answer(held: Held, outcome: HeldOutcome, kind: HeldErrorKind, message: string): void {
     this.leave(held);
-    this.observe(held, outcome, performance.now() - held.heldAt);
-    this.metrics.refusedCount.inc({ model: held.model, reason: outcome });
-    if (outcome === 'timeout') this.metrics.refused(held.model, held.request.flow, 'timeout');
-    sendError(held.res, kind, message, false, RETRY_AFTER_S[held.reason]);
-  }
-
-  /** 429 for a request the line has no room for (`full`), or gives up for a higher priority (`shed`, already taken off its line). */
-  private refuse(held: Held, why: 'full' | 'shed'): void {
-    if (why === 'shed') this.observe(held, 'shed', performance.now() - held.heldAt);
-    this.metrics.refusedCount.inc({ model: held.model, reason: why });
-    this.metrics.refused(held.model, held.request.flow, why);
-    const message =
-      why === 'full'
-        ? `Too many requests are waiting for model \`${held.model}\`; please try again shortly.`
-        : `Too many requests are waiting for model \`${held.model}\` and this one's priority (${priorityLabel(held.request.flow.priority)}) is the lowest; please try again shortly.`;
-    sendError(held.res, 'queue_full', message, false, RETRY_AFTER_S[held.reason]);
-  }
-
-  /** 429 at once: no replica is predicted to give the first token (or the tokens after) in time. */
-  private refuseDeadline(pool: ModelPool, res: ExchangeResponse, request: RoutedRequest, ttftMs: number, tpotMs: number | undefined): void {
-    const model = pool.servedName;
-    this.metrics.deadline(model, request.flow, 'refused');
-    this.metrics.refused(model, request.flow, 'deadline');
-    this.metrics.refusedCount.inc({ model, reason: 'deadline' });
-    const { deadline } = request;
-    const parts: string[] = [];
-    if (deadline?.ttftMs !== undefined) parts.push(`first token in ${Math.round(ttftMs)} ms (asked ${deadline.ttftMs} ms)`);
-    if (deadline?.tpotMs !== undefined && tpotMs !== undefined)
-      parts.push(`${tpotMs.toFixed(1)} ms per token (asked ${deadline.tpotMs} ms)`);
-    const message = `No replica of model \`${model}\` is predicted to meet this request's deadline: best predicted ${parts.join(', ')}. Try again later or with a longer deadline.`;
-    sendError(res, 'deadline_unmeetable', message, false, Math.max(1, Math.ceil(ttftMs / 1000)));
+    this.refusals.answer(held, outcome, kind, message);
   }
 }
