@@ -172,7 +172,9 @@ export class Endpoint implements Candidate {
       this.requests = load.requests ?? -1;
       this.scrapedAt = Date.now();
       this.inflightAtScrape = this.inflight;
-      if (load.waiting > 0) this.capacity = load.running;
+      // A line with nothing running (a start, a prompt the KV cache cannot hold) says nothing of
+      // how many it runs: a capacity of 0 would hold every request back for good.
+      if (load.waiting > 0 && load.running > 0) this.capacity = load.running;
       else if (this.capacity !== undefined && load.running > this.capacity) this.capacity = load.running;
       this.learnCosts(load);
     }

@@ -20,6 +20,10 @@ export class FlowMetrics {
   private readonly classRefused: Counter<'model' | 'tenant' | 'priority' | 'reason'>;
   private readonly deadlines: Counter<'model' | 'tenant' | 'priority' | 'outcome'>;
   private readonly predictionError: Histogram<'model' | 'direction'>;
+  private readonly errorChildren = new Map<
+    string,
+    { late: Histogram.Internal<'model' | 'direction'>; early: Histogram.Internal<'model' | 'direction'> }
+  >();
 
   constructor(registry: Registry, queues: ReadonlyMap<string, ModelQueue>) {
     const series = new Series(registry);
@@ -93,8 +97,14 @@ export class FlowMetrics {
     this.deadlines.inc({ model, tenant: flow.tenant, priority: priorityLabel(flow.priority), outcome });
   }
 
+  /** Observed for every streamed request: its children are kept per model, not looked up by labels each time. */
   predicted(model: string, predictedMs: number, actualMs: number): void {
+    let children = this.errorChildren.get(model);
+    if (children === undefined) {
+      children = { late: this.predictionError.labels(model, 'late'), early: this.predictionError.labels(model, 'early') };
+      this.errorChildren.set(model, children);
+    }
     const error = actualMs - predictedMs;
-    this.predictionError.observe({ model, direction: error >= 0 ? 'late' : 'early' }, Math.abs(error) / 1000);
+    (error >= 0 ? children.late : children.early).observe(Math.abs(error) / 1000);
   }
 }

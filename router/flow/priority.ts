@@ -61,7 +61,9 @@ export const ANONYMOUS_CLASS: FlowClass = { tenant: ANONYMOUS_TENANT, weight: 1,
 export function requestClass(key: FlowClass | undefined, header: string | string[] | undefined): FlowClass | Error {
   const base = key ?? ANONYMOUS_CLASS;
   if (header === undefined) return base;
-  const asked = parsePriority(Array.isArray(header) ? (header[0] ?? '') : header);
-  if (asked instanceof Error) return new Error(`${PRIORITY_HEADER}: ${asked.message}`);
+  const text = (Array.isArray(header) ? (header[0] ?? '') : header).trim().toLowerCase();
+  // Names only: a number would let any client make a new level (and new series) at will.
+  if (!(text in PRIORITIES)) return new Error(`${PRIORITY_HEADER} must be critical, standard or sheddable`);
+  const asked = PRIORITIES[text as PriorityName];
   return asked >= base.priority ? base : { ...base, priority: asked };
 }

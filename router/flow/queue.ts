@@ -33,6 +33,8 @@ export interface Held {
   line: ModelQueue | undefined;
   /** Its virtual start time in its priority's fair queue. */
   tag: number;
+  /** The virtual time it was charged (1/weight): given back to its tenant if it leaves unsent. */
+  cost: number;
 }
 
 interface TenantLine {
@@ -80,7 +82,8 @@ export class ModelQueue {
     }
     const weight = this.fairness === 'fifo' ? 1 : flow.weight;
     held.tag = Math.max(level.clock, line.lastFinish);
-    line.lastFinish = held.tag + 1 / weight;
+    held.cost = 1 / weight;
+    line.lastFinish = held.tag + held.cost;
     line.items.push(held);
     held.line = this;
     level.size++;
@@ -130,7 +133,7 @@ export class ModelQueue {
     if (held.line !== this) return false;
     const level = this.levels.find((l) => l.priority === held.request.flow.priority);
     if (level === undefined) return false;
-    this.take(level, held);
+    this.take(level, held, true);
     return true;
   }
 
@@ -145,10 +148,20 @@ export class ModelQueue {
     return oldest;
   }
 
-  /** Requests waiting ahead of one of this class that arrived now: every one of a higher priority, and its own level's. */
-  aheadOf(priority: number): number {
+  /**
+   * Requests that would leave before one of this class arriving now: every one of a higher
+   * priority, and those of its own whose stamps are below the one it would get (a quiet
+   * tenant's request is not behind a loud tenant's whole backlog).
+   */
+  aheadOf(flow: FlowClass): number {
     let n = 0;
-    for (const level of this.levels) if (level.priority >= priority) n += level.size;
+    for (const level of this.levels) {
+      if (level.priority > flow.priority) n += level.size;
+      if (level.priority !== flow.priority) continue;
+      const stamp = Math.max(level.clock, level.tenants.get(this.tenantKey(flow))?.lastFinish ?? 0);
+      // At an equal stamp the one held first leaves first: every one held now.
+      for (const line of level.tenants.values()) for (const h of line.items) if (h.tag <= stamp) n++;
+    }
     return n;
   }
 
@@ -176,12 +189,18 @@ export class ModelQueue {
     return all;
   }
 
-  private take(level: Level, held: Held): void {
+  /** Takes `held` off its level; `unsent`: it leaves without being sent, and its tenant gets its time back. */
+  private take(level: Level, held: Held, unsent = false): void {
     const key = this.tenantKey(held.request.flow);
     const line = level.tenants.get(key);
     const i = line?.items.indexOf(held) ?? -1;
     if (line === undefined || i < 0) return;
     line.items.splice(i, 1);
+    if (unsent) {
+      // Else a tenant whose requests keep timing out would fall further behind each time.
+      for (let j = i; j < line.items.length; j++) (line.items[j] as Held).tag -= held.cost;
+      line.lastFinish = Math.max(level.clock, line.lastFinish - held.cost);
+    }
     // A tenant's line is kept while empty for its last finish stamp, unless the level empties.
     if (line.items.length === 0 && line.lastFinish <= level.clock) level.tenants.delete(key);
     held.line = undefined;

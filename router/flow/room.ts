@@ -14,6 +14,8 @@ export interface Roomy {
   freeSlots(): number;
   /** Slots it runs at once; NaN until learned. */
   concurrency(): number;
+  /** This router's requests there now. */
+  readonly inflight: number;
 }
 
 export interface RoomSettings {
@@ -55,7 +57,10 @@ export function hasRoom(e: Roomy, settings: RoomSettings, contention: Contention
   if (threshold === undefined) return true;
   const free = e.freeSlots();
   if (!contention.contended) return -free < threshold;
-  return free > (privileged ? 0 : keptSlots(e, settings.keptShare));
+  if (free > (privileged ? 0 : keptSlots(e, settings.keptShare))) return true;
+  // With nothing of this router's there, the engine's line is other routers' (who may see no
+  // contention and fill it): held to the uncontended rule, not to free slots it may never see.
+  return e.inflight === 0 && -free < threshold;
 }
 
 /** Whether a request of this class may take kept slots now. */

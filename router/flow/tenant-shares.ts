@@ -16,14 +16,20 @@ interface TenantUse {
   lastSeen: number;
 }
 
+/** How long a count of who is active is used before it is made again: admission must not walk every tenant per request. */
+const RECOUNT_MS = 100;
+
 export class TenantShares {
   private readonly tenants = new Map<string, TenantUse>();
   private readonly priorities = new Map<number, number>();
+  /** The last count: active tenants, their weights, active priorities, and when it was made. */
+  private counted = { tenants: 0, weights: 0, priorities: 0, at: -Infinity };
 
   /** A request of this class arrived (held or sent). */
   seen(flow: FlowClass, now: number): void {
     const use = this.use(flow, now);
     use.lastSeen = now;
+    if (!this.priorities.has(flow.priority)) this.counted.at = -Infinity;
     this.priorities.set(flow.priority, now);
   }
 
@@ -48,7 +54,8 @@ export class TenantShares {
 
   /** More than one tenant, or more than one priority, has been active lately: slots are kept for who is behind. */
   contended(now: number): boolean {
-    return this.activeTenants(now) > 1 || this.activePriorities(now) > 1;
+    const c = this.count(now);
+    return c.tenants > 1 || c.priorities > 1;
   }
 
   /** Whether the request may take a kept slot: critical, or (not sheddable) its tenant below its weighted share of `slots`. */
@@ -57,8 +64,7 @@ export class TenantShares {
     if (flow.priority < PRIORITIES.standard) return false;
     const use = this.tenants.get(flow.tenant);
     if (use === undefined) return true;
-    let weights = 0;
-    for (const t of this.tenants.values()) if (active(t, now)) weights += t.weight;
+    const weights = this.count(now).weights;
     const share = weights === 0 ? slots : (slots * use.weight) / weights;
     return use.inflight < share;
   }
@@ -68,23 +74,27 @@ export class TenantShares {
     return this.tenants.get(tenant)?.inflight ?? 0;
   }
 
-  private activeTenants(now: number): number {
-    let n = 0;
+  /** Who is active, counted again at most every RECOUNT_MS, or at once when someone new came. */
+  private count(now: number): { tenants: number; weights: number; priorities: number } {
+    const c = this.counted;
+    if (now - c.at < RECOUNT_MS && now >= c.at) return c;
+    let tenants = 0;
+    let weights = 0;
     for (const [tenant, t] of this.tenants) {
-      if (active(t, now)) n++;
+      if (active(t, now)) {
+        tenants++;
+        weights += t.weight;
+      }
       // Forgotten once idle, so that a key file's churn of tenants does not grow the map forever.
       else this.tenants.delete(tenant);
     }
-    return n;
-  }
-
-  private activePriorities(now: number): number {
-    let n = 0;
+    let priorities = 0;
     for (const [priority, at] of this.priorities) {
-      if (now - at < ACTIVE_MS) n++;
+      if (now - at < ACTIVE_MS) priorities++;
       else this.priorities.delete(priority);
     }
-    return n;
+    this.counted = { tenants, weights, priorities, at: now };
+    return this.counted;
   }
 
   private use(flow: FlowClass, now: number): TenantUse {
@@ -92,6 +102,8 @@ export class TenantShares {
     if (use === undefined) {
       use = { weight: flow.weight, inflight: 0, held: 0, lastSeen: now };
       this.tenants.set(flow.tenant, use);
+      // Someone new: the next question counts again rather than answer from before it came.
+      this.counted.at = -Infinity;
     }
     // A reloaded keys file may have changed it.
     use.weight = flow.weight;

@@ -56,6 +56,8 @@ export interface WaitingRoomHooks {
   onSleeping?(pool: ModelPool): void;
   /** Where requests held for a wake are counted and timed. */
   readonly wakeMetrics?: WakeMetrics;
+  /** Gives a request's body bytes back to the router's budget now; how many it held. */
+  releaseBytes?(res: ExchangeResponse): number;
 }
 
 export class WaitingRoom implements FlowRecorder {
@@ -115,7 +117,7 @@ export class WaitingRoom implements FlowRecorder {
     // No jumping the line: with requests held, this one takes its place among them.
     const sendNow = q.size === 0 && (threshold === undefined || pool.endpoints.some(room));
     if (request.deadline !== undefined) {
-      const lineMs = sendNow ? 0 : predictLineMs(q.aheadOf(request.flow.priority) + 1, pool.endpoints);
+      const lineMs = sendNow ? 0 : predictLineMs(q.aheadOf(request.flow) + 1, pool.endpoints);
       const candidates = sendNow ? pool.endpoints.filter(room) : pool.endpoints;
       const verdict = meeting(request.deadline, candidates, request.body.length, lineMs);
       if (verdict.meets.length === 0)
@@ -131,7 +133,7 @@ export class WaitingRoom implements FlowRecorder {
     const q = pool.queue;
     const model = pool.servedName;
     const reason: HoldReason = noReplica ? (pool.sleepers.length > 0 ? 'sleeping' : 'no_replica') : 'saturated';
-    const held: Held = { model, res, request, heldAt: performance.now(), reason, timer: undefined, line: undefined, tag: 0 };
+    const held: Held = { model, res, request, heldAt: performance.now(), reason, timer: undefined, line: undefined, tag: 0, cost: 0 };
     if (q.size >= this.settings.maxPerModel) {
       // The lowest priority is refused first: a newcomer above it takes its place.
       const lowest = q.lowest();
@@ -154,6 +156,35 @@ export class WaitingRoom implements FlowRecorder {
     } else if (held.reason === 'no_replica') this.notify(model);
     // Queued behind others while a replica may have room (since the last event): try now.
     else this.drain(model);
+  }
+
+  /**
+   * The router's budget for bodies is spent and a request of `priority` needs `bytes` more:
+   * held requests of a lower priority, across every line, are refused (the newest of the
+   * lowest first) and their bytes given back, until enough is free. True when it is.
+   */
+  shedForBytes(priority: number, bytes: number): boolean {
+    const release = this.hooks.releaseBytes;
+    if (release === undefined) return false;
+    let freed = 0;
+    while (freed < bytes) {
+      let lowest: Held | undefined;
+      for (const q of this.queues.values()) {
+        const candidate = q.lowest();
+        if (candidate === undefined || candidate.request.flow.priority >= priority) continue;
+        const better =
+          lowest === undefined ||
+          candidate.request.flow.priority < lowest.request.flow.priority ||
+          (candidate.request.flow.priority === lowest.request.flow.priority && candidate.heldAt > lowest.heldAt);
+        if (better) lowest = candidate;
+      }
+      if (lowest === undefined || lowest.line === undefined) return false;
+      lowest.line.remove(lowest);
+      this.leave(lowest);
+      this.refusals.refuse(lowest, 'shed');
+      freed += release(lowest.res);
+    }
+    return true;
   }
 
   /** Sends what can be sent now, for every model with requests waiting. */
@@ -226,7 +257,8 @@ export class WaitingRoom implements FlowRecorder {
     // A whole answer's first byte is its last token: only a stream's says when the first came.
     if (sse && request.predictedTtftMs >= 0) this.metrics.predicted(model, request.predictedTtftMs, actualMs);
     const ttft = request.deadline?.ttftMs;
-    if (ttft !== undefined) this.metrics.deadline(model, request.flow, actualMs <= ttft ? 'met' : 'missed');
+    // A whole answer in time met it for sure; one late may still have had its first token in time.
+    if (ttft !== undefined && (sse || actualMs <= ttft)) this.metrics.deadline(model, request.flow, actualMs <= ttft ? 'met' : 'missed');
   }
 
   /**

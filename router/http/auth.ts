@@ -174,6 +174,7 @@ export function parseKeyLine(line: string): KeySpec {
   const parsed = Limit.safeParse(raw);
   if (!parsed.success) throw new Error(parsed.error.issues.map((i) => i.message).join('; '));
   const { rps, concurrent, ...flow } = parsed.data;
+  if (flow.tenant === key) throw new Error('tenant must not be the key: tenants are shown in metrics and logs');
   return withFlow({ key, limits: { rps, concurrent } }, flow);
 }
 

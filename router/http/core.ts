@@ -16,7 +16,7 @@ import type { ProxySettings } from '../engines/exchange.js';
 import { KeyGates } from './key-gates.js';
 import type { KeyGate } from './limits.js';
 import { ByteBudget, DEFAULT_HELD_BYTES } from './byte-budget.js';
-import { readBody, releaseGate, sendJson, type RouterRequest, type RouterResponse } from './request.js';
+import { readBody, releaseBytes, releaseGate, sendJson, type RouterRequest, type RouterResponse } from './request.js';
 import { RequestRouter } from './route.js';
 import { RouteRefresher } from '../routes/refresher.js';
 import { DEFAULT_SCRAPER, Scraper } from '../engines/scraper.js';
@@ -27,6 +27,7 @@ import { DEFAULT_QUEUE, WaitingRoom } from '../flow/waiting-room.js';
 import { SleeperWaker } from '../engines/wake.js';
 import { hostname } from 'node:os';
 import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from '../adapters/router.js';
+import { DEFAULT_PRIORITY, PRIORITY_HEADER, requestClass } from '../flow/priority.js';
 import { FilesApi, PATH_FILES, serveFiles } from '../../batches/files-api.js';
 
 const PATH_CHAT = '/v1/chat/completions';
@@ -72,6 +73,12 @@ export class RouterCore {
         onHold: (model) => options.onHold?.(model),
         ...(waker !== undefined ? { onSleeping: (pool) => waker.ensure(pool) } : {}),
         wakeMetrics: this.metrics.wakes,
+        releaseBytes: (res) => {
+          const held = res as RouterResponse;
+          const bytes = held.reserved;
+          releaseBytes.call(held);
+          return bytes;
+        },
       },
       this.metrics.registry,
     );
@@ -270,6 +277,9 @@ export class RouterCore {
       res.gate = gate;
       res.on('close', releaseGate);
     }
+    const flow = requestClass(gate?.key.flow, req.headers[PRIORITY_HEADER]);
+    // A malformed header is refused once the body is read (http/route.ts), not here.
+    res.priority = flow instanceof Error ? DEFAULT_PRIORITY : flow.priority;
     const declared = req.headers['content-length'];
     const requests = this.requests;
     if (declared !== undefined && Number(declared) > this.bodyLimit) return requests.tooLarge(res);

@@ -42,6 +42,8 @@ export class RouterResponse extends ServerResponse<RouterRequest> implements Exc
   /** The budget this request's body is counted against, and how much of it it holds. */
   budget: ByteBudget | undefined = undefined;
   reserved = 0;
+  /** Its priority as far as it is known before its body is read (its key's, lowered by its header): what it may shed for bytes. */
+  priority = 0;
 }
 
 /** A 'close' listener: the answer is over (or the client left), so the body's bytes go back to the budget. */

@@ -110,7 +110,9 @@ export class RequestRouter implements BodyConsumer {
 
   reserve(res: RouterResponse, bytes: number): boolean {
     const { budget } = this.parts;
-    if (!budget.take(bytes)) return false;
+    // Out of bytes: requests held of a lower priority give theirs up first (flow/waiting-room.ts).
+    if (!budget.take(bytes) && !(this.parts.waiting.shedForBytes(res.priority, bytes - (budget.limit - budget.used)) && budget.take(bytes)))
+      return false;
     if (res.budget === undefined) {
       res.budget = budget;
       res.on('close', releaseBytes);

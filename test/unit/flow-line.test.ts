@@ -83,6 +83,29 @@ describe('the held line', () => {
     expect(next).toContain(quiet);
   });
 
+  it('counts ahead of a quiet tenant only what its stamp would follow, not a loud tenant’s whole backlog', () => {
+    const q = new ModelQueue('m');
+    for (let i = 0; i < 100; i++) q.push(held('loud'));
+    // Only the loud request whose turn it is (an equal stamp, held first).
+    expect(q.aheadOf({ tenant: 'quiet', weight: 1, priority: 0 })).toBe(1);
+    expect(q.aheadOf({ tenant: 'loud', weight: 1, priority: 0 })).toBe(100);
+    q.push(held('quiet'));
+    expect(q.aheadOf({ tenant: 'quiet', weight: 1, priority: 0 })).toBe(3);
+    expect(q.aheadOf({ tenant: 'ops', weight: 1, priority: -1 })).toBe(101);
+  });
+
+  it('gives a tenant back the time of requests that left unsent, so it is not pushed behind', () => {
+    const q = new ModelQueue('m');
+    const gone = Array.from({ length: 10 }, () => held('b'));
+    for (const h of gone) q.push(h);
+    for (let i = 0; i < 20; i++) q.push(held('a'));
+    for (const h of gone) expect(q.remove(h)).toBe(true);
+    const next = held('b');
+    q.push(next);
+    // Without the refund b's next request would follow ten of a's.
+    expect([q.shift(), q.shift()]).toContain(next);
+  });
+
   it('with fifo, serves one priority in arrival order whatever the tenants', () => {
     const q = new ModelQueue('m', 'fifo');
     const order = [held('loud'), held('loud'), held('loud'), held('quiet'), held('loud')];
@@ -99,8 +122,8 @@ describe('the held line', () => {
     expect(q.shiftWhere((flow) => flow.tenant !== 'a')).toBe(b);
     expect(q.remove(a)).toBe(true);
     expect(q.remove(a)).toBe(false);
-    expect(q.aheadOf(0)).toBe(0);
-    expect(q.aheadOf(-1)).toBe(1);
+    expect(q.aheadOf({ tenant: 'd', weight: 1, priority: 0 })).toBe(0);
+    expect(q.aheadOf({ tenant: 'd', weight: 1, priority: -1 })).toBe(1);
     expect(q.shiftWhere((flow) => flow.priority > 0)).toBeUndefined();
     expect(drain(q)).toEqual([c]);
   });

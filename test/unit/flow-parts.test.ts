@@ -9,6 +9,8 @@ import { TenantShares, ACTIVE_MS } from '../../router/flow/tenant-shares.js';
 import { contentionOf, hasRoom, keptSlots, type Roomy } from '../../router/flow/room.js';
 import { meeting, parseDeadline, predictLineMs, predictTtftMs, type Predictable } from '../../router/flow/deadline.js';
 import { DEFAULT_COSTS } from '../../router/policies/policy.js';
+import { Endpoint } from '../../router/engines/endpoint.js';
+import type { Pool } from 'undici';
 
 describe('priorities', () => {
   it('reads names and integers, and says what is allowed otherwise', () => {
@@ -62,8 +64,8 @@ describe('tenants in the keys file', () => {
   });
 });
 
-function engine(free: number, slots: number, costs: Partial<typeof DEFAULT_COSTS> = {}, prefilling = 0): Roomy & Predictable {
-  return { freeSlots: () => free, concurrency: () => slots, costs: { ...DEFAULT_COSTS, ...costs }, prefilling };
+function engine(free: number, slots: number, costs: Partial<typeof DEFAULT_COSTS> = {}, prefilling = 0, inflight = 1): Roomy & Predictable {
+  return { freeSlots: () => free, concurrency: () => slots, costs: { ...DEFAULT_COSTS, ...costs }, prefilling, inflight };
 }
 
 describe('kept slots', () => {
@@ -97,6 +99,10 @@ describe('kept slots', () => {
     expect(hasRoom(engine(2, 16), settings, c, true)).toBe(true);
     expect(hasRoom(engine(0, 16), settings, c, true)).toBe(false);
     expect(hasRoom(engine(3, 16), settings, c, false)).toBe(true);
+    // An engine whose line is all other routers' (that may see no contention and keep it full)
+    // is held to the uncontended rule by a router with nothing there, so it is never starved.
+    expect(hasRoom(engine(-3, 16, {}, 0, 0), settings, c, false)).toBe(true);
+    expect(hasRoom(engine(-8, 16, {}, 0, 0), settings, c, true)).toBe(false);
   });
 
   it('forgets a tenant idle for longer than the active window', () => {
@@ -105,6 +111,22 @@ describe('kept slots', () => {
     shares.seen({ tenant: 'b', weight: 1, priority: 0 }, 0);
     expect(shares.contended(1)).toBe(true);
     expect(shares.contended(ACTIVE_MS + 1)).toBe(false);
+  });
+});
+
+describe('an engine’s capacity', () => {
+  it('is not learned from a line with nothing running (a capacity of 0 would hold everything back)', () => {
+    const e = new Endpoint('http://engine:1', {} as Pool);
+    e.probeSucceeded(0, { running: 0, waiting: 3, kvUsage: 0 });
+    expect(e.concurrency()).toBeNaN();
+    expect(e.freeSlots()).toBe(Infinity);
+    // Six of this router's there, four running: it runs four.
+    e.inflight = 6;
+    e.probeSucceeded(0, { running: 4, waiting: 2, kvUsage: 0.5 });
+    expect(e.concurrency()).toBe(4);
+    // This router's live count, not the scrape's: one sent since is one more in the line.
+    e.inflight = 7;
+    expect(e.freeSlots()).toBe(-3);
   });
 });
 
