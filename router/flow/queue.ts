@@ -79,7 +79,7 @@ export class ModelQueue {
       level.tenants.set(tenant, line);
     }
     const weight = this.fairness === 'fifo' ? 1 : flow.weight;
-    held.tag = Math.max(level.clock, line.lastFinish);
+    held.tag = this.stampFor(level, flow);
     line.lastFinish = held.tag + 1 / weight;
     line.items.push(held);
     held.line = this;
@@ -116,13 +116,36 @@ export class ModelQueue {
   /** The request the line gives up first when it is full: the newest of the lowest priority. */
   lowest(): Held | undefined {
     const level = this.levels[this.levels.length - 1];
-    if (level === undefined) return undefined;
-    let newest: Held | undefined;
+    return level === undefined ? undefined : newestOf(level);
+  }
+
+  /**
+   * What a full line gives up for a newcomer of `flow`; undefined when the newcomer is the one
+   * refused. The newest of a lower priority, the lowest first; at the newcomer's own priority
+   * (weighted fairness), the newest of the tenant holding the most of the line per weight, when
+   * that is more than the newcomer's tenant would hold with it: else a tenant sending ten times
+   * as much fills the line and a quiet tenant, though below its share, gets only refusals.
+   */
+  victimFor(flow: FlowClass): Held | undefined {
+    const level = this.levels[this.levels.length - 1];
+    if (level === undefined || level.priority > flow.priority) return undefined;
+    if (level.priority < flow.priority) return newestOf(level);
+    if (this.fairness === 'fifo') return undefined;
+    let heaviest: TenantLine | undefined;
+    let most = 0;
     for (const line of level.tenants.values()) {
       const last = line.items[line.items.length - 1];
-      if (last !== undefined && (newest === undefined || last.heldAt > newest.heldAt)) newest = last;
+      if (last === undefined) continue;
+      const load = line.items.length / last.request.flow.weight;
+      if (load > most) {
+        most = load;
+        heaviest = line;
+      }
     }
-    return newest;
+    const own = level.tenants.get(this.tenantKey(flow));
+    const ownLoad = ((own?.items.length ?? 0) + 1) / flow.weight;
+    if (heaviest === undefined || heaviest === own || most <= ownLoad) return undefined;
+    return heaviest.items[heaviest.items.length - 1];
   }
 
   /** Takes a request out wherever it is (its client left, it waited too long, or it is shed). */
@@ -145,10 +168,18 @@ export class ModelQueue {
     return oldest;
   }
 
-  /** Requests waiting ahead of one of this class that arrived now: every one of a higher priority, and its own level's. */
-  aheadOf(priority: number): number {
+  /**
+   * Requests that would leave before one of this class arriving now: every one of a higher
+   * priority, and of its own those stamped no later than it would be. Under weighted fairness a
+   * tenant below its share goes ahead of another's backlog, so counting the whole level would
+   * predict it a wait it does not have (and refuse a deadline it would meet).
+   */
+  aheadOf(flow: FlowClass): number {
     let n = 0;
-    for (const level of this.levels) if (level.priority >= priority) n += level.size;
+    for (const level of this.levels) {
+      if (level.priority > flow.priority) n += level.size;
+      else if (level.priority === flow.priority) n += this.fairness === 'fifo' ? level.size : stampedBy(level, this.stampFor(level, flow));
+    }
     return n;
   }
 
@@ -182,6 +213,11 @@ export class ModelQueue {
     this.shares.held(held.request.flow, -1, performance.now());
   }
 
+  /** The virtual start time a request of `flow` joining `level` now is stamped with. */
+  private stampFor(level: Level, flow: FlowClass): number {
+    return Math.max(level.clock, level.tenants.get(this.tenantKey(flow))?.lastFinish ?? 0);
+  }
+
   private tenantKey(flow: FlowClass): string {
     return this.fairness === 'fifo' ? '' : flow.tenant;
   }
@@ -194,4 +230,25 @@ export class ModelQueue {
     }
     return level;
   }
+}
+
+function newestOf(level: Level): Held | undefined {
+  let newest: Held | undefined;
+  for (const line of level.tenants.values()) {
+    const last = line.items[line.items.length - 1];
+    if (last !== undefined && (newest === undefined || last.heldAt > newest.heldAt)) newest = last;
+  }
+  return newest;
+}
+
+/** Requests of `level` stamped no later than `tag` (each tenant's are in stamp order). */
+function stampedBy(level: Level, tag: number): number {
+  let n = 0;
+  for (const line of level.tenants.values()) {
+    for (const held of line.items) {
+      if (held.tag > tag) break;
+      n++;
+    }
+  }
+  return n;
 }

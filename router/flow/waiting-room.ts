@@ -137,7 +137,7 @@ export class WaitingRoom implements FlowRecorder {
     // No jumping the line: with requests held, this one takes its place among them.
     const sendNow = q.size === 0 && (threshold === undefined || pool.endpoints.some(room));
     if (request.deadline !== undefined) {
-      const lineMs = sendNow ? 0 : predictLineMs(q.aheadOf(request.flow.priority) + 1, pool.endpoints);
+      const lineMs = sendNow ? 0 : predictLineMs(q.aheadOf(request.flow) + 1, pool.endpoints);
       const candidates = sendNow ? pool.endpoints.filter(room) : pool.endpoints;
       const verdict = meeting(request.deadline, candidates, request.body.length, lineMs);
       if (verdict.meets.length === 0) return this.refuseDeadline(pool, res, request, verdict.bestTtftMs, verdict.bestTpotMs);
@@ -154,12 +154,13 @@ export class WaitingRoom implements FlowRecorder {
     const reason: HoldReason = noReplica ? (pool.sleepers.length > 0 ? 'sleeping' : 'no_replica') : 'saturated';
     const held: Held = { model, res, request, heldAt: performance.now(), reason, timer: undefined, line: undefined, tag: 0 };
     if (q.size >= this.settings.maxPerModel) {
-      // The lowest priority is refused first: a newcomer above it takes its place.
-      const lowest = q.lowest();
-      if (lowest === undefined || lowest.request.flow.priority >= request.flow.priority) return this.refuse(held, 'full');
-      q.remove(lowest);
-      this.leave(lowest);
-      this.refuse(lowest, 'shed');
+      // The lowest priority is refused first (a newcomer above it takes its place), then, at the
+      // newcomer's own priority, the tenant holding the most of the line for its weight.
+      const victim = q.victimFor(request.flow);
+      if (victim === undefined) return this.refuse(held, 'full');
+      q.remove(victim);
+      this.leave(victim);
+      this.refuse(victim, victim.request.flow.priority < request.flow.priority ? 'shed' : 'shed_share');
     }
     q.push(held);
     this.total++;
@@ -334,15 +335,22 @@ export class WaitingRoom implements FlowRecorder {
     sendError(held.res, kind, message, false, RETRY_AFTER_S[held.reason]);
   }
 
-  /** 429 for a request the line has no room for (`full`), or gives up for a higher priority (`shed`, already taken off its line). */
-  private refuse(held: Held, why: 'full' | 'shed'): void {
-    if (why === 'shed') this.observe(held, 'shed', performance.now() - held.heldAt);
-    this.metrics.refusedCount.inc({ model: held.model, reason: why });
-    this.metrics.refused(held.model, held.request.flow, why);
+  /**
+   * 429 for a request the line has no room for (`full`), or gives up (already taken off its line)
+   * for a higher priority (`shed`) or for a tenant holding less of the line (`shed_share`).
+   */
+  private refuse(held: Held, why: 'full' | 'shed' | 'shed_share'): void {
+    const reason = why === 'full' ? 'full' : 'shed';
+    if (reason === 'shed') this.observe(held, 'shed', performance.now() - held.heldAt);
+    this.metrics.refusedCount.inc({ model: held.model, reason });
+    this.metrics.refused(held.model, held.request.flow, reason);
+    const waiting = `Too many requests are waiting for model \`${held.model}\``;
     const message =
       why === 'full'
-        ? `Too many requests are waiting for model \`${held.model}\`; please try again shortly.`
-        : `Too many requests are waiting for model \`${held.model}\` and this one's priority (${priorityLabel(held.request.flow.priority)}) is the lowest; please try again shortly.`;
+        ? `${waiting}; please try again shortly.`
+        : why === 'shed'
+          ? `${waiting} and this one's priority (${priorityLabel(held.request.flow.priority)}) is the lowest; please try again shortly.`
+          : `${waiting} and this request's tenant holds the most of them for its weight; please try again shortly.`;
     sendError(held.res, 'queue_full', message, false, RETRY_AFTER_S[held.reason]);
   }
 
