@@ -163,9 +163,10 @@ describe('a full line', () => {
     await Promise.all((await Promise.all(burst)).map((res) => res.arrayBuffer()));
     await new Promise((res) => setTimeout(res, 250));
 
+    // 40 tokens at 100/s: the two in flight hold their slots while all eight arrive.
     const statuses = (key: string, n: number) =>
       Array.from({ length: n }, () =>
-        ask(base, key, 10).then(async (res) => {
+        ask(base, key, 40).then(async (res) => {
           await res.arrayBuffer();
           return res.status;
         }),
