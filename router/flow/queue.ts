@@ -172,13 +172,15 @@ export class ModelQueue {
    * Requests that would leave before one of this class arriving now: every one of a higher
    * priority, and of its own those stamped no later than it would be. Under weighted fairness a
    * tenant below its share goes ahead of another's backlog, so counting the whole level would
-   * predict it a wait it does not have (and refuse a deadline it would meet).
+   * predict it a wait it does not have (and refuse a deadline it would meet). `eligible`: only
+   * requests of classes it allows (those that may take the slots free now).
    */
-  aheadOf(flow: FlowClass): number {
+  aheadOf(flow: FlowClass, eligible?: (flow: FlowClass) => boolean): number {
     let n = 0;
     for (const level of this.levels) {
-      if (level.priority > flow.priority) n += level.size;
-      else if (level.priority === flow.priority) n += this.fairness === 'fifo' ? level.size : stampedBy(level, this.stampFor(level, flow));
+      if (level.priority < flow.priority) break;
+      const tag = level.priority > flow.priority || this.fairness === 'fifo' ? Infinity : this.stampFor(level, flow);
+      n += eligible === undefined && tag === Infinity ? level.size : stampedBy(level, tag, eligible);
     }
     return n;
   }
@@ -241,13 +243,13 @@ function newestOf(level: Level): Held | undefined {
   return newest;
 }
 
-/** Requests of `level` stamped no later than `tag` (each tenant's are in stamp order). */
-function stampedBy(level: Level, tag: number): number {
+/** Requests of `level` stamped no later than `tag` (each tenant's are in stamp order), of classes `eligible` allows. */
+function stampedBy(level: Level, tag: number, eligible: ((flow: FlowClass) => boolean) | undefined): number {
   let n = 0;
   for (const line of level.tenants.values()) {
     for (const held of line.items) {
       if (held.tag > tag) break;
-      n++;
+      if (eligible === undefined || eligible(held.request.flow)) n++;
     }
   }
   return n;

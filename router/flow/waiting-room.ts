@@ -15,8 +15,8 @@ import { ModelQueue, type Fairness, type Held, type HeldClass, type HoldReason }
 import type { ExchangeResponse, RoutedRequest } from '../engines/routed-request.js';
 import type { WakeMetrics } from '../metrics.js';
 import { FlowMetrics } from './flow-metrics.js';
-import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, isPrivileged, type Contention } from './room.js';
-import { meeting, predictLineMs, predictTtftMs, TTFT_HEADER } from './deadline.js';
+import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, isPrivileged, lineWaitMs, type Contention } from './room.js';
+import { meeting, predictTtftMs, TTFT_HEADER } from './deadline.js';
 import { priorityLabel } from './priority.js';
 
 export interface QueueSettings {
@@ -137,7 +137,7 @@ export class WaitingRoom implements FlowRecorder {
     // No jumping the line: with requests held, this one takes its place among them.
     const sendNow = q.size === 0 && (threshold === undefined || pool.endpoints.some(room));
     if (request.deadline !== undefined) {
-      const lineMs = sendNow ? 0 : predictLineMs(q.aheadOf(request.flow) + 1, pool.endpoints);
+      const lineMs = sendNow ? 0 : lineWaitMs(q, pool.endpoints, this.settings, request.flow, contention, privileged);
       const candidates = sendNow ? pool.endpoints.filter(room) : pool.endpoints;
       const verdict = meeting(request.deadline, candidates, request.body.length, lineMs);
       if (verdict.meets.length === 0) return this.refuseDeadline(pool, res, request, verdict.bestTtftMs, verdict.bestTpotMs);

@@ -80,6 +80,18 @@ describe('requests ahead of a newcomer', () => {
     expect(q.aheadOf(flow('low', -1))).toBe(30);
   });
 
+  it('counts only the classes allowed, at every priority at or above its own', () => {
+    const { q } = line('weighted', [
+      [flow('boss', 1), 2],
+      [flow('heavy'), 30],
+      [flow('other'), 3],
+    ]);
+    const notHeavy = (f: FlowClass) => f.tenant !== 'heavy';
+    // Of its own level only other's head is stamped before quiet's first; boss's two are above it.
+    expect(q.aheadOf(flow('quiet'), notHeavy)).toBe(3);
+    expect(q.aheadOf(flow('quiet'))).toBe(4);
+  });
+
   it('with fifo, counts the whole level', () => {
     const { q } = line('fifo', [[flow('heavy'), 30]]);
     expect(q.aheadOf(flow('quiet'))).toBe(30);
