@@ -47,7 +47,7 @@ export class FlowMetrics {
     });
     this.wait = series.histogram(
       'llmgw_router_queue_wait_seconds',
-      'Time requests spent held at the router, by model and how the wait ended (sent; timeout; gone: the client left; removed: the model was; stopping: the router; shed: made room for a higher priority; deadline: its deadline passed).',
+      'Time requests spent held at the router, by model and how the wait ended (sent; timeout; gone: the client left; removed: the model was; stopping: the router; shed: made room for a higher priority or a tenant holding less of the line; deadline: its deadline passed).',
       ['model', 'outcome'],
       WAIT_BUCKETS,
     );
@@ -69,7 +69,7 @@ export class FlowMetrics {
     );
     this.classRefused = series.counter(
       'llmgw_router_flow_refused_total',
-      'Requests flow control refused, by model, tenant, priority and reason (full: the line was; shed: dropped from the line for a higher priority; deadline: predicted to miss it; timeout: held too long).',
+      'Requests flow control refused, by model, tenant, priority and reason (full: the line was; shed: dropped from the line for a higher priority or a tenant holding less of it; deadline: predicted to miss it; timeout: held too long).',
       ['model', 'tenant', 'priority', 'reason'],
     );
     this.deadlines = series.counter(

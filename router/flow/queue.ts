@@ -81,7 +81,7 @@ export class ModelQueue {
       level.tenants.set(tenant, line);
     }
     const weight = this.fairness === 'fifo' ? 1 : flow.weight;
-    held.tag = Math.max(level.clock, line.lastFinish);
+    held.tag = this.stampFor(level, flow);
     held.cost = 1 / weight;
     line.lastFinish = held.tag + held.cost;
     line.items.push(held);
@@ -119,13 +119,36 @@ export class ModelQueue {
   /** The request the line gives up first when it is full: the newest of the lowest priority. */
   lowest(): Held | undefined {
     const level = this.levels[this.levels.length - 1];
-    if (level === undefined) return undefined;
-    let newest: Held | undefined;
+    return level === undefined ? undefined : newestOf(level);
+  }
+
+  /**
+   * What a full line gives up for a newcomer of `flow`; undefined when the newcomer is the one
+   * refused. The newest of a lower priority, the lowest first; at the newcomer's own priority
+   * (weighted fairness), the newest of the tenant holding the most of the line per weight, when
+   * that is more than the newcomer's tenant would hold with it: else a tenant sending ten times
+   * as much fills the line and a quiet tenant, though below its share, gets only refusals.
+   */
+  victimFor(flow: FlowClass): Held | undefined {
+    const level = this.levels[this.levels.length - 1];
+    if (level === undefined || level.priority > flow.priority) return undefined;
+    if (level.priority < flow.priority) return newestOf(level);
+    if (this.fairness === 'fifo') return undefined;
+    let heaviest: TenantLine | undefined;
+    let most = 0;
     for (const line of level.tenants.values()) {
       const last = line.items[line.items.length - 1];
-      if (last !== undefined && (newest === undefined || last.heldAt > newest.heldAt)) newest = last;
+      if (last === undefined) continue;
+      const load = line.items.length / last.request.flow.weight;
+      if (load > most) {
+        most = load;
+        heaviest = line;
+      }
     }
-    return newest;
+    const own = level.tenants.get(this.tenantKey(flow));
+    const ownLoad = ((own?.items.length ?? 0) + 1) / flow.weight;
+    if (heaviest === undefined || heaviest === own || most <= ownLoad) return undefined;
+    return heaviest.items[heaviest.items.length - 1];
   }
 
   /** Takes a request out wherever it is (its client left, it waited too long, or it is shed). */
@@ -150,17 +173,17 @@ export class ModelQueue {
 
   /**
    * Requests that would leave before one of this class arriving now: every one of a higher
-   * priority, and those of its own whose stamps are below the one it would get (a quiet
-   * tenant's request is not behind a loud tenant's whole backlog).
+   * priority, and of its own those stamped no later than it would be. Under weighted fairness a
+   * tenant below its share goes ahead of another's backlog, so counting the whole level would
+   * predict it a wait it does not have (and refuse a deadline it would meet). `eligible`: only
+   * requests of classes it allows (those that may take the slots free now).
    */
-  aheadOf(flow: FlowClass): number {
+  aheadOf(flow: FlowClass, eligible?: (flow: FlowClass) => boolean): number {
     let n = 0;
     for (const level of this.levels) {
-      if (level.priority > flow.priority) n += level.size;
-      if (level.priority !== flow.priority) continue;
-      const stamp = Math.max(level.clock, level.tenants.get(this.tenantKey(flow))?.lastFinish ?? 0);
-      // At an equal stamp the one held first leaves first: every one held now.
-      for (const line of level.tenants.values()) for (const h of line.items) if (h.tag <= stamp) n++;
+      if (level.priority < flow.priority) break;
+      const tag = level.priority > flow.priority || this.fairness === 'fifo' ? Infinity : this.stampFor(level, flow);
+      n += eligible === undefined && tag === Infinity ? level.size : stampedBy(level, tag, eligible);
     }
     return n;
   }
@@ -210,6 +233,11 @@ export class ModelQueue {
     this.shares.held(held.request.flow, -1, performance.now());
   }
 
+  /** The virtual start time a request of `flow` joining `level` now is stamped with. */
+  private stampFor(level: Level, flow: FlowClass): number {
+    return Math.max(level.clock, level.tenants.get(this.tenantKey(flow))?.lastFinish ?? 0);
+  }
+
   private tenantKey(flow: FlowClass): string {
     return this.fairness === 'fifo' ? '' : flow.tenant;
   }
@@ -222,4 +250,25 @@ export class ModelQueue {
     }
     return level;
   }
+}
+
+function newestOf(level: Level): Held | undefined {
+  let newest: Held | undefined;
+  for (const line of level.tenants.values()) {
+    const last = line.items[line.items.length - 1];
+    if (last !== undefined && (newest === undefined || last.heldAt > newest.heldAt)) newest = last;
+  }
+  return newest;
+}
+
+/** Requests of `level` stamped no later than `tag` (each tenant's are in stamp order), of classes `eligible` allows. */
+function stampedBy(level: Level, tag: number, eligible: ((flow: FlowClass) => boolean) | undefined): number {
+  let n = 0;
+  for (const line of level.tenants.values()) {
+    for (const held of line.items) {
+      if (held.tag > tag) break;
+      if (eligible === undefined || eligible(held.request.flow)) n++;
+    }
+  }
+  return n;
 }

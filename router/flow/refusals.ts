@@ -45,15 +45,22 @@ export class Refusals {
     sendError(held.res, 'deadline_missed', message, false, RETRY_AFTER_S[held.reason]);
   }
 
-  /** 429 for a request the line has no room for (`full`), or gives up for a higher priority (`shed`, already taken off its line). */
-  refuse(held: Held, why: 'full' | 'shed'): void {
-    if (why === 'shed') this.observe(held, 'shed', performance.now() - held.heldAt);
-    this.metrics.refusedCount.inc({ model: held.model, reason: why });
-    this.metrics.refused(held.model, held.request.flow, why);
+  /**
+   * 429 for a request the line has no room for (`full`), or gives up (already taken off its line)
+   * for a higher priority (`shed`) or for a tenant holding less of the line (`shed_share`).
+   */
+  refuse(held: Held, why: 'full' | 'shed' | 'shed_share'): void {
+    const reason = why === 'full' ? 'full' : 'shed';
+    if (reason === 'shed') this.observe(held, 'shed', performance.now() - held.heldAt);
+    this.metrics.refusedCount.inc({ model: held.model, reason });
+    this.metrics.refused(held.model, held.request.flow, reason);
+    const waiting = `Too many requests are waiting for model \`${held.model}\``;
     const message =
       why === 'full'
-        ? `Too many requests are waiting for model \`${held.model}\`; please try again shortly.`
-        : `Too many requests are waiting for model \`${held.model}\` and this one's priority (${priorityLabel(held.request.flow.priority)}) is the lowest; please try again shortly.`;
+        ? `${waiting}; please try again shortly.`
+        : why === 'shed'
+          ? `${waiting} and this one's priority (${priorityLabel(held.request.flow.priority)}) is the lowest; please try again shortly.`
+          : `${waiting} and this request's tenant holds the most of them for its weight; please try again shortly.`;
     sendError(held.res, 'queue_full', message, false, RETRY_AFTER_S[held.reason]);
   }
 

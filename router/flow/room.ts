@@ -4,8 +4,11 @@
 // (an engine's line is first come first served and would undo the router's order), and the last
 // few free slots of each engine are kept for critical requests and for tenants below their
 // weighted share, so that they start at once instead of waiting for a slot to free behind a
-// tenant that sends ten times as much. Router side; pure over the replicas' state.
+// tenant that sends ten times as much; hence also how long a request joining the line waits for
+// its slot (what a deadline's prediction adds). Router side; pure over the replicas' state.
+import { predictLineMs, type Predictable } from './deadline.js';
 import type { FlowClass } from './priority.js';
+import type { ModelQueue } from './queue.js';
 import type { TenantShares } from './tenant-shares.js';
 
 /** What room needs to know of a replica (engines/endpoint.ts Endpoint is one). */
@@ -66,4 +69,29 @@ export function hasRoom(e: Roomy, settings: RoomSettings, contention: Contention
 /** Whether a request of this class may take kept slots now. */
 export function isPrivileged(shares: TenantShares, flow: FlowClass, contention: Contention): boolean {
   return contention.contended && shares.privileged(flow, contention.slots, contention.now);
+}
+
+/**
+ * How long a request of `flow` joining the line now is predicted to wait there: a slot's freeing
+ * for each request that leaves before it and one for itself. When no replica has an open slot but
+ * it may take a kept one, only those allowed the kept slots go before it, and the kept slots free
+ * now need no waiting.
+ */
+export function lineWaitMs(
+  q: ModelQueue,
+  replicas: ReadonlyArray<Roomy & Predictable>,
+  settings: RoomSettings,
+  flow: FlowClass,
+  contention: Contention,
+  privileged: boolean,
+): number {
+  const open = replicas.some((e) => hasRoom(e, settings, contention, false));
+  if (!privileged || open) return predictLineMs(q.aheadOf(flow) + 1, replicas);
+  let keptFree = 0;
+  for (const e of replicas) {
+    const free = e.freeSlots();
+    if (Number.isFinite(free) && free > 0) keptFree += free;
+  }
+  const ahead = q.aheadOf(flow, (other) => isPrivileged(q.shares, other, contention));
+  return predictLineMs(Math.max(0, ahead + 1 - keptFree), replicas);
 }

@@ -18,8 +18,8 @@ import { Refusals, type HeldErrorKind, type HeldOutcome } from './refusals.js';
 import { depthsOf, linesOf, sheddableDepthsOf, type LineView } from './line-views.js';
 
 export type { LineView } from './line-views.js';
-import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, isPrivileged, type Contention } from './room.js';
-import { meeting, predictLineMs, predictTtftMs } from './deadline.js';
+import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, isPrivileged, lineWaitMs, type Contention } from './room.js';
+import { meeting, predictTtftMs } from './deadline.js';
 
 export interface QueueSettings {
   /** Requests one router process holds per deployment (served name). */
@@ -117,7 +117,7 @@ export class WaitingRoom implements FlowRecorder {
     // No jumping the line: with requests held, this one takes its place among them.
     const sendNow = q.size === 0 && (threshold === undefined || pool.endpoints.some(room));
     if (request.deadline !== undefined) {
-      const lineMs = sendNow ? 0 : predictLineMs(q.aheadOf(request.flow) + 1, pool.endpoints);
+      const lineMs = sendNow ? 0 : lineWaitMs(q, pool.endpoints, this.settings, request.flow, contention, privileged);
       const candidates = sendNow ? pool.endpoints.filter(room) : pool.endpoints;
       const verdict = meeting(request.deadline, candidates, request.body.length, lineMs);
       if (verdict.meets.length === 0)
@@ -135,12 +135,13 @@ export class WaitingRoom implements FlowRecorder {
     const reason: HoldReason = noReplica ? (pool.sleepers.length > 0 ? 'sleeping' : 'no_replica') : 'saturated';
     const held: Held = { model, res, request, heldAt: performance.now(), reason, timer: undefined, line: undefined, tag: 0, cost: 0 };
     if (q.size >= this.settings.maxPerModel) {
-      // The lowest priority is refused first: a newcomer above it takes its place.
-      const lowest = q.lowest();
-      if (lowest === undefined || lowest.request.flow.priority >= request.flow.priority) return this.refusals.refuse(held, 'full');
-      q.remove(lowest);
-      this.leave(lowest);
-      this.refusals.refuse(lowest, 'shed');
+      // The lowest priority is refused first (a newcomer above it takes its place), then, at the
+      // newcomer's own priority, the tenant holding the most of the line for its weight.
+      const victim = q.victimFor(request.flow);
+      if (victim === undefined) return this.refusals.refuse(held, 'full');
+      q.remove(victim);
+      this.leave(victim);
+      this.refusals.refuse(victim, victim.request.flow.priority < request.flow.priority ? 'shed' : 'shed_share');
     }
     q.push(held);
     this.total++;

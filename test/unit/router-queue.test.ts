@@ -151,6 +151,36 @@ describe('flow control', () => {
   });
 });
 
+describe('a full line', () => {
+  it('gives up the heavy tenant’s newest request for a quiet tenant’s, not the quiet one', async () => {
+    const e = await engine({ maxConcurrency: 2, tokensPerSecond: 100 });
+    const source = new StaticRouteSource([{ servedName: 'auto', endpoint: url(e) }]);
+    const keys = new ApiKeys(['key-h-0123456789', 'key-q-0123456789']);
+    const { router: r, base } = await router(source, { apiKeys: keys, queue: { saturatedWaiting: 0, maxPerModel: 4 } });
+    // The engine shows its limit once it has had a line: a burst, then a scrape while it lasts.
+    const burst = Array.from({ length: 6 }, () => ask(base, 'key-h-0123456789', 20));
+    await new Promise((res) => setTimeout(res, 250));
+    await Promise.all((await Promise.all(burst)).map((res) => res.arrayBuffer()));
+    await new Promise((res) => setTimeout(res, 250));
+
+    // 40 tokens at 100/s: the two in flight hold their slots while all eight arrive.
+    const statuses = (key: string, n: number) =>
+      Array.from({ length: n }, () =>
+        ask(base, key, 40).then(async (res) => {
+          await res.arrayBuffer();
+          return res.status;
+        }),
+      );
+    // Two in flight, four held, two refused: the line is full of one tenant.
+    const heavy = statuses('key-h-0123456789', 8);
+    await until(() => (r.health().queued.auto ?? 0) >= 4);
+    const quiet = statuses('key-q-0123456789', 1);
+    expect(await Promise.all(quiet)).toEqual([200]);
+    const heavyStatuses = await Promise.all(heavy);
+    expect(heavyStatuses.filter((s) => s === 429)).toHaveLength(3);
+  });
+});
+
 describe('the autoscaler', () => {
   function recording(): DeploymentControl & { decisions: AutoscaleDecision[]; wakes: number } {
     const control = {
