@@ -28,6 +28,7 @@ import { SleeperWaker } from '../engines/wake.js';
 import { hostname } from 'node:os';
 import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from '../adapters/router.js';
 import { FilesApi, PATH_FILES, serveFiles } from '../../batches/files-api.js';
+import { BatchesApi, PATH_BATCHES, serveBatches } from '../../batches/batches-api.js';
 
 const PATH_CHAT = '/v1/chat/completions';
 const PATH_COMPLETIONS = '/v1/completions';
@@ -60,6 +61,8 @@ export class RouterCore {
   readonly insecure: string | undefined;
   /** /v1/files (batches/files-api.ts), when the router was given a file store. */
   private readonly files: FilesApi | undefined;
+  /** /v1/batches (batches/batches-api.ts), when the router has a file store and a Temporal client. */
+  private readonly batches: BatchesApi | undefined;
 
   constructor(options: RouterOptions, log: (line: string) => void) {
     this.metrics = new RouterMetrics(() => this.state.liveEndpoints(), { processMetrics: options.processMetrics ?? false });
@@ -111,6 +114,10 @@ export class RouterCore {
     this.apiKeys = options.apiKeys;
     this.insecure = options.insecureRoutes ? INSECURE_ROUTES : undefined;
     this.files = options.files === undefined ? undefined : new FilesApi(options.files, log);
+    this.batches =
+      options.files === undefined || options.batches === undefined
+        ? undefined
+        : new BatchesApi({ ...options.batches, store: options.files.store }, log);
     this.gates = new KeyGates((key) => this.metrics.forKey(key.label), options.limitShare ?? 1);
     if (options.apiKeys) this.gates.replace(options.apiKeys);
     const own = options.extraMetrics ? Registry.merge([this.metrics.registry, options.extraMetrics]) : this.metrics.registry;
@@ -204,6 +211,11 @@ export class RouterCore {
           const gate = this.authenticate(req, res);
           if (gate === false) return;
           return serveFiles(this.files, req, res, gate?.key, expectContinue);
+        }
+        if (path === PATH_BATCHES || path.startsWith(`${PATH_BATCHES}/`)) {
+          const gate = this.authenticate(req, res);
+          if (gate === false) return;
+          return serveBatches(this.batches, req, res, gate?.key);
         }
         return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
     }

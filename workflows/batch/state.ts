@@ -23,8 +23,16 @@ export interface BatchInput extends SealedInput {
   metadata: Record<string, string> | null;
   /** Unix seconds, as the router answered the create. */
   createdAt: number;
+  /** Smaller chunks and runs than the defaults, for tests; the router sets none. */
+  tuning?: BatchTuning;
   /** Set by the run before: where the batch is. */
   carried?: BatchCarried;
+}
+
+export interface BatchTuning {
+  chunkSize?: number;
+  parallelChunks?: number;
+  chunksPerRun?: number;
 }
 
 export interface BatchCarried {

@@ -4,8 +4,9 @@
 // CHUNKS_PER_RUN chunks, and merges the chunk files into the output and error files. A cancel
 // or the completion window's end stops it with what is done. Workflow side (deterministic).
 //
-// Pinned, like every workflow but reconcileNode (docs/upgrades.md): a batch finishes on the build
-// that started it, its continued runs included, so it carries no patched() branches.
+// Pinned by the control worker's default, like every workflow but reconcileNode (docs/upgrades.md):
+// a batch finishes on the build that started it, its continued runs included (at most its
+// completion window, 24 h), so it carries no patched() branches and no park prologue.
 import {
   ActivityFailure,
   CancellationScope,
@@ -13,7 +14,6 @@ import {
   isCancellation,
   setCurrentDetails,
   setHandler,
-  setWorkflowOptions,
   sleep,
   upsertMemo,
 } from '@temporalio/workflow';
@@ -70,7 +70,8 @@ export async function batch(input: BatchInput): Promise<BatchView> {
     () => stop('expired'),
     () => undefined,
   );
-  const plan = planChunks(view.counts.total, CHUNK_SIZE);
+  const { chunkSize = CHUNK_SIZE, parallelChunks = PARALLEL_CHUNKS, chunksPerRun = CHUNKS_PER_RUN } = input.tuning ?? {};
+  const plan = planChunks(view.counts.total, chunkSize);
   const running = new CancellationScope();
   let inFlight = 0;
   let startedHere = 0;
@@ -96,7 +97,7 @@ export async function batch(input: BatchInput): Promise<BatchView> {
       .finally(() => inFlight--);
   };
   for (;;) {
-    while (stopping === undefined && inFlight < PARALLEL_CHUNKS && nextChunk < plan.length && startedHere < CHUNKS_PER_RUN) start(nextChunk++);
+    while (stopping === undefined && inFlight < parallelChunks && nextChunk < plan.length && startedHere < chunksPerRun) start(nextChunk++);
     if (inFlight === 0) break;
     const count = inFlight;
     await condition(() => inFlight < count || stopping !== undefined);
@@ -153,5 +154,3 @@ function causeOf(err: unknown): string {
   const cause = err instanceof ActivityFailure ? (err.cause ?? err) : err;
   return cause instanceof Error ? cause.message : String(cause);
 }
-
-setWorkflowOptions({ versioningBehavior: 'PINNED' }, batch);

@@ -1,0 +1,224 @@
+// Batches end to end (issue 40): the official `openai` Node client uploads a JSONL and creates
+// batches on the router, the real batch workflow runs on a dev server with its real activities,
+// which send each line back through the router (sheddable, with the batch key) to fake engines;
+// the output and error files are downloaded and every custom_id checked to appear exactly once.
+// Also: a malformed line fails validation with its number and runs nothing, another key sees
+// none of it, a cancel mid-run ends `cancelled` within seconds with partial output, and a short
+// completion window ends `expired` with what was done.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI, { toFile } from 'openai';
+import type { Batch } from 'openai/resources/batches';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import type { Client } from '@temporalio/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createBatchChunkActivities } from '../../activities/batch-chunk.js';
+import { createBatchFileActivities } from '../../activities/batch-files.js';
+import { createCarriedStateActivities } from '../../activities/carried-state.js';
+import { DirectoryFileStore } from '../../batches/file-store.js';
+import { ApiKeys } from '../../router/http/auth.js';
+import { llmgwDataConverter } from '../../temporal/connection.js';
+import { engine, router, url, useRouterHarness } from '../helpers/router-harness.js';
+import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
+
+useRouterHarness();
+
+let client: Client;
+let closeClient: () => Promise<void>;
+let dir: string;
+let worker: Worker;
+let running: Promise<void>;
+let connection: NativeConnection;
+const taskQueue = uniqueId('batches');
+const routerUrl: { base?: string } = {};
+
+beforeAll(async () => {
+  ({ client, close: closeClient } = await testClient());
+  dir = await mkdtemp(join(tmpdir(), 'llmgw-batch-'));
+  const store = await DirectoryFileStore.open(join(dir, 'files'));
+  await writeFile(join(dir, 'batch.key'), 'key-of-the-batcher\n', { mode: 0o600 });
+  const files = () => Promise.resolve(store);
+  connection = await NativeConnection.connect({ address: temporalAddress() });
+  worker = await Worker.create({
+    connection,
+    taskQueue,
+    workflowsPath: join(__dirname, '../workflows/batch.ts'),
+    dataConverter: llmgwDataConverter(),
+    activities: {
+      ...createBatchFileActivities(files),
+      // The router starts after the worker: its URL is read when a chunk runs.
+      ...createBatchChunkActivities(files, {
+        get routerUrl() {
+          return routerUrl.base;
+        },
+        keyFile: join(dir, 'batch.key'),
+      }),
+      ...createCarriedStateActivities(client, undefined),
+    },
+  });
+  running = worker.run();
+}, 60_000);
+
+afterAll(async () => {
+  worker?.shutdown();
+  await running?.catch(() => undefined);
+  await connection?.close();
+  await closeClient?.();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+const KEYS = new ApiKeys([
+  { key: 'key-of-team-a', id: 'team-a' },
+  { key: 'key-of-team-b', id: 'team-b' },
+  { key: 'key-of-the-batcher', id: 'batcher' },
+]);
+
+/** Engines for `demo` (quick) and `slow` (a quarter second a line), and the router over them with batches on. */
+async function stack(): Promise<{ a: OpenAI; b: OpenAI }> {
+  const quick = await engine({ model: 'demo' });
+  const slow = await engine({ model: 'slow', tokensPerSecond: 20 });
+  const r = await router(
+    [
+      { servedName: 'demo', endpoint: url(quick) },
+      { servedName: 'slow', endpoint: url(slow) },
+    ],
+    {
+      apiKeys: KEYS,
+      files: { store: await DirectoryFileStore.open(join(dir, 'files')) },
+      // Chunks of 100, at most 4 a run: a 1,000-line batch continues as new twice.
+      batches: { client: async () => client, taskQueue, tuning: { chunkSize: 100, parallelChunks: 3, chunksPerRun: 4 } },
+    },
+  );
+  routerUrl.base = r.base;
+  const as = (key: string) => new OpenAI({ baseURL: `${r.base}/v1`, apiKey: key, maxRetries: 0 });
+  return { a: as('key-of-team-a'), b: as('key-of-team-b') };
+}
+
+const chatLine = (id: string, model = 'demo', maxTokens = 4) =>
+  JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model, messages: [{ role: 'user', content: id }], max_tokens: maxTokens } });
+const embedLine = (id: string) => JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/embeddings', body: { model: 'demo', input: id } });
+
+async function upload(openai: OpenAI, lines: string[]): Promise<string> {
+  return (await openai.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'in.jsonl'), purpose: 'batch' })).id;
+}
+
+async function until(openai: OpenAI, id: string, done: (b: Batch) => boolean, withinMs: number): Promise<Batch> {
+  const end = Date.now() + withinMs;
+  for (;;) {
+    const b = await openai.batches.retrieve(id);
+    if (done(b) || Date.now() > end) return b;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+const FINAL = ['completed', 'failed', 'expired', 'cancelled'];
+
+async function linesOf(openai: OpenAI, fileId: string | null | undefined): Promise<Record<string, unknown>[]> {
+  if (!fileId) return [];
+  const text = await (await openai.files.content(fileId)).text();
+  return text
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+describe('batches', () => {
+  it('runs a chat batch and an embeddings batch to completed, every custom_id exactly once', async () => {
+    const { a, b } = await stack();
+    const chat = Array.from({ length: 900 }, (_, i) => chatLine(`chat-${i}`, i % 90 === 0 ? 'no-such-model' : 'demo'));
+    const embed = Array.from({ length: 100 }, (_, i) => embedLine(`embed-${i}`));
+    const [chatFile, embedFile] = [await upload(a, chat), await upload(a, embed)];
+    const chatBatch = await a.batches.create({ input_file_id: chatFile, endpoint: '/v1/chat/completions', completion_window: '24h', metadata: { job: 'eval' } });
+    const embedBatch = await a.batches.create({ input_file_id: embedFile, endpoint: '/v1/embeddings', completion_window: '24h' });
+    expect(chatBatch).toMatchObject({ object: 'batch', status: 'validating', input_file_id: chatFile, metadata: { job: 'eval' } });
+    expect(chatBatch.id).toMatch(/^batch_[0-9a-f]{24}$/);
+
+    // Another key: as if the batch did not exist.
+    await expect(b.batches.retrieve(chatBatch.id)).rejects.toMatchObject({ status: 404 });
+    await expect(b.batches.cancel(chatBatch.id)).rejects.toMatchObject({ status: 404 });
+
+    const done = await until(a, chatBatch.id, (x) => FINAL.includes(x.status), 40_000);
+    const embedDone = await until(a, embedBatch.id, (x) => FINAL.includes(x.status), 10_000);
+    expect(done).toMatchObject({ status: 'completed', request_counts: { total: 900, completed: 890, failed: 10 } });
+    expect(embedDone).toMatchObject({ status: 'completed', request_counts: { total: 100, completed: 100, failed: 0 } });
+    expect(done.in_progress_at).not.toBeNull();
+    expect(done.finalizing_at).not.toBeNull();
+    expect(done.completed_at).not.toBeNull();
+
+    const output = await linesOf(a, done.output_file_id);
+    const errors = await linesOf(a, done.error_file_id);
+    const ids = [...output, ...errors].map((l) => l.custom_id as string).sort();
+    expect(ids).toEqual(chat.map((l) => (JSON.parse(l) as { custom_id: string }).custom_id).sort());
+    expect(output[0]).toMatchObject({ id: expect.stringMatching(/^batch_req_/), response: { status_code: 200 }, error: null });
+    expect(errors).toHaveLength(10);
+    expect(errors[0]).toMatchObject({ response: { status_code: 404 }, error: { code: 'model_not_found' } });
+    expect((await linesOf(a, embedDone.output_file_id)).map((l) => (l.response as { body: { object: string } }).body.object)).toEqual(
+      Array(100).fill('list'),
+    );
+    // Its output is the owner's alone; the chunk files are gone.
+    await expect(b.files.content(done.output_file_id as string)).rejects.toMatchObject({ status: 404 });
+    expect((await a.files.list()).data.map((f) => f.filename).filter((n) => n.includes('chunk'))).toEqual([]);
+    expect((await a.batches.list()).data.map((x) => x.id)).toEqual(expect.arrayContaining([chatBatch.id, embedBatch.id]));
+
+    // History per 1,000 lines, over every run of the chat batch (it continued as new twice).
+    let events = 0;
+    let runs = 0;
+    for await (const run of client.workflow.list({ query: `WorkflowId = '${chatBatch.id}'` })) {
+      events += run.historyLength;
+      runs++;
+    }
+    expect(runs).toBe(3);
+    console.log(`batch: 900 lines in ${runs} runs, ${events} history events (${Math.round((events * 1000) / 900)} per 1,000 lines at 100 a chunk)`);
+  }, 60_000);
+
+  it('fails a batch with a malformed line, naming its line, and runs nothing', async () => {
+    const { a } = await stack();
+    const file = await upload(a, [chatLine('x1'), '{"custom_id": "x2", "method": "POST"', chatLine('x3')]);
+    const batch = await a.batches.create({ input_file_id: file, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 15_000);
+    expect(done).toMatchObject({ status: 'failed', output_file_id: null, request_counts: { total: 0, completed: 0, failed: 0 } });
+    expect(done.errors?.data).toEqual([expect.objectContaining({ line: 2, code: 'invalid_request', message: 'Line 2 is not valid JSON.' })]);
+    await expect(a.batches.create({ input_file_id: file, endpoint: '/v1/files' as '/v1/embeddings', completion_window: '24h' })).rejects.toMatchObject({ status: 400 });
+  }, 30_000);
+
+  it('cancels mid-run within seconds, its partial output downloadable', async () => {
+    const { a } = await stack();
+    const lines = Array.from({ length: 600 }, (_, i) => chatLine(`slow-${i}`, 'slow', 5));
+    const batch = await a.batches.create({ input_file_id: await upload(a, lines), endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const going = await until(a, batch.id, (x) => x.request_counts!.completed >= 100, 30_000);
+    expect(going.status).toBe('in_progress');
+    const asked = Date.now();
+    expect((await a.batches.cancel(batch.id)).status).toBe('cancelling');
+    const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 10_000);
+    const tookMs = Date.now() - asked;
+    expect(done.status).toBe('cancelled');
+    expect(tookMs).toBeLessThan(5000);
+    const output = await linesOf(a, done.output_file_id);
+    expect(output.length).toBe(done.request_counts!.completed);
+    expect(output.length).toBeLessThan(600);
+    expect(new Set(output.map((l) => l.custom_id)).size).toBe(output.length);
+    console.log(`batch: cancelled in ${tookMs} ms with ${output.length} of 600 lines done`);
+  }, 45_000);
+
+  it('expires when its window passes, with what was done', async () => {
+    const { a } = await stack();
+    const lines = Array.from({ length: 600 }, (_, i) => chatLine(`late-${i}`, 'slow', 5));
+    const batch = await a.batches.create({ input_file_id: await upload(a, lines), endpoint: '/v1/chat/completions', completion_window: '9s' as '24h' });
+    expect(batch.expires_at! - batch.created_at).toBe(9);
+    const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 20_000);
+    expect(done.status).toBe('expired');
+    expect(done.expired_at).not.toBeNull();
+    const output = await linesOf(a, done.output_file_id);
+    expect(output.length).toBe(done.request_counts!.completed);
+    expect(done.request_counts!.completed).toBeLessThan(600);
+  }, 30_000);
+
+  it('answers 404 naming what to set on a router without Temporal', async () => {
+    const quick = await engine({ model: 'demo' });
+    const r = await router([{ servedName: 'demo', endpoint: url(quick) }]);
+    const res = await fetch(`${r.base}/v1/batches`);
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/--files-dir/);
+  });
+});
