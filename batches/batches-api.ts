@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Client } from '@temporalio/client';
 import type { ApiKey } from '../router/http/auth.js';
 import { sendError } from '../router/http/errors.js';
-import { CONTROL_TASK_QUEUE } from '../common/names.js';
+import { CONTROL_TASK_QUEUE, WorkflowType } from '../common/names.js';
 import { batchStatusQuery, cancelBatchSignal } from '../workflows/definitions.js';
 import type { BatchInput } from '../workflows/batch/state.js';
 import { BATCH_ENDPOINTS, isBatchEndpoint, isBatchId, parseCompletionWindow } from './batch-lines.js';
@@ -99,7 +99,7 @@ export class BatchesApi {
     const view = newBatchView(input);
     const client = await this.settings.client();
     // The memo the workflow will keep up to date, there from the start: listed before its first step.
-    await client.workflow.start('batch', {
+    await client.workflow.start(WorkflowType.batch, {
       taskQueue: this.settings.taskQueue ?? CONTROL_TASK_QUEUE,
       workflowId: input.batchId,
       args: [input],
@@ -135,7 +135,7 @@ export class BatchesApi {
     const after = query.get('after');
     const client = await this.settings.client();
     const views: BatchView[] = [];
-    for await (const wf of client.workflow.list({ query: "WorkflowType = 'batch'" })) {
+    for await (const wf of client.workflow.list({ query: `WorkflowType = '${WorkflowType.batch}'` })) {
       const memo = (await wf.memo)?.[BATCH_MEMO] as BatchView | undefined;
       if (memo !== undefined && ownedBy(memo, key)) views.push(memo);
     }
@@ -160,7 +160,7 @@ export class BatchesApi {
       if ((err as Error).name === 'WorkflowNotFoundError') return undefined;
       throw err;
     });
-    if (described === undefined || described.type !== 'batch') return undefined;
+    if (described === undefined || described.type !== WorkflowType.batch) return undefined;
     const memo = (await described.memo)?.[BATCH_MEMO] as BatchView | undefined;
     if (memo === undefined || !ownedBy(memo, key)) return undefined;
     if (described.status.name !== 'RUNNING') return memo;
