@@ -134,11 +134,15 @@ export class BatchesApi {
       return sendError(res, 'invalid_parameter', `limit must be a whole number from 1 to ${MAX_LIMIT}.`);
     const after = query.get('after');
     const client = await this.settings.client();
-    const views: BatchView[] = [];
+    // A batch that continued as new is listed once per run: its latest run speaks for it.
+    const latest = new Map<string, { startedMs: number; view: BatchView }>();
     for await (const wf of client.workflow.list({ query: `WorkflowType = '${WorkflowType.batch}'` })) {
       const memo = (await wf.memo)?.[BATCH_MEMO] as BatchView | undefined;
-      if (memo !== undefined && ownedBy(memo, key)) views.push(memo);
+      const startedMs = wf.startTime.getTime();
+      if (memo === undefined || !ownedBy(memo, key) || (latest.get(wf.workflowId)?.startedMs ?? -1) >= startedMs) continue;
+      latest.set(wf.workflowId, { startedMs, view: memo });
     }
+    const views = [...latest.values()].map((l) => l.view);
     // Newest first, as OpenAI lists them; `after` is the last id of the page before.
     views.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
     const start = after === null ? 0 : views.findIndex((v) => v.id === after) + 1;

@@ -159,7 +159,12 @@ describe('batches', () => {
     // Its output is the owner's alone; the chunk files are gone.
     await expect(b.files.content(done.output_file_id as string)).rejects.toMatchObject({ status: 404 });
     expect((await a.files.list()).data.map((f) => f.filename).filter((n) => n.includes('chunk'))).toEqual([]);
-    expect((await a.batches.list()).data.map((x) => x.id)).toEqual(expect.arrayContaining([chatBatch.id, embedBatch.id]));
+    // Listed once each, newest first, the chat batch's three runs as one; none to the other key.
+    const listed = (await a.batches.list()).data;
+    expect(listed.map((x) => x.id).sort()).toEqual([chatBatch.id, embedBatch.id].sort());
+    expect(listed[0]!.created_at).toBeGreaterThanOrEqual(listed[1]!.created_at);
+    expect(listed.find((x) => x.id === chatBatch.id)?.status).toBe('completed');
+    expect((await b.batches.list()).data).toEqual([]);
 
     // History per 1,000 lines, over every run of the chat batch (it continued as new twice).
     let events = 0;
