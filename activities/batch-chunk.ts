@@ -7,7 +7,16 @@ import { ApplicationFailure } from '@temporalio/common';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { FileStore } from '../batches/file-store.js';
-import { batchRequestId, checkLine, errorLine, outputLine, type BatchEndpoint, type BatchRequest, type ChunkPlan, type ResultLine } from '../batches/batch-lines.js';
+import {
+  batchRequestId,
+  checkLine,
+  errorLine,
+  outputLine,
+  type BatchEndpoint,
+  type BatchRequest,
+  type ChunkPlan,
+  type ResultLine,
+} from '../batches/batch-lines.js';
 import { BATCH_NOT_CONFIGURED, readRequestLines, writeChunkFile } from './batch-files.js';
 
 /** Requests of one chunk in flight at once. */
@@ -51,7 +60,8 @@ export function createBatchChunkActivities(store: () => Promise<FileStore>, sett
       for await (const { text, line } of readRequestLines(files, input.inputFileId, input.chunk.start, input.chunk.end)) {
         const checked = checkLine(text, line, input.endpoint, seen);
         // Validation passed these lines already: one that fails now means the file changed under the batch.
-        if ('error' in checked) throw ApplicationFailure.nonRetryable(`line ${line} of ${input.inputFileId} changed since validation: it ${checked.error}`);
+        if ('error' in checked)
+          throw ApplicationFailure.nonRetryable(`line ${line} of ${input.inputFileId} changed since validation: it ${checked.error}`);
         requests.push(checked);
       }
       const context = Context.current();
@@ -88,7 +98,11 @@ function readKey(keyFile: string | undefined): string | undefined {
 }
 
 /** One line to its result: retried while the router holds it back, an error line when it refuses or keeps failing. */
-async function runLine(send: { url: string; key: string | undefined; batchId: string }, req: BatchRequest, context: Context): Promise<ResultLine> {
+async function runLine(
+  send: { url: string; key: string | undefined; batchId: string },
+  req: BatchRequest,
+  context: Context,
+): Promise<ResultLine> {
   const id = batchRequestId(randomBytes(12));
   const headers: Record<string, string> = {
     'content-type': 'application/json',
@@ -104,13 +118,15 @@ async function runLine(send: { url: string; key: string | undefined; batchId: st
       res = await fetch(send.url, { method: 'POST', headers, body: JSON.stringify(req.body), signal: context.cancellationSignal });
     } catch (err) {
       if (context.cancellationSignal.aborted) throw err;
-      if (Date.now() - began > LINE_PATIENCE_MS) return errorLine(id, req.customId, { code: 'router_unreachable', message: `the router did not answer: ${(err as Error).message}` });
+      if (Date.now() - began > LINE_PATIENCE_MS)
+        return errorLine(id, req.customId, { code: 'router_unreachable', message: `the router did not answer: ${(err as Error).message}` });
       await context.sleep(backoffMs(attempt));
       continue;
     }
     const text = await res.text();
     const body = parseBody(text);
-    const requestId = res.headers.get('x-request-id') ?? (typeof (body as { id?: unknown })?.id === 'string' ? (body as { id: string }).id : id);
+    const requestId =
+      res.headers.get('x-request-id') ?? (typeof (body as { id?: unknown })?.id === 'string' ? (body as { id: string }).id : id);
     if (res.ok) return outputLine(id, req.customId, res.status, requestId, body);
     const reason = errorOf(res.status, body, text);
     const response = { statusCode: res.status, requestId, body };

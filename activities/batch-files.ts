@@ -72,11 +72,19 @@ export type ValidateResult = { ok: true; total: number } | { ok: false; errors: 
 export function createBatchFileActivities(store: () => Promise<FileStore>) {
   return {
     /** Every line checked before any runs: the count of requests, or the first bad lines by number. */
-    async validateBatchInput(input: { batchId: string; inputFileId: string; endpoint: BatchEndpoint; owner: string | null }): Promise<ValidateResult> {
+    async validateBatchInput(input: {
+      batchId: string;
+      inputFileId: string;
+      endpoint: BatchEndpoint;
+      owner: string | null;
+    }): Promise<ValidateResult> {
       const files = await store();
       const meta = await files.stat(input.inputFileId);
       if (meta === undefined || (input.owner !== null && meta.owner !== input.owner))
-        return { ok: false, errors: [{ code: 'file_not_found', message: `No such File object: ${input.inputFileId}`, line: null, param: 'input_file_id' }] };
+        return {
+          ok: false,
+          errors: [{ code: 'file_not_found', message: `No such File object: ${input.inputFileId}`, line: null, param: 'input_file_id' }],
+        };
       const seen = new Set<string>();
       const errors: BatchLineError[] = [];
       for await (const { text, line } of readRequestLines(files, input.inputFileId)) {
@@ -86,7 +94,11 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
         if (seen.size % 10_000 === 0) Context.current().heartbeat({ lines: line });
       }
       if (errors.length > 0) return { ok: false, errors };
-      if (seen.size === 0) return { ok: false, errors: [{ code: 'empty_file', message: 'The input file holds no requests.', line: null, param: 'input_file_id' }] };
+      if (seen.size === 0)
+        return {
+          ok: false,
+          errors: [{ code: 'empty_file', message: 'The input file holds no requests.', line: null, param: 'input_file_id' }],
+        };
       return { ok: true, total: seen.size };
     },
 
@@ -129,7 +141,14 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
           return null;
         }
         const name = id === outputFileId(input.batchId) ? 'output' : 'errors';
-        await staged.commit({ id, bytes: staged.bytes, createdAt: now, filename: `${input.batchId}_${name}.jsonl`, purpose: 'batch', owner: input.owner });
+        await staged.commit({
+          id,
+          bytes: staged.bytes,
+          createdAt: now,
+          filename: `${input.batchId}_${name}.jsonl`,
+          purpose: 'batch',
+          owner: input.owner,
+        });
         return id;
       };
       const output = await write(outputFileId(input.batchId), (l) => l.error === null);

@@ -2,7 +2,16 @@
 // the router reads), and OpenAI's batch object made from it. Safe to import from workflows.
 import type { BatchEndpoint, BatchLineError } from './batch-lines.js';
 
-export const BATCH_STATUSES = ['validating', 'in_progress', 'finalizing', 'completed', 'failed', 'expired', 'cancelling', 'cancelled'] as const;
+export const BATCH_STATUSES = [
+  'validating',
+  'in_progress',
+  'finalizing',
+  'completed',
+  'failed',
+  'expired',
+  'cancelling',
+  'cancelled',
+] as const;
 export type BatchStatus = (typeof BATCH_STATUSES)[number];
 
 /** The statuses a batch ends in: its workflow has returned. */

@@ -19,7 +19,7 @@ export const PATH_BATCHES = '/v1/batches';
 
 /** What /v1/batches answers when the router cannot start workflows or has no file store. */
 export const BATCHES_NOT_CONFIGURED =
-  'The Batch API is off on this router: it needs routes from Temporal (not --routes-file; a single router process, not --workers) and a file store (--files-dir DIR or --files-s3 s3://BUCKET/PREFIX); the control worker needs LLMGW_FILES_DIR or LLMGW_FILES_S3, LLMGW_ROUTER_URL and LLMGW_BATCH_API_KEY_FILE.';
+  'The Batch API is off on this router: it needs routes from Temporal (not --static-routes; a single router process, not --workers) and a file store (--files-dir DIR or --files-s3 s3://BUCKET/PREFIX); the control worker needs LLMGW_FILES_DIR or LLMGW_FILES_S3, LLMGW_ROUTER_URL and LLMGW_BATCH_API_KEY_FILE.';
 
 const MAX_BODY = 64 * 1024;
 /** OpenAI's listing page: 20 by default, at most 100. */
@@ -77,10 +77,18 @@ export class BatchesApi {
     const { input_file_id: fileId, endpoint, completion_window: window, metadata } = body;
     if (typeof fileId !== 'string') return sendError(res, 'invalid_parameter', 'Missing required parameter: input_file_id.');
     if (!isBatchEndpoint(endpoint))
-      return sendError(res, 'invalid_parameter', `endpoint must be one of ${JSON.stringify(BATCH_ENDPOINTS)}, not ${JSON.stringify(endpoint ?? null)}.`);
+      return sendError(
+        res,
+        'invalid_parameter',
+        `endpoint must be one of ${JSON.stringify(BATCH_ENDPOINTS)}, not ${JSON.stringify(endpoint ?? null)}.`,
+      );
     const windowSeconds = parseCompletionWindow(window);
     if (windowSeconds === undefined)
-      return sendError(res, 'invalid_parameter', `completion_window must be '24h' (or shorter: '90m', '30s'), not ${JSON.stringify(window ?? null)}.`);
+      return sendError(
+        res,
+        'invalid_parameter',
+        `completion_window must be '24h' (or shorter: '90m', '30s'), not ${JSON.stringify(window ?? null)}.`,
+      );
     if (metadata !== undefined && metadata !== null && !isMetadata(metadata))
       return sendError(res, 'invalid_parameter', `metadata must be an object of at most ${MAX_METADATA_KEYS} string values.`);
     const file = await this.settings.store.stat(fileId);

@@ -96,8 +96,14 @@ async function stack(): Promise<{ a: OpenAI; b: OpenAI }> {
 }
 
 const chatLine = (id: string, model = 'demo', maxTokens = 4) =>
-  JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model, messages: [{ role: 'user', content: id }], max_tokens: maxTokens } });
-const embedLine = (id: string) => JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/embeddings', body: { model: 'demo', input: id } });
+  JSON.stringify({
+    custom_id: id,
+    method: 'POST',
+    url: '/v1/chat/completions',
+    body: { model, messages: [{ role: 'user', content: id }], max_tokens: maxTokens },
+  });
+const embedLine = (id: string) =>
+  JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/embeddings', body: { model: 'demo', input: id } });
 
 async function upload(openai: OpenAI, lines: string[]): Promise<string> {
   return (await openai.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'in.jsonl'), purpose: 'batch' })).id;
@@ -129,7 +135,12 @@ describe('batches', () => {
     const chat = Array.from({ length: 900 }, (_, i) => chatLine(`chat-${i}`, i % 90 === 0 ? 'no-such-model' : 'demo'));
     const embed = Array.from({ length: 100 }, (_, i) => embedLine(`embed-${i}`));
     const [chatFile, embedFile] = [await upload(a, chat), await upload(a, embed)];
-    const chatBatch = await a.batches.create({ input_file_id: chatFile, endpoint: '/v1/chat/completions', completion_window: '24h', metadata: { job: 'eval' } });
+    const chatBatch = await a.batches.create({
+      input_file_id: chatFile,
+      endpoint: '/v1/chat/completions',
+      completion_window: '24h',
+      metadata: { job: 'eval' },
+    });
     const embedBatch = await a.batches.create({ input_file_id: embedFile, endpoint: '/v1/embeddings', completion_window: '24h' });
     expect(chatBatch).toMatchObject({ object: 'batch', status: 'validating', input_file_id: chatFile, metadata: { job: 'eval' } });
     expect(chatBatch.id).toMatch(/^batch_[0-9a-f]{24}$/);
@@ -174,7 +185,9 @@ describe('batches', () => {
       runs++;
     }
     expect(runs).toBe(3);
-    console.log(`batch: 900 lines in ${runs} runs, ${events} history events (${Math.round((events * 1000) / 900)} per 1,000 lines at 100 a chunk)`);
+    console.log(
+      `batch: 900 lines in ${runs} runs, ${events} history events (${Math.round((events * 1000) / 900)} per 1,000 lines at 100 a chunk)`,
+    );
   }, 60_000);
 
   it('fails a batch with a malformed line, naming its line, and runs nothing', async () => {
@@ -183,14 +196,22 @@ describe('batches', () => {
     const batch = await a.batches.create({ input_file_id: file, endpoint: '/v1/chat/completions', completion_window: '24h' });
     const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 15_000);
     expect(done).toMatchObject({ status: 'failed', output_file_id: null, request_counts: { total: 0, completed: 0, failed: 0 } });
-    expect(done.errors?.data).toEqual([expect.objectContaining({ line: 2, code: 'invalid_request', message: 'Line 2 is not valid JSON.' })]);
-    await expect(a.batches.create({ input_file_id: file, endpoint: '/v1/files' as '/v1/embeddings', completion_window: '24h' })).rejects.toMatchObject({ status: 400 });
+    expect(done.errors?.data).toEqual([
+      expect.objectContaining({ line: 2, code: 'invalid_request', message: 'Line 2 is not valid JSON.' }),
+    ]);
+    await expect(
+      a.batches.create({ input_file_id: file, endpoint: '/v1/files' as '/v1/embeddings', completion_window: '24h' }),
+    ).rejects.toMatchObject({ status: 400 });
   }, 30_000);
 
   it('cancels mid-run within seconds, its partial output downloadable', async () => {
     const { a } = await stack();
     const lines = Array.from({ length: 600 }, (_, i) => chatLine(`slow-${i}`, 'slow', 5));
-    const batch = await a.batches.create({ input_file_id: await upload(a, lines), endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const batch = await a.batches.create({
+      input_file_id: await upload(a, lines),
+      endpoint: '/v1/chat/completions',
+      completion_window: '24h',
+    });
     const going = await until(a, batch.id, (x) => x.request_counts!.completed >= 100, 30_000);
     expect(going.status).toBe('in_progress');
     const asked = Date.now();
@@ -209,7 +230,11 @@ describe('batches', () => {
   it('expires when its window passes, with what was done', async () => {
     const { a } = await stack();
     const lines = Array.from({ length: 600 }, (_, i) => chatLine(`late-${i}`, 'slow', 5));
-    const batch = await a.batches.create({ input_file_id: await upload(a, lines), endpoint: '/v1/chat/completions', completion_window: '9s' as '24h' });
+    const batch = await a.batches.create({
+      input_file_id: await upload(a, lines),
+      endpoint: '/v1/chat/completions',
+      completion_window: '9s' as '24h',
+    });
     expect(batch.expires_at! - batch.created_at).toBe(9);
     const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 20_000);
     expect(done.status).toBe('expired');

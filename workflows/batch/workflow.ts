@@ -49,15 +49,36 @@ export async function batch(input: BatchInput): Promise<BatchView> {
 
   if (input.carried) {
     const refused = await refusedCarried(input);
-    if (refused !== undefined) return end({ ...view, status: 'failed', failedAt: nowS(), errors: [{ code: 'carried_state_refused', message: `This batch's state could not be trusted across a continue-as-new (${refused}); create the batch again.`, line: null, param: null }] });
+    if (refused !== undefined)
+      return end({
+        ...view,
+        status: 'failed',
+        failedAt: nowS(),
+        errors: [
+          {
+            code: 'carried_state_refused',
+            message: `This batch's state could not be trusted across a continue-as-new (${refused}); create the batch again.`,
+            line: null,
+            param: null,
+          },
+        ],
+      });
     ({ view, nextChunk, doneChunks } = input.carried);
     // Cancelled while the last run handed over: honoured before anything else starts.
     if (view.status === 'cancelling') stopping = 'cancelled';
   } else {
     publish();
-    const checked = await failedAs(() => validation().validateBatchInput({ batchId: input.batchId, inputFileId: input.inputFileId, endpoint: input.endpoint, owner: input.owner }));
+    const checked = await failedAs(() =>
+      validation().validateBatchInput({
+        batchId: input.batchId,
+        inputFileId: input.inputFileId,
+        endpoint: input.endpoint,
+        owner: input.owner,
+      }),
+    );
     if ('failure' in checked || !checked.ok) {
-      const errors = 'failure' in checked ? [{ code: 'validation_failed', message: checked.failure, line: null, param: null }] : checked.errors;
+      const errors =
+        'failure' in checked ? [{ code: 'validation_failed', message: checked.failure, line: null, param: null }] : checked.errors;
       return end({ ...view, status: 'failed', failedAt: nowS(), errors });
     }
     view = { ...view, status: 'in_progress', inProgressAt: nowS(), counts: { total: checked.total, completed: 0, failed: 0 } };
@@ -66,10 +87,12 @@ export async function batch(input: BatchInput): Promise<BatchView> {
 
   // The completion window, as a timer in each run: what is left of it.
   const window = new CancellationScope();
-  void window.run(() => sleep(Math.max(1, view.expiresAt * 1000 - Date.now()))).then(
-    () => stop('expired'),
-    () => undefined,
-  );
+  void window
+    .run(() => sleep(Math.max(1, view.expiresAt * 1000 - Date.now())))
+    .then(
+      () => stop('expired'),
+      () => undefined,
+    );
   const { chunkSize = CHUNK_SIZE, parallelChunks = PARALLEL_CHUNKS, chunksPerRun = CHUNKS_PER_RUN } = input.tuning ?? {};
   const plan = planChunks(view.counts.total, chunkSize);
   const running = new CancellationScope();
@@ -91,7 +114,8 @@ export async function batch(input: BatchInput): Promise<BatchView> {
           publish();
         },
         (err: unknown) => {
-          if (!isCancellation(err)) stop('failed', `chunk ${index + 1} (requests ${chunk.start + 1} to ${chunk.end}) failed: ${causeOf(err)}`);
+          if (!isCancellation(err))
+            stop('failed', `chunk ${index + 1} (requests ${chunk.start + 1} to ${chunk.end}) failed: ${causeOf(err)}`);
         },
       )
       .finally(() => inFlight--);
@@ -122,13 +146,23 @@ export async function batch(input: BatchInput): Promise<BatchView> {
     const files = await failedAs(() =>
       finalizing().finalizeBatch({ batchId: input.batchId, owner: input.owner, chunks: doneChunks, started: nextChunk }),
     );
-    if ('failure' in files) return end({ ...view, status: 'failed', failedAt: nowS(), errors: [{ code: 'finalizing_failed', message: files.failure, line: null, param: null }] });
+    if ('failure' in files)
+      return end({
+        ...view,
+        status: 'failed',
+        failedAt: nowS(),
+        errors: [{ code: 'finalizing_failed', message: files.failure, line: null, param: null }],
+      });
     view = { ...view, outputFileId: files.outputFileId, errorFileId: files.errorFileId };
     const at = nowS();
     const final: Record<typeof why & string, Partial<BatchView>> = {
       cancelled: { status: 'cancelled', cancelledAt: at },
       expired: { status: 'expired', expiredAt: at },
-      failed: { status: 'failed', failedAt: at, errors: [{ code: 'batch_failed', message: message ?? 'the batch failed', line: null, param: null }] },
+      failed: {
+        status: 'failed',
+        failedAt: at,
+        errors: [{ code: 'batch_failed', message: message ?? 'the batch failed', line: null, param: null }],
+      },
     };
     return end({ ...view, ...(why === undefined ? { status: 'completed' as BatchStatus, completedAt: at } : final[why]) });
   }
