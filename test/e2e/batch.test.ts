@@ -5,133 +5,15 @@
 // Also: a malformed line fails validation with its number and runs nothing, another key sees
 // none of it, a cancel mid-run ends `cancelled` within seconds with partial output, and a short
 // completion window ends `expired` with what was done.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import OpenAI, { toFile } from 'openai';
-import type { Batch } from 'openai/resources/batches';
-import { NativeConnection, Worker } from '@temporalio/worker';
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createBatchChunkActivities } from '../../activities/batch-chunk.js';
-import { createBatchFileActivities } from '../../activities/batch-files.js';
-import { createCarriedStateActivities } from '../../activities/carried-state.js';
-import { DirectoryFileStore } from '../../batches/file-store.js';
-import { ApiKeys } from '../../router/http/auth.js';
-import { llmgwDataConverter } from '../../temporal/connection.js';
-import { engine, router, url, useRouterHarness } from '../helpers/router-harness.js';
-import { temporalAddress, testClient, uniqueId } from '../helpers/temporal.js';
+import { describe, expect, it } from 'vitest';
+import { chatLine, embedLine, FINAL, linesOf, until, upload, useBatchStack } from '../helpers/batch-stack.js';
+import { engine, router, url } from '../helpers/router-harness.js';
 
-useRouterHarness();
-
-let client: Client;
-let closeClient: () => Promise<void>;
-let dir: string;
-let worker: Worker;
-let running: Promise<void>;
-let connection: NativeConnection;
-const taskQueue = uniqueId('batches');
-const routerUrl: { base?: string } = {};
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  dir = await mkdtemp(join(tmpdir(), 'llmgw-batch-'));
-  const store = await DirectoryFileStore.open(join(dir, 'files'));
-  await writeFile(join(dir, 'batch.key'), 'key-of-the-batcher\n', { mode: 0o600 });
-  const files = () => Promise.resolve(store);
-  connection = await NativeConnection.connect({ address: temporalAddress() });
-  worker = await Worker.create({
-    connection,
-    taskQueue,
-    workflowsPath: join(__dirname, '../workflows/batch.ts'),
-    dataConverter: llmgwDataConverter(),
-    activities: {
-      ...createBatchFileActivities(files),
-      // The router starts after the worker: its URL is read when a chunk runs.
-      ...createBatchChunkActivities(files, {
-        get routerUrl() {
-          return routerUrl.base;
-        },
-        keyFile: join(dir, 'batch.key'),
-      }),
-      ...createCarriedStateActivities(client, undefined),
-    },
-  });
-  running = worker.run();
-}, 60_000);
-
-afterAll(async () => {
-  worker?.shutdown();
-  await running?.catch(() => undefined);
-  await connection?.close();
-  await closeClient?.();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
-
-const KEYS = new ApiKeys([
-  { key: 'key-of-team-a', id: 'team-a' },
-  { key: 'key-of-team-b', id: 'team-b' },
-  { key: 'key-of-the-batcher', id: 'batcher' },
-]);
-
-/** Engines for `demo` (quick) and `slow` (a quarter second a line), and the router over them with batches on. */
-async function stack(): Promise<{ a: OpenAI; b: OpenAI }> {
-  const quick = await engine({ model: 'demo' });
-  const slow = await engine({ model: 'slow', tokensPerSecond: 20 });
-  const r = await router(
-    [
-      { servedName: 'demo', endpoint: url(quick) },
-      { servedName: 'slow', endpoint: url(slow) },
-    ],
-    {
-      apiKeys: KEYS,
-      files: { store: await DirectoryFileStore.open(join(dir, 'files')) },
-      // Chunks of 100, at most 4 a run: a 1,000-line batch continues as new twice.
-      batches: { client: async () => client, taskQueue, tuning: { chunkSize: 100, parallelChunks: 3, chunksPerRun: 4 } },
-    },
-  );
-  routerUrl.base = r.base;
-  const as = (key: string) => new OpenAI({ baseURL: `${r.base}/v1`, apiKey: key, maxRetries: 0 });
-  return { a: as('key-of-team-a'), b: as('key-of-team-b') };
-}
-
-const chatLine = (id: string, model = 'demo', maxTokens = 4) =>
-  JSON.stringify({
-    custom_id: id,
-    method: 'POST',
-    url: '/v1/chat/completions',
-    body: { model, messages: [{ role: 'user', content: id }], max_tokens: maxTokens },
-  });
-const embedLine = (id: string) =>
-  JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/embeddings', body: { model: 'demo', input: id } });
-
-async function upload(openai: OpenAI, lines: string[]): Promise<string> {
-  return (await openai.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'in.jsonl'), purpose: 'batch' })).id;
-}
-
-async function until(openai: OpenAI, id: string, done: (b: Batch) => boolean, withinMs: number): Promise<Batch> {
-  const end = Date.now() + withinMs;
-  for (;;) {
-    const b = await openai.batches.retrieve(id);
-    if (done(b) || Date.now() > end) return b;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-const FINAL = ['completed', 'failed', 'expired', 'cancelled'];
-
-async function linesOf(openai: OpenAI, fileId: string | null | undefined): Promise<Record<string, unknown>[]> {
-  if (!fileId) return [];
-  const text = await (await openai.files.content(fileId)).text();
-  return text
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
-}
+const stack = useBatchStack();
 
 describe('batches', () => {
   it('runs a chat batch and an embeddings batch to completed, every custom_id exactly once', async () => {
-    const { a, b } = await stack();
+    const { a, b } = await stack.start();
     const chat = Array.from({ length: 900 }, (_, i) => chatLine(`chat-${i}`, i % 90 === 0 ? 'no-such-model' : 'demo'));
     const embed = Array.from({ length: 100 }, (_, i) => embedLine(`embed-${i}`));
     const [chatFile, embedFile] = [await upload(a, chat), await upload(a, embed)];
@@ -180,7 +62,7 @@ describe('batches', () => {
     // History per 1,000 lines, over every run of the chat batch (it continued as new twice).
     let events = 0;
     let runs = 0;
-    for await (const run of client.workflow.list({ query: `WorkflowId = '${chatBatch.id}'` })) {
+    for await (const run of stack.client().workflow.list({ query: `WorkflowId = '${chatBatch.id}'` })) {
       events += run.historyLength;
       runs++;
     }
@@ -191,7 +73,7 @@ describe('batches', () => {
   }, 60_000);
 
   it('fails a batch with a malformed line, naming its line, and runs nothing', async () => {
-    const { a } = await stack();
+    const { a } = await stack.start();
     const file = await upload(a, [chatLine('x1'), '{"custom_id": "x2", "method": "POST"', chatLine('x3')]);
     const batch = await a.batches.create({ input_file_id: file, endpoint: '/v1/chat/completions', completion_window: '24h' });
     const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 15_000);
@@ -205,7 +87,7 @@ describe('batches', () => {
   }, 30_000);
 
   it('cancels mid-run within seconds, its partial output downloadable', async () => {
-    const { a } = await stack();
+    const { a } = await stack.start();
     const lines = Array.from({ length: 600 }, (_, i) => chatLine(`slow-${i}`, 'slow', 5));
     const batch = await a.batches.create({
       input_file_id: await upload(a, lines),
@@ -228,7 +110,7 @@ describe('batches', () => {
   }, 45_000);
 
   it('expires when its window passes, with what was done', async () => {
-    const { a } = await stack();
+    const { a } = await stack.start();
     const lines = Array.from({ length: 600 }, (_, i) => chatLine(`late-${i}`, 'slow', 5));
     const batch = await a.batches.create({
       input_file_id: await upload(a, lines),
