@@ -11,6 +11,7 @@ import { sendError } from '../router/http/errors.js';
 import { CONTROL_TASK_QUEUE, WorkflowType } from '../common/names.js';
 import { batchStatusQuery, cancelBatchSignal } from '../workflows/definitions.js';
 import type { BatchInput } from '../workflows/batch/state.js';
+import { listBatchViews } from './batch-list.js';
 import { BATCH_ENDPOINTS, isBatchEndpoint, isBatchId, parseCompletionWindow } from './batch-lines.js';
 import { BATCH_MEMO, batchObject, isFinal, newBatchView, type BatchView } from './batch-view.js';
 import type { FileStore } from './file-store.js';
@@ -141,18 +142,7 @@ export class BatchesApi {
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT)
       return sendError(res, 'invalid_parameter', `limit must be a whole number from 1 to ${MAX_LIMIT}.`);
     const after = query.get('after');
-    const client = await this.settings.client();
-    // A batch that continued as new is listed once per run: its latest run speaks for it.
-    const latest = new Map<string, { startedMs: number; view: BatchView }>();
-    for await (const wf of client.workflow.list({ query: `WorkflowType = '${WorkflowType.batch}'` })) {
-      const memo = (await wf.memo)?.[BATCH_MEMO] as BatchView | undefined;
-      const startedMs = wf.startTime.getTime();
-      if (memo === undefined || !ownedBy(memo, key) || (latest.get(wf.workflowId)?.startedMs ?? -1) >= startedMs) continue;
-      latest.set(wf.workflowId, { startedMs, view: memo });
-    }
-    const views = [...latest.values()].map((l) => l.view);
-    // Newest first, as OpenAI lists them; `after` is the last id of the page before.
-    views.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+    const views = await listBatchViews(await this.settings.client(), (v) => ownedBy(v, key));
     const start = after === null ? 0 : views.findIndex((v) => v.id === after) + 1;
     const page = views.slice(start, start + limit);
     sendJson(res, {

@@ -5,7 +5,9 @@
 // Also: a malformed line fails validation with its number and runs nothing, another key sees
 // none of it, a cancel mid-run ends `cancelled` within seconds with partial output, and a short
 // completion window ends `expired` with what was done.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { batchesCommand, type BatchRow } from '../../cli/actions/batches.js';
+import { temporalAddress } from '../helpers/temporal.js';
 import { chatLine, embedLine, FINAL, linesOf, until, upload, useBatchStack } from '../helpers/batch-stack.js';
 import { engine, router, url } from '../helpers/router-harness.js';
 
@@ -58,6 +60,23 @@ describe('batches', () => {
     expect(listed[0]!.created_at).toBeGreaterThanOrEqual(listed[1]!.created_at);
     expect(listed.find((x) => x.id === chatBatch.id)?.status).toBe('completed');
     expect((await b.batches.list()).data).toEqual([]);
+
+    // `llmgw batches --all --json` shows it, with its owner and progress.
+    vi.stubEnv('TEMPORAL_ADDRESS', temporalAddress());
+    const printed = vi.spyOn(console, 'log').mockImplementation(() => undefined);
+    let rows: BatchRow[];
+    try {
+      await batchesCommand({ all: true, json: true });
+      rows = JSON.parse(printed.mock.calls[0]?.[0] as string) as BatchRow[];
+    } finally {
+      vi.unstubAllEnvs();
+      printed.mockRestore();
+    }
+    expect(rows.find((r) => r.id === chatBatch.id)).toMatchObject({
+      status: 'completed',
+      owner: 'team-a',
+      progress: '900/900 (10 failed)',
+    });
 
     // History per 1,000 lines, over every run of the chat batch (it continued as new twice).
     let events = 0;

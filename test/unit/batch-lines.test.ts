@@ -13,6 +13,7 @@ import {
 } from '../../batches/batch-lines.js';
 import { batchObject, newBatchView, windowText } from '../../batches/batch-view.js';
 import { retryAfterMs } from '../../activities/batch-chunk.js';
+import { batchRow } from '../../cli/actions/batches.js';
 
 const line = (o: unknown) => JSON.stringify(o);
 const good = (id: string, url = '/v1/chat/completions') => line({ custom_id: id, method: 'POST', url, body: { model: 'm', messages: [] } });
@@ -123,5 +124,32 @@ describe('completion windows and waits', () => {
     expect(retryAfterMs('3600', 1)).toBe(30_000);
     expect(retryAfterMs(null, 1)).toBe(500);
     expect(retryAfterMs('soon', 3)).toBe(2000);
+  });
+});
+
+describe('llmgw batches rows', () => {
+  const view = newBatchView({
+    batchId: 'batch_1',
+    owner: null,
+    endpoint: '/v1/chat/completions',
+    inputFileId: 'file-1',
+    completionWindowSeconds: 86400,
+    createdAt: 1000,
+    metadata: null,
+  });
+
+  it('shows progress and the rate since the batch went in progress', () => {
+    expect(batchRow(view, 1100)).toMatchObject({ status: 'validating', owner: '—', progress: '0/0', perSecond: null });
+    const running = { ...view, status: 'in_progress' as const, inProgressAt: 1010, counts: { total: 1000, completed: 380, failed: 20 } };
+    expect(batchRow(running, 1110)).toMatchObject({ progress: '400/1000 (20 failed)', perSecond: 4 });
+    // Once finished, the rate is to its end, not to now.
+    const done = {
+      ...running,
+      status: 'completed' as const,
+      finalizingAt: 1210,
+      completedAt: 1215,
+      counts: { total: 1000, completed: 980, failed: 20 },
+    };
+    expect(batchRow(done, 5000).perSecond).toBe(5);
   });
 });

@@ -81,7 +81,9 @@ export async function batch(input: BatchInput): Promise<BatchView> {
         'failure' in checked ? [{ code: 'validation_failed', message: checked.failure, line: null, param: null }] : checked.errors;
       return end({ ...view, status: 'failed', failedAt: nowS(), errors });
     }
-    view = { ...view, status: 'in_progress', inProgressAt: nowS(), counts: { total: checked.total, completed: 0, failed: 0 } };
+    // A cancel that came while validating stays `cancelling`: nothing starts, and it ends cancelled.
+    const status = stopping === undefined ? ('in_progress' as const) : view.status;
+    view = { ...view, status, inProgressAt: nowS(), counts: { total: checked.total, completed: 0, failed: 0 } };
     publish();
   }
 
