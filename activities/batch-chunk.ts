@@ -28,6 +28,9 @@ const SERVER_ERROR_TRIES = 3;
 /** The longest wait a Retry-After is honoured for at once (the line then asks again). */
 const MAX_WAIT_MS = 30_000;
 
+/** What llmgw_batch_lines counts. */
+export type BatchLineOutcome = 'completed' | 'failed' | 'retried';
+
 export interface BatchRouterSettings {
   routerUrl: string | undefined;
   keyFile: string | undefined;
@@ -44,7 +47,11 @@ export interface ChunkInput {
   chunk: ChunkPlan;
 }
 
-export function createBatchChunkActivities(store: () => Promise<FileStore>, settings: BatchRouterSettings) {
+export function createBatchChunkActivities(
+  store: () => Promise<FileStore>,
+  settings: BatchRouterSettings,
+  count: (outcome: BatchLineOutcome, lines: number) => void = () => undefined,
+) {
   return {
     /** Runs one chunk and writes its chunk file: how many lines ended in the output file and how many in the error file. */
     async runBatchChunk(input: ChunkInput): Promise<{ completed: number; failed: number }> {
@@ -73,13 +80,15 @@ export function createBatchChunkActivities(store: () => Promise<FileStore>, sett
         Array.from({ length: Math.min(LINE_CONCURRENCY, requests.length) }, async () => {
           while (next < requests.length) {
             const i = next++;
-            results[i] = await runLine(send, requests[i] as BatchRequest, context);
+            results[i] = await runLine(send, requests[i] as BatchRequest, context, () => count('retried', 1));
             context.heartbeat({ done: ++done });
           }
         }),
       );
       await writeChunkFile(files, input.batchId, input.chunk, results);
       const failed = results.filter((r) => r.error !== null).length;
+      count('completed', results.length - failed);
+      count('failed', failed);
       return { completed: results.length - failed, failed };
     },
   };
@@ -102,6 +111,7 @@ async function runLine(
   send: { url: string; key: string | undefined; batchId: string },
   req: BatchRequest,
   context: Context,
+  retried: () => void,
 ): Promise<ResultLine> {
   const id = batchRequestId(randomBytes(12));
   const headers: Record<string, string> = {
@@ -121,6 +131,7 @@ async function runLine(
       if (Date.now() - began > LINE_PATIENCE_MS)
         return errorLine(id, req.customId, { code: 'router_unreachable', message: `the router did not answer: ${(err as Error).message}` });
       await context.sleep(backoffMs(attempt));
+      retried();
       continue;
     }
     const text = await res.text();
@@ -134,10 +145,12 @@ async function runLine(
       // Held back (interactive traffic first, a replica waking): wait as told, within the line's patience.
       if (Date.now() - began > LINE_PATIENCE_MS) return errorLine(id, req.customId, reason, response);
       await context.sleep(retryAfterMs(res.headers.get('retry-after'), attempt));
+      retried();
       continue;
     }
     if (res.status >= 500 && ++serverErrors < SERVER_ERROR_TRIES) {
       await context.sleep(backoffMs(attempt));
+      retried();
       continue;
     }
     return errorLine(id, req.customId, reason, response);

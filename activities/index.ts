@@ -6,7 +6,7 @@ import type { LineLog } from '../common/logger.js';
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { createCatalogActivities } from './catalog.js';
 import { createCapacityActivities } from './capacity.js';
-import { batchRouterFromEnv, createBatchChunkActivities, type BatchRouterSettings } from './batch-chunk.js';
+import { batchRouterFromEnv, createBatchChunkActivities, type BatchLineOutcome, type BatchRouterSettings } from './batch-chunk.js';
 import { createBatchFileActivities, fileStoreFromEnv } from './batch-files.js';
 import type { FileStore } from '../batches/file-store.js';
 import { createCarriedStateActivities } from './carried-state.js';
@@ -42,6 +42,8 @@ export interface ControlActivityDeps {
   batchFiles?: () => Promise<FileStore>;
   /** The router batch lines go through; LLMGW_ROUTER_URL and LLMGW_BATCH_API_KEY_FILE when absent. */
   batchRouter?: BatchRouterSettings;
+  /** Counts batch lines by outcome (the control worker's llmgw_batch_lines); nothing when absent. */
+  batchLineMetric?: (outcome: BatchLineOutcome, lines: number) => void;
 }
 
 export function createControlActivities(deps: ControlActivityDeps) {
@@ -56,7 +58,7 @@ export function createControlActivities(deps: ControlActivityDeps) {
   const batchFiles = deps.batchFiles ?? fileStoreFromEnv();
   return {
     ...createBatchFileActivities(batchFiles),
-    ...createBatchChunkActivities(batchFiles, deps.batchRouter ?? batchRouterFromEnv()),
+    ...createBatchChunkActivities(batchFiles, deps.batchRouter ?? batchRouterFromEnv(), deps.batchLineMetric),
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createPlacementActivities(deps.client, {
       log: deps.log,

@@ -40,6 +40,11 @@ describe('batch restarts', () => {
       retried += (history.events ?? []).filter((e) => (e.activityTaskStartedEventAttributes?.attempt ?? 1) > 1).length;
     }
     expect(retried).toBeGreaterThan(0);
-    console.log(`batch: ${retried} chunk(s) retried after the worker restart; 600 lines, each once`);
+    // Lines cut off by the router's restart were sent again (llmgw_batch_lines{outcome="retried"}).
+    expect(stack.lines.retried).toBeGreaterThan(0);
+    expect(stack.lines.completed).toBeGreaterThanOrEqual(600);
+    console.log(
+      `batch: ${retried} chunk(s) retried after the worker restart, ${stack.lines.retried} line(s) sent again; 600 lines, each once`,
+    );
   }, 90_000);
 });

@@ -10,7 +10,7 @@ import type { Batch } from 'openai/resources/batches';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll } from 'vitest';
-import { createBatchChunkActivities } from '../../activities/batch-chunk.js';
+import { createBatchChunkActivities, type BatchLineOutcome } from '../../activities/batch-chunk.js';
 import { createBatchFileActivities } from '../../activities/batch-files.js';
 import { createCarriedStateActivities } from '../../activities/carried-state.js';
 import { DirectoryFileStore } from '../../batches/file-store.js';
@@ -34,6 +34,8 @@ export interface BatchStack {
   start(): Promise<{ a: OpenAI; b: OpenAI; restartRouter(): Promise<void> }>;
   /** Stops the worker (its running chunks are cancelled, as a worker killed mid-chunk) and starts another. */
   restartWorker(): Promise<void>;
+  /** The lines the workers counted by outcome, as llmgw_batch_lines does. */
+  lines: Record<BatchLineOutcome, number>;
 }
 
 export function useBatchStack(): BatchStack {
@@ -46,6 +48,7 @@ export function useBatchStack(): BatchStack {
   let connection: NativeConnection;
   const taskQueue = uniqueId('batches');
   const routerUrl: { base?: string } = {};
+  const lines: Record<BatchLineOutcome, number> = { completed: 0, failed: 0, retried: 0 };
 
   const startWorker = async (): Promise<void> => {
     const store = await DirectoryFileStore.open(join(dir, 'files'));
@@ -58,12 +61,16 @@ export function useBatchStack(): BatchStack {
       activities: {
         ...createBatchFileActivities(files),
         // The router starts after the worker: its URL is read when a chunk runs.
-        ...createBatchChunkActivities(files, {
-          get routerUrl() {
-            return routerUrl.base;
+        ...createBatchChunkActivities(
+          files,
+          {
+            get routerUrl() {
+              return routerUrl.base;
+            },
+            keyFile: join(dir, 'batch.key'),
           },
-          keyFile: join(dir, 'batch.key'),
-        }),
+          (outcome, n) => (lines[outcome] += n),
+        ),
         ...createCarriedStateActivities(client, undefined),
       },
     });
@@ -91,6 +98,7 @@ export function useBatchStack(): BatchStack {
   });
 
   return {
+    lines,
     client: () => client,
     async start() {
       const quick = await engine({ model: 'demo' });
