@@ -5,6 +5,9 @@
 // Also: a malformed line fails validation with its number and runs nothing, another key sees
 // none of it, a cancel mid-run ends `cancelled` within seconds with partial output, and a short
 // completion window ends `expired` with what was done.
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { temporal } from '@temporalio/proto';
 import { describe, expect, it, vi } from 'vitest';
 import { batchesCommand, type BatchRow } from '../../cli/actions/batches.js';
 import { temporalAddress } from '../helpers/temporal.js';
@@ -143,6 +146,74 @@ describe('batches', () => {
     const output = await linesOf(a, done.output_file_id);
     expect(output.length).toBe(done.request_counts!.completed);
     expect(done.request_counts!.completed).toBeLessThan(600);
+  }, 30_000);
+
+  it('sends each line sheddable with its batch-line header and the batch key, and sorts answers into output and errors', async () => {
+    const { a } = await stack.start();
+    // A stand-in router: it records what each line carried and answers by the line's model.
+    const seen: { model: string; priority?: string; line?: string; auth?: string }[] = [];
+    const stub = createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        const { model } = JSON.parse(body) as { model: string };
+        const h = req.headers;
+        seen.push({ model, priority: h['x-llmgw-priority'] as string, line: h['x-llmgw-batch-line'] as string, auth: h.authorization });
+        const tries = seen.filter((s) => s.model === model).length;
+        const answer = (status: number, json: unknown, headers: Record<string, string> = {}) =>
+          res.writeHead(status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(json));
+        if (model === 'bad') return answer(400, { error: { code: 'invalid_value', message: 'temperature must be at most 2' } });
+        if (model === 'broken') return answer(500, { error: { code: 'engine_crashed', message: 'the engine crashed' } });
+        if (model === 'busy' && tries === 1)
+          return answer(429, { error: { code: 'queue_full', message: 'held line full' } }, { 'retry-after': '1' });
+        answer(200, { id: `chatcmpl-${model}`, object: 'chat.completion', choices: [] }, { 'x-request-id': `req-${model}` });
+      });
+    });
+    await new Promise<void>((r) => stub.listen(0, '127.0.0.1', r));
+    stack.sendLinesTo(`http://127.0.0.1:${(stub.address() as AddressInfo).port}`);
+    try {
+      const lines = ['ok', 'busy', 'bad', 'broken'].map((m) => chatLine(`c-${m}`, m));
+      const batch = await a.batches.create({
+        input_file_id: await upload(a, lines),
+        endpoint: '/v1/chat/completions',
+        completion_window: '24h',
+      });
+      const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 20_000);
+      expect(done).toMatchObject({ status: 'completed', request_counts: { total: 4, completed: 2, failed: 2 } });
+
+      const lineOf = (m: string) => `${batch.id}:${['ok', 'busy', 'bad', 'broken'].indexOf(m) + 1}`;
+      for (const s of seen)
+        expect(s).toEqual({ model: s.model, priority: 'sheddable', line: lineOf(s.model), auth: 'Bearer key-of-the-batcher' });
+      // busy: a 429 with Retry-After, then sent again; broken: three 500s, then an error line.
+      expect(seen.filter((s) => s.model === 'busy')).toHaveLength(2);
+      expect(seen.filter((s) => s.model === 'broken')).toHaveLength(3);
+      const output = await linesOf(a, done.output_file_id);
+      expect(output.find((l) => l.custom_id === 'c-busy')).toMatchObject({
+        response: { status_code: 200, request_id: 'req-busy' },
+        error: null,
+      });
+      const errors = await linesOf(a, done.error_file_id);
+      expect(errors.find((l) => l.custom_id === 'c-bad')).toMatchObject({
+        response: { status_code: 400 },
+        error: { code: 'invalid_value', message: 'temperature must be at most 2' },
+      });
+      expect(errors.find((l) => l.custom_id === 'c-broken')).toMatchObject({
+        response: { status_code: 500 },
+        error: { code: 'engine_crashed' },
+      });
+
+      // The batch key is in no payload, memo or event of the batch.
+      for await (const run of stack.client().workflow.list({ query: `WorkflowId = '${batch.id}'` })) {
+        const history = await stack.client().workflow.getHandle(batch.id, run.runId).fetchHistory();
+        // Payloads as their bytes (JSON would show them as numbers): the batch id is there, the key not.
+        const bytes = Buffer.from(temporal.api.history.v1.History.encode(history).finish()).toString('latin1');
+        expect(bytes).toContain(batch.id);
+        expect(bytes).not.toContain('key-of-the-batcher');
+      }
+    } finally {
+      stack.sendLinesTo(undefined);
+      await new Promise((r) => stub.close(r));
+    }
   }, 30_000);
 
   it('answers 404 naming what to set on a router without Temporal', async () => {

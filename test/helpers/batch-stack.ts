@@ -34,6 +34,8 @@ export interface BatchStack {
   start(): Promise<{ a: OpenAI; b: OpenAI; restartRouter(): Promise<void> }>;
   /** Stops the worker (its running chunks are cancelled, as a worker killed mid-chunk) and starts another. */
   restartWorker(): Promise<void>;
+  /** Sends batch lines to `url` instead of the router (undefined: the router again). */
+  sendLinesTo(url: string | undefined): void;
   /** The lines the workers counted by outcome, as llmgw_batch_lines does. */
   lines: Record<BatchLineOutcome, number>;
 }
@@ -47,7 +49,7 @@ export function useBatchStack(): BatchStack {
   let running: Promise<void> | undefined;
   let connection: NativeConnection;
   const taskQueue = uniqueId('batches');
-  const routerUrl: { base?: string } = {};
+  const routerUrl: { base?: string; override?: string } = {};
   const lines: Record<BatchLineOutcome, number> = { completed: 0, failed: 0, retried: 0 };
 
   const startWorker = async (): Promise<void> => {
@@ -65,7 +67,7 @@ export function useBatchStack(): BatchStack {
           files,
           {
             get routerUrl() {
-              return routerUrl.base;
+              return routerUrl.override ?? routerUrl.base;
             },
             keyFile: join(dir, 'batch.key'),
           },
@@ -99,6 +101,7 @@ export function useBatchStack(): BatchStack {
 
   return {
     lines,
+    sendLinesTo: (url) => void (routerUrl.override = url),
     client: () => client,
     async start() {
       const quick = await engine({ model: 'demo' });
