@@ -216,6 +216,19 @@ describe('batches', () => {
     }
   }, 30_000);
 
+  it('fails, saying what to do, when a chunk cannot run (its input file deleted mid-run)', async () => {
+    const { a } = await stack.start();
+    const lines = Array.from({ length: 600 }, (_, i) => chatLine(`gone-${i}`, 'slow', 2));
+    const file = await upload(a, lines);
+    const batch = await a.batches.create({ input_file_id: file, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await until(a, batch.id, (x) => x.status === 'in_progress', 15_000);
+    await a.files.delete(file);
+    const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 20_000);
+    expect(done.status).toBe('failed');
+    expect(done.errors?.data[0]?.message).toMatch(/no longer in the store.*create a new batch for the rest/);
+    expect((await linesOf(a, done.output_file_id)).length).toBe(done.request_counts!.completed);
+  }, 30_000);
+
   it('answers 404 naming what to set on a router without Temporal', async () => {
     const quick = await engine({ model: 'demo' });
     const r = await router([{ servedName: 'demo', endpoint: url(quick) }]);

@@ -66,6 +66,8 @@ export async function batch(input: BatchInput): Promise<BatchView> {
     ({ view, nextChunk, doneChunks } = input.carried);
     // Cancelled while the last run handed over: honoured before anything else starts.
     if (view.status === 'cancelling') stopping = 'cancelled';
+    // This run's memo is what the last run handed over; it is made current at once all the same.
+    publish();
   } else {
     publish();
     const checked = await failedAs(() =>
@@ -117,7 +119,10 @@ export async function batch(input: BatchInput): Promise<BatchView> {
         },
         (err: unknown) => {
           if (!isCancellation(err))
-            stop('failed', `chunk ${index + 1} (requests ${chunk.start + 1} to ${chunk.end}) failed: ${causeOf(err)}`);
+            stop(
+              'failed',
+              `chunk ${index + 1} (requests ${chunk.start + 1} to ${chunk.end}) failed after its retries: ${causeOf(err)}; the lines done are in the output and error files, create a new batch for the rest`,
+            );
         },
       )
       .finally(() => inFlight--);
