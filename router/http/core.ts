@@ -114,10 +114,7 @@ export class RouterCore {
     this.apiKeys = options.apiKeys;
     this.insecure = options.insecureRoutes ? INSECURE_ROUTES : undefined;
     this.files = options.files === undefined ? undefined : new FilesApi(options.files, log);
-    this.batches =
-      options.files === undefined || options.batches === undefined
-        ? undefined
-        : new BatchesApi({ ...options.batches, store: options.files.store }, log);
+    this.batches = options.files && options.batches ? new BatchesApi({ ...options.batches, store: options.files.store }, log) : undefined;
     this.gates = new KeyGates((key) => this.metrics.forKey(key.label), options.limitShare ?? 1);
     if (options.apiKeys) this.gates.replace(options.apiKeys);
     const own = options.extraMetrics ? Registry.merge([this.metrics.registry, options.extraMetrics]) : this.metrics.registry;
@@ -207,15 +204,12 @@ export class RouterCore {
           }
           return this.oneModel(res, name, gate?.key);
         }
-        if (path === PATH_FILES || path.startsWith(`${PATH_FILES}/`)) {
+        // The Batch API: its files and its batches, each a key's own.
+        if (isUnder(path, PATH_FILES) || isUnder(path, PATH_BATCHES)) {
           const gate = this.authenticate(req, res);
           if (gate === false) return;
+          if (isUnder(path, PATH_BATCHES)) return serveBatches(this.batches, req, res, gate?.key);
           return serveFiles(this.files, req, res, gate?.key, expectContinue);
-        }
-        if (path === PATH_BATCHES || path.startsWith(`${PATH_BATCHES}/`)) {
-          const gate = this.authenticate(req, res);
-          if (gate === false) return;
-          return serveBatches(this.batches, req, res, gate?.key);
         }
         return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
     }
@@ -330,4 +324,9 @@ export class RouterCore {
     const routes = this.refresher.status();
     return routes.state === 'unreachable' || routes.held.length > 0 ? 'degraded' : 'ok';
   }
+}
+
+/** Whether `path` is `prefix` or below it. */
+function isUnder(path: string, prefix: string): boolean {
+  return path === prefix || path.startsWith(`${prefix}/`);
 }

@@ -225,7 +225,7 @@ describe('batches', () => {
     await a.files.delete(file);
     const done = await until(a, batch.id, (x) => FINAL.includes(x.status), 20_000);
     expect(done.status).toBe('failed');
-    expect(done.errors?.data[0]?.message).toMatch(/no longer in the store.*create a new batch for the rest/);
+    expect(done.errors?.data?.[0]?.message).toMatch(/no longer in the store.*create a new batch for the rest/);
     expect((await linesOf(a, done.output_file_id)).length).toBe(done.request_counts!.completed);
   }, 30_000);
 
