@@ -85,6 +85,8 @@ export function createBatchChunkActivities(
           }
         }),
       );
+      // A chunk cancelled while its last lines ran writes nothing: its batch has moved on without it.
+      if (context.cancellationSignal.aborted) throw new Error('the chunk was cancelled');
       await writeChunkFile(files, input.batchId, input.chunk, results);
       const failed = results.filter((r) => r.error !== null).length;
       count('completed', results.length - failed);

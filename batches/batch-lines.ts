@@ -34,6 +34,9 @@ export function errorFileId(batchId: string): string {
 export function chunkOwner(batchId: string): string {
   return `${batchId}#chunks`;
 }
+export function isChunkOwner(owner: string): boolean {
+  return /^batch_[0-9a-f]{24}#chunks$/.test(owner);
+}
 
 /** One request of a batch, as its input line holds it. */
 export interface BatchRequest {
