@@ -13,6 +13,8 @@ import {
   chunkOwner,
   errorFileId,
   isBlankLine,
+  scopeAllows,
+  type BatchScope,
   outputFileId,
   type BatchEndpoint,
   type BatchLineError,
@@ -77,6 +79,7 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
       inputFileId: string;
       endpoint: BatchEndpoint;
       owner: string | null;
+      scope?: BatchScope;
     }): Promise<ValidateResult> {
       const files = await store();
       const meta = await files.stat(input.inputFileId);
@@ -90,6 +93,13 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
       for await (const { text, line } of readRequestLines(files, input.inputFileId)) {
         const checked = checkLine(text, line, input.endpoint, seen);
         if ('error' in checked) errors.push({ code: 'invalid_request', message: `Line ${line} ${checked.error}.`, line, param: null });
+        else if (!scopeAllows(input.scope, checked.body.model as string))
+          errors.push({
+            code: 'model_not_allowed',
+            message: `Line ${line} asks for model '${String(checked.body.model).slice(0, 64)}', which the key that created this batch may not use (name it as the key's scope does).`,
+            line,
+            param: null,
+          });
         if (errors.length >= MAX_REPORTED_ERRORS) break;
         if (seen.size % 10_000 === 0) Context.current().heartbeat({ lines: line });
       }

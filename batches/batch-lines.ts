@@ -71,6 +71,27 @@ export function checkLine(text: string, line: number, endpoint: BatchEndpoint, s
   return { line, customId, body: body as Record<string, unknown> };
 }
 
+/**
+ * The models and adapters the key that created a batch may use (router/http/key-scope.ts, as
+ * plain lists for a workflow's input); absent when the key may use every one.
+ */
+export interface BatchScope {
+  models: string[] | 'all';
+  adapters: string[] | 'all';
+}
+
+/**
+ * Whether a line's `body.model` is one the batch's key may use, by the name the key's scope
+ * gives it (a served name, a deployment name or an adapter's). The router checks the same key
+ * against the pool behind a name, which can also allow a served name for a scoped deployment name:
+ * a batch line must use the name the scope lists. A key allowed every adapter batches only the
+ * names its models list (which other names are adapters, validation cannot tell).
+ */
+export function scopeAllows(scope: BatchScope | undefined, model: string): boolean {
+  if (scope === undefined || scope.models === 'all') return true;
+  return scope.models.includes(model) || (scope.adapters !== 'all' && scope.adapters.includes(model));
+}
+
 /** Whether a line holds nothing (blank lines, a trailing newline, are skipped and not counted). */
 export function isBlankLine(text: string): boolean {
   return text.trim() === '';

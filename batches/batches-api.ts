@@ -12,7 +12,8 @@ import { CONTROL_TASK_QUEUE, WorkflowType } from '../common/names.js';
 import { batchStatusQuery, cancelBatchSignal } from '../workflows/definitions.js';
 import type { BatchInput } from '../workflows/batch/state.js';
 import { listBatchViews } from './batch-list.js';
-import { BATCH_ENDPOINTS, isBatchEndpoint, isBatchId, parseCompletionWindow } from './batch-lines.js';
+import { BATCH_ENDPOINTS, isBatchEndpoint, isBatchId, parseCompletionWindow, type BatchScope } from './batch-lines.js';
+import type { KeyScope } from '../router/http/key-scope.js';
 import { BATCH_MEMO, batchObject, isFinal, newBatchView, type BatchView } from './batch-view.js';
 import type { FileStore } from './file-store.js';
 
@@ -101,6 +102,8 @@ export class BatchesApi {
       endpoint,
       completionWindowSeconds: windowSeconds,
       owner: key?.id ?? null,
+      // Its model names only, never the key: validation refuses a line for a model the key may not use.
+      ...(key?.scope ? { scope: plainScope(key.scope) } : {}),
       metadata: (metadata as Record<string, string> | null | undefined) ?? null,
       createdAt: Math.floor(Date.now() / 1000),
       ...(this.settings.tuning ? { tuning: this.settings.tuning } : {}),
@@ -172,6 +175,11 @@ export class BatchesApi {
     ]);
     return answered ?? memo;
   }
+}
+
+function plainScope(scope: KeyScope): BatchScope {
+  const list = (names: KeyScope['models']) => (names === 'all' ? 'all' : [...names].sort());
+  return { models: list(scope.models), adapters: list(scope.adapters) };
 }
 
 function ownedBy(view: BatchView, key: ApiKey | undefined): boolean {

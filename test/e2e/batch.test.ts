@@ -108,6 +108,16 @@ describe('batches', () => {
     ).rejects.toMatchObject({ status: 400 });
   }, 30_000);
 
+  it('refuses lines for a model the creating key may not use, though the batch key may', async () => {
+    const { c } = await stack.start();
+    const file = await upload(c, [chatLine('ok', 'demo'), chatLine('not-mine', 'slow')]);
+    const batch = await c.batches.create({ input_file_id: file, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const done = await until(c, batch.id, (x) => FINAL.includes(x.status), 15_000);
+    expect(done.status).toBe('failed');
+    expect(done.errors?.data).toEqual([expect.objectContaining({ line: 2, code: 'model_not_allowed' })]);
+    expect(done.errors?.data?.[0]?.message).toMatch(/asks for model 'slow', which the key that created this batch may not use/);
+  }, 30_000);
+
   it('cancels mid-run within seconds, its partial output downloadable', async () => {
     const { a } = await stack.start();
     const lines = Array.from({ length: 600 }, (_, i) => chatLine(`slow-${i}`, 'slow', 5));

@@ -15,6 +15,7 @@ import { createBatchFileActivities } from '../../activities/batch-files.js';
 import { createCarriedStateActivities } from '../../activities/carried-state.js';
 import { DirectoryFileStore } from '../../batches/file-store.js';
 import { ApiKeys } from '../../router/http/auth.js';
+import { scopeOf } from '../../router/http/key-scope.js';
 import type { RouterOptions } from '../../router/http/server.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
 import { engine, router, routers, url, useRouterHarness } from './router-harness.js';
@@ -26,12 +27,14 @@ const KEYS = new ApiKeys([
   { key: 'key-of-team-a', id: 'team-a' },
   { key: 'key-of-team-b', id: 'team-b' },
   { key: 'key-of-the-batcher', id: 'batcher' },
+  // Scoped to `demo`: its batches may not ask for `slow`.
+  { key: 'key-of-team-c', id: 'team-c', scope: scopeOf(['demo'], undefined) },
 ]);
 
 export interface BatchStack {
   client(): Client;
   /** Engines and a router; `a` and `b` are two keys' clients. */
-  start(): Promise<{ a: OpenAI; b: OpenAI; restartRouter(): Promise<void> }>;
+  start(): Promise<{ a: OpenAI; b: OpenAI; c: OpenAI; restartRouter(): Promise<void> }>;
   /** Stops the worker (its running chunks are cancelled, as a worker killed mid-chunk) and starts another. */
   restartWorker(): Promise<void>;
   /** Sends batch lines to `url` instead of the router (undefined: the router again). */
@@ -122,6 +125,7 @@ export function useBatchStack(): BatchStack {
       return {
         a: as('key-of-team-a'),
         b: as('key-of-team-b'),
+        c: as('key-of-team-c'),
         // On the same port: lines in flight find it again when it is back.
         async restartRouter() {
           const port = r.router.port;

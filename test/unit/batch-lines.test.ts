@@ -10,6 +10,7 @@ import {
   outputLine,
   parseCompletionWindow,
   planChunks,
+  scopeAllows,
 } from '../../batches/batch-lines.js';
 import { batchObject, newBatchView, windowText } from '../../batches/batch-view.js';
 import { retryAfterMs } from '../../activities/batch-chunk.js';
@@ -151,5 +152,17 @@ describe('llmgw batches rows', () => {
       counts: { total: 1000, completed: 980, failed: 20 },
     };
     expect(batchRow(done, 5000).perSecond).toBe(5);
+  });
+});
+
+describe("the creating key's scope", () => {
+  it('allows what its lists name, everything without a scope', () => {
+    expect(scopeAllows(undefined, 'x')).toBe(true);
+    expect(scopeAllows({ models: 'all', adapters: [] }, 'x')).toBe(true);
+    expect(scopeAllows({ models: ['demo'], adapters: ['sql-lora'] }, 'demo')).toBe(true);
+    expect(scopeAllows({ models: ['demo'], adapters: ['sql-lora'] }, 'sql-lora')).toBe(true);
+    expect(scopeAllows({ models: ['demo'], adapters: ['sql-lora'] }, 'slow')).toBe(false);
+    // Every adapter, but which names are adapters validation cannot tell: only the models listed.
+    expect(scopeAllows({ models: ['demo'], adapters: 'all' }, 'slow')).toBe(false);
   });
 });

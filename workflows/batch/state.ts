@@ -1,6 +1,6 @@
 // What a batch workflow is given and what it carries across continue-as-new, and the
 // activities it calls with their timeouts and retries. Workflow side (deterministic).
-import type { BatchEndpoint, ChunkPlan } from '../../batches/batch-lines.js';
+import type { BatchEndpoint, BatchScope, ChunkPlan } from '../../batches/batch-lines.js';
 import type { BatchView } from '../../batches/batch-view.js';
 import { controlActivities } from '../toolkit.js';
 import type { SealedInput } from '../carried.js';
@@ -21,6 +21,8 @@ export interface BatchInput extends SealedInput {
   /** The creating API key's id, never the key; null when the router had no keys. */
   owner: string | null;
   metadata: Record<string, string> | null;
+  /** What the creating key may use (its model names, not the key); absent: every model. */
+  scope?: BatchScope;
   /** Unix seconds, as the router answered the create. */
   createdAt: number;
   /** Smaller chunks and runs than the defaults, for tests; the router sets none. */

@@ -76,6 +76,7 @@ export async function batch(input: BatchInput): Promise<BatchView> {
         inputFileId: input.inputFileId,
         endpoint: input.endpoint,
         owner: input.owner,
+        ...(input.scope ? { scope: input.scope } : {}),
       }),
     );
     if ('failure' in checked || !checked.ok) {
