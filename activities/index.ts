@@ -6,6 +6,9 @@ import type { LineLog } from '../common/logger.js';
 import { readCatalogKeys } from '../common/catalog-key.js';
 import { createCatalogActivities } from './catalog.js';
 import { createCapacityActivities } from './capacity.js';
+import { batchRouterFromEnv, createBatchChunkActivities, type BatchLineOutcome, type BatchRouterSettings } from './batch-chunk.js';
+import { createBatchFileActivities, fileStoreFromEnv } from './batch-files.js';
+import type { FileStore } from '../batches/file-store.js';
 import { createCarriedStateActivities } from './carried-state.js';
 import { createDeploymentActivities } from './deployments.js';
 import { createDeploymentSigningActivities } from './deployment-signing.js';
@@ -35,6 +38,12 @@ export interface ControlActivityDeps {
   trustUnenrolledAgents?: boolean;
   /** The latest liveness sweep of this worker (workers/liveness.ts), for fleetSilence. */
   liveness?: () => FleetLiveness | undefined;
+  /** Where batches read and write files; LLMGW_FILES_DIR or LLMGW_FILES_S3 when absent. */
+  batchFiles?: () => Promise<FileStore>;
+  /** The router batch lines go through; LLMGW_ROUTER_URL and LLMGW_BATCH_API_KEY_FILE when absent. */
+  batchRouter?: BatchRouterSettings;
+  /** Counts batch lines by outcome (the control worker's llmgw_batch_lines); nothing when absent. */
+  batchLineMetric?: (outcome: BatchLineOutcome, lines: number) => void;
 }
 
 export function createControlActivities(deps: ControlActivityDeps) {
@@ -46,7 +55,10 @@ export function createControlActivities(deps: ControlActivityDeps) {
     trustUnenrolled,
     catalog,
   });
+  const batchFiles = deps.batchFiles ?? fileStoreFromEnv();
   return {
+    ...createBatchFileActivities(batchFiles),
+    ...createBatchChunkActivities(batchFiles, deps.batchRouter ?? batchRouterFromEnv(), deps.batchLineMetric),
     ...createCatalogActivities(catalog, deps.client, deps.catalogKeyFile),
     ...createPlacementActivities(deps.client, {
       log: deps.log,

@@ -6,6 +6,7 @@ import { Command, Option } from 'commander';
 import { failureMessage } from './errors.js';
 import { profileOnSignal } from '../common/cpu-profile.js';
 import * as agent from './commands/agent.js';
+import * as batches from './commands/batches.js';
 import * as catalog from './commands/catalog.js';
 import * as deploy from './commands/deploy.js';
 import * as engines from './commands/engines.js';
@@ -33,7 +34,7 @@ profileOnSignal(process.argv[2] ?? 'llmgw');
 // first, the processes an operator runs next, the simulators last.
 const COMMANDS: [heading: string, commands: { register(program: Command): void }[]][] = [
   ['Deployments:', [up, deploy, status, scale, sleep, rollout, undeploy, logs]],
-  ['Fleet operations:', [nodes, weights, reconcile, upgrade, catalog, keygen]],
+  ['Fleet operations:', [nodes, weights, batches, reconcile, upgrade, catalog, keygen]],
   ['Processes and what they run on:', [worker, agent, router, temporal, engines]],
   ['Development and simulation:', [fakeEngine, sim]],
 ];

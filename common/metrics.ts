@@ -82,6 +82,12 @@ export const WORKER_METRICS = {
     help: 'Actions reconciliation planned, by kind (adopt, rebuild, stop, release, kill) and outcome (done, not-done, dry-run).',
     labels: ['kind', 'outcome'],
   },
+  batchLines: {
+    name: 'llmgw_batch_lines',
+    kind: 'counter',
+    help: 'Lines of batches this worker ran, by outcome: completed (an output line), failed (an error line), retried (sent again after a 429, 503, 5xx or no answer).',
+    labels: ['outcome'],
+  },
   deployments: {
     name: 'llmgw_deployments',
     kind: 'gauge',

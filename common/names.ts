@@ -12,6 +12,8 @@ export const WorkflowType = {
   replica: 'replica',
   node: 'node',
   reconcileNode: 'reconcileNode',
+  /** One per batch of the Batch API, its workflow id the batch's id (workflows/batch/). */
+  batch: 'batch',
 } as const;
 
 export function deploymentWorkflowId(name: string): string {

@@ -50,6 +50,8 @@ interface TemporalSide {
   wake: WakeCaller | undefined;
   /** Who this router is, in its Updates. */
   routerId: string;
+  /** The route source's Temporal client (undefined: static routes), for /v1/batches. */
+  client: (() => Promise<import('@temporalio/client').Client>) | undefined;
 }
 
 /**
@@ -79,6 +81,7 @@ export async function runRouter(flags: RouterFlags, env: NodeJS.ProcessEnv = pro
   const router = await startRouter({
     ...routerOptions(settings, log),
     files: await openFiles(settings, log),
+    ...(temporal.client ? { batches: { client: temporal.client } } : {}),
     source: temporal.routes,
     extraMetrics: temporal.registry,
     onHold: (model) => autoscaler?.hold(model),
@@ -156,6 +159,7 @@ function temporalSide(settings: RouterSettings, log: Log): TemporalSide {
     // Whichever process asked, the wake is this router's, in the replica's history.
     wake: wake === undefined ? undefined : (replicaId, request) => wake(replicaId, { ...request, by: `router:${routerId}` }),
     routerId,
+    client,
   };
   if (f.autoscale === 'off') return side;
   side.autoscaler = new Autoscaler({

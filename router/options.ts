@@ -74,6 +74,11 @@ export interface RouterOptions {
   adapterRouting?: Partial<AdapterRouterOptions>;
   /** The Files API's store and limit (--files-dir, --files-s3); undefined: /v1/files answers 404 naming the flags. */
   files?: FilesSettings;
+  /**
+   * The Temporal client /v1/batches starts and reads batch workflows with (routes from Temporal,
+   * one router process); undefined, or without `files`: /v1/batches answers 404 naming what to set.
+   */
+  batches?: Omit<import('../batches/batches-api.js').BatchesSettings, 'store'>;
 }
 
 export const DEFAULT_BODY_LIMIT = 8 * 1024 * 1024;

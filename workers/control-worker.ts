@@ -69,6 +69,7 @@ export async function runControlWorker(options: ControlWorkerOptions): Promise<v
     client,
     log,
     placementMetric: (outcome, ms) => metrics.placement(outcome, ms),
+    batchLineMetric: (outcome, lines) => metrics.batchLines(outcome, lines),
     trustUnenrolledAgents: options.trustUnenrolledAgents === true,
   });
   if (options.trustUnenrolledAgents)

@@ -1,8 +1,9 @@
 // The control worker's own metrics (names in common/metrics.ts): placements and their latency
-// (counted by the placement activity), deployments by phase (counted from visibility every
+// (counted by the placement activity), batch lines (by the chunk activity), deployments by phase (counted from visibility every
 // few seconds), and reconciliation's actions (counted by workflow-interceptors.ts). Worker side.
 import type { Client } from '@temporalio/client';
 import type { MetricMeter } from '@temporalio/common';
+import type { BatchLineOutcome } from '../activities/batch-chunk.js';
 import { everyWithoutOverlap } from '../common/every.js';
 import { instruments, WORKER_METRICS } from '../common/metrics.js';
 import type { DeploymentPhase } from '../common/replica-types.js';
@@ -12,6 +13,7 @@ export type PlacementOutcome = 'placed' | 'unschedulable' | 'error';
 /** What the control activities count. */
 export interface ControlMetrics {
   placement(outcome: PlacementOutcome, ms: number): void;
+  batchLines(outcome: BatchLineOutcome, count: number): void;
 }
 
 const PHASES = [
@@ -36,6 +38,9 @@ export function createControlMetrics(meter: MetricMeter): ControlMetrics {
     placement(outcome, ms) {
       m.placements.add(1, { outcome });
       m.placementLatency.record(Math.max(0, Math.round(ms)), { outcome });
+    },
+    batchLines(outcome, count) {
+      if (count > 0) m.batchLines.add(count, { outcome });
     },
   };
 }

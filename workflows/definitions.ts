@@ -106,3 +106,8 @@ export const reconcileAllocationsUpdate = defineUpdate<
 export const replicaClosedSignal = defineSignal<[{ replicaId: string; reason: string }]>('replicaClosed');
 /** A replica rebuilt by reconciliation joins its deployment (which may be rebuilt too). */
 export const adoptReplicaSignal = defineSignal<[{ replicaId: string; seq: number; reason: string }]>('adoptReplica');
+
+// batch_<id> (issue 40): a batch of the Batch API.
+/** Stop scheduling, cancel the running chunks, write what is done, end `cancelled`. */
+export const cancelBatchSignal = defineSignal<[{ by?: string }]>('cancelBatch');
+export const batchStatusQuery = defineQuery<import('../batches/batch-view.js').BatchView>('batchStatus');

@@ -6,3 +6,4 @@ export { reconcileNode } from './reconcile/workflow.js';
 export { routes } from './routes/workflow.js';
 export { weightsPrefetch } from './weights/prefetch.js';
 export { weightsRemove } from './weights/remove.js';
+export { batch } from './batch/workflow.js';

@@ -29,6 +29,7 @@ import { hostname } from 'node:os';
 import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from '../adapters/router.js';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, requestClass } from '../flow/priority.js';
 import { FilesApi, PATH_FILES, serveFiles } from '../../batches/files-api.js';
+import { BatchesApi, PATH_BATCHES, serveBatches } from '../../batches/batches-api.js';
 
 const PATH_CHAT = '/v1/chat/completions';
 const PATH_COMPLETIONS = '/v1/completions';
@@ -61,6 +62,8 @@ export class RouterCore {
   readonly insecure: string | undefined;
   /** /v1/files (batches/files-api.ts), when the router was given a file store. */
   private readonly files: FilesApi | undefined;
+  /** /v1/batches (batches/batches-api.ts), when the router has a file store and a Temporal client. */
+  private readonly batches: BatchesApi | undefined;
 
   constructor(options: RouterOptions, log: (line: string) => void) {
     this.metrics = new RouterMetrics(() => this.state.liveEndpoints(), { processMetrics: options.processMetrics ?? false });
@@ -118,6 +121,7 @@ export class RouterCore {
     this.apiKeys = options.apiKeys;
     this.insecure = options.insecureRoutes ? INSECURE_ROUTES : undefined;
     this.files = options.files === undefined ? undefined : new FilesApi(options.files, log);
+    this.batches = options.files && options.batches ? new BatchesApi({ ...options.batches, store: options.files.store }, log) : undefined;
     this.gates = new KeyGates((key) => this.metrics.forKey(key.label), options.limitShare ?? 1);
     if (options.apiKeys) this.gates.replace(options.apiKeys);
     const own = options.extraMetrics ? Registry.merge([this.metrics.registry, options.extraMetrics]) : this.metrics.registry;
@@ -207,9 +211,11 @@ export class RouterCore {
           }
           return this.oneModel(res, name, gate?.key);
         }
-        if (path === PATH_FILES || path.startsWith(`${PATH_FILES}/`)) {
+        // The Batch API: its files and its batches, each a key's own.
+        if (isUnder(path, PATH_FILES) || isUnder(path, PATH_BATCHES)) {
           const gate = this.authenticate(req, res);
           if (gate === false) return;
+          if (isUnder(path, PATH_BATCHES)) return serveBatches(this.batches, req, res, gate?.key);
           return serveFiles(this.files, req, res, gate?.key, expectContinue);
         }
         return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
@@ -328,4 +334,9 @@ export class RouterCore {
     const routes = this.refresher.status();
     return routes.state === 'unreachable' || routes.held.length > 0 ? 'degraded' : 'ok';
   }
+}
+
+/** Whether `path` is `prefix` or below it. */
+function isUnder(path: string, prefix: string): boolean {
+  return path === prefix || path.startsWith(`${prefix}/`);
 }

@@ -32,6 +32,8 @@ export type RouterErrorKind =
   | 'file_not_found'
   | 'file_too_large'
   | 'files_not_configured'
+  | 'batch_not_found'
+  | 'batches_not_configured'
   | 'internal';
 
 interface ErrorShape {
@@ -102,6 +104,11 @@ function shapeOf(kind: RouterErrorKind): ErrorShape {
       return { status: 413, type: 'invalid_request_error', code: 'file_too_large', param: 'file' };
     case 'files_not_configured':
       return { status: 404, type: 'invalid_request_error', code: 'files_not_configured', param: null };
+    case 'batch_not_found':
+      // As for files: another key's batch is answered as one that does not exist.
+      return { status: 404, type: 'invalid_request_error', code: 'batch_not_found', param: 'batch_id' };
+    case 'batches_not_configured':
+      return { status: 404, type: 'invalid_request_error', code: 'batches_not_configured', param: null };
     case 'internal':
       return { status: 500, type: 'server_error', code: 'internal_error', param: null };
   }

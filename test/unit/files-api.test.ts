@@ -13,6 +13,8 @@ import { promisify } from 'node:util';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DirectoryFileStore, type FileStore } from '../../batches/file-store.js';
+import { chunkFileId } from '../../batches/batch-lines.js';
+import { writeChunkFile } from '../../activities/batch-files.js';
 import { S3FileStore } from '../../batches/s3-file-store.js';
 import { s3ClientFromEnv } from '../../common/s3-store.js';
 import { ApiKeys } from '../../router/http/auth.js';
@@ -153,6 +155,21 @@ describe('the Files API on a directory', () => {
     upload.destroy();
     await until(async () => (await readdir(dir)).length === 0);
     expect((await client(base).files.list()).data).toEqual([]);
+  });
+
+  it("shows a batch's chunk files to no one, with keys or without", async () => {
+    const dir = await tempDir();
+    const store = await DirectoryFileStore.open(dir);
+    const batchId = `batch_${'ab'.repeat(12)}`;
+    await writeChunkFile(store, batchId, { index: 0, start: 0, end: 1 }, []);
+    const id = chunkFileId(batchId, 0);
+    expect(await store.stat(id)).toBeDefined();
+    for (const apiKeys of [undefined, new ApiKeys([{ key: 'key-of-team-a', id: 'team-a' }])]) {
+      const c = client(await router({ files: { store }, ...(apiKeys ? { apiKeys } : {}) }), 'key-of-team-a');
+      expect((await c.files.list()).data).toEqual([]);
+      expect((await refusal(c.files.content(id))).status).toBe(404);
+      expect((await refusal(c.files.delete(id))).status).toBe(404);
+    }
   });
 
   it("keeps a key's files from every other key, answered as if they did not exist", async () => {

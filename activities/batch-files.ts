@@ -1,0 +1,186 @@
+// The batch workflow's activities that read and write the file store: validating a batch's
+// input, writing one chunk's results whole, and merging the chunk files into the batch's output
+// and error files. Control side; the bytes go from the store to the store, never through Temporal.
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { createInterface } from 'node:readline';
+import { Readable } from 'node:stream';
+import { DirectoryFileStore, type FileStore } from '../batches/file-store.js';
+import { S3FileStore } from '../batches/s3-file-store.js';
+import {
+  checkLine,
+  chunkFileId,
+  chunkOwner,
+  errorFileId,
+  isBlankLine,
+  scopeAllows,
+  type BatchScope,
+  outputFileId,
+  type BatchEndpoint,
+  type BatchLineError,
+  type BatchRequest,
+  type ChunkPlan,
+  type ResultLine,
+} from '../batches/batch-lines.js';
+
+export { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
+import { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
+/** At most this many bad lines are reported (OpenAI's errors list is for reading, not for every line). */
+const MAX_REPORTED_ERRORS = 10;
+const NO_LIMIT = Number.MAX_SAFE_INTEGER;
+
+/** The control worker's file store, from LLMGW_FILES_DIR or LLMGW_FILES_S3 (the router's --files-dir / --files-s3). */
+export function fileStoreFromEnv(env: NodeJS.ProcessEnv = process.env): () => Promise<FileStore> {
+  let store: Promise<FileStore> | undefined;
+  return () => {
+    if (env.LLMGW_FILES_DIR) store ??= DirectoryFileStore.open(env.LLMGW_FILES_DIR);
+    else if (env.LLMGW_FILES_S3) store ??= Promise.resolve(new S3FileStore(env.LLMGW_FILES_S3));
+    else
+      throw ApplicationFailure.nonRetryable(
+        'the control worker has no file store: set LLMGW_FILES_DIR (or LLMGW_FILES_S3) to the store the router was given with --files-dir (--files-s3), restart the worker and create the batch again',
+        BATCH_NOT_CONFIGURED,
+      );
+    return store;
+  };
+}
+
+/** The non-blank lines [start, end) of a stored file, with their 1-based line numbers; `each` sees every one. */
+export async function* readRequestLines(
+  store: FileStore,
+  fileId: string,
+  start = 0,
+  end = Infinity,
+): AsyncGenerator<{ text: string; line: number }> {
+  const bytes = await store.open(fileId);
+  if (bytes === undefined) throw ApplicationFailure.nonRetryable(`the input file ${fileId} is no longer in the store at ${store.location}`);
+  const lines = createInterface({ input: bytes, crlfDelay: Infinity });
+  let line = 0;
+  let index = 0;
+  try {
+    for await (const text of lines) {
+      line++;
+      if (isBlankLine(text)) continue;
+      if (index >= end) break;
+      if (index++ >= start) yield { text, line };
+    }
+  } finally {
+    lines.close();
+    bytes.destroy();
+  }
+}
+
+export type ValidateResult = { ok: true; total: number } | { ok: false; errors: BatchLineError[] };
+
+export function createBatchFileActivities(store: () => Promise<FileStore>) {
+  return {
+    /** Every line checked before any runs: the count of requests, or the first bad lines by number. */
+    async validateBatchInput(input: {
+      batchId: string;
+      inputFileId: string;
+      endpoint: BatchEndpoint;
+      owner: string | null;
+      scope?: BatchScope;
+    }): Promise<ValidateResult> {
+      const files = await store();
+      const meta = await files.stat(input.inputFileId);
+      if (meta === undefined || (input.owner !== null && meta.owner !== input.owner))
+        return {
+          ok: false,
+          errors: [{ code: 'file_not_found', message: `No such File object: ${input.inputFileId}`, line: null, param: 'input_file_id' }],
+        };
+      const seen = new Set<string>();
+      const errors: BatchLineError[] = [];
+      for await (const { text, line } of readRequestLines(files, input.inputFileId)) {
+        const checked = checkLine(text, line, input.endpoint, seen);
+        if ('error' in checked) errors.push({ code: 'invalid_request', message: `Line ${line} ${checked.error}.`, line, param: null });
+        else if (!scopeAllows(input.scope, checked.body.model as string))
+          errors.push({
+            code: 'model_not_allowed',
+            message: `Line ${line} asks for model '${String(checked.body.model).slice(0, 64)}', which the key that created this batch may not use (name it as the key's scope does).`,
+            line,
+            param: null,
+          });
+        if (errors.length >= MAX_REPORTED_ERRORS) break;
+        if (seen.size % 10_000 === 0) Context.current().heartbeat({ lines: line });
+      }
+      if (errors.length > 0) return { ok: false, errors };
+      if (seen.size === 0)
+        return {
+          ok: false,
+          errors: [{ code: 'empty_file', message: 'The input file holds no requests.', line: null, param: 'input_file_id' }],
+        };
+      return { ok: true, total: seen.size };
+    },
+
+    /**
+     * Writes the batch's output and error files from its chunk files (in chunk order), then
+     * removes every chunk file it may have written. Idempotent: the files' ids come from the
+     * batch's, so a retry writes the same files whole again.
+     */
+    async finalizeBatch(input: {
+      batchId: string;
+      owner: string | null;
+      chunks: number[];
+      /** How many chunks were ever started: the chunk files to remove (a cancelled chunk may have left one). */
+      started: number;
+    }): Promise<{ outputFileId: string | null; errorFileId: string | null }> {
+      const files = await store();
+      const now = Math.floor(Date.now() / 1000);
+      // A try that wrote both files and removed the chunk files, whose answer was lost: done already.
+      const first = input.chunks[0];
+      if (first !== undefined && (await files.stat(chunkFileId(input.batchId, first))) === undefined) {
+        const [out, err] = [outputFileId(input.batchId), errorFileId(input.batchId)];
+        return { outputFileId: (await files.stat(out)) ? out : null, errorFileId: (await files.stat(err)) ? err : null };
+      }
+      const write = async (id: string, keep: (l: ResultLine) => boolean): Promise<string | null> => {
+        let count = 0;
+        const text = async function* (): AsyncGenerator<string> {
+          for (const chunk of input.chunks) {
+            for await (const { text } of readRequestLines(files, chunkFileId(input.batchId, chunk))) {
+              if (!keep(JSON.parse(text) as ResultLine)) continue;
+              count++;
+              yield `${text}\n`;
+            }
+            Context.current().heartbeat({ chunk });
+          }
+        };
+        const staged = await files.stage(Readable.from(text()), NO_LIMIT);
+        if (count === 0) {
+          await staged.discard();
+          await files.delete(id);
+          return null;
+        }
+        const name = id === outputFileId(input.batchId) ? 'output' : 'errors';
+        await staged.commit({
+          id,
+          bytes: staged.bytes,
+          createdAt: now,
+          filename: `${input.batchId}_${name}.jsonl`,
+          purpose: 'batch',
+          owner: input.owner,
+        });
+        return id;
+      };
+      const output = await write(outputFileId(input.batchId), (l) => l.error === null);
+      const errors = await write(errorFileId(input.batchId), (l) => l.error !== null);
+      for (let chunk = 0; chunk < input.started; chunk++) await files.delete(chunkFileId(input.batchId, chunk));
+      return { outputFileId: output, errorFileId: errors };
+    },
+  };
+}
+
+/** One chunk's results, written whole under a staging name and renamed over any earlier try's file. */
+export async function writeChunkFile(files: FileStore, batchId: string, chunk: ChunkPlan, lines: ResultLine[]): Promise<void> {
+  const text = lines.map((l) => `${JSON.stringify(l)}\n`).join('');
+  const staged = await files.stage(Readable.from([Buffer.from(text)]), NO_LIMIT);
+  await staged.commit({
+    id: chunkFileId(batchId, chunk.index),
+    bytes: staged.bytes,
+    createdAt: Math.floor(Date.now() / 1000),
+    filename: `${batchId}_chunk${chunk.index}.jsonl`,
+    purpose: 'batch',
+    owner: chunkOwner(batchId),
+  });
+}
+
+export type { BatchRequest };
