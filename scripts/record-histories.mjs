@@ -13,6 +13,7 @@ const RECORDING_TESTS = [
   'test/e2e/rollout.test.ts',
   'test/e2e/reconcile.test.ts',
   'test/e2e/router-routes.test.ts',
+  'test/e2e/batch.test.ts',
 ];
 
 const version = versionInProgress();

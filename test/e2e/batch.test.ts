@@ -11,6 +11,7 @@ import { temporal } from '@temporalio/proto';
 import { describe, expect, it, vi } from 'vitest';
 import { batchesCommand, type BatchRow } from '../../cli/actions/batches.js';
 import { temporalAddress } from '../helpers/temporal.js';
+import { recordHistory } from '../helpers/histories.js';
 import { chatLine, embedLine, FINAL, linesOf, until, upload, useBatchStack } from '../helpers/batch-stack.js';
 import { engine, router, url } from '../helpers/router-harness.js';
 
@@ -40,6 +41,8 @@ describe('batches', () => {
     const embedDone = await until(a, embedBatch.id, (x) => FINAL.includes(x.status), 10_000);
     expect(done).toMatchObject({ status: 'completed', request_counts: { total: 900, completed: 890, failed: 10 } });
     expect(embedDone).toMatchObject({ status: 'completed', request_counts: { total: 100, completed: 100, failed: 0 } });
+    // One chunk, one run: the batch workflow's replay history for the release in progress.
+    recordHistory(embedBatch.id, 'batch-embeddings-completed');
     expect(done.in_progress_at).not.toBeNull();
     expect(done.finalizing_at).not.toBeNull();
     expect(done.completed_at).not.toBeNull();
