@@ -3,8 +3,7 @@
 // reading the body, which http/request.ts hands to http/route.ts once it is whole. Router side;
 // http/server.ts owns the HTTP servers and their lifecycle, http/admin.ts the admin listener.
 import type { ServerResponse } from 'node:http';
-import type { ApiKey, ApiKeys } from './auth.js';
-import { allowsAdapter, allowsModel, outOfScopeMessage, type KeyScope } from './key-scope.js';
+import type { ApiKeys } from './auth.js';
 import { DEFAULT_GUARD } from '../policies/affinity-table.js';
 import { AFFINITY_ON } from '../policies/affinity-settings.js';
 import { Registry } from 'prom-client';
@@ -18,6 +17,7 @@ import type { KeyGate } from './limits.js';
 import { ByteBudget, DEFAULT_HELD_BYTES } from './byte-budget.js';
 import { readBody, releaseBytes, releaseGate, sendJson, type RouterRequest, type RouterResponse } from './request.js';
 import { RequestRouter } from './route.js';
+import { modelsBody, oneModel } from './models-api.js';
 import { RouteRefresher } from '../routes/refresher.js';
 import { DEFAULT_SCRAPER, Scraper } from '../engines/scraper.js';
 import { DEFAULT_UPSTREAM, type UpstreamOptions } from '../engines/upstream.js';
@@ -192,7 +192,7 @@ export class RouterCore {
         {
           const gate = this.authenticate(req, res);
           if (gate === false) return;
-          return sendJson(res, 200, this.modelsBody(gate?.key.scope));
+          return sendJson(res, 200, modelsBody(this.state, this.adapters, gate?.key.scope));
         }
       case '/health':
         // For load balancers: whether to send traffic here, nothing about engines or the control
@@ -209,7 +209,7 @@ export class RouterCore {
           } catch {
             return sendError(res, 'invalid_path', `The path ${path} holds a malformed percent-escape.`);
           }
-          return this.oneModel(res, name, gate?.key);
+          return oneModel(this.state, this.adapters, res, name, gate?.key);
         }
         // The Batch API: its files and its batches, each a key's own.
         if (isUnder(path, PATH_FILES) || isUnder(path, PATH_BATCHES)) {
@@ -220,31 +220,6 @@ export class RouterCore {
         }
         return sendError(res, 'unknown_path', `No route for ${req.method ?? 'GET'} ${path}`);
     }
-  }
-
-  private oneModel(res: ServerResponse, name: string, key: ApiKey | undefined): void {
-    const pool = this.state.lookup(name);
-    const adapter = pool === undefined ? this.adapters?.resolve(name) : undefined;
-    const scope = key?.scope;
-    if (key !== undefined && scope !== undefined) {
-      const allowed = pool !== undefined ? allowsModel(scope, pool) : adapter !== undefined && allowsAdapter(scope, adapter.spec.name);
-      if (!allowed) return sendError(res, 'unknown_model', outOfScopeMessage(key.id, scope, name));
-    }
-    if (adapter !== undefined && adapter.base.endpoints.length > 0) {
-      const card = {
-        id: name,
-        object: 'model',
-        created: Math.floor(Date.now() / 1000),
-        owned_by: 'llmgw',
-        root: adapter.spec.source,
-        parent: adapter.base.servedName,
-      };
-      return sendJson(res, 200, JSON.stringify(card));
-    }
-    // An autoscaled model at zero is still served: its first request wakes it.
-    if (!pool || (pool.endpoints.length === 0 && !pool.holds))
-      return sendError(res, 'unknown_model', `The model \`${name}\` does not exist or has no ready replica.`);
-    sendJson(res, 200, JSON.stringify({ id: pool.servedName, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'llmgw' }));
   }
 
   /** Serves these keys from now on (a reloaded keys file, http/key-reload.ts); says what changed. */
@@ -301,24 +276,6 @@ export class RouterCore {
     }
     if (expectContinue) res.writeContinue();
     readBody(req, res, path, requests, declared === undefined ? -1 : Number(declared));
-  }
-
-  /**
-   * The /v1/models body: the routable models, and the adapters of those with a replica (with
-   * `parent`); for a scoped key only those it may use.
-   */
-  private modelsBody(scope: KeyScope | undefined): string {
-    const base = this.state.modelsBody();
-    const cards = this.adapters?.modelCards(Math.floor(Date.now() / 1000)) ?? [];
-    if (scope === undefined && cards.length === 0) return base;
-    const parsed = JSON.parse(base) as { object: string; data: Array<{ id: string }> };
-    if (scope === undefined) return JSON.stringify({ object: parsed.object, data: [...parsed.data, ...cards] });
-    const models = parsed.data.filter((card) => {
-      const pool = this.state.lookup(card.id);
-      return pool !== undefined && allowsModel(scope, pool);
-    });
-    const adapters = (cards as Array<{ id: string }>).filter((card) => allowsAdapter(scope, card.id));
-    return JSON.stringify({ object: parsed.object, data: [...models, ...adapters] });
   }
 
   /** What the autoscaler needs from this router process: its waiting lines and the engines' loads. */
