@@ -21,6 +21,8 @@ import { BATCH_NOT_CONFIGURED, readRequestLines, writeChunkFile } from './batch-
 
 /** Requests of one chunk in flight at once. */
 const LINE_CONCURRENCY = 4;
+/** How often a running chunk says it is alive, whatever its lines do (its heartbeat timeout is 20 s). */
+const HEARTBEAT_EVERY_MS = 5000;
 /** How long one line keeps being held back (429/503, router unreachable) before it is an error line. */
 const LINE_PATIENCE_MS = 10 * 60 * 1000;
 /** Tries of a line the router answers 5xx (other than 503). */
@@ -76,15 +78,22 @@ export function createBatchChunkActivities(
       let next = 0;
       let done = 0;
       const send = { url: `${settings.routerUrl.replace(/\/+$/, '')}${input.endpoint}`, key, batchId: input.batchId };
-      await Promise.all(
-        Array.from({ length: Math.min(LINE_CONCURRENCY, requests.length) }, async () => {
-          while (next < requests.length) {
-            const i = next++;
-            results[i] = await runLine(send, requests[i] as BatchRequest, context, () => count('retried', 1));
-            context.heartbeat({ done: ++done });
-          }
-        }),
-      );
+      // A beat on a clock as well as per line: lines held at the router or generating for minutes
+      // would otherwise let the chunk's heartbeat lapse while it is alive and working.
+      const beating = setInterval(() => context.heartbeat({ done }), HEARTBEAT_EVERY_MS);
+      try {
+        await Promise.all(
+          Array.from({ length: Math.min(LINE_CONCURRENCY, requests.length) }, async () => {
+            while (next < requests.length) {
+              const i = next++;
+              results[i] = await runLine(send, requests[i] as BatchRequest, context, () => count('retried', 1));
+              context.heartbeat({ done: ++done });
+            }
+          }),
+        );
+      } finally {
+        clearInterval(beating);
+      }
       // A chunk cancelled while its last lines ran writes nothing: its batch has moved on without it.
       if (context.cancellationSignal.aborted) throw new Error('the chunk was cancelled');
       await writeChunkFile(files, input.batchId, input.chunk, results);
