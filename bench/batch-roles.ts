@@ -18,7 +18,7 @@ import { startRouter } from '../router/http/server.js';
 import type { QueueSettings } from '../router/flow/waiting-room.js';
 import { StaticRouteSource } from '../router/routes/table.js';
 import { llmgwDataConverter } from '../temporal/connection.js';
-import { forkRole } from './cli.js';
+import { forkRole, readyOf, stopChild } from './cli.js';
 import { fairnessRole, MODEL, type EngineShape } from './fairness-roles.js';
 
 export const TASK_QUEUE = 'bench-batches';
@@ -113,20 +113,6 @@ async function direct(job: { base: string; key: string; bodies: string[]; connec
   return out;
 }
 
-function readyOf(m: FromChild): Ready {
-  if (!('ready' in m)) throw new Error('a child spoke before it was ready');
-  return m.ready;
-}
-
-export function stopChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    if (child.connected) child.disconnect();
-    setTimeout(() => child.exitCode === null && child.kill('SIGKILL'), 3000).unref();
-  });
-}
-
 export interface BatchPaths {
   keysFile: string;
   batchKeyFile: string;
@@ -161,7 +147,7 @@ export class BatchDeployment {
   }
 
   stop(): Promise<void> {
-    return Promise.all(this.children.map(stopChild)).then(() => undefined);
+    return Promise.all(this.children.map((c) => stopChild(c, 3000))).then(() => undefined);
   }
 }
 
@@ -178,6 +164,6 @@ export async function runDirect(
       child.send(job);
     });
   } finally {
-    await stopChild(child);
+    await stopChild(child, 3000);
   }
 }

@@ -42,3 +42,19 @@ export function forkRole<Ready>(file: string, args: string[]): { child: ChildPro
   });
   return { child, ready };
 }
+
+/** A forked role's first message, which must say it is ready. */
+export function readyOf<Ready>(m: { ready: Ready } | object): Ready {
+  if (!('ready' in m)) throw new Error('a child spoke before it was ready');
+  return m.ready;
+}
+
+/** Ends a forked role: it leaves when its IPC channel closes, or is killed after `graceMs`. */
+export function stopChild(child: ChildProcess, graceMs = 2000): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    if (child.connected) child.disconnect();
+    setTimeout(() => child.exitCode === null && child.kill('SIGKILL'), graceMs).unref();
+  });
+}

@@ -10,7 +10,7 @@ import { loadApiKeys } from '../router/http/auth.js';
 import { startRouter } from '../router/http/server.js';
 import type { QueueSettings } from '../router/flow/waiting-room.js';
 import { StaticRouteSource } from '../router/routes/table.js';
-import { forkRole } from './cli.js';
+import { forkRole, readyOf, stopChild } from './cli.js';
 import { runLoad, type LoadJob, type StreamResult } from './fairness-load.js';
 
 export const MODEL = 'bench-fair';
@@ -59,20 +59,6 @@ export function fairnessRole(name: string, args: string[]): void {
   }
 }
 
-function readyOf(m: FromChild): Ready {
-  if (!('ready' in m)) throw new Error('a child spoke before it was ready');
-  return m.ready;
-}
-
-function stop(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    if (child.connected) child.disconnect();
-    setTimeout(() => child.exitCode === null && child.kill('SIGKILL'), 2000).unref();
-  });
-}
-
 /** The load generator process, kept for the whole run. */
 export class Loader {
   private constructor(private readonly child: ChildProcess) {}
@@ -96,7 +82,7 @@ export class Loader {
   }
 
   stop(): Promise<void> {
-    return stop(this.child);
+    return stopChild(this.child);
   }
 }
 
@@ -137,6 +123,6 @@ export class Deployment {
   }
 
   stop(): Promise<void> {
-    return Promise.all(this.children.map(stop)).then(() => undefined);
+    return Promise.all(this.children.map((c) => stopChild(c))).then(() => undefined);
   }
 }
