@@ -27,7 +27,7 @@ import { DEFAULT_QUEUE, WaitingRoom } from '../flow/waiting-room.js';
 import { SleeperWaker } from '../engines/wake.js';
 import { hostname } from 'node:os';
 import { AdapterRouter, DEFAULT_ADAPTER_ROUTING } from '../adapters/router.js';
-import { PRIORITY_HEADER, requestClass } from '../flow/priority.js';
+import { DEFAULT_PRIORITY, PRIORITY_HEADER, requestClass } from '../flow/priority.js';
 import { FilesApi, PATH_FILES, serveFiles } from '../../batches/files-api.js';
 import { BatchesApi, PATH_BATCHES, serveBatches } from '../../batches/batches-api.js';
 
@@ -258,8 +258,9 @@ export class RouterCore {
       res.gate = gate;
       res.on('close', releaseGate);
     }
+    const flow = requestClass(gate?.key.flow, req.headers[PRIORITY_HEADER]);
     // A malformed header is refused once the body is read (http/route.ts), not here.
-    res.flow = requestClass(gate?.key.flow, req.headers[PRIORITY_HEADER]);
+    res.priority = flow instanceof Error ? DEFAULT_PRIORITY : flow.priority;
     const declared = req.headers['content-length'];
     const requests = this.requests;
     if (declared !== undefined && Number(declared) > this.bodyLimit) return requests.tooLarge(res);

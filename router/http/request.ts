@@ -2,7 +2,6 @@
 // on them, so that reading a body allocates no closures) and the body reading itself: bounded
 // by the body limit, refused with 413 as soon as it is crossed, and by the router's byte budget
 // for bodies in memory (http/byte-budget.ts). Router side.
-import { ANONYMOUS_CLASS, DEFAULT_PRIORITY, type FlowClass } from '../flow/priority.js';
 import { IncomingMessage, ServerResponse } from 'node:http';
 import type { ByteBudget } from './byte-budget.js';
 import { sendError } from './errors.js';
@@ -43,16 +42,8 @@ export class RouterResponse extends ServerResponse<RouterRequest> implements Exc
   /** The budget this request's body is counted against, and how much of it it holds. */
   budget: ByteBudget | undefined = undefined;
   reserved = 0;
-  /**
-   * Its class, read once before its body is (its key's, its priority lowered by its header), or
-   * what is wrong with the header (refused once the body is read, http/route.ts). What it may
-   * shed for bytes, and where it waits.
-   */
-  flow: FlowClass | Error = ANONYMOUS_CLASS;
-  /** Its priority as far as it is known before its body is read: what it may shed for bytes. */
-  get priority(): number {
-    return this.flow instanceof Error ? DEFAULT_PRIORITY : this.flow.priority;
-  }
+  /** Its priority as far as it is known before its body is read (its key's, lowered by its header): what it may shed for bytes. */
+  priority = 0;
 }
 
 /** A 'close' listener: the answer is over (or the client left), so the body's bytes go back to the budget. */

@@ -5,7 +5,7 @@
 // adapter is loaded. Router side; http/core.ts admits the request before its body is read.
 import { serveAdapter, type AdapterServing, type AdapterTarget } from '../adapters/serve.js';
 import type { ProxySettings } from '../engines/exchange.js';
-import { ANONYMOUS_CLASS, type FlowClass } from '../flow/priority.js';
+import { ANONYMOUS_CLASS, PRIORITY_HEADER, requestClass, type FlowClass } from '../flow/priority.js';
 import { parseDeadline, type Deadline } from '../flow/deadline.js';
 import type { ModelPool } from '../engines/model-pool.js';
 import type { ExchangeResponse, RoutedRequest } from '../engines/routed-request.js';
@@ -96,7 +96,7 @@ export class RequestRouter implements BodyConsumer {
       pool.metrics.refused(503);
       return sendError(res, 'no_replica', `No replica of model \`${model}\` is ready yet.`);
     }
-    const flow = res.flow;
+    const flow = requestClass(gate?.key.flow, req.headers[PRIORITY_HEADER]);
     const deadline = parseDeadline(req.headers);
     if (flow instanceof Error || deadline instanceof Error) {
       pool.metrics.refused(400);
