@@ -4,10 +4,13 @@
 // (an engine's line is first come first served and would undo the router's order), and the last
 // few free slots of each engine are kept for critical requests and for tenants below their
 // weighted share, so that they start at once instead of waiting for a slot to free behind a
-// tenant that sends ten times as much; hence also how long a request joining the line waits for
-// its slot (what a deadline's prediction adds). Router side; pure over the replicas' state.
+// tenant that sends ten times as much. Sheddable requests (a batch's lines) leave free, beyond
+// those, the slots the requests above them needed at their recent peak, so that interactive
+// bursts find slots instead of waiting for a batch line to end. Hence also how long a request
+// joining the line waits for its slot (what a deadline's prediction adds). Router side; pure over
+// the replicas' state.
 import { predictLineMs, type Predictable } from './deadline.js';
-import type { FlowClass } from './priority.js';
+import { isSheddable, type FlowClass } from './priority.js';
 import type { ModelQueue } from './queue.js';
 import type { TenantShares } from './tenant-shares.js';
 
@@ -36,7 +39,16 @@ export interface Contention {
   /** The model's slots across its replicas (what tenants' shares are of). */
   readonly slots: number;
   readonly now: number;
+  /** Slots across the replicas that sheddable requests leave for those above them (TenantShares.reserveForAbove). */
+  readonly reserve: number;
 }
+
+/**
+ * Which free slots a request may take while contended: the kept ones too (critical, or its
+ * tenant below its share), only the open ones, or, sheddable, only those left once the
+ * requests above it have their reserve.
+ */
+export type Standing = 'kept' | 'open' | 'spare';
 
 export function contentionOf(shares: TenantShares, replicas: readonly Roomy[], now: number): Contention {
   let slots = 0;
@@ -44,7 +56,15 @@ export function contentionOf(shares: TenantShares, replicas: readonly Roomy[], n
     const c = e.concurrency();
     slots += Number.isFinite(c) ? c : 0;
   }
-  return { contended: shares.contended(now), slots, now };
+  const contended = shares.contended(now);
+  return { contended, slots, now, reserve: contended ? shares.reserveForAbove(now) : 0 };
+}
+
+/** The request's standing now (uncontended, every request is `open`: nothing is kept). */
+export function standingOf(shares: TenantShares, flow: FlowClass, contention: Contention): Standing {
+  if (!contention.contended) return 'open';
+  if (shares.privileged(flow, contention.slots, contention.now)) return 'kept';
+  return isSheddable(flow.priority) ? 'spare' : 'open';
 }
 
 /** Slots of this engine kept free for who is behind: none while its capacity is unknown or small. */
@@ -54,21 +74,27 @@ export function keptSlots(e: Roomy, keptShare: number): number {
   return Math.max(1, Math.floor(slots * keptShare));
 }
 
-/** Whether `e` may take a request now: `privileged` (flow control's own judgement) may use kept slots. */
-export function hasRoom(e: Roomy, settings: RoomSettings, contention: Contention, privileged: boolean): boolean {
+/** Whether `e` may take a request of this standing now. */
+export function hasRoom(e: Roomy, settings: RoomSettings, contention: Contention, standing: Standing): boolean {
   const threshold = settings.saturatedWaiting;
   if (threshold === undefined) return true;
   const free = e.freeSlots();
   if (!contention.contended) return -free < threshold;
-  if (free > (privileged ? 0 : keptSlots(e, settings.keptShare))) return true;
+  if (free > slotsLeftFree(e, settings, contention, standing)) return true;
   // With nothing of this router's there, the engine's line is other routers' (who may see no
   // contention and fill it): held to the uncontended rule, not to free slots it may never see.
   return e.inflight === 0 && -free < threshold;
 }
 
-/** Whether a request of this class may take kept slots now. */
-export function isPrivileged(shares: TenantShares, flow: FlowClass, contention: Contention): boolean {
-  return contention.contended && shares.privileged(flow, contention.slots, contention.now);
+/** Free slots of `e` a request of this standing must leave to others. */
+function slotsLeftFree(e: Roomy, settings: RoomSettings, contention: Contention, standing: Standing): number {
+  if (standing === 'kept') return 0;
+  const kept = keptSlots(e, settings.keptShare);
+  if (standing === 'open' || contention.reserve === 0) return kept;
+  // The reserve is the model's; each replica keeps its part of it, by its slots.
+  const slots = e.concurrency();
+  if (!Number.isFinite(slots) || contention.slots <= 0) return kept;
+  return kept + Math.ceil((contention.reserve * slots) / contention.slots);
 }
 
 /**
@@ -83,15 +109,15 @@ export function lineWaitMs(
   settings: RoomSettings,
   flow: FlowClass,
   contention: Contention,
-  privileged: boolean,
+  standing: Standing,
 ): number {
-  const open = replicas.some((e) => hasRoom(e, settings, contention, false));
-  if (!privileged || open) return predictLineMs(q.aheadOf(flow) + 1, replicas);
+  const open = replicas.some((e) => hasRoom(e, settings, contention, 'open'));
+  if (standing !== 'kept' || open) return predictLineMs(q.aheadOf(flow) + 1, replicas);
   let keptFree = 0;
   for (const e of replicas) {
     const free = e.freeSlots();
     if (Number.isFinite(free) && free > 0) keptFree += free;
   }
-  const ahead = q.aheadOf(flow, (other) => isPrivileged(q.shares, other, contention));
+  const ahead = q.aheadOf(flow, (other) => standingOf(q.shares, other, contention) === 'kept');
   return predictLineMs(Math.max(0, ahead + 1 - keptFree), replicas);
 }

@@ -18,7 +18,7 @@ import { Refusals, type HeldErrorKind, type HeldOutcome } from './refusals.js';
 import { depthsOf, linesOf, sheddableDepthsOf, type LineView } from './line-views.js';
 
 export type { LineView } from './line-views.js';
-import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, isPrivileged, lineWaitMs, type Contention } from './room.js';
+import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, lineWaitMs, standingOf, type Contention } from './room.js';
 import { meeting, predictTtftMs } from './deadline.js';
 
 export interface QueueSettings {
@@ -112,12 +112,12 @@ export class WaitingRoom implements FlowRecorder {
     if (noReplica) return this.hold(pool, res, request, true);
     const threshold = this.settings.saturatedWaiting;
     const contention = contentionOf(q.shares, pool.endpoints, now);
-    const privileged = isPrivileged(q.shares, request.flow, contention);
-    const room = (e: Endpoint) => hasRoom(e, this.settings, contention, privileged);
+    const standing = standingOf(q.shares, request.flow, contention);
+    const room = (e: Endpoint) => hasRoom(e, this.settings, contention, standing);
     // No jumping the line: with requests held, this one takes its place among them.
     const sendNow = q.size === 0 && (threshold === undefined || pool.endpoints.some(room));
     if (request.deadline !== undefined) {
-      const lineMs = sendNow ? 0 : lineWaitMs(q, pool.endpoints, this.settings, request.flow, contention, privileged);
+      const lineMs = sendNow ? 0 : lineWaitMs(q, pool.endpoints, this.settings, request.flow, contention, standing);
       const candidates = sendNow ? pool.endpoints.filter(room) : pool.endpoints;
       const verdict = meeting(request.deadline, candidates, request.body.length, lineMs);
       if (verdict.meets.length === 0)
@@ -229,22 +229,23 @@ export class WaitingRoom implements FlowRecorder {
   }
 
   /**
-   * The next request a replica has room for: the line's next when an engine has an open slot;
-   * when only kept slots are free, the next of those allowed them (critical, or below its
-   * tenant's share); undefined when nothing can go.
+   * The next request a replica has room for, by the line's order among those whose standing
+   * (flow/room.ts) finds a slot: any when an engine has slots beyond the kept ones and the
+   * reserve; when fewer are free, only those allowed them (critical, below its tenant's share;
+   * above sheddable); undefined when nothing can go.
    */
   private next(pool: ModelPool, q: ModelQueue, contention: Contention): Held | undefined {
     const settings = this.settings;
     if (settings.saturatedWaiting === undefined) return q.shift();
-    const open = pool.endpoints.some((e) => hasRoom(e, settings, contention, false));
-    if (!contention.contended) return open ? q.shift() : undefined;
-    let held: Held | undefined;
-    if (open) held = q.shift();
-    else if (pool.endpoints.some((e) => hasRoom(e, settings, contention, true)))
-      held = q.shiftWhere((flow) => isPrivileged(q.shares, flow, contention));
+    if (!contention.contended) return pool.endpoints.some((e) => hasRoom(e, settings, contention, 'open')) ? q.shift() : undefined;
+    const fits = (flow: Held['request']['flow']) => {
+      const standing = standingOf(q.shares, flow, contention);
+      return pool.endpoints.some((e) => hasRoom(e, settings, contention, standing));
+    };
+    const held = q.shiftWhere(fits);
     if (held === undefined) return undefined;
-    const privileged = isPrivileged(q.shares, held.request.flow, contention);
-    held.request.eligible = (e) => hasRoom(e, settings, contention, privileged);
+    const standing = standingOf(q.shares, held.request.flow, contention);
+    held.request.eligible = (e) => hasRoom(e, settings, contention, standing);
     return held;
   }
 

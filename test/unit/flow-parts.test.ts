@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { ApiKeys, parseKeyEntry, parseKeyLine } from '../../router/http/auth.js';
 import { parsePriority, priorityLabel, requestClass } from '../../router/flow/priority.js';
 import { TenantShares, ACTIVE_MS } from '../../router/flow/tenant-shares.js';
-import { contentionOf, hasRoom, keptSlots, type Roomy } from '../../router/flow/room.js';
+import { contentionOf, hasRoom, keptSlots, standingOf, type Roomy } from '../../router/flow/room.js';
+import { PEAK_WINDOW_MS, WindowPeak } from '../../router/flow/window-peak.js';
 import { meeting, parseDeadline, predictLineMs, predictTtftMs, type Predictable } from '../../router/flow/deadline.js';
 import { DEFAULT_COSTS } from '../../router/policies/policy.js';
 import { Endpoint } from '../../router/engines/endpoint.js';
@@ -75,9 +76,9 @@ describe('kept slots', () => {
     const shares = new TenantShares();
     shares.seen({ tenant: 'a', weight: 1, priority: 0 }, 0);
     const c = contentionOf(shares, [engine(0, 16)], 1);
-    expect(c).toEqual({ contended: false, slots: 16, now: 1 });
-    expect(hasRoom(engine(-7, 16), settings, c, false)).toBe(true);
-    expect(hasRoom(engine(-8, 16), settings, c, false)).toBe(false);
+    expect(c).toEqual({ contended: false, slots: 16, now: 1, reserve: 0 });
+    expect(hasRoom(engine(-7, 16), settings, c, 'open')).toBe(true);
+    expect(hasRoom(engine(-8, 16), settings, c, 'open')).toBe(false);
   });
 
   it('while contended, sends only to free slots and keeps 1/8 of them for critical requests and tenants below their share', () => {
@@ -95,14 +96,51 @@ describe('kept slots', () => {
     expect(shares.privileged(quiet, c.slots, 1)).toBe(true);
     expect(shares.privileged(critical, c.slots, 1)).toBe(true);
     expect(shares.privileged({ ...quiet, priority: -1 }, c.slots, 1)).toBe(false);
-    expect(hasRoom(engine(2, 16), settings, c, false)).toBe(false);
-    expect(hasRoom(engine(2, 16), settings, c, true)).toBe(true);
-    expect(hasRoom(engine(0, 16), settings, c, true)).toBe(false);
-    expect(hasRoom(engine(3, 16), settings, c, false)).toBe(true);
+    expect(hasRoom(engine(2, 16), settings, c, 'open')).toBe(false);
+    expect(hasRoom(engine(2, 16), settings, c, 'kept')).toBe(true);
+    expect(hasRoom(engine(0, 16), settings, c, 'kept')).toBe(false);
+    expect(hasRoom(engine(3, 16), settings, c, 'open')).toBe(true);
     // An engine whose line is all other routers' (that may see no contention and keep it full)
     // is held to the uncontended rule by a router with nothing there, so it is never starved.
-    expect(hasRoom(engine(-3, 16, {}, 0, 0), settings, c, false)).toBe(true);
-    expect(hasRoom(engine(-8, 16, {}, 0, 0), settings, c, true)).toBe(false);
+    expect(hasRoom(engine(-3, 16, {}, 0, 0), settings, c, 'open')).toBe(true);
+    expect(hasRoom(engine(-8, 16, {}, 0, 0), settings, c, 'kept')).toBe(false);
+  });
+
+  it('shares the slots among tenants above sheddable: a batch-only tenant takes no share from one serving users', () => {
+    const shares = new TenantShares();
+    const users = { tenant: 'users', weight: 1, priority: 0 };
+    const batch = { tenant: 'batch', weight: 1, priority: -1 };
+    for (let i = 0; i < 10; i++) shares.started(users, 0);
+    for (let i = 0; i < 4; i++) shares.started(batch, 0);
+    const c = contentionOf(shares, [engine(2, 16)], 1);
+    expect(c.contended).toBe(true);
+    // Ten of sixteen, over half: still below its share, since the batch tenant has none.
+    expect(standingOf(shares, users, c)).toBe('kept');
+    expect(standingOf(shares, batch, c)).toBe('spare');
+    // A second tenant serving users halves it.
+    shares.seen({ tenant: 'other', weight: 1, priority: 0 }, 2);
+    expect(standingOf(shares, users, contentionOf(shares, [engine(2, 16)], 200))).toBe('open');
+  });
+
+  it('has sheddable requests leave the slots the requests above them needed at their recent peak', () => {
+    const shares = new TenantShares();
+    const users = { tenant: 'users', weight: 1, priority: 0 };
+    const batch = { tenant: 'batch', weight: 1, priority: -1 };
+    shares.started(batch, 0);
+    for (let i = 0; i < 10; i++) shares.started(users, 0);
+    for (let i = 0; i < 5; i++) shares.finished(users, 500);
+    // Five in flight now, ten at the peak: five more kept for them beyond the two kept slots.
+    const c = contentionOf(shares, [engine(7, 16)], 1000);
+    expect(c.reserve).toBe(5);
+    expect(hasRoom(engine(7, 16), settings, c, 'spare')).toBe(false);
+    expect(hasRoom(engine(8, 16), settings, c, 'spare')).toBe(true);
+    expect(hasRoom(engine(3, 16), settings, c, 'open')).toBe(true);
+    // Two replicas of 16: each keeps its half of the reserve.
+    const two = contentionOf(shares, [engine(5, 16), engine(5, 16)], 1000);
+    expect(hasRoom(engine(5, 16), settings, two, 'spare')).toBe(false);
+    expect(hasRoom(engine(6, 16), settings, two, 'spare')).toBe(true);
+    // The peak is forgotten once the window has passed: the batch gets the slots back.
+    expect(shares.reserveForAbove(500 + PEAK_WINDOW_MS + 1000)).toBe(0);
   });
 
   it('forgets a tenant idle for longer than the active window', () => {
@@ -111,6 +149,20 @@ describe('kept slots', () => {
     shares.seen({ tenant: 'b', weight: 1, priority: 0 }, 0);
     expect(shares.contended(1)).toBe(true);
     expect(shares.contended(ACTIVE_MS + 1)).toBe(false);
+  });
+});
+
+describe('a peak over a window', () => {
+  it('remembers the highest count of the last window, counts that held through quiet seconds included', () => {
+    const p = new WindowPeak();
+    p.note(3, 0);
+    p.note(9, 100);
+    p.note(4, 200);
+    expect(p.peak(5000)).toBe(9);
+    // Nothing noted for the window: the count that held through it (4) is the peak.
+    expect(p.peak(200 + PEAK_WINDOW_MS + 1000)).toBe(4);
+    p.note(0, 200 + PEAK_WINDOW_MS + 1500);
+    expect(p.peak(200 + 2 * PEAK_WINDOW_MS + 2000)).toBe(0);
   });
 });
 
