@@ -1,14 +1,21 @@
 // The batch workflow's activities that read and write the file store: validating a batch's
 // input, writing one chunk's results whole, and merging the chunk files into the batch's output
-// and error files. Control side; the bytes go from the store to the store, never through Temporal.
+// and error files (with, for a cancelled or expired batch, a line for each request it never ran,
+// read from the input file). Control side; the bytes go from the store to the store, never through
+// Temporal.
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
+import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import { DirectoryFileStore, type FileStore } from '../batches/file-store.js';
 import { S3FileStore } from '../batches/s3-file-store.js';
 import {
+  batchRequestId,
   checkLine,
+  countedRequests,
+  unrunLine,
+  type BatchStopReason,
   chunkFileId,
   chunkOwner,
   errorFileId,
@@ -28,6 +35,8 @@ import { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
 /** At most this many bad lines are reported (OpenAI's errors list is for reading, not for every line). */
 const MAX_REPORTED_ERRORS = 10;
 const NO_LIMIT = Number.MAX_SAFE_INTEGER;
+/** Unrun lines listed between heartbeats (the SDK throttles them; this only bounds the calls). */
+const HEARTBEAT_EVERY_LINES = 1000;
 
 /** The control worker's file store, from LLMGW_FILES_DIR or LLMGW_FILES_S3 (the router's --files-dir / --files-s3). */
 export function fileStoreFromEnv(env: NodeJS.ProcessEnv = process.env): () => Promise<FileStore> {
@@ -117,56 +126,106 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
      * removes every chunk file it may have written. Idempotent: the files' ids come from the
      * batch's, so a retry writes the same files whole again.
      */
-    async finalizeBatch(input: {
-      batchId: string;
-      owner: string | null;
-      chunks: number[];
-      /** How many chunks were ever started: the chunk files to remove (a cancelled chunk may have left one). */
-      started: number;
-    }): Promise<{ outputFileId: string | null; errorFileId: string | null }> {
-      const files = await store();
-      const now = Math.floor(Date.now() / 1000);
-      // A try that wrote both files and removed the chunk files, whose answer was lost: done already.
-      const first = input.chunks[0];
-      if (first !== undefined && (await files.stat(chunkFileId(input.batchId, first))) === undefined) {
-        const [out, err] = [outputFileId(input.batchId), errorFileId(input.batchId)];
-        return { outputFileId: (await files.stat(out)) ? out : null, errorFileId: (await files.stat(err)) ? err : null };
-      }
-      const write = async (id: string, keep: (l: ResultLine) => boolean): Promise<string | null> => {
-        let count = 0;
-        const text = async function* (): AsyncGenerator<string> {
-          for (const chunk of input.chunks) {
-            for await (const { text } of readRequestLines(files, chunkFileId(input.batchId, chunk))) {
-              if (!keep(JSON.parse(text) as ResultLine)) continue;
-              count++;
-              yield `${text}\n`;
-            }
-            Context.current().heartbeat({ chunk });
-          }
-        };
-        const staged = await files.stage(Readable.from(text()), NO_LIMIT);
-        if (count === 0) {
-          await staged.discard();
-          await files.delete(id);
-          return null;
-        }
-        const name = id === outputFileId(input.batchId) ? 'output' : 'errors';
-        await staged.commit({
-          id,
-          bytes: staged.bytes,
-          createdAt: now,
-          filename: `${input.batchId}_${name}.jsonl`,
-          purpose: 'batch',
-          owner: input.owner,
-        });
-        return id;
-      };
-      const output = await write(outputFileId(input.batchId), (l) => l.error === null);
-      const errors = await write(errorFileId(input.batchId), (l) => l.error !== null);
-      for (let chunk = 0; chunk < input.started; chunk++) await files.delete(chunkFileId(input.batchId, chunk));
-      return { outputFileId: output, errorFileId: errors };
+    async finalizeBatch(input: FinalizeInput): Promise<{ outputFileId: string | null; errorFileId: string | null }> {
+      return finalizeFiles(await store(), input, (details) => Context.current().heartbeat(details));
     },
   };
+}
+
+export interface FinalizeInput {
+  batchId: string;
+  owner: string | null;
+  chunks: number[];
+  /** How many chunks were ever started: the chunk files to remove (a cancelled chunk may have left one). */
+  started: number;
+  /**
+   * Set when a cancel or the window stopped the batch: each request outside `chunks` (as
+   * planChunks(total, chunkSize) cut them) is read from the input file and listed in the error
+   * file with `batch_cancelled` / `batch_expired`, as OpenAI lists them. Absent: only what ran.
+   */
+  stopped?: { why: BatchStopReason; inputFileId: string; total: number; chunkSize: number };
+}
+
+/** finalizeBatch's work, with its heartbeat passed in (tests call it outside an activity). */
+export async function finalizeFiles(
+  files: FileStore,
+  input: FinalizeInput,
+  beat: (details: unknown) => void,
+): Promise<{ outputFileId: string | null; errorFileId: string | null }> {
+  const now = Math.floor(Date.now() / 1000);
+  // A try that wrote both files and removed the chunk files, whose answer was lost: done already.
+  const first = input.chunks[0];
+  if (first !== undefined && (await files.stat(chunkFileId(input.batchId, first))) === undefined) {
+    const [out, err] = [outputFileId(input.batchId), errorFileId(input.batchId)];
+    return { outputFileId: (await files.stat(out)) ? out : null, errorFileId: (await files.stat(err)) ? err : null };
+  }
+  const chunkLines = async function* (keep: (l: ResultLine) => boolean): AsyncGenerator<string> {
+    for (const chunk of input.chunks) {
+      for await (const { text } of readRequestLines(files, chunkFileId(input.batchId, chunk))) {
+        if (keep(JSON.parse(text) as ResultLine)) yield `${text}\n`;
+      }
+      beat({ chunk });
+    }
+  };
+  const write = async (id: string, lines: AsyncIterable<string>): Promise<string | null> => {
+    let count = 0;
+    const counted = async function* (): AsyncGenerator<string> {
+      for await (const line of lines) {
+        count++;
+        yield line;
+      }
+    };
+    const staged = await files.stage(Readable.from(counted()), NO_LIMIT);
+    if (count === 0) {
+      await staged.discard();
+      await files.delete(id);
+      return null;
+    }
+    const name = id === outputFileId(input.batchId) ? 'output' : 'errors';
+    await staged.commit({
+      id,
+      bytes: staged.bytes,
+      createdAt: now,
+      filename: `${input.batchId}_${name}.jsonl`,
+      purpose: 'batch_output',
+      owner: input.owner,
+    });
+    return id;
+  };
+  const errorLines = async function* (): AsyncGenerator<string> {
+    yield* chunkLines((l) => l.error !== null);
+    if (input.stopped !== undefined) yield* unrunLines(files, input.stopped, input.chunks, beat);
+  };
+  const output = await write(
+    outputFileId(input.batchId),
+    chunkLines((l) => l.error === null),
+  );
+  const errors = await write(errorFileId(input.batchId), errorLines());
+  for (let chunk = 0; chunk < input.started; chunk++) await files.delete(chunkFileId(input.batchId, chunk));
+  return { outputFileId: output, errorFileId: errors };
+}
+
+/**
+ * The error lines of the requests a stopped batch never counted, in input order, read from its
+ * input file one line at a time. An input file deleted since (its owner may) leaves them out
+ * rather than failing the batch's finalizing: its custom_ids are nowhere left to read.
+ */
+async function* unrunLines(
+  files: FileStore,
+  stopped: NonNullable<FinalizeInput['stopped']>,
+  doneChunks: number[],
+  beat: (details: unknown) => void,
+): AsyncGenerator<string> {
+  if ((await files.stat(stopped.inputFileId)) === undefined) return;
+  const counted = countedRequests(stopped.total, stopped.chunkSize, doneChunks);
+  let request = 0;
+  for await (const { text, line } of readRequestLines(files, stopped.inputFileId, 0, stopped.total)) {
+    if (!counted(request++)) {
+      const customId = (JSON.parse(text) as { custom_id: string }).custom_id;
+      yield `${JSON.stringify(unrunLine(batchRequestId(randomBytes(12)), customId, stopped.why))}\n`;
+    }
+    if (request % HEARTBEAT_EVERY_LINES === 0) beat({ line });
+  }
 }
 
 /** One chunk's results, written whole under a staging name and renamed over any earlier try's file. */

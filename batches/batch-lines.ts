@@ -153,6 +153,30 @@ export function errorLine(
   };
 }
 
+/** Why a batch stopped before running every request: the code its unrun lines carry in the error file. */
+export type BatchStopReason = 'cancelled' | 'expired';
+
+/** OpenAI's error for a request a stopped batch never ran (its guide's wording for `batch_expired`). */
+const UNRUN: Record<BatchStopReason, { code: string; message: string }> = {
+  expired: { code: 'batch_expired', message: 'This request could not be executed before the completion window expired.' },
+  cancelled: { code: 'batch_cancelled', message: 'This request could not be executed before the batch was cancelled.' },
+};
+
+/** The error line of a request that a cancelled or expired batch never ran: no response, the reason as its error. */
+export function unrunLine(id: string, customId: string, why: BatchStopReason): ResultLine {
+  return errorLine(id, customId, UNRUN[why]);
+}
+
+/**
+ * Which requests (0-based, among non-blank lines) a batch counted: those of its done chunks,
+ * as `planChunks(total, size)` cut them. `counted(i)` answers in constant time.
+ */
+export function countedRequests(total: number, size: number, doneChunks: readonly number[]): (request: number) => boolean {
+  const plan = planChunks(total, size);
+  const done = new Set(doneChunks.filter((c) => plan[c] !== undefined));
+  return (request) => request >= 0 && request < total && done.has(Math.floor(request / size));
+}
+
 /** Parses a duration OpenAI-style (`24h`) or shorter (`90m`, `30s`); undefined when malformed or over 24 h. */
 export function parseCompletionWindow(text: unknown): number | undefined {
   if (typeof text !== 'string') return undefined;

@@ -7,12 +7,13 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Client } from '@temporalio/client';
 import type { ApiKey } from '../router/http/auth.js';
-import { sendError } from '../router/http/errors.js';
+import { sendError, sendParamError } from '../router/http/errors.js';
 import { CONTROL_TASK_QUEUE, WorkflowType } from '../common/names.js';
 import { batchStatusQuery, cancelBatchSignal } from '../workflows/definitions.js';
 import type { BatchInput } from '../workflows/batch/state.js';
 import { listBatchViews } from './batch-list.js';
-import { BATCH_ENDPOINTS, isBatchEndpoint, isBatchId, parseCompletionWindow, type BatchScope } from './batch-lines.js';
+import { isBatchId, type BatchScope } from './batch-lines.js';
+import { parseCreateBatch } from './batch-create.js';
 import type { KeyScope } from '../router/http/key-scope.js';
 import { BATCH_MEMO, batchObject, isFinal, newBatchView, type BatchView } from './batch-view.js';
 import type { FileStore } from './file-store.js';
@@ -29,7 +30,6 @@ const DEFAULT_LIMIT = 20;
 const MAX_LIMIT = 100;
 /** A running batch's query waits this long for the control worker before its memo is answered instead. */
 const QUERY_WAIT_MS = 3000;
-const MAX_METADATA_KEYS = 16;
 
 export interface BatchesSettings {
   client: () => Promise<Client>;
@@ -76,23 +76,9 @@ export class BatchesApi {
   private async create(req: IncomingMessage, res: ServerResponse, key: ApiKey | undefined): Promise<void> {
     const body = await readJson(req);
     if (body === undefined) return sendError(res, 'invalid_json', `The body must be a JSON object of at most ${MAX_BODY} bytes.`);
-    const { input_file_id: fileId, endpoint, completion_window: window, metadata } = body;
-    if (typeof fileId !== 'string') return sendError(res, 'invalid_parameter', 'Missing required parameter: input_file_id.');
-    if (!isBatchEndpoint(endpoint))
-      return sendError(
-        res,
-        'invalid_parameter',
-        `endpoint must be one of ${JSON.stringify(BATCH_ENDPOINTS)}, not ${JSON.stringify(endpoint ?? null)}.`,
-      );
-    const windowSeconds = parseCompletionWindow(window);
-    if (windowSeconds === undefined)
-      return sendError(
-        res,
-        'invalid_parameter',
-        `completion_window must be '24h' (or shorter: '90m', '30s'), not ${JSON.stringify(window ?? null)}.`,
-      );
-    if (metadata !== undefined && metadata !== null && !isMetadata(metadata))
-      return sendError(res, 'invalid_parameter', `metadata must be an object of at most ${MAX_METADATA_KEYS} string values.`);
+    const checked = parseCreateBatch(body);
+    if ('refusal' in checked) return sendParamError(res, checked.refusal.code, checked.refusal.param, checked.refusal.message);
+    const { input_file_id: fileId, endpoint, completion_window: windowSeconds, metadata } = checked.body;
     const file = await this.settings.store.stat(fileId);
     if (file === undefined || (key !== undefined && file.owner !== key.id))
       return sendError(res, 'file_not_found', `No such File object: ${fileId}`);
@@ -104,7 +90,7 @@ export class BatchesApi {
       owner: key?.id ?? null,
       // Its model names only, never the key: validation refuses a line for a model the key may not use.
       ...(key?.scope ? { scope: plainScope(key.scope) } : {}),
-      metadata: (metadata as Record<string, string> | null | undefined) ?? null,
+      metadata: metadata ?? null,
       createdAt: Math.floor(Date.now() / 1000),
       ...(this.settings.tuning ? { tuning: this.settings.tuning } : {}),
     };
@@ -188,12 +174,6 @@ function ownedBy(view: BatchView, key: ApiKey | undefined): boolean {
 
 function notFound(res: ServerResponse, id: string): void {
   sendError(res, 'batch_not_found', `No such Batch object: ${id}`);
-}
-
-function isMetadata(m: unknown): m is Record<string, string> {
-  if (typeof m !== 'object' || m === null || Array.isArray(m)) return false;
-  const entries = Object.entries(m);
-  return entries.length <= MAX_METADATA_KEYS && entries.every(([k, v]) => k.length <= 64 && typeof v === 'string' && v.length <= 512);
 }
 
 function sendJson(res: ServerResponse, body: unknown): void {

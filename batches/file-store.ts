@@ -10,9 +10,12 @@ import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 
-/** The purposes a file may have; only batch input so far. */
-export const FILE_PURPOSES = ['batch'] as const;
+/** The purposes a file may have: a batch's input (`batch`), or its output and error files (`batch_output`, as OpenAI's). */
+export const FILE_PURPOSES = ['batch', 'batch_output'] as const;
 export type FilePurpose = (typeof FILE_PURPOSES)[number];
+/** The purposes a client may upload: a batch's output is written by its batch alone. */
+export const UPLOAD_PURPOSES = ['batch'] as const satisfies readonly FilePurpose[];
+export type UploadPurpose = (typeof UPLOAD_PURPOSES)[number];
 
 /** OpenAI's limit on a batch's input file, and ours by default. */
 export const DEFAULT_MAX_FILE_BYTES = 200 * 1024 * 1024;

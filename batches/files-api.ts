@@ -1,8 +1,9 @@
-// OpenAI's Files API on the router, for purpose `batch`: upload (multipart, streamed to the
-// store), list, retrieve, download and delete, with OpenAI's objects and error shapes. Router
-// side: http/core.ts authenticates the request and hands it here; a file belongs to the API key
-// that uploaded it, and another key is answered as if it did not exist. A batch's chunk files
-// (batch-lines.ts chunkOwner) are shown to no one.
+// OpenAI's Files API on the router, for purpose `batch` (a batch's own output and error files are
+// `batch_output`): upload (multipart, streamed to the store), list, retrieve, download and
+// delete, with OpenAI's objects and error shapes. Router side: http/core.ts authenticates the
+// request and hands it here; a file belongs to the API key that uploaded it, and another key is
+// answered as if it did not exist. A batch's chunk files (batch-lines.ts chunkOwner) are shown
+// to no one.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PassThrough, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -10,10 +11,10 @@ import type { ApiKey } from '../router/http/auth.js';
 import { sendError } from '../router/http/errors.js';
 import {
   DEFAULT_MAX_FILE_BYTES,
-  FILE_PURPOSES,
+  UPLOAD_PURPOSES,
   FileTooLargeError,
   newFileId,
-  type FilePurpose,
+  type UploadPurpose,
   type FileStore,
   type StagedFile,
   type StoredFile,
@@ -174,7 +175,7 @@ export class FilesApi {
       bytes: staged.bytes,
       createdAt: Math.floor(Date.now() / 1000),
       filename: filename ?? 'upload',
-      purpose: fields.get('purpose') as FilePurpose,
+      purpose: fields.get('purpose') as UploadPurpose,
       owner: key?.id ?? null,
     };
     await staged.commit(meta);
@@ -262,13 +263,13 @@ function refusalOf(
   if (purpose !== undefined && !isPurpose(purpose))
     return [
       'invalid_purpose',
-      `'${purpose.slice(0, 64)}' is not one of ${JSON.stringify(FILE_PURPOSES)} - 'purpose': this router takes files for the Batch API only.`,
+      `'${purpose.slice(0, 64)}' is not one of ${JSON.stringify(UPLOAD_PURPOSES)} - 'purpose': this router takes files for the Batch API only.`,
     ];
   if (staged === undefined) return ['missing_file', 'Missing required parameter: `file` (a multipart part with a filename).'];
   if (purpose === undefined) return ['missing_purpose', "Missing required parameter: 'purpose'."];
   return undefined;
 }
 
-function isPurpose(purpose: string): purpose is FilePurpose {
-  return (FILE_PURPOSES as readonly string[]).includes(purpose);
+function isPurpose(purpose: string): purpose is UploadPurpose {
+  return (UPLOAD_PURPOSES as readonly string[]).includes(purpose);
 }

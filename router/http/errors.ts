@@ -149,6 +149,21 @@ export function sendError(
   res.end(body);
 }
 
+/**
+ * A 400 for a request body's parameter, as OpenAI answers one: `invalid_request_error` naming
+ * `param`, `code` saying whether it was missing or wrong, `message` what to send.
+ */
+export function sendParamError(
+  res: ServerResponse,
+  code: 'missing_required_parameter' | 'invalid_value',
+  param: string,
+  message: string,
+): void {
+  const body = JSON.stringify({ error: { message, type: 'invalid_request_error', param, code } });
+  res.writeHead(400, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
 // vLLM's older shape (still what the fake engine and many deployed vLLMs send) and the newer one,
 // which is already OpenAI's. Loose, so that extra fields an engine adds do not turn its error
 // into "unreadable".

@@ -4,10 +4,12 @@
 // the output and error files are downloaded and every custom_id checked to appear exactly once.
 // Also: a malformed line fails validation with its number and runs nothing, another key sees
 // none of it, a cancel mid-run ends `cancelled` within seconds with partial output, and a short
-// completion window ends `expired` with what was done.
+// completion window ends `expired` with what was done; both list the requests they never ran in
+// their error file (`batch_cancelled`, `batch_expired`), so each custom_id appears once there too.
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { temporal } from '@temporalio/proto';
+import type { Batch } from 'openai/resources/batches';
 import { describe, expect, it, vi } from 'vitest';
 import { batchesCommand, type BatchRow } from '../../cli/actions/batches.js';
 import { temporalAddress } from '../helpers/temporal.js';
@@ -16,6 +18,28 @@ import { chatLine, embedLine, FINAL, linesOf, until, upload, useBatchStack } fro
 import { engine, router, url } from '../helpers/router-harness.js';
 
 const stack = useBatchStack();
+
+/**
+ * A stopped batch's files: every custom_id of `lines` once in output plus errors, the error file's
+ * lines for requests never counted carrying `code` and no response, as many as the counts leave
+ * out (they are not counted as failed). Answers those lines.
+ */
+function expectUnrunListed(
+  lines: string[],
+  output: Record<string, unknown>[],
+  errors: Record<string, unknown>[],
+  done: Batch,
+  code: string,
+): Record<string, unknown>[] {
+  const ids = [...output, ...errors].map((l) => l.custom_id as string).sort();
+  expect(ids).toEqual(lines.map((l) => (JSON.parse(l) as { custom_id: string }).custom_id).sort());
+  const unrun = errors.filter((l) => (l.error as { code: string } | null)?.code === code);
+  const counts = done.request_counts!;
+  expect(unrun.length).toBe(counts.total - counts.completed - counts.failed);
+  expect(unrun.length).toBeGreaterThan(0);
+  for (const l of unrun) expect(l).toMatchObject({ id: expect.stringMatching(/^batch_req_[0-9a-f]{24}$/), response: null });
+  return unrun;
+}
 
 describe('batches', () => {
   it('runs a chat batch and an embeddings batch to completed, every custom_id exactly once', async () => {
@@ -57,6 +81,11 @@ describe('batches', () => {
     expect((await linesOf(a, embedDone.output_file_id)).map((l) => (l.response as { body: { object: string } }).body.object)).toEqual(
       Array(100).fill('list'),
     );
+    // Output and error files are OpenAI's `batch_output`, listed by it.
+    const outputs = await a.files.list({ purpose: 'batch_output' });
+    expect(outputs.data.map((f) => f.id)).toEqual(expect.arrayContaining([done.output_file_id, done.error_file_id]));
+    expect(outputs.data.every((f) => f.purpose === 'batch_output')).toBe(true);
+    expect((await a.files.list({ purpose: 'batch' })).data.map((f) => f.id)).not.toContain(done.output_file_id);
     // Its output is the owner's alone; the chunk files are gone.
     await expect(b.files.content(done.output_file_id as string)).rejects.toMatchObject({ status: 404 });
     expect((await a.files.list()).data.map((f) => f.filename).filter((n) => n.includes('chunk'))).toEqual([]);
@@ -108,7 +137,7 @@ describe('batches', () => {
     ]);
     await expect(
       a.batches.create({ input_file_id: file, endpoint: '/v1/files' as '/v1/embeddings', completion_window: '24h' }),
-    ).rejects.toMatchObject({ status: 400 });
+    ).rejects.toMatchObject({ status: 400, type: 'invalid_request_error', param: 'endpoint', code: 'invalid_value' });
   }, 30_000);
 
   it('refuses lines for a model the creating key may not use, though the batch key may', async () => {
@@ -140,8 +169,12 @@ describe('batches', () => {
     const output = await linesOf(a, done.output_file_id);
     expect(output.length).toBe(done.request_counts!.completed);
     expect(output.length).toBeLessThan(600);
-    expect(new Set(output.map((l) => l.custom_id)).size).toBe(output.length);
-    console.log(`batch: cancelled in ${tookMs} ms with ${output.length} of 600 lines done`);
+    const unrun = expectUnrunListed(lines, output, await linesOf(a, done.error_file_id), done, 'batch_cancelled');
+    expect(unrun[0]!.error).toEqual({
+      code: 'batch_cancelled',
+      message: 'This request could not be executed before the batch was cancelled.',
+    });
+    console.log(`batch: cancelled in ${tookMs} ms with ${output.length} of 600 lines done, ${unrun.length} listed batch_cancelled`);
   }, 45_000);
 
   it('expires when its window passes, with what was done', async () => {
@@ -159,6 +192,11 @@ describe('batches', () => {
     const output = await linesOf(a, done.output_file_id);
     expect(output.length).toBe(done.request_counts!.completed);
     expect(done.request_counts!.completed).toBeLessThan(600);
+    const unrun = expectUnrunListed(lines, output, await linesOf(a, done.error_file_id), done, 'batch_expired');
+    expect(unrun[0]!.error).toEqual({
+      code: 'batch_expired',
+      message: 'This request could not be executed before the completion window expired.',
+    });
   }, 30_000);
 
   it('sends each line sheddable with its batch-line header and the batch key, and sorts answers into output and errors', async () => {

@@ -1,17 +1,20 @@
 // The pure parts of a batch: checking input lines, planning chunks, the shapes of output and
-// error lines and of OpenAI's batch object, and the completion window's text.
+// error lines and of OpenAI's batch object, the completion window's text, and the body of a create.
 import { describe, expect, it } from 'vitest';
 import {
   batchRequestId,
   checkLine,
   chunkFileId,
+  countedRequests,
   errorLine,
   isBatchId,
   outputLine,
   parseCompletionWindow,
   planChunks,
   scopeAllows,
+  unrunLine,
 } from '../../batches/batch-lines.js';
+import { parseCreateBatch } from '../../batches/batch-create.js';
 import { batchObject, newBatchView, windowText } from '../../batches/batch-view.js';
 import { retryAfterMs } from '../../activities/batch-chunk.js';
 import { batchRow } from '../../cli/actions/batches.js';
@@ -80,6 +83,28 @@ describe('result lines and ids', () => {
       error: { code: 'model_not_found', message: 'no' },
     });
     expect(errorLine(id, 'c3', { code: 'router_unreachable', message: 'x' }).response).toBeNull();
+  });
+
+  it("lists a stopped batch's unrun requests as OpenAI does: no response, batch_expired or batch_cancelled", () => {
+    expect(unrunLine('batch_req_1', 'c9', 'expired')).toEqual({
+      id: 'batch_req_1',
+      custom_id: 'c9',
+      response: null,
+      error: { code: 'batch_expired', message: 'This request could not be executed before the completion window expired.' },
+    });
+    expect(unrunLine('batch_req_2', 'c9', 'cancelled').error).toEqual({
+      code: 'batch_cancelled',
+      message: 'This request could not be executed before the batch was cancelled.',
+    });
+  });
+
+  it('tells counted requests by the chunks that were done, as planChunks cut them', () => {
+    const counted = countedRequests(1234, 500, [2, 0]);
+    const which = Array.from({ length: 1234 }, (_, i) => counted(i));
+    expect(which.slice(0, 500).every(Boolean)).toBe(true);
+    expect(which.slice(500, 1000).some(Boolean)).toBe(false);
+    expect(which.slice(1000).every(Boolean)).toBe(true);
+    expect([counted(-1), counted(1234), countedRequests(10, 5, [7])(3)]).toEqual([false, false, false]);
   });
 
   it('derives file ids a file store accepts', () => {
@@ -164,5 +189,41 @@ describe("the creating key's scope", () => {
     expect(scopeAllows({ models: ['demo'], adapters: ['sql-lora'] }, 'slow')).toBe(false);
     // Every adapter, but which names are adapters validation cannot tell: only the models listed.
     expect(scopeAllows({ models: ['demo'], adapters: 'all' }, 'slow')).toBe(false);
+  });
+});
+
+describe('the body of POST /v1/batches', () => {
+  const good = { input_file_id: 'file-1', endpoint: '/v1/embeddings', completion_window: '24h' };
+
+  it('takes what the official clients send, metadata optional or null', () => {
+    expect(parseCreateBatch({ ...good, metadata: { job: 'eval' }, extra: 1 })).toEqual({
+      body: { ...good, completion_window: 86400, metadata: { job: 'eval' } },
+    });
+    expect(parseCreateBatch({ ...good, completion_window: '30s', metadata: null })).toMatchObject({ body: { completion_window: 30 } });
+  });
+
+  it("refuses a parameter missing or wrong in OpenAI's terms, naming it and what to send", () => {
+    const cases: [Record<string, unknown>, string, string, RegExp][] = [
+      [
+        { ...good, input_file_id: undefined },
+        'input_file_id',
+        'missing_required_parameter',
+        /^Missing required parameter: 'input_file_id'\.$/,
+      ],
+      [{ ...good, input_file_id: 7 }, 'input_file_id', 'invalid_value', /id of a file uploaded with purpose 'batch'.*not 7/],
+      [{ ...good, endpoint: '/v1/files' }, 'endpoint', 'invalid_value', /one of \["\/v1\/chat\/completions".*not "\/v1\/files"/],
+      [{ ...good, endpoint: null }, 'endpoint', 'missing_required_parameter', /'endpoint'/],
+      [{ ...good, completion_window: '48h' }, 'completion_window', 'invalid_value', /'24h' \(or shorter.*not "48h"/],
+      [{ ...good, metadata: { a: 1 } }, 'metadata', 'invalid_value', /at most 16 string values/],
+      [{ ...good, metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, 'metadata', 'invalid_value', /16/],
+      [{ ...good, metadata: { ['k'.repeat(65)]: 'v' } }, 'metadata', 'invalid_value', /keys up to 64/],
+    ];
+    for (const [body, param, code, message] of cases) {
+      const checked = parseCreateBatch(body);
+      expect('refusal' in checked && checked.refusal, JSON.stringify(body).slice(0, 80)).toMatchObject({ param, code });
+      expect('refusal' in checked && checked.refusal.message).toMatch(message);
+    }
+    // Several wrong: the first in the body's documented order is named.
+    expect(parseCreateBatch({ endpoint: 'x' })).toMatchObject({ refusal: { param: 'input_file_id' } });
   });
 });

@@ -152,7 +152,16 @@ export async function batch(input: BatchInput): Promise<BatchView> {
     view = { ...view, status: 'finalizing', finalizingAt: nowS() };
     publish();
     const files = await failedAs(() =>
-      finalizing().finalizeBatch({ batchId: input.batchId, owner: input.owner, chunks: doneChunks, started: nextChunk }),
+      finalizing().finalizeBatch({
+        batchId: input.batchId,
+        owner: input.owner,
+        chunks: doneChunks,
+        started: nextChunk,
+        // A cancelled or expired batch lists the requests it never counted in its error file.
+        ...(why === 'cancelled' || why === 'expired'
+          ? { stopped: { why, inputFileId: input.inputFileId, total: view.counts.total, chunkSize } }
+          : {}),
+      }),
     );
     if ('failure' in files)
       return end({
