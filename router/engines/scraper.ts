@@ -1,8 +1,10 @@
 // Reads each engine's load from its Prometheus page about once a second (vLLM and SGLang metric
-// names) for the balancer, and doubles as the probe that brings an ejected endpoint back.
-// Router side.
-import { classifyUpstreamError } from './upstream.js';
-import type { Endpoint, EngineLoad } from './endpoint.js';
+// names) for the balancer, and doubles as the probe that ejects an engine nobody can reach and
+// brings an ejected endpoint back. Router side.
+import { setTimeout as delay } from 'node:timers/promises';
+import { classifyUpstreamError, type UpstreamFailure } from './upstream.js';
+import { EJECT_AFTER_FAILURES, type Endpoint, type EngineLoad } from './endpoint.js';
+import { reachable, REACH_TIMEOUT_MS } from './reachability.js';
 
 type Field = keyof EngineLoad;
 
@@ -108,10 +110,13 @@ export const DEFAULT_SCRAPER: ScraperOptions = { intervalMs: 1000, timeoutMs: 80
 const LEARNING_MS = 200;
 /** ... for this long after it first had work: an engine never seen full (a large max_num_seqs) is not read 5x a second for good. */
 const LEARNING_FOR_MS = 10_000;
+/** Past the scrape's timeout before a scrape still waiting is judged: undici's own timeout, when it runs, goes first. */
+const OVERDUE_SLACK_MS = 50;
 
 /** Scrapes every live endpoint each interval; a slow engine never delays the others. */
 export class Scraper {
   private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
   private readonly busy = new WeakSet<Endpoint>();
   /** performance.now() of each endpoint's last scrape. */
   private readonly lastAt = new WeakMap<Endpoint, number>();
@@ -121,7 +126,7 @@ export class Scraper {
   constructor(
     private readonly endpoints: () => Iterable<Endpoint>,
     private readonly options: ScraperOptions,
-    private readonly onConnectFailure: (endpoint: Endpoint) => void,
+    private readonly onUnreachable: (endpoint: Endpoint) => void,
     /** After each engine's load was read (flow control may let a request through). */
     private readonly onScraped?: () => void,
   ) {}
@@ -148,6 +153,7 @@ export class Scraper {
   }
 
   stop(): void {
+    this.stopped = true;
     if (this.timer) clearInterval(this.timer);
   }
 
@@ -162,7 +168,29 @@ export class Scraper {
     void this.scrape(endpoint).finally(() => this.busy.delete(endpoint));
   }
 
+  /**
+   * A scrape not answered within its timeout is judged then, even while it still waits: undici's
+   * headers timeout starts only once the request is written, and a connection that cannot open
+   * (a partition) would hold the scrape for the pool's whole connect timeout (3 s) first. The
+   * endpoint stays busy until the scrape ends, so scrapes of it never pile up.
+   */
   private async scrape(endpoint: Endpoint): Promise<void> {
+    const reading = this.read(endpoint);
+    let timer: NodeJS.Timeout | undefined;
+    const overdue = new Promise<'overdue'>((resolve) => {
+      timer = setTimeout(() => resolve('overdue'), this.options.timeoutMs + OVERDUE_SLACK_MS);
+      timer.unref();
+    });
+    const outcome = await Promise.race([reading, overdue]);
+    clearTimeout(timer);
+    if (outcome === 'read') return;
+    endpoint.probeFailed();
+    await this.judgeFailure(endpoint, outcome);
+    if (outcome === 'overdue') await reading;
+  }
+
+  /** One read of the engine's /metrics: 'read' when it answered, else how it failed. */
+  private async read(endpoint: Endpoint): Promise<'read' | UpstreamFailure> {
     try {
       const { statusCode, body } = await endpoint.pool.request({
         method: 'GET',
@@ -178,11 +206,50 @@ export class Scraper {
       else await body.dump();
       endpoint.probeSucceeded(performance.now(), load);
       if (load !== undefined) this.onScraped?.();
+      return 'read';
     } catch (err) {
-      endpoint.probeFailed();
-      // Only "nobody is listening" counts towards ejection: a slow metrics page says little
-      // about whether inference works.
-      if (classifyUpstreamError(err) === 'connect_refused') this.onConnectFailure(endpoint);
+      return classifyUpstreamError(err);
+    }
+  }
+
+  /**
+   * Whether a failed scrape counts towards ejecting the endpoint. "Nobody is listening" does. A
+   * scrape that timed out (or failed some other way) is either a metrics page slow under load,
+   * which says little about whether inference works, or a partition (packets dropped, no reset),
+   * where every request sent there hangs until its client gives up and then leaves the endpoint
+   * looking idle. A fresh TCP connection tells which: the engine's kernel answers it however
+   * busy the engine is. Each one that does not open counts, a second apart, until the endpoint is
+   * out or one opens: a partitioned engine is ejected about four seconds after its first
+   * timed-out scrape instead of never. Requests already there are left alone: a live stream is
+   * never cut on a guess.
+   */
+  private async judgeFailure(endpoint: Endpoint, reason: UpstreamFailure | 'overdue'): Promise<void> {
+    switch (reason) {
+      case 'connect_refused':
+        this.onUnreachable(endpoint);
+        return;
+      // The pool was closed under the scrape: the replica left the table, its engine did not fail.
+      case 'endpoint_closed':
+        return;
+      // A connect timeout is probed too: for a TLS endpoint it covers the handshake, which a busy
+      // engine may be slow to answer.
+      case 'connect_timeout':
+      case 'overdue':
+      case 'connection_reset':
+      case 'idle_timeout':
+      case 'status_503':
+      case 'mid_stream':
+      case 'other':
+        break;
+    }
+    for (let probe = 0; probe < EJECT_AFTER_FAILURES && !this.stopped; probe++) {
+      const startedAt = performance.now();
+      if (await reachable(endpoint.url, REACH_TIMEOUT_MS)) return;
+      this.onUnreachable(endpoint);
+      if (endpoint.ejected) return;
+      // A refused connect answers at once: spaced like the timed-out ones, a restart's blip of a
+      // second is not three failures.
+      await delay(REACH_TIMEOUT_MS - (performance.now() - startedAt), undefined, { ref: false });
     }
   }
 }

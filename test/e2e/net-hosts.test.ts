@@ -27,6 +27,11 @@ const name = uniqueId('net');
 let fleet: NetFleet;
 
 const status = (): Promise<DeploymentView> => deploymentView(fleet, name);
+/** The hosts whose endpoints the router has out of rotation (its admin /health). */
+const ejectedHosts = async (): Promise<Set<string>> => {
+  const health = (await (await fetch(`${fleet.routerAdminUrl}/health`)).json()) as { ejected: string[] };
+  return new Set(health.ejected.map((url) => new URL(url).hostname));
+};
 const ready = (): Promise<DeploymentView> => replicasReady(fleet, name, 4);
 
 describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => {
@@ -157,9 +162,21 @@ describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => 
       // reset); the client gives up on them after 10 s. Those sent later must not go there.
       const cutAt = Date.now();
       const load = startLoad({ routerUrl: fleet.routerUrl, model: name, plainClients: 4, timeoutMs: 10_000 });
-      await sleep(12_000);
+      // The router finds the host unreachable by itself (a scrape that times out, then fresh
+      // connections that do not open) and ejects its endpoints: when, as its /health shows.
+      let ejectedAt: number | undefined;
+      for (let waited = 0; waited < 12_000; waited += 100) {
+        if (ejectedAt === undefined && (await ejectedHosts()).has(victim.host.address)) ejectedAt = Date.now();
+        await sleep(100);
+      }
       const samples = await load.stop();
       const late = samples.filter((s) => s.start > cutAt + 5_000);
+      console.log(
+        `net-hosts: the router ejected the cut host ${ejectedAt === undefined ? 'never' : `${((ejectedAt - cutAt) / 1000).toFixed(1)} s after the cut`}; ` +
+          `${late.length} requests sent more than 5 s after it, ${samples.length} in all, ${samples.filter((s) => !s.ok).length} failed`,
+      );
+      expect(ejectedAt, 'the unreachable host ejected').toBeDefined();
+      expect(ejectedAt! - cutAt).toBeLessThan(8_000);
       // Once the router has ejected the unreachable endpoint, nothing is sent there and nothing fails.
       expect(
         late.filter((s) => !s.ok),
@@ -176,5 +193,7 @@ describe.skipIf(unavailable !== undefined)('hosts in network namespaces', () => 
     } finally {
       healCuts(fleet.network, victim.host);
     }
+    // Once it answers again, the router's probes take it back.
+    await eventually('the healed host back in rotation', async () => ((await ejectedHosts()).size === 0 ? true : undefined), 30_000);
   });
 });

@@ -7,6 +7,8 @@ export interface TestRouter {
   proc: LlmgwProcess;
   port: number;
   url: string;
+  /** Its admin listener (/health, /metrics). */
+  adminUrl: string;
 }
 
 /** `args`: flags after `--port`, `--host` and `--admin-addr` (e.g. `--debug-headers`). */
@@ -17,7 +19,7 @@ export async function spawnTestRouter(args: string[] = [], env: Record<string, s
     const proc = spawnLlmgw(['router', '--port', String(port), '--host', '127.0.0.1', '--admin-addr', `127.0.0.1:${admin}`, ...args], env);
     try {
       await proc.waitForOutput(/listening/, 30_000);
-      return { proc, port, url: `http://127.0.0.1:${port}` };
+      return { proc, port, url: `http://127.0.0.1:${port}`, adminUrl: `http://127.0.0.1:${admin}` };
     } catch (error) {
       await proc.stop(2_000);
       if (attempt >= 3 || !/EADDRINUSE/.test(proc.output())) throw error;

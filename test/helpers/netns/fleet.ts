@@ -33,6 +33,8 @@ export interface NetFleet {
   agents: NetAgent[];
   nodeIds: string[];
   routerUrl: string;
+  /** The router's admin listener: /health lists the endpoints it has ejected. */
+  routerAdminUrl: string;
   openai: OpenAI;
   client: Awaited<ReturnType<typeof testClient>>;
   /** The agents' paths to Temporal (one per host: NetAgent.path). */
@@ -128,6 +130,7 @@ export async function startNetFleet(options: NetFleetOptions): Promise<NetFleet>
       agents,
       nodeIds: agents.map((a) => a.nodeId),
       routerUrl: router.url,
+      routerAdminUrl: router.adminUrl,
       openai: new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 15_000 }),
       client,
       toxiproxy,
