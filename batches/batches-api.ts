@@ -82,6 +82,13 @@ export class BatchesApi {
     const file = await this.settings.store.stat(fileId);
     if (file === undefined || (key !== undefined && file.owner !== key.id))
       return sendError(res, 'file_not_found', `No such File object: ${fileId}`);
+    if (file.purpose !== 'batch')
+      return sendParamError(
+        res,
+        'invalid_value',
+        'input_file_id',
+        `File ${fileId} has purpose '${file.purpose}'; a batch's input must be a file uploaded with purpose 'batch'.`,
+      );
     const input: BatchInput = {
       batchId: `batch_${randomBytes(12).toString('hex')}`,
       inputFileId: fileId,

@@ -150,6 +150,11 @@ export class Endpoint implements Candidate {
     this.ejectedUntil = 0;
   }
 
+  /** A fresh connection to it opened: the failures counted so far were blips, unless it is out already. */
+  reachedAgain(): void {
+    if (this.ejectedUntil === 0) this.consecutiveFailures = 0;
+  }
+
   /** A connection error or 503 before the first byte. True when this failure ejected the endpoint. */
   recordFailure(now: number): boolean {
     this.consecutiveFailures++;

@@ -19,16 +19,25 @@ export function tcpAddress(url: string): { host: string; port: number } {
   return { host, port };
 }
 
+/** Errors that say the engine's host cannot be reached; others (out of descriptors or local ports) say nothing of it. */
+const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT']);
+
 /**
- * True when a fresh TCP connection to `url`'s host and port opens within `timeoutMs`; false when
- * it is refused, unroutable or times out. Sends nothing and closes at once: an engine learns
- * nothing from it but a connection opened and closed.
+ * True when a fresh TCP connection to `url`'s host and port opens within `timeoutMs`, or fails
+ * for a reason of this router's own (no descriptors or ports left: no evidence against the
+ * engine); false when it is refused, unroutable or times out. Sends nothing and closes at once:
+ * an engine learns nothing from it but a connection opened and closed.
  */
 export function reachable(url: string, timeoutMs: number = REACH_TIMEOUT_MS): Promise<boolean> {
   const { host, port } = tcpAddress(url);
   return new Promise((resolve) => {
     const socket = connect({ host, port, noDelay: true });
+    // Never what keeps a stopping router alive.
+    socket.unref();
+    let answered = false;
     const done = (ok: boolean): void => {
+      if (answered) return;
+      answered = true;
       clearTimeout(timer);
       socket.removeAllListeners();
       // An error after the answer (a reset as it closes) must not be an uncaught one.
@@ -36,9 +45,11 @@ export function reachable(url: string, timeoutMs: number = REACH_TIMEOUT_MS): Pr
       socket.destroy();
       resolve(ok);
     };
-    const timer = setTimeout(() => done(false), timeoutMs);
+    // After the poll phase: a connect that opened while this router's own event loop was stalled
+    // for longer than the timeout is seen first, rather than judged a partition.
+    const timer = setTimeout(() => setImmediate(() => done(false)), timeoutMs);
     timer.unref();
     socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
+    socket.once('error', (err: NodeJS.ErrnoException) => done(!UNREACHABLE_CODES.has(err.code ?? '')));
   });
 }

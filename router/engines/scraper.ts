@@ -244,12 +244,13 @@ export class Scraper {
     }
     for (let probe = 0; probe < EJECT_AFTER_FAILURES && !this.stopped; probe++) {
       const startedAt = performance.now();
-      if (await reachable(endpoint.url, REACH_TIMEOUT_MS)) return;
+      // One that opens ends the streak: isolated lost SYNs over days never add up to an ejection.
+      if (await reachable(endpoint.url, REACH_TIMEOUT_MS)) return endpoint.reachedAgain();
       this.onUnreachable(endpoint);
       if (endpoint.ejected) return;
       // A refused connect answers at once: spaced like the timed-out ones, a restart's blip of a
       // second is not three failures.
-      await delay(REACH_TIMEOUT_MS - (performance.now() - startedAt), undefined, { ref: false });
+      await delay(Math.max(0, REACH_TIMEOUT_MS - (performance.now() - startedAt)), undefined, { ref: false });
     }
   }
 }

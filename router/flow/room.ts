@@ -91,10 +91,11 @@ function slotsLeftFree(e: Roomy, settings: RoomSettings, contention: Contention,
   if (standing === 'kept') return 0;
   const kept = keptSlots(e, settings.keptShare);
   if (standing === 'open' || contention.reserve === 0) return kept;
-  // The reserve is the model's; each replica keeps its part of it, by its slots.
+  // The reserve is the model's; each replica keeps its part of it, by its slots, rounded down so
+  // that across many replicas no more than the reserve is kept in all.
   const slots = e.concurrency();
   if (!Number.isFinite(slots) || contention.slots <= 0) return kept;
-  return kept + Math.ceil((contention.reserve * slots) / contention.slots);
+  return kept + Math.floor((contention.reserve * slots) / contention.slots);
 }
 
 /**

@@ -19,6 +19,8 @@ interface TenantUse {
   lastSeen: number;
   /** Of its requests in flight, those above sheddable. */
   inflightAbove: number;
+  /** Of its requests held, those above sheddable: a tenant waiting in the line keeps its share however long it waits. */
+  heldAbove: number;
   /** When it last had a request above sheddable arrive, wait or end; -Infinity: never. */
   aboveSeen: number;
 }
@@ -48,7 +50,9 @@ export class TenantShares {
     const use = this.use(flow, now);
     use.held += delta;
     use.lastSeen = now;
-    if (!isSheddable(flow.priority)) this.sawAbove(use, now);
+    if (isSheddable(flow.priority)) return;
+    use.heldAbove = Math.max(0, use.heldAbove + delta);
+    this.sawAbove(use, now);
   }
 
   started(flow: FlowClass, now: number): void {
@@ -119,7 +123,7 @@ export class TenantShares {
     for (const [tenant, t] of this.tenants) {
       if (active(t, now)) {
         tenants++;
-        if (t.inflightAbove > 0 || now - t.aboveSeen < ACTIVE_MS) weightsAbove += t.weight;
+        if (t.inflightAbove > 0 || t.heldAbove > 0 || now - t.aboveSeen < ACTIVE_MS) weightsAbove += t.weight;
       }
       // Forgotten once idle, so that a key file's churn of tenants does not grow the map forever.
       else this.tenants.delete(tenant);
@@ -142,7 +146,7 @@ export class TenantShares {
   private use(flow: FlowClass, now: number): TenantUse {
     let use = this.tenants.get(flow.tenant);
     if (use === undefined) {
-      use = { weight: flow.weight, inflight: 0, held: 0, lastSeen: now, inflightAbove: 0, aboveSeen: -Infinity };
+      use = { weight: flow.weight, inflight: 0, held: 0, lastSeen: now, inflightAbove: 0, heldAbove: 0, aboveSeen: -Infinity };
       this.tenants.set(flow.tenant, use);
       // Someone new: the next question counts again rather than answer from before it came.
       this.counted.at = -Infinity;

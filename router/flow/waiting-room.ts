@@ -18,7 +18,7 @@ import { Refusals, type HeldErrorKind, type HeldOutcome } from './refusals.js';
 import { depthsOf, linesOf, sheddableDepthsOf, type LineView } from './line-views.js';
 
 export type { LineView } from './line-views.js';
-import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, lineWaitMs, standingOf, type Contention } from './room.js';
+import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, lineWaitMs, standingOf, type Contention, type Standing } from './room.js';
 import { meeting, predictTtftMs } from './deadline.js';
 
 export interface QueueSettings {
@@ -238,9 +238,14 @@ export class WaitingRoom implements FlowRecorder {
     const settings = this.settings;
     if (settings.saturatedWaiting === undefined) return q.shift();
     if (!contention.contended) return pool.endpoints.some((e) => hasRoom(e, settings, contention, 'open')) ? q.shift() : undefined;
+    // Whether some replica has room for each standing, asked once per standing: a drain that
+    // finds nothing to send (a batch waiting) costs a pass over the replicas, not one per tenant.
+    const roomFor = new Map<Standing, boolean>();
     const fits = (flow: Held['request']['flow']) => {
       const standing = standingOf(q.shares, flow, contention);
-      return pool.endpoints.some((e) => hasRoom(e, settings, contention, standing));
+      let room = roomFor.get(standing);
+      if (room === undefined) roomFor.set(standing, (room = pool.endpoints.some((e) => hasRoom(e, settings, contention, standing))));
+      return room;
     };
     const held = q.shiftWhere(fits);
     if (held === undefined) return undefined;

@@ -135,12 +135,29 @@ describe('kept slots', () => {
     expect(hasRoom(engine(7, 16), settings, c, 'spare')).toBe(false);
     expect(hasRoom(engine(8, 16), settings, c, 'spare')).toBe(true);
     expect(hasRoom(engine(3, 16), settings, c, 'open')).toBe(true);
-    // Two replicas of 16: each keeps its half of the reserve.
+    // Two replicas of 16: each keeps its half of the reserve, rounded down (2 of 5).
     const two = contentionOf(shares, [engine(5, 16), engine(5, 16)], 1000);
-    expect(hasRoom(engine(5, 16), settings, two, 'spare')).toBe(false);
-    expect(hasRoom(engine(6, 16), settings, two, 'spare')).toBe(true);
+    expect(hasRoom(engine(4, 16), settings, two, 'spare')).toBe(false);
+    expect(hasRoom(engine(5, 16), settings, two, 'spare')).toBe(true);
     // The peak is forgotten once the window has passed: the batch gets the slots back.
     expect(shares.reserveForAbove(500 + PEAK_WINDOW_MS + 1000)).toBe(0);
+  });
+
+  it('keeps the share of a tenant whose requests wait in the line longer than the active window', () => {
+    const shares = new TenantShares();
+    const loud = { tenant: 'loud', weight: 1, priority: 0 };
+    const waiting = { tenant: 'waiting', weight: 1, priority: 0 };
+    for (let i = 0; i < 10; i++) shares.started(loud, 0);
+    shares.seen(waiting, 0);
+    shares.held(waiting, 1, 0);
+    // Six seconds on, still held: loud (10 of 16) stays over its half and may not take kept slots.
+    for (let i = 0; i < 10; i++) {
+      shares.finished(loud, 6000);
+      shares.started(loud, 6000);
+    }
+    expect(shares.privileged(loud, 16, 6000)).toBe(false);
+    shares.held(waiting, -1, 6001);
+    expect(shares.privileged(loud, 16, 6001 + ACTIVE_MS)).toBe(true);
   });
 
   it('forgets a tenant idle for longer than the active window', () => {

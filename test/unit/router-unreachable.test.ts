@@ -144,6 +144,18 @@ describe('an engine the router cannot reach', () => {
     expect(tcpAddress('https://engine.example')).toEqual({ host: 'engine.example', port: 443 });
   });
 
+  it('is not judged unreachable when the router’s own event loop stalls past the probe’s timeout', async () => {
+    const server = createServer((_req, res) => res.end());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const { port } = server.address() as AddressInfo;
+    const probe = reachable(`http://127.0.0.1:${port}`, 100);
+    // Busy for three times the timeout: the connect opened meanwhile and must be seen first.
+    const until = performance.now() + 300;
+    while (performance.now() < until);
+    expect(await probe).toBe(true);
+  });
+
   it('is ejected within seconds of a partition, and comes back once it answers again', async () => {
     const hole = await blackHole();
     cleanups.push(() => hole.close());
