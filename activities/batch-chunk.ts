@@ -17,6 +17,7 @@ import {
   type ChunkPlan,
   type ResultLine,
 } from '../batches/batch-lines.js';
+import { findLineMark } from '../batches/line-index.js';
 import { BATCH_NOT_CONFIGURED, readRequestLines, writeChunkFile } from './batch-files.js';
 
 /** Requests of one chunk in flight at once. */
@@ -64,15 +65,7 @@ export function createBatchChunkActivities(
         );
       const key = readKey(settings.keyFile);
       const files = await store();
-      const requests: BatchRequest[] = [];
-      const seen = new Set<string>();
-      for await (const { text, line } of readRequestLines(files, input.inputFileId, input.chunk.start, input.chunk.end)) {
-        const checked = checkLine(text, line, input.endpoint, seen);
-        // Validation passed these lines already: one that fails now means the file changed under the batch.
-        if ('error' in checked)
-          throw ApplicationFailure.nonRetryable(`line ${line} of ${input.inputFileId} changed since validation: it ${checked.error}`);
-        requests.push(checked);
-      }
+      const requests = await readChunkRequests(files, input);
       const context = Context.current();
       const results: ResultLine[] = new Array<ResultLine>(requests.length);
       let next = 0;
@@ -103,6 +96,25 @@ export function createBatchChunkActivities(
       return { completed: results.length - failed, failed };
     },
   };
+}
+
+/**
+ * A chunk's requests, read from the last mark of the batch's line index at or before its first
+ * request (so about its own bytes, not the file up to them); from the file's start when the batch
+ * has no index.
+ */
+export async function readChunkRequests(files: FileStore, input: ChunkInput): Promise<BatchRequest[]> {
+  const from = await findLineMark(files, input.batchId, input.chunk.start);
+  const requests: BatchRequest[] = [];
+  const seen = new Set<string>();
+  for await (const { text, line } of readRequestLines(files, input.inputFileId, input.chunk.start, input.chunk.end, from)) {
+    const checked = checkLine(text, line, input.endpoint, seen);
+    // Validation passed these lines already: one that fails now means the file changed under the batch.
+    if ('error' in checked)
+      throw ApplicationFailure.nonRetryable(`line ${line} of ${input.inputFileId} changed since validation: it ${checked.error}`);
+    requests.push(checked);
+  }
+  return requests;
 }
 
 function readKey(keyFile: string | undefined): string | undefined {

@@ -1,12 +1,11 @@
-// The batch workflow's activities that read and write the file store: validating a batch's
-// input, writing one chunk's results whole, and merging the chunk files into the batch's output
-// and error files (with, for a cancelled or expired batch, a line for each request it never ran,
-// read from the input file). Control side; the bytes go from the store to the store, never through
-// Temporal.
+// The batch workflow's activities that read and write the file store: validating a batch's input
+// (and writing its line index, batches/line-index.ts), writing one chunk's results whole, and
+// merging the chunk files into the batch's output and error files (with, for a cancelled or
+// expired batch, a line for each request it never ran, read from the input file). Control side;
+// the bytes go from the store to the store, never through Temporal.
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { randomBytes } from 'node:crypto';
-import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import { DirectoryFileStore, type FileStore } from '../batches/file-store.js';
 import { S3FileStore } from '../batches/s3-file-store.js';
@@ -19,6 +18,7 @@ import {
   chunkFileId,
   chunkOwner,
   errorFileId,
+  indexFileId,
   isBlankLine,
   scopeAllows,
   type BatchScope,
@@ -29,6 +29,7 @@ import {
   type ChunkPlan,
   type ResultLine,
 } from '../batches/batch-lines.js';
+import { INDEX_EVERY, splitLines, writeLineIndex, type LineMark, type SplitLine } from '../batches/line-index.js';
 
 export { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
 import { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
@@ -53,27 +54,28 @@ export function fileStoreFromEnv(env: NodeJS.ProcessEnv = process.env): () => Pr
   };
 }
 
-/** The non-blank lines [start, end) of a stored file, with their 1-based line numbers; `each` sees every one. */
+/**
+ * The non-blank lines, requests [start, end), of a stored file with their 1-based line numbers
+ * and the byte each line starts at. `from`, a mark of the batch's line index at or before
+ * `start`, starts the read at that request's line instead of the file's first byte.
+ */
 export async function* readRequestLines(
   store: FileStore,
   fileId: string,
   start = 0,
   end = Infinity,
-): AsyncGenerator<{ text: string; line: number }> {
-  const bytes = await store.open(fileId);
+  from?: LineMark,
+): AsyncGenerator<SplitLine> {
+  const bytes = await store.open(fileId, from?.byte ?? 0);
   if (bytes === undefined) throw ApplicationFailure.nonRetryable(`the input file ${fileId} is no longer in the store at ${store.location}`);
-  const lines = createInterface({ input: bytes, crlfDelay: Infinity });
-  let line = 0;
-  let index = 0;
+  let index = from?.request ?? 0;
   try {
-    for await (const text of lines) {
-      line++;
-      if (isBlankLine(text)) continue;
+    for await (const read of splitLines(bytes as AsyncIterable<Buffer>, { linesBefore: (from?.line ?? 1) - 1, byte: from?.byte ?? 0 })) {
+      if (isBlankLine(read.text)) continue;
       if (index >= end) break;
-      if (index++ >= start) yield { text, line };
+      if (index++ >= start) yield read;
     }
   } finally {
-    lines.close();
     bytes.destroy();
   }
 }
@@ -83,42 +85,8 @@ export type ValidateResult = { ok: true; total: number } | { ok: false; errors: 
 export function createBatchFileActivities(store: () => Promise<FileStore>) {
   return {
     /** Every line checked before any runs: the count of requests, or the first bad lines by number. */
-    async validateBatchInput(input: {
-      batchId: string;
-      inputFileId: string;
-      endpoint: BatchEndpoint;
-      owner: string | null;
-      scope?: BatchScope;
-    }): Promise<ValidateResult> {
-      const files = await store();
-      const meta = await files.stat(input.inputFileId);
-      if (meta === undefined || (input.owner !== null && meta.owner !== input.owner))
-        return {
-          ok: false,
-          errors: [{ code: 'file_not_found', message: `No such File object: ${input.inputFileId}`, line: null, param: 'input_file_id' }],
-        };
-      const seen = new Set<string>();
-      const errors: BatchLineError[] = [];
-      for await (const { text, line } of readRequestLines(files, input.inputFileId)) {
-        const checked = checkLine(text, line, input.endpoint, seen);
-        if ('error' in checked) errors.push({ code: 'invalid_request', message: `Line ${line} ${checked.error}.`, line, param: null });
-        else if (!scopeAllows(input.scope, checked.body.model as string))
-          errors.push({
-            code: 'model_not_allowed',
-            message: `Line ${line} asks for model '${String(checked.body.model).slice(0, 64)}', which the key that created this batch may not use (name it as the key's scope does).`,
-            line,
-            param: null,
-          });
-        if (errors.length >= MAX_REPORTED_ERRORS) break;
-        if (seen.size % 10_000 === 0) Context.current().heartbeat({ lines: line });
-      }
-      if (errors.length > 0) return { ok: false, errors };
-      if (seen.size === 0)
-        return {
-          ok: false,
-          errors: [{ code: 'empty_file', message: 'The input file holds no requests.', line: null, param: 'input_file_id' }],
-        };
-      return { ok: true, total: seen.size };
+    async validateBatchInput(input: ValidateInput): Promise<ValidateResult> {
+      return validateFiles(await store(), input, (details) => Context.current().heartbeat(details));
     },
 
     /**
@@ -130,6 +98,55 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
       return finalizeFiles(await store(), input, (details) => Context.current().heartbeat(details));
     },
   };
+}
+
+export interface ValidateInput {
+  batchId: string;
+  inputFileId: string;
+  endpoint: BatchEndpoint;
+  owner: string | null;
+  scope?: BatchScope;
+}
+
+/**
+ * validateBatchInput's work, with its heartbeat passed in. A valid input also gets its line
+ * index (batches/line-index.ts), noted while the lines go by, so that no chunk rereads the file
+ * up to its own lines.
+ */
+export async function validateFiles(files: FileStore, input: ValidateInput, beat: (details: unknown) => void): Promise<ValidateResult> {
+  const meta = await files.stat(input.inputFileId);
+  if (meta === undefined || (input.owner !== null && meta.owner !== input.owner))
+    return {
+      ok: false,
+      errors: [{ code: 'file_not_found', message: `No such File object: ${input.inputFileId}`, line: null, param: 'input_file_id' }],
+    };
+  const seen = new Set<string>();
+  const errors: BatchLineError[] = [];
+  const marks: LineMark[] = [];
+  let request = 0;
+  for await (const { text, line, byte } of readRequestLines(files, input.inputFileId)) {
+    if (request % INDEX_EVERY === 0) marks.push({ request, line, byte });
+    request++;
+    const checked = checkLine(text, line, input.endpoint, seen);
+    if ('error' in checked) errors.push({ code: 'invalid_request', message: `Line ${line} ${checked.error}.`, line, param: null });
+    else if (!scopeAllows(input.scope, checked.body.model as string))
+      errors.push({
+        code: 'model_not_allowed',
+        message: `Line ${line} asks for model '${String(checked.body.model).slice(0, 64)}', which the key that created this batch may not use (name it as the key's scope does).`,
+        line,
+        param: null,
+      });
+    if (errors.length >= MAX_REPORTED_ERRORS) break;
+    if (seen.size % 10_000 === 0) beat({ lines: line });
+  }
+  if (errors.length > 0) return { ok: false, errors };
+  if (seen.size === 0)
+    return {
+      ok: false,
+      errors: [{ code: 'empty_file', message: 'The input file holds no requests.', line: null, param: 'input_file_id' }],
+    };
+  await writeLineIndex(files, input.batchId, marks);
+  return { ok: true, total: seen.size };
 }
 
 export interface FinalizeInput {
@@ -201,6 +218,8 @@ export async function finalizeFiles(
     chunkLines((l) => l.error === null),
   );
   const errors = await write(errorFileId(input.batchId), errorLines());
+  // The index before the chunk files: a retry that finds the first chunk file gone returns at once.
+  await files.delete(indexFileId(input.batchId));
   for (let chunk = 0; chunk < input.started; chunk++) await files.delete(chunkFileId(input.batchId, chunk));
   return { outputFileId: output, errorFileId: errors };
 }

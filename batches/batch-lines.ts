@@ -27,9 +27,13 @@ export function outputFileId(batchId: string): string {
 export function errorFileId(batchId: string): string {
   return `file-${batchId.slice('batch_'.length)}errors`;
 }
+/** The line index validation writes (batches/line-index.ts), so that a chunk reads only its own part of the input. */
+export function indexFileId(batchId: string): string {
+  return `file-${batchId.slice('batch_'.length)}index`;
+}
 /**
- * The owner recorded on a batch's chunk files: no API key's id looks like it, so no key lists or
- * reads them (they are the batch's scratch, merged into its output and error files and removed).
+ * The owner recorded on a batch's chunk files and its line index: no API key's id looks like it,
+ * so no key lists or reads them (they are the batch's scratch, removed when it finalizes).
  */
 export function chunkOwner(batchId: string): string {
   return `${batchId}#chunks`;

@@ -73,8 +73,11 @@ export interface FileStore {
   stage(content: Readable, maxBytes: number): Promise<StagedFile>;
   /** A file's metadata, or undefined when there is no such file. */
   stat(id: string): Promise<StoredFile | undefined>;
-  /** A file's bytes as a stream, or undefined when there is no such file. */
-  open(id: string): Promise<Readable | undefined>;
+  /**
+   * A file's bytes as a stream from `fromByte` (0: the start; past the end: none), or undefined
+   * when there is no such file. A batch's chunk starts where its line index says.
+   */
+  open(id: string, fromByte?: number): Promise<Readable | undefined>;
   /** Every committed file's metadata, in no particular order. */
   list(): Promise<StoredFile[]>;
   /** Removes a file; false when there was none. */
@@ -174,10 +177,10 @@ export class DirectoryFileStore implements FileStore {
     return meta?.id === id ? meta : undefined;
   }
 
-  async open(id: string): Promise<Readable | undefined> {
+  async open(id: string, fromByte = 0): Promise<Readable | undefined> {
     if ((await this.stat(id)) === undefined) return undefined;
     const handle = await open(this.contentPath(id), 'r').catch(ifMissing(undefined));
-    return handle?.createReadStream();
+    return handle?.createReadStream({ start: fromByte });
   }
 
   async list(): Promise<StoredFile[]> {

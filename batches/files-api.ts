@@ -2,8 +2,8 @@
 // `batch_output`): upload (multipart, streamed to the store), list, retrieve, download and
 // delete, with OpenAI's objects and error shapes. Router side: http/core.ts authenticates the
 // request and hands it here; a file belongs to the API key that uploaded it, and another key is
-// answered as if it did not exist. A batch's chunk files (batch-lines.ts chunkOwner) are shown
-// to no one.
+// answered as if it did not exist. A batch's chunk files and line index (batch-lines.ts
+// chunkOwner) are shown to no one.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PassThrough, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -242,7 +242,7 @@ export class FilesApi {
  * when the keys file names it); without keys every file is everyone's.
  */
 function ownedBy(file: StoredFile, key: ApiKey | undefined): boolean {
-  // A batch's chunk files are its scratch, nobody's to list or read, keys or none.
+  // A batch's chunk files and line index are its scratch, nobody's to list or read, keys or none.
   if (file.owner !== null && isChunkOwner(file.owner)) return false;
   return key === undefined || file.owner === key.id;
 }

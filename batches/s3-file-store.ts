@@ -7,7 +7,7 @@ import { createReadStream } from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import {
   DeleteObjectCommand,
   GetObjectCommand,
@@ -97,10 +97,19 @@ export class S3FileStore implements FileStore {
     return this.readMeta(this.metaKey(id), id);
   }
 
-  async open(id: string): Promise<Readable | undefined> {
-    if ((await this.stat(id)) === undefined) return undefined;
+  async open(id: string, fromByte = 0): Promise<Readable | undefined> {
+    const meta = await this.stat(id);
+    if (meta === undefined) return undefined;
+    // S3 refuses a range that starts past the end (416): there is nothing there to read.
+    if (fromByte > 0 && fromByte >= meta.bytes) return Readable.from([]);
     try {
-      const answer = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.contentKey(id) }));
+      const answer = await this.client.send(
+        new GetObjectCommand({
+          Bucket: this.bucket,
+          Key: this.contentKey(id),
+          ...(fromByte > 0 ? { Range: `bytes=${fromByte}-` } : {}),
+        }),
+      );
       return answer.Body as Readable | undefined;
     } catch (err) {
       if (isMissing(err)) return undefined;

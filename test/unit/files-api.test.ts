@@ -12,8 +12,10 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { DirectoryFileStore, type FileStore } from '../../batches/file-store.js';
-import { chunkFileId } from '../../batches/batch-lines.js';
+import { Readable } from 'node:stream';
+import { DirectoryFileStore, putFile, type FileStore } from '../../batches/file-store.js';
+import { chunkFileId, indexFileId } from '../../batches/batch-lines.js';
+import { writeLineIndex } from '../../batches/line-index.js';
 import { writeChunkFile } from '../../activities/batch-files.js';
 import { S3FileStore } from '../../batches/s3-file-store.js';
 import { s3ClientFromEnv } from '../../common/s3-store.js';
@@ -157,18 +159,20 @@ describe('the Files API on a directory', () => {
     expect((await client(base).files.list()).data).toEqual([]);
   });
 
-  it("shows a batch's chunk files to no one, with keys or without", async () => {
+  it("shows a batch's chunk files and line index to no one, with keys or without", async () => {
     const dir = await tempDir();
     const store = await DirectoryFileStore.open(dir);
     const batchId = `batch_${'ab'.repeat(12)}`;
     await writeChunkFile(store, batchId, { index: 0, start: 0, end: 1 }, []);
-    const id = chunkFileId(batchId, 0);
-    expect(await store.stat(id)).toBeDefined();
-    for (const apiKeys of [undefined, new ApiKeys([{ key: 'key-of-team-a', id: 'team-a' }])]) {
-      const c = client(await router({ files: { store }, ...(apiKeys ? { apiKeys } : {}) }), 'key-of-team-a');
-      expect((await c.files.list()).data).toEqual([]);
-      expect((await refusal(c.files.content(id))).status).toBe(404);
-      expect((await refusal(c.files.delete(id))).status).toBe(404);
+    await writeLineIndex(store, batchId, [{ request: 0, line: 1, byte: 0 }]);
+    for (const id of [chunkFileId(batchId, 0), indexFileId(batchId)]) {
+      expect(await store.stat(id)).toBeDefined();
+      for (const apiKeys of [undefined, new ApiKeys([{ key: 'key-of-team-a', id: 'team-a' }])]) {
+        const c = client(await router({ files: { store }, ...(apiKeys ? { apiKeys } : {}) }), 'key-of-team-a');
+        expect((await c.files.list()).data).toEqual([]);
+        expect((await refusal(c.files.content(id))).status).toBe(404);
+        expect((await refusal(c.files.delete(id))).status).toBe(404);
+      }
     }
   });
 
@@ -302,6 +306,22 @@ describe.skipIf(motoMissing() !== undefined)('the Files API on S3', () => {
     // Nothing is left in the spool folder once the bytes are in the bucket.
     expect((await readdir(dir)).filter((n) => n.startsWith('llmgw-file-'))).toEqual([]);
   }, 60_000);
+
+  it('opens a file at a byte with a ranged GET, and past its end as empty', async () => {
+    const store = new S3FileStore('s3://batch-files/ranged', s3ClientFromEnv(moto.env(moto.admin)), await tempDir());
+    const meta = await putFile(
+      store,
+      Readable.from([Buffer.from('0123456789')]),
+      { id: 'file-ranged', createdAt: 1, filename: 'r', purpose: 'batch', owner: null },
+      100,
+    );
+    const read = async (from: number) => {
+      let text = '';
+      for await (const part of (await store.open(meta.id, from))!) text += (part as Buffer).toString();
+      return text;
+    };
+    expect([await read(0), await read(7), await read(9), await read(10), await read(50)]).toEqual(['0123456789', '789', '9', '', '']);
+  }, 30_000);
 
   it('names what to fix at start when the bucket is missing or the key refused', async () => {
     await new S3FileStore('s3://batch-files/team', s3ClientFromEnv(moto.env(moto.admin))).check();
