@@ -177,7 +177,8 @@ export async function finalizeFiles(
     return { outputFileId: (await files.stat(out)) ? out : null, errorFileId: (await files.stat(err)) ? err : null };
   }
   const chunkLines = async function* (keep: (l: ResultLine) => boolean): AsyncGenerator<string> {
-    for (const chunk of input.chunks) {
+    // In chunk order, which is input order; the workflow lists them as they completed.
+    for (const chunk of [...input.chunks].sort((a, b) => a - b)) {
       for await (const { text } of readRequestLines(files, chunkFileId(input.batchId, chunk))) {
         if (keep(JSON.parse(text) as ResultLine)) yield `${text}\n`;
       }
@@ -218,9 +219,11 @@ export async function finalizeFiles(
     chunkLines((l) => l.error === null),
   );
   const errors = await write(errorFileId(input.batchId), errorLines());
-  // The index before the chunk files: a retry that finds the first chunk file gone returns at once.
+  // The index, then the chunk file a retry looks for (input.chunks[0]), before any other: a retry
+  // that finds it gone returns at once, and one that finds it has every chunk file to merge again.
   await files.delete(indexFileId(input.batchId));
-  for (let chunk = 0; chunk < input.started; chunk++) await files.delete(chunkFileId(input.batchId, chunk));
+  if (first !== undefined) await files.delete(chunkFileId(input.batchId, first));
+  for (let chunk = 0; chunk < input.started; chunk++) if (chunk !== first) await files.delete(chunkFileId(input.batchId, chunk));
   return { outputFileId: output, errorFileId: errors };
 }
 

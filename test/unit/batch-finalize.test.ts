@@ -85,8 +85,8 @@ describe('finalizing a batch', () => {
       expect(unrun.map((l) => l.custom_id)).toEqual(Array.from({ length: 10 }, (_, i) => customId(10 + i)));
       expect(unrun[0]).toMatchObject({ id: expect.stringMatching(/^batch_req_[0-9a-f]{24}$/), response: null });
       expect(unrun[0]!.error!.message).toMatch(why === 'expired' ? /completion window expired/ : /batch was cancelled/);
-      // The counted error lines are there too: requests 0, 7, 21 (chunk 1's 14 was never counted).
-      expect(errors.filter((l) => l.error?.code === 'model_not_found').map((l) => l.custom_id)).toEqual(['req-21', 'req-0', 'req-7']);
+      // The counted error lines are there too, in input order: requests 0, 7, 21 (chunk 1's 14 was never counted).
+      expect(errors.filter((l) => l.error?.code === 'model_not_found').map((l) => l.custom_id)).toEqual(['req-0', 'req-7', 'req-21']);
       for (const id of [files.outputFileId!, files.errorFileId!])
         expect(await store.stat(id)).toMatchObject({ purpose: 'batch_output', owner: 'team-a' });
       for (let c = 0; c < 3; c++) expect(await store.stat(chunkFileId(BATCH, c))).toBeUndefined();
@@ -110,6 +110,24 @@ describe('finalizing a batch', () => {
     const completed = await finalizeFiles(all, { ...base, chunks: [0, 1, 2], started: 3 }, noBeat);
     expect((await linesOf(all, completed.errorFileId)).map((l) => l.error?.code)).toEqual(Array(4).fill('model_not_found'));
     expect(await linesOf(all, completed.outputFileId)).toHaveLength(TOTAL - 4);
+  });
+
+  it('answers a retry after a crash among its deletions with the files the first try wrote', async () => {
+    const store = await storeWith([2, 0, 1]);
+    const input: FinalizeInput = { ...base, chunks: [2, 0, 1], started: 3 };
+    // The first try dies at its second chunk file's removal.
+    const deleteFile = store.delete.bind(store);
+    let chunkDeletes = 0;
+    const crashing: FileStore = Object.assign(Object.create(store) as FileStore, {
+      delete: async (id: string) => {
+        if (id.includes('chunk') && ++chunkDeletes === 2) throw new Error('the worker died');
+        return deleteFile(id);
+      },
+    });
+    await expect(finalizeFiles(crashing, input, noBeat)).rejects.toThrow('the worker died');
+    const files = await finalizeFiles(store, input, noBeat);
+    expect(files.outputFileId).not.toBeNull();
+    expect([...(await linesOf(store, files.outputFileId)), ...(await linesOf(store, files.errorFileId))]).toHaveLength(TOTAL);
   });
 
   it('leaves the unrun lines out, and still writes what ran, when the input file was deleted', async () => {
