@@ -14,7 +14,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { batchesCommand, type BatchRow } from '../../cli/actions/batches.js';
 import { temporalAddress } from '../helpers/temporal.js';
 import { recordHistory } from '../helpers/histories.js';
-import { chatLine, embedLine, FINAL, linesOf, until, upload, useBatchStack } from '../helpers/batch-stack.js';
+import { chatLine, embedLine, FINAL, linesOf, OWNER_A, until, upload, useBatchStack } from '../helpers/batch-stack.js';
 import { engine, router, url } from '../helpers/router-harness.js';
 
 const stack = useBatchStack();
@@ -109,7 +109,7 @@ describe('batches', () => {
     }
     expect(rows.find((r) => r.id === chatBatch.id)).toMatchObject({
       status: 'completed',
-      owner: 'team-a',
+      owner: OWNER_A,
       progress: '900/900 (10 failed)',
     });
 

@@ -23,12 +23,19 @@ import { temporalAddress, testClient, uniqueId } from './temporal.js';
 
 export const FINAL = ['completed', 'failed', 'expired', 'cancelled'];
 
+/**
+ * The first key's id, its batches' owner. Batches are listed from the namespace's visibility by
+ * owner, and the test files that use this stack run side by side on one dev server: each file
+ * names its keys apart, or one file's batches are listed by the other's key.
+ */
+export const OWNER_A = uniqueId('team-a');
+
 const KEYS = new ApiKeys([
-  { key: 'key-of-team-a', id: 'team-a' },
-  { key: 'key-of-team-b', id: 'team-b' },
-  { key: 'key-of-the-batcher', id: 'batcher' },
+  { key: 'key-of-team-a', id: OWNER_A },
+  { key: 'key-of-team-b', id: uniqueId('team-b') },
+  { key: 'key-of-the-batcher', id: uniqueId('batcher') },
   // Scoped to `demo`: its batches may not ask for `slow`.
-  { key: 'key-of-team-c', id: 'team-c', scope: scopeOf(['demo'], undefined) },
+  { key: 'key-of-team-c', id: uniqueId('team-c'), scope: scopeOf(['demo'], undefined) },
 ]);
 
 export interface BatchStack {
