@@ -18,7 +18,8 @@ import {
   type ResultLine,
 } from '../batches/batch-lines.js';
 import { findLineMark } from '../batches/line-index.js';
-import { BATCH_NOT_CONFIGURED, readRequestLines, writeChunkFile } from './batch-files.js';
+import { requireBatchGrant } from '../batches/batch-grant.js';
+import { BATCH_NOT_CONFIGURED, readRequestLines, requireOwnWorkflow, writeChunkFile } from './batch-files.js';
 
 /** Requests of one chunk in flight at once. */
 const LINE_CONCURRENCY = 4;
@@ -63,13 +64,15 @@ export function createBatchChunkActivities(
           "the control worker has no LLMGW_ROUTER_URL: set it to the router's URL (http://host:port) that batch lines go through, restart the worker and create the batch again",
           BATCH_NOT_CONFIGURED,
         );
-      const key = readKey(settings.keyFile);
+      requireOwnWorkflow(input.batchId);
       const files = await store();
-      const requests = await readChunkRequests(files, input);
+      const requests = await readGrantedChunk(files, input);
+      const key = readKey(settings.keyFile);
       const context = Context.current();
       const results: ResultLine[] = new Array<ResultLine>(requests.length);
       let next = 0;
       let done = 0;
+      // The endpoint the router granted, which the input was just checked to name.
       const send = { url: `${settings.routerUrl.replace(/\/+$/, '')}${input.endpoint}`, key, batchId: input.batchId };
       // A beat on a clock as well as per line: lines held at the router or generating for minutes
       // would otherwise let the chunk's heartbeat lapse while it is alive and working.
@@ -96,6 +99,21 @@ export function createBatchChunkActivities(
       return { completed: results.length - failed, failed };
     },
   };
+}
+
+/**
+ * A chunk's requests, for a batch a router granted as its input says (file and endpoint) and
+ * whose completion window is not over; read from the grant's file, checked against its endpoint.
+ * Before any line is read: a refused chunk reads and sends nothing.
+ */
+export async function readGrantedChunk(
+  files: FileStore,
+  input: ChunkInput,
+  now: number = Math.floor(Date.now() / 1000),
+): Promise<BatchRequest[]> {
+  const { inputFileId, endpoint } = input;
+  const grant = await requireBatchGrant(files, input.batchId, { inputFileId, endpoint }, now);
+  return readChunkRequests(files, { ...input, inputFileId: grant.inputFileId, endpoint: grant.endpoint });
 }
 
 /**

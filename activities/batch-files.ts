@@ -18,6 +18,7 @@ import {
   chunkFileId,
   chunkOwner,
   errorFileId,
+  grantFileId,
   indexFileId,
   isBlankLine,
   scopeAllows,
@@ -30,6 +31,7 @@ import {
   type ResultLine,
 } from '../batches/batch-lines.js';
 import { INDEX_EVERY, splitLines, writeLineIndex, type LineMark, type SplitLine } from '../batches/line-index.js';
+import { notGranted, readBatchGrant, requireBatchGrant } from '../batches/batch-grant.js';
 
 export { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
 import { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
@@ -86,6 +88,7 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
   return {
     /** Every line checked before any runs: the count of requests, or the first bad lines by number. */
     async validateBatchInput(input: ValidateInput): Promise<ValidateResult> {
+      requireOwnWorkflow(input.batchId);
       return validateFiles(await store(), input, (details) => Context.current().heartbeat(details));
     },
 
@@ -95,9 +98,21 @@ export function createBatchFileActivities(store: () => Promise<FileStore>) {
      * batch's, so a retry writes the same files whole again.
      */
     async finalizeBatch(input: FinalizeInput): Promise<{ outputFileId: string | null; errorFileId: string | null }> {
+      requireOwnWorkflow(input.batchId);
       return finalizeFiles(await store(), input, (details) => Context.current().heartbeat(details));
     },
   };
+}
+
+/**
+ * A batch's activities act only for the workflow whose id is the batch's, as the router starts
+ * it: while it runs no other workflow can take that id, so a second workflow naming a live
+ * batch (its owner and file copied from a history) cannot run that batch's lines again.
+ */
+export function requireOwnWorkflow(batchId: string): void {
+  const workflowId = Context.current().info.workflowExecution?.workflowId;
+  if (workflowId !== batchId)
+    throw notGranted(batchId, `it is granted to workflow ${batchId}, not ${workflowId ?? 'an activity outside any workflow'}`);
 }
 
 export interface ValidateInput {
@@ -111,9 +126,18 @@ export interface ValidateInput {
 /**
  * validateBatchInput's work, with its heartbeat passed in. A valid input also gets its line
  * index (batches/line-index.ts), noted while the lines go by, so that no chunk rereads the file
- * up to its own lines.
+ * up to its own lines. Only a batch a router granted is read, and only as granted: the input's
+ * owner, scope, file and endpoint must be the grant's, and its completion window not over.
  */
-export async function validateFiles(files: FileStore, input: ValidateInput, beat: (details: unknown) => void): Promise<ValidateResult> {
+export async function validateFiles(
+  files: FileStore,
+  claimed: ValidateInput,
+  beat: (details: unknown) => void,
+  now: number = Math.floor(Date.now() / 1000),
+): Promise<ValidateResult> {
+  const { inputFileId, endpoint, owner, scope } = claimed;
+  const grant = await requireBatchGrant(files, claimed.batchId, { inputFileId, endpoint, owner, scope: scope ?? null }, now);
+  const input = { ...grant, scope: grant.scope ?? undefined };
   const meta = await files.stat(input.inputFileId);
   if (meta === undefined || (input.owner !== null && meta.owner !== input.owner))
     return {
@@ -163,19 +187,39 @@ export interface FinalizeInput {
   stopped?: { why: BatchStopReason; inputFileId: string; total: number; chunkSize: number };
 }
 
-/** finalizeBatch's work, with its heartbeat passed in (tests call it outside an activity). */
+/**
+ * finalizeBatch's work, with its heartbeat passed in (tests call it outside an activity). It
+ * writes only for a batch a router granted, owned by the grant's owner, and works after the
+ * grant's window too (an expired batch finalizes then); the grant is removed last.
+ */
 export async function finalizeFiles(
   files: FileStore,
-  input: FinalizeInput,
+  claimed: FinalizeInput,
   beat: (details: unknown) => void,
 ): Promise<{ outputFileId: string | null; errorFileId: string | null }> {
   const now = Math.floor(Date.now() / 1000);
+  const [out, err] = [outputFileId(claimed.batchId), errorFileId(claimed.batchId)];
+  const written = async () => ({ outputFileId: (await files.stat(out)) ? out : null, errorFileId: (await files.stat(err)) ? err : null });
   // A try that wrote both files and removed the chunk files, whose answer was lost: done already.
-  const first = input.chunks[0];
-  if (first !== undefined && (await files.stat(chunkFileId(input.batchId, first))) === undefined) {
-    const [out, err] = [outputFileId(input.batchId), errorFileId(input.batchId)];
-    return { outputFileId: (await files.stat(out)) ? out : null, errorFileId: (await files.stat(err)) ? err : null };
+  // Answered without the grant (that try may have removed it too), and only by reading.
+  const first = claimed.chunks[0];
+  if (first !== undefined && (await files.stat(chunkFileId(claimed.batchId, first))) === undefined) {
+    const grant = await readBatchGrant(files, claimed.batchId);
+    if (grant !== undefined && grant.owner === claimed.owner) await files.delete(grantFileId(claimed.batchId));
+    return written();
   }
+  if (claimed.chunks.length === 0 && (await readBatchGrant(files, claimed.batchId)) === undefined) {
+    // No chunk was counted, so no chunk file tells a finished try apart: the files it wrote do.
+    const done = await written();
+    if (done.outputFileId !== null || done.errorFileId !== null) return done;
+  }
+  const claims = { owner: claimed.owner, ...(claimed.stopped ? { inputFileId: claimed.stopped.inputFileId } : {}) };
+  const grant = await requireBatchGrant(files, claimed.batchId, claims);
+  const input: FinalizeInput = {
+    ...claimed,
+    owner: grant.owner,
+    ...(claimed.stopped ? { stopped: { ...claimed.stopped, inputFileId: grant.inputFileId } } : {}),
+  };
   const chunkLines = async function* (keep: (l: ResultLine) => boolean): AsyncGenerator<string> {
     // In chunk order, which is input order; the workflow lists them as they completed.
     for (const chunk of [...input.chunks].sort((a, b) => a - b)) {
@@ -224,6 +268,8 @@ export async function finalizeFiles(
   await files.delete(indexFileId(input.batchId));
   if (first !== undefined) await files.delete(chunkFileId(input.batchId, first));
   for (let chunk = 0; chunk < input.started; chunk++) if (chunk !== first) await files.delete(chunkFileId(input.batchId, chunk));
+  // Last: until here a retry must find the grant to write again.
+  await files.delete(grantFileId(input.batchId));
   return { outputFileId: output, errorFileId: errors };
 }
 

@@ -31,8 +31,12 @@ export function errorFileId(batchId: string): string {
 export function indexFileId(batchId: string): string {
   return `file-${batchId.slice('batch_'.length)}index`;
 }
+/** What the router granted the batch (batches/batch-grant.ts): the activities act on it, not on the workflow's input. */
+export function grantFileId(batchId: string): string {
+  return `file-${batchId.slice('batch_'.length)}grant`;
+}
 /**
- * The owner recorded on a batch's chunk files and its line index: no API key's id looks like it,
+ * The owner recorded on a batch's chunk files, its line index and its grant: no API key's id looks like it,
  * so no key lists or reads them (they are the batch's scratch, removed when it finalizes).
  */
 export function chunkOwner(batchId: string): string {

@@ -12,7 +12,8 @@ import { CONTROL_TASK_QUEUE, WorkflowType } from '../common/names.js';
 import { batchStatusQuery, cancelBatchSignal } from '../workflows/definitions.js';
 import type { BatchInput } from '../workflows/batch/state.js';
 import { listBatchViews } from './batch-list.js';
-import { isBatchId, type BatchScope } from './batch-lines.js';
+import { grantFileId, isBatchId, type BatchScope } from './batch-lines.js';
+import { writeBatchGrant } from './batch-grant.js';
 import { parseCreateBatch } from './batch-create.js';
 import type { KeyScope } from '../router/http/key-scope.js';
 import { BATCH_MEMO, batchObject, isFinal, newBatchView, type BatchView } from './batch-view.js';
@@ -103,14 +104,30 @@ export class BatchesApi {
     };
     const view = newBatchView(input);
     const client = await this.settings.client();
-    // The memo the workflow will keep up to date, there from the start: listed before its first step.
-    await client.workflow.start(WorkflowType.batch, {
-      taskQueue: this.settings.taskQueue ?? CONTROL_TASK_QUEUE,
-      workflowId: input.batchId,
-      args: [input],
-      memo: { [BATCH_MEMO]: view },
-      staticSummary: `batch of ${fileId} to ${endpoint}`,
+    // What the workflow's activities will act on, in the store a namespace member cannot write:
+    // a `batch` workflow started by anyone else finds no grant, or one that says otherwise.
+    await writeBatchGrant(this.settings.store, {
+      batchId: input.batchId,
+      inputFileId: input.inputFileId,
+      endpoint: input.endpoint,
+      owner: input.owner,
+      scope: input.scope ?? null,
+      createdAt: input.createdAt,
+      expiresAt: view.expiresAt,
     });
+    // The memo the workflow will keep up to date, there from the start: listed before its first step.
+    await client.workflow
+      .start(WorkflowType.batch, {
+        taskQueue: this.settings.taskQueue ?? CONTROL_TASK_QUEUE,
+        workflowId: input.batchId,
+        args: [input],
+        memo: { [BATCH_MEMO]: view },
+        staticSummary: `batch of ${fileId} to ${endpoint}`,
+      })
+      .catch(async (err: unknown) => {
+        await this.settings.store.delete(grantFileId(input.batchId)).catch(() => undefined);
+        throw err;
+      });
     sendJson(res, batchObject(view));
   }
 

@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DirectoryFileStore, putFile, type FileStore } from '../../batches/file-store.js';
 import { chunkFileId, errorLine, outputLine, planChunks, type ResultLine } from '../../batches/batch-lines.js';
 import { finalizeFiles, writeChunkFile, type FinalizeInput } from '../../activities/batch-files.js';
+import { grantBatch } from '../helpers/batch-grants.js';
 
 const dirs: string[] = [];
 afterEach(async () => {
@@ -37,6 +38,7 @@ async function storeWith(done: number[]): Promise<FileStore> {
     { id: INPUT, createdAt: 1, filename: 'in.jsonl', purpose: 'batch', owner: 'team-a' },
     1e9,
   );
+  await grantBatch(store, { batchId: BATCH, inputFileId: INPUT, owner: 'team-a' });
   const plan = planChunks(TOTAL, SIZE);
   for (const c of done) {
     const chunk = plan[c]!;

@@ -12,6 +12,7 @@ import { chunkOwner, indexFileId, planChunks } from '../../batches/batch-lines.j
 import { findLineMark, INDEX_EVERY, splitLines, type SplitLine } from '../../batches/line-index.js';
 import { finalizeFiles, readRequestLines, validateFiles } from '../../activities/batch-files.js';
 import { readChunkRequests } from '../../activities/batch-chunk.js';
+import { grantBatch } from '../helpers/batch-grants.js';
 
 const dirs: string[] = [];
 afterEach(async () => {
@@ -80,6 +81,7 @@ async function validated(): Promise<{ files: FileStore; read: Map<string, number
   const inner = await DirectoryFileStore.open(dir);
   const input = bigInput();
   await putFile(inner, Readable.from([input.bytes]), { id: INPUT, createdAt: 1, filename: 'in.jsonl', purpose: 'batch', owner: null }, 1e9);
+  await grantBatch(inner, { batchId: BATCH, inputFileId: INPUT });
   const { store, read } = counting(inner);
   const result = await validateFiles(store, { batchId: BATCH, inputFileId: INPUT, endpoint: '/v1/embeddings', owner: null }, noBeat);
   expect(result).toEqual({ ok: true, total: REQUESTS });
