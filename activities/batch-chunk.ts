@@ -20,6 +20,7 @@ import {
 import { findLineMark } from '../batches/line-index.js';
 import { requireBatchGrant } from '../batches/batch-grant.js';
 import { BATCH_NOT_CONFIGURED, readRequestLines, requireOwnWorkflow, writeChunkFile } from './batch-files.js';
+import { BATCH_WINDOW_ENDED } from './batch-not-configured.js';
 
 /** Requests of one chunk in flight at once. */
 const LINE_CONCURRENCY = 4;
@@ -31,6 +32,9 @@ const LINE_PATIENCE_MS = 10 * 60 * 1000;
 const SERVER_ERROR_TRIES = 3;
 /** The longest wait a Retry-After is honoured for at once (the line then asks again). */
 const MAX_WAIT_MS = 30_000;
+
+/** How long a chunk refused for its ended window waits to be cancelled by its batch's timer before it fails. */
+const WINDOW_END_WAIT_MS = 30_000;
 
 /** What llmgw_batch_lines counts. */
 export type BatchLineOutcome = 'completed' | 'failed' | 'retried';
@@ -66,9 +70,15 @@ export function createBatchChunkActivities(
         );
       requireOwnWorkflow(input.batchId);
       const files = await store();
-      const requests = await readGrantedChunk(files, input);
-      const key = readKey(settings.keyFile);
       const context = Context.current();
+      const requests = await readGrantedChunk(files, input).catch(async (err: unknown) => {
+        // Past the window, the batch's own timer is about to stop it and cancel this chunk: wait
+        // for that, sending nothing, so that the batch ends expired, not failed by whichever
+        // came first. A batch with no such timer (one started by hand) gets the refusal.
+        if (err instanceof ApplicationFailure && err.type === BATCH_WINDOW_ENDED) await untilCancelled(context, WINDOW_END_WAIT_MS);
+        throw err;
+      });
+      const key = readKey(settings.keyFile);
       const results: ResultLine[] = new Array<ResultLine>(requests.length);
       let next = 0;
       let done = 0;
@@ -133,6 +143,15 @@ export async function readChunkRequests(files: FileStore, input: ChunkInput): Pr
     requests.push(checked);
   }
   return requests;
+}
+
+/** Beats until `ms` have passed; a cancel (delivered at a beat) rejects it. */
+async function untilCancelled(context: Context, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    context.heartbeat({ windowEnded: true });
+    await context.sleep(Math.min(HEARTBEAT_EVERY_MS, Math.max(1, end - Date.now())));
+  }
 }
 
 function readKey(keyFile: string | undefined): string | undefined {

@@ -9,7 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { BATCH_ENDPOINTS, chunkOwner, grantFileId, isBatchId, type BatchScope } from './batch-lines.js';
 import type { FileStore } from './file-store.js';
-import { BATCH_NOT_GRANTED } from '../activities/batch-not-configured.js';
+import { BATCH_NOT_GRANTED, BATCH_WINDOW_ENDED } from '../activities/batch-not-configured.js';
 
 /** A grant is a few hundred bytes; a long scope list may make it some kilobytes. More is not one of ours. */
 const MAX_GRANT_BYTES = 1024 * 1024;
@@ -95,7 +95,7 @@ export async function requireBatchGrant(files: FileStore, batchId: string, claim
   if (at !== undefined && at >= grant.expiresAt)
     throw ApplicationFailure.nonRetryable(
       `batch ${batchId}'s completion window ended at ${new Date(grant.expiresAt * 1000).toISOString()}: none of its lines runs after it; create the batch again through a router's POST /v1/batches`,
-      BATCH_NOT_GRANTED,
+      BATCH_WINDOW_ENDED,
     );
   return grant;
 }

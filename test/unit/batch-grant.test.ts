@@ -14,7 +14,7 @@ import { chunkFileId, errorFileId, grantFileId, indexFileId, outputFileId, outpu
 import { readBatchGrant } from '../../batches/batch-grant.js';
 import { finalizeFiles, validateFiles, writeChunkFile, type ValidateInput } from '../../activities/batch-files.js';
 import { readGrantedChunk } from '../../activities/batch-chunk.js';
-import { BATCH_NOT_GRANTED } from '../../activities/batch-not-configured.js';
+import { BATCH_NOT_GRANTED, BATCH_WINDOW_ENDED } from '../../activities/batch-not-configured.js';
 import { grantBatch } from '../helpers/batch-grants.js';
 
 const dirs: string[] = [];
@@ -59,13 +59,13 @@ const forged: ValidateInput = { batchId: BATCH, inputFileId: INPUT, endpoint: '/
 const SMALL_ONLY = { models: ['small'], adapters: [] };
 const chunk = { batchId: BATCH, inputFileId: INPUT, endpoint: '/v1/embeddings' as const, chunk: { index: 0, start: 0, end: 2 } };
 
-async function expectRefused(call: Promise<unknown>, message: RegExp): Promise<void> {
+async function expectRefused(call: Promise<unknown>, message: RegExp, type = BATCH_NOT_GRANTED): Promise<void> {
   const err = await call.then(
     () => undefined,
     (e: unknown) => e,
   );
   expect(err).toBeInstanceOf(ApplicationFailure);
-  expect(err).toMatchObject({ type: BATCH_NOT_GRANTED, nonRetryable: true });
+  expect(err).toMatchObject({ type, nonRetryable: true });
   expect((err as Error).message).toMatch(message);
 }
 
@@ -98,8 +98,8 @@ describe("a batch's grant", () => {
   it("refuses validation and a chunk once the grant's window is over, reading none of the input", async () => {
     const { files, opened } = await lowStore();
     await grantBatch(files, { batchId: BATCH, inputFileId: INPUT, owner: 'low', createdAt: now() - 60, expiresAt: now() - 1 });
-    await expectRefused(validateFiles(files, forged, noBeat), WINDOW_OVER);
-    await expectRefused(readGrantedChunk(files, chunk), WINDOW_OVER);
+    await expectRefused(validateFiles(files, forged, noBeat), WINDOW_OVER, BATCH_WINDOW_ENDED);
+    await expectRefused(readGrantedChunk(files, chunk), WINDOW_OVER, BATCH_WINDOW_ENDED);
     expect(opened.filter((id) => id !== grantFileId(BATCH))).toEqual([]);
   });
 
@@ -135,7 +135,7 @@ describe("a batch's grant", () => {
     // The window ends with the chunk counted: the expired batch's files are still written, as its owner's.
     const expiresAt = now() - 1;
     await grantBatch(files, { batchId: BATCH, inputFileId: INPUT, owner: 'low', scope: both, expiresAt });
-    await expectRefused(readGrantedChunk(files, chunk), WINDOW_OVER);
+    await expectRefused(readGrantedChunk(files, chunk), WINDOW_OVER, BATCH_WINDOW_ENDED);
     await writeChunkFile(files, BATCH, planChunks(2, 1)[0]!, [outputLine('batch_req_1', 'a', 200, 'r1', {})]);
     const stopped = { why: 'expired' as const, inputFileId: INPUT, total: 2, chunkSize: 1 };
     const done = await finalizeFiles(files, { batchId: BATCH, owner: 'low', chunks: [0], started: 2, stopped }, noBeat);
