@@ -6,6 +6,8 @@
 // none of it, a cancel mid-run ends `cancelled` within seconds with partial output, and a short
 // completion window ends `expired` with what was done; both list the requests they never ran in
 // their error file (`batch_cancelled`, `batch_expired`), so each custom_id appears once there too.
+// A batch workflow a namespace member starts by hand (no router's grant) runs and sends nothing.
+import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { temporal } from '@temporalio/proto';
@@ -14,7 +16,10 @@ import { describe, expect, it, vi } from 'vitest';
 import { batchesCommand, type BatchRow } from '../../cli/actions/batches.js';
 import { temporalAddress } from '../helpers/temporal.js';
 import { recordHistory } from '../helpers/histories.js';
-import { chatLine, embedLine, FINAL, linesOf, OWNER_A, until, upload, useBatchStack } from '../helpers/batch-stack.js';
+import { chatLine, embedLine, FINAL, linesOf, OWNER_A, OWNER_C, until, upload, useBatchStack } from '../helpers/batch-stack.js';
+import { WorkflowType } from '../../common/names.js';
+import type { BatchInput } from '../../workflows/batch/state.js';
+import type { BatchView } from '../../batches/batch-view.js';
 import { engine, router, url } from '../helpers/router-harness.js';
 
 const stack = useBatchStack();
@@ -261,6 +266,45 @@ describe('batches', () => {
         expect(bytes).toContain(batch.id);
         expect(bytes).not.toContain('key-of-the-batcher');
       }
+    } finally {
+      stack.sendLinesTo(undefined);
+      await new Promise((r) => stub.close(r));
+    }
+  }, 30_000);
+
+  it('runs nothing of a batch workflow a namespace member starts by hand, whatever owner it names', async () => {
+    const { c } = await stack.start();
+    // Key c may use `demo` only; its holder uploads lines for `slow` and starts the workflow
+    // themselves, naming their own key as owner and no scope, as the router never would.
+    const file = await upload(c, [chatLine('mine', 'demo'), chatLine('not-mine', 'slow')]);
+    const sent: string[] = [];
+    const stub = createServer((req, res) => {
+      sent.push(req.url ?? '');
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+    await new Promise<void>((r) => stub.listen(0, '127.0.0.1', r));
+    stack.sendLinesTo(`http://127.0.0.1:${(stub.address() as AddressInfo).port}`);
+    try {
+      const batchId = `batch_${randomBytes(12).toString('hex')}`;
+      const input: BatchInput = {
+        batchId,
+        inputFileId: file,
+        endpoint: '/v1/chat/completions',
+        completionWindowSeconds: 3600,
+        owner: OWNER_C,
+        metadata: null,
+        createdAt: Math.floor(Date.now() / 1000),
+      };
+      const handle = await stack
+        .client()
+        .workflow.start(WorkflowType.batch, { taskQueue: stack.taskQueue, workflowId: batchId, args: [input] });
+      const view = (await handle.result()) as BatchView;
+      expect(view).toMatchObject({ status: 'failed', outputFileId: null, errorFileId: null, counts: { total: 0 } });
+      expect(view.errors).toEqual([expect.objectContaining({ code: 'validation_failed' })]);
+      expect(view.errors?.[0]?.message).toMatch(/was not created through a router's POST \/v1\/batches .*create it there/);
+      expect(sent).toEqual([]);
+      // Nothing of it is any key's: key c lists its own input file only.
+      expect((await c.files.list()).data.map((f) => f.id)).not.toContain(`file-${batchId.slice(6)}output`);
     } finally {
       stack.sendLinesTo(undefined);
       await new Promise((r) => stub.close(r));

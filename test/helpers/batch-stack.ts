@@ -29,17 +29,21 @@ export const FINAL = ['completed', 'failed', 'expired', 'cancelled'];
  * names its keys apart, or one file's batches are listed by the other's key.
  */
 export const OWNER_A = uniqueId('team-a');
+/** The id of the key scoped to `demo` (a namespace member may hold it, and forge a batch as it). */
+export const OWNER_C = uniqueId('team-c');
 
 const KEYS = new ApiKeys([
   { key: 'key-of-team-a', id: OWNER_A },
   { key: 'key-of-team-b', id: uniqueId('team-b') },
   { key: 'key-of-the-batcher', id: uniqueId('batcher') },
   // Scoped to `demo`: its batches may not ask for `slow`.
-  { key: 'key-of-team-c', id: uniqueId('team-c'), scope: scopeOf(['demo'], undefined) },
+  { key: 'key-of-team-c', id: OWNER_C, scope: scopeOf(['demo'], undefined) },
 ]);
 
 export interface BatchStack {
   client(): Client;
+  /** The queue the stack's control worker polls (a hand-started batch workflow goes there). */
+  taskQueue: string;
   /** Engines and a router; `a` and `b` are two keys' clients. */
   start(): Promise<{ a: OpenAI; b: OpenAI; c: OpenAI; restartRouter(): Promise<void> }>;
   /** Stops the worker (its running chunks are cancelled, as a worker killed mid-chunk) and starts another. */
@@ -113,6 +117,7 @@ export function useBatchStack(): BatchStack {
     lines,
     sendLinesTo: (url) => void (routerUrl.override = url),
     client: () => client,
+    taskQueue,
     async start() {
       const quick = await engine({ model: 'demo' });
       const slow = await engine({ model: 'slow', tokensPerSecond: 20 });
