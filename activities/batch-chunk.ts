@@ -19,7 +19,8 @@ import {
 } from '../batches/batch-lines.js';
 import { findLineMark } from '../batches/line-index.js';
 import { requireBatchGrant } from '../batches/batch-grant.js';
-import { BATCH_NOT_CONFIGURED, readRequestLines, requireOwnWorkflow, writeChunkFile } from './batch-files.js';
+import { BATCH_NOT_CONFIGURED, requireOwnWorkflow, writeChunkFile } from './batch-files.js';
+import { readRequestLines } from './batch-read.js';
 import { BATCH_WINDOW_ENDED } from './batch-not-configured.js';
 
 /** Requests of one chunk in flight at once. */

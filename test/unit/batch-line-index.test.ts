@@ -10,7 +10,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DirectoryFileStore, putFile, type FileStore } from '../../batches/file-store.js';
 import { chunkOwner, indexFileId, planChunks } from '../../batches/batch-lines.js';
 import { findLineMark, INDEX_EVERY, splitLines, type SplitLine } from '../../batches/line-index.js';
-import { finalizeFiles, readRequestLines, validateFiles } from '../../activities/batch-files.js';
+import { finalizeFiles, validateFiles } from '../../activities/batch-files.js';
+import { readRequestLines } from '../../activities/batch-read.js';
 import { readChunkRequests } from '../../activities/batch-chunk.js';
 import { grantBatch } from '../helpers/batch-grants.js';
 
