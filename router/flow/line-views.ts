@@ -1,7 +1,8 @@
 // What the router's waiting lines hold, as others read it: depths by model for the autoscaler's
-// load report (with the sheddable part apart), and each line by tenant and priority for the
-// admin /health. Router side; pure reads of flow/queue.ts lines.
-import type { ModelQueue } from './queue.js';
+// load report (with the sheddable part apart), each line by tenant and priority for the admin
+// /health, and which held request a higher one's bytes would shed first. Router side; pure reads
+// of flow/queue.ts lines.
+import type { Held, ModelQueue } from './queue.js';
 import { priorityLabel } from './priority.js';
 
 /** What the admin /health shows of one model's line: what is held by tenant and priority, and their requests in flight. */
@@ -41,4 +42,19 @@ export function linesOf(queues: ReadonlyMap<string, ModelQueue>): Record<string,
     out[model] = { held: q.size, classes };
   }
   return out;
+}
+
+/** The held request to shed first for one of `priority`: the newest of the lowest priority below it, across every line. */
+export function lowestBelow(queues: ReadonlyMap<string, ModelQueue>, priority: number): Held | undefined {
+  let lowest: Held | undefined;
+  for (const q of queues.values()) {
+    const candidate = q.lowest();
+    if (candidate === undefined || candidate.request.flow.priority >= priority) continue;
+    const better =
+      lowest === undefined ||
+      candidate.request.flow.priority < lowest.request.flow.priority ||
+      (candidate.request.flow.priority === lowest.request.flow.priority && candidate.heldAt > lowest.heldAt);
+    if (better) lowest = candidate;
+  }
+  return lowest;
 }

@@ -11,7 +11,7 @@
 // the replicas' state.
 import { predictLineMs, type Predictable } from './deadline.js';
 import { isSheddable, type FlowClass } from './priority.js';
-import type { ModelQueue } from './queue.js';
+import type { Held, ModelQueue } from './queue.js';
 import type { TenantShares } from './tenant-shares.js';
 
 /** What room needs to know of a replica (engines/endpoint.ts Endpoint is one). */
@@ -121,4 +121,29 @@ export function lineWaitMs(
   }
   const ahead = q.aheadOf(flow, (other) => standingOf(q.shares, other, contention) === 'kept');
   return predictLineMs(Math.max(0, ahead + 1 - keptFree), replicas);
+}
+
+/**
+ * The next held request a replica has room for, by the line's order among those whose standing
+ * finds a slot: any when an engine has slots beyond the kept ones and the reserve; when fewer
+ * are free, only those allowed them (critical, below its tenant's share; above sheddable);
+ * undefined when nothing can go. Taken off the line, and held to its standing's replicas.
+ */
+export function nextToSend(q: ModelQueue, replicas: readonly Roomy[], settings: RoomSettings, contention: Contention): Held | undefined {
+  if (settings.saturatedWaiting === undefined) return q.shift();
+  if (!contention.contended) return replicas.some((e) => hasRoom(e, settings, contention, 'open')) ? q.shift() : undefined;
+  // Whether some replica has room for each standing, asked once per standing: a drain that
+  // finds nothing to send (a batch waiting) costs a pass over the replicas, not one per tenant.
+  const roomFor = new Map<Standing, boolean>();
+  const fits = (flow: FlowClass) => {
+    const standing = standingOf(q.shares, flow, contention);
+    let room = roomFor.get(standing);
+    if (room === undefined) roomFor.set(standing, (room = replicas.some((e) => hasRoom(e, settings, contention, standing))));
+    return room;
+  };
+  const held = q.shiftWhere(fits);
+  if (held === undefined) return undefined;
+  const standing = standingOf(q.shares, held.request.flow, contention);
+  held.request.eligible = (e) => hasRoom(e, settings, contention, standing);
+  return held;
 }

@@ -15,10 +15,10 @@ import type { ExchangeResponse, RoutedRequest } from '../engines/routed-request.
 import type { WakeMetrics } from '../metrics.js';
 import { FlowMetrics } from './flow-metrics.js';
 import { Refusals, type HeldErrorKind, type HeldOutcome } from './refusals.js';
-import { depthsOf, linesOf, sheddableDepthsOf, type LineView } from './line-views.js';
+import { depthsOf, linesOf, lowestBelow, sheddableDepthsOf, type LineView } from './line-views.js';
 
 export type { LineView } from './line-views.js';
-import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, lineWaitMs, standingOf, type Contention, type Standing } from './room.js';
+import { contentionOf, DEFAULT_KEPT_SHARE, hasRoom, lineWaitMs, nextToSend, standingOf } from './room.js';
 import { meeting, predictTtftMs } from './deadline.js';
 
 export interface QueueSettings {
@@ -169,16 +169,7 @@ export class WaitingRoom implements FlowRecorder {
     if (release === undefined) return false;
     let freed = 0;
     while (freed < bytes) {
-      let lowest: Held | undefined;
-      for (const q of this.queues.values()) {
-        const candidate = q.lowest();
-        if (candidate === undefined || candidate.request.flow.priority >= priority) continue;
-        const better =
-          lowest === undefined ||
-          candidate.request.flow.priority < lowest.request.flow.priority ||
-          (candidate.request.flow.priority === lowest.request.flow.priority && candidate.heldAt > lowest.heldAt);
-        if (better) lowest = candidate;
-      }
+      const lowest = lowestBelow(this.queues, priority);
       if (lowest === undefined || lowest.line === undefined) return false;
       lowest.line.remove(lowest);
       this.leave(lowest);
@@ -216,7 +207,7 @@ export class WaitingRoom implements FlowRecorder {
     const now = performance.now();
     const contention = contentionOf(q.shares, pool.endpoints, now);
     while (q.size > 0) {
-      const held = this.next(pool, q, contention);
+      const held = nextToSend(q, pool.endpoints, this.settings, contention);
       if (held === undefined) return;
       this.leave(held);
       const queuedMs = now - held.heldAt;
@@ -226,32 +217,6 @@ export class WaitingRoom implements FlowRecorder {
       exchange.queuedMs = queuedMs;
       exchange.start();
     }
-  }
-
-  /**
-   * The next request a replica has room for, by the line's order among those whose standing
-   * (flow/room.ts) finds a slot: any when an engine has slots beyond the kept ones and the
-   * reserve; when fewer are free, only those allowed them (critical, below its tenant's share;
-   * above sheddable); undefined when nothing can go.
-   */
-  private next(pool: ModelPool, q: ModelQueue, contention: Contention): Held | undefined {
-    const settings = this.settings;
-    if (settings.saturatedWaiting === undefined) return q.shift();
-    if (!contention.contended) return pool.endpoints.some((e) => hasRoom(e, settings, contention, 'open')) ? q.shift() : undefined;
-    // Whether some replica has room for each standing, asked once per standing: a drain that
-    // finds nothing to send (a batch waiting) costs a pass over the replicas, not one per tenant.
-    const roomFor = new Map<Standing, boolean>();
-    const fits = (flow: Held['request']['flow']) => {
-      const standing = standingOf(q.shares, flow, contention);
-      let room = roomFor.get(standing);
-      if (room === undefined) roomFor.set(standing, (room = pool.endpoints.some((e) => hasRoom(e, settings, contention, standing))));
-      return room;
-    };
-    const held = q.shiftWhere(fits);
-    if (held === undefined) return undefined;
-    const standing = standingOf(q.shares, held.request.flow, contention);
-    held.request.eligible = (e) => hasRoom(e, settings, contention, standing);
-    return held;
   }
 
   /** Its first attempt goes to `endpoint`: what its first token is predicted to take, from its arrival. */
