@@ -18,7 +18,7 @@ import { ApiKeys } from '../../router/http/auth.js';
 import { scopeOf } from '../../router/http/key-scope.js';
 import type { RouterOptions } from '../../router/http/server.js';
 import { llmgwDataConverter } from '../../temporal/connection.js';
-import { engine, router, routers, url, useRouterHarness } from './router-harness.js';
+import { engine, router, routerMetric, routers, url, useRouterHarness } from './router-harness.js';
 import { temporalAddress, testClient, uniqueId } from './temporal.js';
 
 export const FINAL = ['completed', 'failed', 'expired', 'cancelled'];
@@ -140,6 +140,10 @@ export function useBatchStack(): BatchStack {
         c: as('key-of-team-c'),
         // On the same port: lines in flight find it again when it is back.
         async restartRouter() {
+          // While lines are in flight, so that the restart cuts some (not in a continue-as-new's
+          // pause between runs, when the batch sends nothing): bounded, 100 polls 50 ms apart.
+          for (let poll = 0; poll < 100 && (await routerMetric(r.admin, 'llmgw_router_inflight_requests')) === 0; poll++)
+            await new Promise((resolve) => setTimeout(resolve, 50));
           const port = r.router.port;
           routers.splice(routers.indexOf(r.router), 1);
           await r.router.close(0);
