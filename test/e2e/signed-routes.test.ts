@@ -25,7 +25,7 @@ import { llmgwDataConverter } from '../../temporal/connection.js';
 import { readCatalogKeys } from '../../common/catalog-key.js';
 import { signSnapshot } from '../../common/revision-signature.js';
 import { testCatalogKeyFile } from '../helpers/catalog-key.js';
-import { sleep } from '../helpers/processes.js';
+import { eventually, sleep } from '../helpers/processes.js';
 import { uniqueId } from '../helpers/temporal.js';
 import { useAttacker } from '../helpers/attacker.js';
 import {
@@ -122,8 +122,13 @@ describe('signed routes', () => {
     const name = uniqueId('sig-dep');
     await deploy('life', name, 1, 'one-gpu');
     expect(await routed(name)).toBe(true);
-    const before = await withClient((client) => client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery));
-    const genuine = before.deployments.find((d) => d.name === name)!;
+    // Its entry once settled: a route can serve before the deployment's own Ready reaches routes,
+    // and an entry taken while Progressing would be re-signed under the test as it turns Ready.
+    const genuine = await eventually(`deployment ${name} Ready in routes`, async () => {
+      const before = await withClient((client) => client.workflow.getHandle(ROUTES_WORKFLOW_ID).query(routesQuery));
+      const entry = before.deployments.find((d) => d.name === name);
+      return entry?.phase === 'Ready' ? entry : undefined;
+    });
     // The control worker read it from the deployment and signed it.
     expect(genuine.signature).toMatch(/^v2\./);
     const alias = uniqueId('gpt-sub');
