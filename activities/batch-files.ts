@@ -4,13 +4,11 @@
 // files). Control side; the bytes go from the store to the store, never through Temporal.
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { Readable } from 'node:stream';
-import { DirectoryFileStore, type FileStore } from '../batches/file-store.js';
+import { DirectoryFileStore, putBatchFile, type FileStore } from '../batches/file-store.js';
 import { S3FileStore } from '../batches/s3-file-store.js';
 import {
   checkLine,
   chunkFileId,
-  chunkOwner,
   scopeAllows,
   type BatchScope,
   type BatchEndpoint,
@@ -29,7 +27,6 @@ export { finalizeFiles, type FinalizeInput } from './batch-finalize.js';
 import { BATCH_NOT_CONFIGURED } from './batch-not-configured.js';
 /** At most this many bad lines are reported (OpenAI's errors list is for reading, not for every line). */
 const MAX_REPORTED_ERRORS = 10;
-const NO_LIMIT = Number.MAX_SAFE_INTEGER;
 
 /** The control worker's file store, from LLMGW_FILES_DIR or LLMGW_FILES_S3 (the router's --files-dir / --files-s3). */
 export function fileStoreFromEnv(env: NodeJS.ProcessEnv = process.env): () => Promise<FileStore> {
@@ -140,15 +137,7 @@ export async function validateFiles(
 /** One chunk's results, written whole under a staging name and renamed over any earlier try's file. */
 export async function writeChunkFile(files: FileStore, batchId: string, chunk: ChunkPlan, lines: ResultLine[]): Promise<void> {
   const text = lines.map((l) => `${JSON.stringify(l)}\n`).join('');
-  const staged = await files.stage(Readable.from([Buffer.from(text)]), NO_LIMIT);
-  await staged.commit({
-    id: chunkFileId(batchId, chunk.index),
-    bytes: staged.bytes,
-    createdAt: Math.floor(Date.now() / 1000),
-    filename: `${batchId}_chunk${chunk.index}.jsonl`,
-    purpose: 'batch',
-    owner: chunkOwner(batchId),
-  });
+  await putBatchFile(files, batchId, chunkFileId(batchId, chunk.index), `${batchId}_chunk${chunk.index}.jsonl`, Buffer.from(text));
 }
 
 export type { BatchRequest };

@@ -4,11 +4,10 @@
 // boundary (docs/security.md): anyone in it can start a `batch` workflow with any owner and
 // scope, but only a router or a control worker can write the store, so the grant, not the
 // workflow's input, says whose batch it is, what it may run, and until when.
-import { Readable } from 'node:stream';
 import { ApplicationFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { BATCH_ENDPOINTS, chunkOwner, grantFileId, isBatchId, type BatchScope } from './batch-lines.js';
-import type { FileStore } from './file-store.js';
+import { putBatchFile, type FileStore } from './file-store.js';
 import { BATCH_NOT_GRANTED, BATCH_WINDOW_ENDED } from '../activities/batch-not-configured.js';
 
 /** A grant is a few hundred bytes; a long scope list may make it some kilobytes. More is not one of ours. */
@@ -34,16 +33,7 @@ export type BatchGrant = z.infer<typeof BatchGrant>;
 
 /** Writes the grant whole, staged and renamed, owned like the batch's chunk files so that no key lists or reads it. */
 export async function writeBatchGrant(files: FileStore, grant: BatchGrant): Promise<void> {
-  const bytes = Buffer.from(JSON.stringify(grant));
-  const staged = await files.stage(Readable.from([bytes]), MAX_GRANT_BYTES);
-  await staged.commit({
-    id: grantFileId(grant.batchId),
-    bytes: staged.bytes,
-    createdAt: grant.createdAt,
-    filename: `${grant.batchId}_grant.json`,
-    purpose: 'batch',
-    owner: chunkOwner(grant.batchId),
-  });
+  await putBatchFile(files, grant.batchId, grantFileId(grant.batchId), `${grant.batchId}_grant.json`, Buffer.from(JSON.stringify(grant)));
 }
 
 /** The batch's grant, or undefined when there is none (or what is there is not one for this batch). */

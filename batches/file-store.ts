@@ -6,9 +6,10 @@ import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { mkdir, open, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Transform, type Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
+import { chunkOwner } from './batch-lines.js';
 
 /** The purposes a file may have: a batch's input (`batch`), or its output and error files (`batch_output`, as OpenAI's). */
 export const FILE_PURPOSES = ['batch', 'batch_output'] as const;
@@ -90,6 +91,19 @@ export async function putFile(store: FileStore, content: Readable, meta: Omit<St
   const full = { ...meta, bytes: staged.bytes };
   await staged.commit(full);
   return full;
+}
+
+/**
+ * Writes one of a batch's own files (a chunk's results, its line index, its grant) whole, staged
+ * and renamed over any earlier try's, owned by chunkOwner so that no key lists or reads it.
+ */
+export async function putBatchFile(files: FileStore, batchId: string, id: string, filename: string, bytes: Buffer): Promise<void> {
+  await putFile(
+    files,
+    Readable.from([bytes]),
+    { id, createdAt: Math.floor(Date.now() / 1000), filename, purpose: 'batch', owner: chunkOwner(batchId) },
+    bytes.length,
+  );
 }
 
 /** A metadata document read back: undefined when it is not one of ours (a stray object, a hand edit). */

@@ -1,9 +1,8 @@
 // Byte-aware line splitting for a batch's JSONL files, and the line index that validation writes
 // so that each chunk reads only its own part of the input. Control side (the batch activities);
 // the index is a hidden file of the batch in the store, owned and removed as its chunk files are.
-import { Readable } from 'node:stream';
-import { chunkOwner, indexFileId } from './batch-lines.js';
-import type { FileStore } from './file-store.js';
+import { indexFileId } from './batch-lines.js';
+import { putBatchFile, type FileStore } from './file-store.js';
 
 /** One line of a file: its text (UTF-8, without its line ending), 1-based number, and the offset of its first byte. */
 export interface SplitLine {
@@ -95,16 +94,7 @@ export function encodeLineIndex(marks: readonly LineMark[], every = INDEX_EVERY)
 
 /** Writes a batch's index whole, staged and renamed over any earlier try's (a retried validation writes the same file). */
 export async function writeLineIndex(files: FileStore, batchId: string, marks: readonly LineMark[], every = INDEX_EVERY): Promise<void> {
-  const bytes = encodeLineIndex(marks, every);
-  const staged = await files.stage(Readable.from([bytes]), bytes.length);
-  await staged.commit({
-    id: indexFileId(batchId),
-    bytes: staged.bytes,
-    createdAt: Math.floor(Date.now() / 1000),
-    filename: `${batchId}_index.txt`,
-    purpose: 'batch',
-    owner: chunkOwner(batchId),
-  });
+  await putBatchFile(files, batchId, indexFileId(batchId), `${batchId}_index.txt`, encodeLineIndex(marks, every));
 }
 
 /**
