@@ -116,6 +116,8 @@ export const AgentFlags = z
     reconcileEverySeconds: z.coerce.number().int().min(0).default(3600),
     /** Tests: the node workflow hands over (continue-as-new) after this many history events. */
     nodeContinueAsNewAfterEvents: z.coerce.number().int().min(10).optional(),
+    /** Tests: a node still NotReady after this agent registered again is asked again only this much later (default 30 s). */
+    reregisterAfterSeconds: z.coerce.number().int().min(1).optional(),
     /**
      * Compute processes on managed GPUs that this agent did not start: report them (and keep
      * their GPUs out of placement), or kill them. Report by default: a host may run other jobs.

@@ -37,7 +37,12 @@ const CALL_DEADLINE_MS = 8_000;
  * (docs/failures.md, "A host cut off from the network"). A describe is a read, not a billed
  * action; an unreachable Temporal is not "missing".
  */
-export function watchNodeWorkflow(client: () => Client | undefined, workflowId: string, register: () => void): { stop(): void } {
+export function watchNodeWorkflow(
+  client: () => Client | undefined,
+  workflowId: string,
+  register: () => void,
+  reregisterAfterSeconds?: number,
+): { stop(): void } {
   let checking = false;
   let lastReregister = 0;
   const timer = setInterval(() => {
@@ -56,7 +61,7 @@ export function watchNodeWorkflow(client: () => Client | undefined, workflowId: 
           let phase = Array.isArray(state) ? state[0] : undefined;
           // A cordoned node shows Cordoned whatever its phase: ask it (rare, so the query is too).
           if (phase === 'Cordoned') phase = (await soon(() => handle.query(describeNodeQuery)).catch(() => undefined))?.phase;
-          const again = phase === 'Unenrolled' ? UNENROLLED_REREGISTER_MS : REREGISTER_AFTER_MS;
+          const again = phase === 'Unenrolled' ? UNENROLLED_REREGISTER_MS : (reregisterAfterSeconds ?? REREGISTER_AFTER_MS / 1000) * 1000;
           if ((phase === 'NotReady' || phase === 'Lost' || phase === 'Unenrolled') && Date.now() - lastReregister > again) {
             lastReregister = Date.now();
             register();

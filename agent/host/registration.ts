@@ -126,7 +126,7 @@ export function createRegistration(
       }, 1_000);
       // With a slow presence, a node workflow that is gone (Temporal lost its data, or someone
       // ended it) would be noticed late: look at it directly, a read that costs no event.
-      nodeWatch = watchNodeWorkflow(signals.client, workflowId, soon);
+      nodeWatch = watchNodeWorkflow(signals.client, workflowId, soon, config.reregisterAfterSeconds);
     },
     quiet() {
       clearInterval(watchdog);

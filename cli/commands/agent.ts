@@ -96,6 +96,7 @@ export function register(program: Command): void {
     .option('--gpu-watch-seconds <s>', 'how often the GPU health watch looks', '10')
     // Tests of the node workflow's continue-as-new; not for operators.
     .addOption(new Option('--node-continue-as-new-after-events <n>').hideHelp())
+    .addOption(new Option('--reregister-after-seconds <n>').hideHelp())
     .action(async (opts: Record<string, unknown>) => {
       const { runAgent } = await import('../../agent/main.js');
       await runAgent(opts);

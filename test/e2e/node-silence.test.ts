@@ -5,7 +5,8 @@
 // NotReady wake the replicas waiting for them once it is heard again, not at their 10-minute
 // re-check. The agent itself registers again within 10 s of seeing its node NotReady, which
 // also wakes them; so what the node did is read from its history, where that registration
-// cannot hide a missed wake.
+// cannot hide a missed wake, and this agent waits 10 minutes, not 30 s, before it asks a node
+// that stays NotReady again (on a loaded CI box freeing a GPU took 40 s).
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
@@ -20,7 +21,7 @@ let client: Client;
 
 beforeAll(async () => {
   client = fleet.client;
-  await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'silencex2.yaml') });
+  await fleet.agent(nodeId, { inventory: join(INVENTORIES, 'silencex2.yaml'), extra: ['--reregister-after-seconds', '600'] });
 });
 
 const node = () => client.workflow.getHandle(`node/${nodeId}`);
@@ -66,8 +67,8 @@ describe('a node told its agent is silent', () => {
     expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).not.toEqual([]);
 
     // The agent sees its node NotReady (it looks every 10 s) and registers again; then it leaves
-    // the node alone for 30 s (agent/host/presence.ts), which is when this test frees a GPU behind a
-    // NotReady node. Silent for a second, since after the registration: believed at once.
+    // the node alone (30 s by default, 10 minutes here: agent/host/presence.ts), which is when
+    // this test frees a GPU behind a NotReady node. Silent for a second, since after the registration: believed at once.
     await eventually('the agent registered again by itself', async () => ((await phaseOf()) === 'Ready' ? true : undefined), 30_000);
     const reregisteredAt = Date.now();
     await sleep(1_100);
