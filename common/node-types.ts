@@ -93,6 +93,12 @@ export interface AgentSettings {
   reconcileEverySeconds: number;
   /** Reconciliation only shows what it would do. */
   reconcileDryRun: boolean;
+  /**
+   * Which run of the agent process registered (a random id per start; agents since 0.3.0): a
+   * presence that times out after another process registered is not a dead agent
+   * (workflows/node/presence.ts).
+   */
+  agentInstance?: string;
 }
 
 export interface ReserveRequest {

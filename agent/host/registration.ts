@@ -2,6 +2,7 @@
 // full report and the agent's settings, again whenever presence falls silent or the node
 // workflow is gone or NotReady. Agent side. Presence is the node's own way to see a dead agent;
 // its heartbeat is decided once Temporal answers (presence.ts).
+import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import { CONTROL_TASK_QUEUE, nodeWorkflowId } from '../../common/names.js';
 import type { LineLog } from '../../common/logger.js';
@@ -14,6 +15,8 @@ import { presenceHeartbeatFor, SHORT_PRESENCE_SECONDS, watchNodeWorkflow } from 
 import type { NodeSignals } from './node-signals.js';
 
 export interface Registration {
+  /** This run of the agent process: its presence beats name it, and its registrations carry it. */
+  readonly instance: string;
   /** Registers in the background; a failure is logged, and the watchdog tries again. */
   soon(): void;
   /** Decides the presence heartbeat, asking Temporal whether worker heartbeats watch us. */
@@ -60,6 +63,7 @@ export function createRegistration(
   sign: (report: Register) => RegisterProof,
 ): Registration {
   const workflowId = nodeWorkflowId(config.nodeId);
+  const instance = randomUUID();
   const nodeInput = {
     nodeId: config.nodeId,
     // Decided once Temporal answers (presenceHeartbeatFor): long where worker heartbeats watch us.
@@ -67,6 +71,7 @@ export function createRegistration(
     lostGraceSeconds: config.lostGraceSeconds,
     reconcileDryRun: config.reconcile === 'dry-run',
     reconcileEverySeconds: config.reconcileEverySeconds,
+    agentInstance: instance,
     ...(config.nodeContinueAsNewAfterEvents ? { continueAsNewAfterEvents: config.nodeContinueAsNewAfterEvents } : {}),
   };
   const register = async (): Promise<void> => {
@@ -107,6 +112,7 @@ export function createRegistration(
   let watchdog: NodeJS.Timeout | undefined;
   let nodeWatch: { stop(): void } | undefined;
   return {
+    instance,
     soon,
     async decidePresence(client) {
       nodeInput.presenceHeartbeatSeconds = await presenceHeartbeatFor(config.presenceHeartbeatSeconds, client);

@@ -82,6 +82,8 @@ export async function createHostWorker(deps: HostWorkerDeps): Promise<{ worker: 
       registration.presenceSeen();
       const host = reports.host();
       return {
+        // Names this process: a beat outliving it tells the node a replaced agent, not a dead one.
+        instance: registration.instance,
         shards: supervisor.list().length,
         gpus: host.gpus.length,
         unhealthyGpus: host.gpus.filter((gpu) => gpu.health?.problems.length).map((gpu) => gpu.index),

@@ -1,10 +1,8 @@
-// The node workflow's long-running loops: presence (is the agent alive?), the Lost timer,
+// The node workflow's long-running loops: presence (is the agent alive? presence.ts), the Lost timer,
 // reconciliation after each registration (and the reconcile Schedule kept in step with the
 // agent's settings), and waking waiting replicas when the node gains capacity.
 // Workflow side; the node's handlers set the flags these loops wait on.
 import {
-  ActivityCancellationType,
-  ActivityFailure,
   ChildWorkflowCancellationType,
   condition,
   executeChild,
@@ -19,7 +17,8 @@ import { nodeStatusSignal } from '../definitions.js';
 import type { SignalsInFlight } from '../signals-in-flight.js';
 import type { reconcileNode } from '../reconcile/workflow.js';
 import { freeGpus, lostHeldBecause, type NodeState } from './state.js';
-import { agentActivities, controlActivities } from '../toolkit.js';
+import { controlActivities } from '../toolkit.js';
+import { watchPresence } from './presence.js';
 import type { HeldRegistration } from './enrollment.js';
 
 export interface NodeContext {
@@ -127,39 +126,6 @@ async function watchClaimedSilence(ctx: NodeContext): Promise<void> {
     if (settled && ctx.silenceClaimed !== undefined && ctx.registerSeq !== registerSeq && ctx.state.phase === 'Ready') continue;
     ctx.silenceClaimed = undefined;
     if (!settled) markSilent(ctx, seconds);
-  }
-}
-
-async function watchPresence(ctx: NodeContext): Promise<void> {
-  const { state } = ctx;
-  // A run continued from a Ready node needs no new registration for its first presence.
-  let register = !(ctx.continued && state.phase === 'Ready');
-  for (;;) {
-    // A fresh node waits for the registration that started it; one that refused its carried
-    // state has none coming unless it asks: a presence activity makes the agent register.
-    if (ctx.registerSeq === 0 && state.phase === 'Registering' && !ctx.askToRegister) await condition(() => ctx.registerSeq > 0);
-    const seqAtStart = ctx.registerSeq;
-    const heartbeatSeconds = state.settings!.presenceHeartbeatSeconds;
-    // No agent picking it up, or an agent that stops heartbeating, fails it within one
-    // heartbeat period: that is how a dead agent is noticed at O(1) cost per host.
-    const { presence } = agentActivities(state.nodeId, `presence of agent ${state.nodeId}`, {
-      scheduleToStartTimeout: `${heartbeatSeconds} seconds`,
-      heartbeatTimeout: `${heartbeatSeconds} seconds`,
-      startToCloseTimeout: '3650 days',
-      retry: { maximumAttempts: 1 },
-      cancellationType: ActivityCancellationType.TRY_CANCEL,
-    });
-    try {
-      const input = { nodeId: state.nodeId, heartbeatSeconds, ...(register ? {} : { register: false }) };
-      register = true;
-      await presence(input);
-      ctx.markNotReady?.('the agent stopped (it ended its presence)');
-    } catch (error) {
-      if (isCancellation(error)) throw error;
-      ctx.markNotReady?.(presenceFailureReason(error, heartbeatSeconds));
-    }
-    // The agent registers again when it comes back; until then, look again shortly.
-    await condition(() => ctx.registerSeq !== seqAtStart, '3 seconds');
   }
 }
 
@@ -293,12 +259,4 @@ async function wakeWaiters(ctx: NodeContext): Promise<void> {
       log.warn(`could not wake waiting replicas: ${String(error)}`);
     }
   }
-}
-
-function presenceFailureReason(error: unknown, heartbeatSeconds: number): string {
-  const cause = error instanceof ActivityFailure ? error.cause : error;
-  const message = cause instanceof Error ? cause.message : String(cause);
-  if (/schedule.?to.?start/i.test(message)) return `no agent picked up its presence activity within ${heartbeatSeconds} s`;
-  if (/heartbeat/i.test(message)) return `the agent stopped heartbeating (timeout ${heartbeatSeconds} s)`;
-  return `presence failed: ${message}`;
 }
