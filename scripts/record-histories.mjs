@@ -9,6 +9,7 @@ import { historiesDir, releases, root, versionInProgress } from './releases.mjs'
 const RECORDING_TESTS = [
   'test/e2e/contract.test.ts',
   'test/e2e/agent-node.test.ts',
+  'test/e2e/agent-replaced.test.ts',
   'test/e2e/lifecycle.test.ts',
   'test/e2e/rollout.test.ts',
   'test/e2e/reconcile.test.ts',

@@ -71,7 +71,6 @@ export function createRegistration(
     lostGraceSeconds: config.lostGraceSeconds,
     reconcileDryRun: config.reconcile === 'dry-run',
     reconcileEverySeconds: config.reconcileEverySeconds,
-    agentInstance: instance,
     ...(config.nodeContinueAsNewAfterEvents ? { continueAsNewAfterEvents: config.nodeContinueAsNewAfterEvents } : {}),
   };
   const register = async (): Promise<void> => {
@@ -80,7 +79,8 @@ export function createRegistration(
     const report = await describe();
     const node = client.workflow.getHandle(workflowId);
     const before = await registrationsOf(node);
-    // The settings travel with every registration, so a restarted agent's flags take effect.
+    // The settings travel with every registration, so a restarted agent's flags take effect,
+    // and name this process (not in the workflow's input, which later runs carry on).
     const {
       nodeId: _nodeId,
       continueAsNewAfterEvents: _bound,
@@ -91,7 +91,7 @@ export function createRegistration(
       taskQueue: CONTROL_TASK_QUEUE,
       args: [nodeInput],
       signal: registerSignal,
-      signalArgs: [report, settings, sign(report)],
+      signalArgs: [report, { ...settings, agentInstance: instance }, sign(report)],
     });
     signals.registered(report.runningShards);
     if (await actedOn(node, before)) log(`registered with ${workflowId} (${report.runningShards.length} shards)`);

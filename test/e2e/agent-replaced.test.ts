@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import type { temporal } from '@temporalio/proto';
 import { describe, expect, it } from 'vitest';
 import { describeNodeQuery } from '../../workflows/definitions.js';
+import { recordHistory } from '../helpers/histories.js';
 import { eventually, INVENTORIES, sleep, uniqueId, useIsolatedFleet } from '../helpers/fleet.js';
 
 const fleet = useIsolatedFleet();
@@ -49,6 +50,8 @@ describe('an agent replaced by a new process', () => {
     const diedAt = Date.now();
     await fleet.agentOf(nodeId).kill9();
     await eventually('NotReady', async () => ((await phase()) === 'NotReady' ? true : undefined), (HEARTBEAT_SECONDS + 15) * 1000);
+    // Replayed in CI: the replaced process's presence ending, then a dead one.
+    recordHistory(`node/${nodeId}`, 'node-agent-replaced-then-dead');
     console.log(`NotReady ${Date.now() - diedAt} ms after the new agent's kill -9 (heartbeat timeout ${HEARTBEAT_SECONDS} s)`);
   }, 150_000);
 });
