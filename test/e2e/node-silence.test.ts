@@ -37,6 +37,19 @@ async function since(name: string): Promise<temporal.api.history.v1.IHistoryEven
 }
 const signalled = (e: temporal.api.history.v1.IHistoryEvent): string | undefined =>
   e.workflowExecutionSignaledEventAttributes?.signalName ?? undefined;
+/** The node's history from event index `from` on. */
+async function eventsFrom(from: number): Promise<temporal.api.history.v1.IHistoryEvent[]> {
+  return ((await node().fetchHistory()).events ?? []).slice(from);
+}
+/** Whether anything but this test's own claim spoke to the node: the sweep, or a registration. */
+const perturbed = (events: temporal.api.history.v1.IHistoryEvent[]): boolean =>
+  events.map(signalled).filter((name) => name === 'agentSilent').length > 1 ||
+  events.some((e) => signalled(e) === 'agentHeard' || signalled(e) === 'register');
+/** Whether `check` holds within `ms` (looked at every 250 ms). */
+async function within(ms: number, check: () => Promise<boolean>): Promise<boolean> {
+  for (const deadline = Date.now() + ms; Date.now() < deadline; await sleep(250)) if (await check()) return true;
+  return false;
+}
 const published = (e: temporal.api.history.v1.IHistoryEvent): string =>
   Buffer.from(e.upsertWorkflowSearchAttributesEventAttributes?.searchAttributes?.indexedFields?.LlmgwState?.data ?? []).toString();
 
@@ -55,15 +68,37 @@ describe('a node told its agent is silent', () => {
 
     // A sweep's "no heartbeat for N s", N reaching 4 s before the agent's registration: not
     // believed now (nor NotReady for a moment, which the agent's re-registration would mend)...
-    const { lastRegisteredAt } = await node().query(describeNodeQuery);
-    const seconds = Math.ceil((Date.now() - Date.parse(lastRegisteredAt!)) / 1000) + 4;
-    await node().signal(agentSilentSignal, { seconds });
-    await sleep(1_000);
-    expect(await phaseOf()).toBe('Ready');
-    expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).toEqual([]);
     // ...but once the agent has been silent N s since it registered, with nothing heard (this
     // test's agent beats, but only the sweep could say so, and it did not report this silence).
-    await eventually('the node NotReady', async () => ((await phaseOf()) === 'NotReady' ? true : undefined), 30_000);
+    // On a loaded box the real sweep may speak meanwhile (a late worker heartbeat: silent, then
+    // heard), or the agent register again: either rightly drops or moves the claim, and the
+    // claim is made again (three tries).
+    for (let attempt = 1; ; attempt++) {
+      const from = (await node().fetchHistory()).events?.length ?? 0;
+      const { lastRegisteredAt } = await node().query(describeNodeQuery);
+      const seconds = Math.ceil((Date.now() - Date.parse(lastRegisteredAt!)) / 1000) + 4;
+      await node().signal(agentSilentSignal, { seconds });
+      await sleep(1_000);
+      const firstSecond = await eventsFrom(from);
+      if (!perturbed(firstSecond)) {
+        expect(await phaseOf()).toBe('Ready');
+        expect(firstSecond.map(published).filter((state) => state.includes('NotReady'))).toEqual([]);
+        // What came before the node turned NotReady (the agent registers again after it).
+        if (await within(20_000, async () => (await phaseOf()) === 'NotReady')) {
+          const events = await eventsFrom(from);
+          const turned = events.findIndex((e) => published(e).includes('NotReady'));
+          if (!perturbed(turned < 0 ? events : events.slice(0, turned))) break;
+        }
+      }
+      const seen = (await eventsFrom(from)).map(signalled).filter(Boolean);
+      expect(
+        perturbed(await eventsFrom(from)),
+        `a silence of ${seconds} s neither believed nor dropped; signals since: ${seen.join(', ')}`,
+      ).toBe(true);
+      expect(attempt, `the claim was dropped ${attempt} times; signals since the last: ${seen.join(', ')}`).toBeLessThan(3);
+      console.log(`try ${attempt}: the claim was dropped or moved (${seen.join(', ')}); again`);
+      await eventually('the node Ready again', async () => ((await phaseOf()) === 'Ready' ? true : undefined), 30_000);
+    }
     expect((await since('agentSilent')).map(published).filter((state) => state.includes('NotReady'))).not.toEqual([]);
 
     // The agent sees its node NotReady (it looks every 10 s) and registers again; then it leaves
